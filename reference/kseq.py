@@ -1,0 +1,74 @@
+"""K-SEQ acceptance scale ρ* of SpecTr (Sun et al., NeurIPS 2023, arXiv 2310.15141, Algorithm 3).
+
+One position, k i.i.d. candidates drawn from the draft ``p``, target ``q``:
+candidate j is accepted with probability ``min(1, q(x_j) / (ρ·p(x_j)))`` and, when none is
+accepted, the residual is ``(q − ρ·p)_+``.  The rule is lossless exactly when ρ solves
+
+    1 − (1 − β(ρ))^k = ρ · β(ρ),          β(ρ) = Σ_x min(p(x), q(x)/ρ)        (SPEC.md §2.2)
+
+which has a root in [1, k].  Shared by every rule that runs K-SEQ (spectr, kseq_gbv, kseq_bv).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# 200 halvings of [1, k] reach the float64 spacing near ρ*; the loop exits earlier when the
+# bracket stops shrinking.
+_MAX_BISECTION_STEPS = 200
+
+
+def beta(p: np.ndarray, q: np.ndarray, rho: float) -> float:
+    """β(ρ) = Σ_x min(p(x), q(x)/ρ)  (SpecTr, Sun et al. 2023, §4).
+
+    Args:
+        p, q: float64 arrays of shape [V], probability vectors (not checked here).
+        rho: scale ≥ 1.
+    Returns:
+        float in [0, 1].
+    """
+    return float(np.minimum(p, q / rho).sum())
+
+
+def rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
+    """ρ* of K-SEQ for one position with ``k`` i.i.d. candidates, by bisection on [1, k].
+
+    The returned value sits on the valid side ``1 − (1 − β(ρ))^k ≤ ρ·β(ρ)`` (so every
+    acceptance weight stays below the target mass) within float64 resolution of the root.
+
+    Args:
+        p: float64 [V], draft probabilities of the position (non-negative, sums to 1).
+        q: float64 [V], target probabilities of the position.
+        k: number of candidates, int ≥ 1.  k = 1 gives ρ* = 1 (token verification).
+    Returns:
+        float ρ* in [1, k].  When p and q have disjoint supports (β ≡ 0) any ρ is a root and 1
+        is returned.
+    Raises:
+        ValueError: if k < 1 or the shapes of p and q differ.
+    Source: SpecTr (Sun et al., 2023), K-SEQ, the equation 1 − (1 − β)^k = ρβ; SPEC.md §2.2.
+    """
+    if int(k) != k or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    if k == 1:
+        return 1.0
+
+    def valid(rho: float) -> bool:
+        b = beta(p, q, rho)
+        return 1.0 - (1.0 - b) ** k <= rho * b
+
+    if valid(1.0):
+        return 1.0
+    lo, hi = 1.0, float(k)
+    for _ in range(_MAX_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if valid(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi

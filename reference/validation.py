@@ -1,0 +1,104 @@
+"""Input checks shared by the reference: every error names the argument and the problem."""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Rows are accepted as normalised when |Σ − 1| ≤ this; loose enough for probabilities that
+# passed through float32 (engine outputs), tight enough to catch a forgotten normalisation.
+NORMALISATION_ATOL = 1e-5
+
+
+def check_probability_vector(p: np.ndarray, name: str, axis: int = -1) -> np.ndarray:
+    """Check that ``p`` holds probability vectors along ``axis``.
+
+    Args:
+        p: float array [..., V].
+        name: argument name used in error messages.
+    Returns:
+        ``p`` as float64.
+    Raises:
+        ValueError: on NaN/inf, negative entries, or sums away from 1 by more than
+            NORMALISATION_ATOL.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if p.size == 0 or p.shape[axis] == 0:
+        raise ValueError(f"{name}: empty probability vector (shape {p.shape})")
+    if not np.all(np.isfinite(p)):
+        raise ValueError(f"{name}: contains NaN or infinite values")
+    if np.any(p < 0):
+        raise ValueError(f"{name}: contains negative probabilities (min {p.min():.3g})")
+    sums = p.sum(axis=axis)
+    bad = np.abs(sums - 1.0) > NORMALISATION_ATOL
+    if np.any(bad):
+        where = np.argwhere(np.atleast_1d(bad))[0]
+        raise ValueError(
+            f"{name}: probabilities are not normalised "
+            f"(row {tuple(int(i) for i in where)} sums to {np.atleast_1d(sums)[tuple(where)]:.6g})"
+        )
+    return p
+
+
+def check_positive_int(value: int, name: str) -> int:
+    """Raise ValueError unless ``value`` is an integer ≥ 1 (K, L, token counts)."""
+    if isinstance(value, bool) or int(value) != value or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def check_iteration_inputs(
+    draft_tokens: np.ndarray, draft_probs: np.ndarray, target_probs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validate one iteration's inputs against the verifier contract of DESIGN.md.
+
+    Args:
+        draft_tokens: int [K, L], token ids of the K draft blocks.
+        draft_probs: float [K, L, V], draft_probs[k, i] = p(· | c, X^(k)_≤i) (0-based i).
+        target_probs: float [K, L+1, V], target_probs[k, i] = q(· | c, X^(k)_≤i); row L is the
+            bonus row.
+    Returns:
+        (draft_tokens int64, draft_probs float64, target_probs float64).
+    Raises:
+        ValueError: K < 1 or L < 1, shape or vocabulary mismatch, non-integer or out-of-range
+            token ids, a draft token with draft probability 0, NaN / negative / unnormalised rows.
+    """
+    tokens = np.asarray(draft_tokens)
+    if tokens.ndim != 2:
+        raise ValueError(f"draft_tokens must have shape [K, L], got shape {tokens.shape}")
+    K, L = tokens.shape
+    if K < 1:
+        raise ValueError(f"draft_tokens: K must be >= 1, got K = {K}")
+    if L < 1:
+        raise ValueError(f"draft_tokens: L must be >= 1, got L = {L}")
+    if not np.issubdtype(tokens.dtype, np.integer):
+        if np.issubdtype(tokens.dtype, np.floating) and np.all(np.isfinite(tokens)) and np.all(tokens == np.round(tokens)):
+            tokens = tokens.astype(np.int64)
+        else:
+            raise ValueError(f"draft_tokens must hold integer token ids, got dtype {tokens.dtype}")
+    tokens = tokens.astype(np.int64)
+    dp = np.asarray(draft_probs)
+    tp = np.asarray(target_probs)
+    if dp.ndim != 3 or dp.shape[:2] != (K, L):
+        raise ValueError(f"draft_probs must have shape [K, L, V] = [{K}, {L}, V], got {dp.shape}")
+    if tp.ndim != 3 or tp.shape[:2] != (K, L + 1):
+        raise ValueError(
+            f"target_probs must have shape [K, L+1, V] = [{K}, {L + 1}, V], got {tp.shape}"
+        )
+    V = dp.shape[2]
+    if tp.shape[2] != V:
+        raise ValueError(
+            f"vocabulary mismatch: draft_probs has V = {V}, target_probs has V = {tp.shape[2]}"
+        )
+    if np.any(tokens < 0) or np.any(tokens >= V):
+        bad = tokens[(tokens < 0) | (tokens >= V)][0]
+        raise ValueError(f"draft_tokens: token id {bad} outside [0, V) with V = {V}")
+    dp = check_probability_vector(dp, "draft_probs")
+    tp = check_probability_vector(tp, "target_probs")
+    chosen = np.take_along_axis(dp, tokens[:, :, None], axis=2)[:, :, 0]
+    if np.any(chosen <= 0):
+        k, i = np.argwhere(chosen <= 0)[0]
+        raise ValueError(
+            f"draft_tokens[{k}, {i}] = {tokens[k, i]} has draft probability 0: "
+            "it cannot have been drawn from draft_probs"
+        )
+    return tokens, dp, tp
