@@ -1,0 +1,591 @@
+"""cvxpy programs that bound what one speculative-decoding iteration can accept (SPEC.md §4).
+
+All programs take the block laws of one iteration as dense float64 arrays: ``p_block`` and
+``q_block`` of shape (V,)*L, the joint law of a draft block and of a target block given the
+same context (entry [z_1, …, z_L]), plus the number of drafts K ≥ 1.  Each returns a
+``ProgramResult``.
+
+- ``cic_program``          concave program over single-draft couplings, K conditionally
+                           independent matches given the target prefix; optimum = B(K, L).
+- ``cic_block_program``    the stricter reading: independence given the whole target block.
+- ``global_ot``            LP over all couplings of K i.i.d. draft blocks with the target
+                           block; the ceiling of every lossless rule.
+- ``no_modification_lp``   the same with an accept length whose emitted prefix is continued
+                           by the unmodified target; the ceiling of rules that leave later
+                           iterations untouched (K = 1: BV, Sun et al. ICLR 2025, Theorem 2).
+
+Flat indexing: a block z ∈ Ω^L is the C-order flat index Σ_j z_j V^(L−j) in [0, V^L); its
+prefix of length d is ``index // V^(L−d)``.  Only draft blocks with p > 0 and target blocks
+with q > 0 get variables (the others carry no mass under the fixed marginals).
+
+Draft symmetry (global_ot, no_modification_lp): both programs are invariant under permuting
+the K drafts, so averaging an optimal coupling over the K! permutations gives a symmetric
+optimal coupling.  With ``symmetric=True`` (default) the variables are indexed by the
+multiset of draft blocks instead of the ordered K-tuple (about K! times fewer variables);
+the returned coupling is the symmetric one, expanded to ordered tuples.  ``symmetric=False``
+solves the literal program over ordered tuples (same optimum; tests check both).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+
+import cvxpy as cp
+import numpy as np
+import scipy.sparse as sp
+
+from .bounds import _check_K, check_block_pair
+
+__all__ = [
+    "ProgramResult",
+    "cic_program",
+    "cic_block_program",
+    "global_ot",
+    "no_modification_lp",
+    "LP_SOLVER_OPTS",
+    "CONIC_SOLVER_OPTS",
+]
+
+# HiGHS: feasibility tolerances tightened from the default 1e-7 so that the LP optima match
+# exact rational values to ~1e-10 (the tests check 1e-9).
+LP_SOLVER_OPTS = {"primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
+# CLARABEL: interior point; duality-gap and feasibility tolerances 1e-8 (its defaults, stated
+# here).  The optimum comes out within ~1e-7 of B(K, L); the tests check 1e-6.  Tighter
+# tolerances (1e-9, 1e-10) end in "AlmostSolved" (optimal_inaccurate) on some instances
+# without a better value, because the power cones stall near c = 1.
+CONIC_SOLVER_OPTS = {"tol_gap_abs": 1e-8, "tol_gap_rel": 1e-8, "tol_feas": 1e-8}
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    """Outcome of one oracle program.
+
+    Attributes:
+        name: program name ("cic", "cic_block", "global_ot", "no_modification").
+        optimum: optimal value in accepted tokens per iteration (expected accepted length);
+            NaN when the solver did not return a solution (see ``status``).
+        coupling: float64 optimal coupling over the full vocabulary (zero on cells outside
+            the supports), or None if not requested or not solved.  Shapes:
+            cic / cic_block: (V,)*L + (V,)*L, axes (draft block x, target block s);
+            global_ot: (V,)*(L*K) + (V,)*L, axes (x^1, …, x^K, s);
+            no_modification: (V,)*(L*K) + (V,)*L + (L+1,), last axis the accept length t.
+            Entries are as returned by the solver (may be −1e-10-ish negative).
+        status: cvxpy status ("optimal", "optimal_inaccurate", "infeasible", …) or
+            "solver_error: <message>".
+        solver: cvxpy solver name used.
+        seconds: wall seconds for building, canonicalising and solving.
+        solve_seconds: seconds reported by the solver itself (None if unavailable).
+        n_variables, n_constraints: size of the program as given to cvxpy (after dropping
+            cells outside the supports, forbidden cells and redundant rows).
+        K, L, V: the instance.
+    """
+
+    name: str
+    optimum: float
+    coupling: np.ndarray | None = field(repr=False)
+    status: str
+    solver: str
+    seconds: float
+    solve_seconds: float | None
+    n_variables: int
+    n_constraints: int
+    K: int
+    L: int
+    V: int
+
+
+# ---------------------------------------------------------------------------------------
+# Index helpers
+# ---------------------------------------------------------------------------------------
+
+
+class _Blocks:
+    """Flat-index view of a (p_block, q_block) pair restricted to the supports."""
+
+    def __init__(self, p_block: np.ndarray, q_block: np.ndarray):
+        p, q = check_block_pair(p_block, q_block)
+        self.V = p.shape[0]
+        self.L = p.ndim
+        self.N = self.V**self.L
+        self.p = p.ravel()
+        self.q = q.ravel()
+        self.xs = np.flatnonzero(self.p > 0)  # draft blocks with mass, n of them
+        self.ss = np.flatnonzero(self.q > 0)  # target blocks with mass, m of them
+        self.n = self.xs.size
+        self.m = self.ss.size
+
+    def prefix(self, flat: np.ndarray, depth: int) -> np.ndarray:
+        """Flat index of the length-``depth`` prefix (0 ≤ depth ≤ L) of flat block indices."""
+        return flat // self.V ** (self.L - depth)
+
+    def q_prefix(self, depth: int) -> np.ndarray:
+        """Target prefix law at ``depth`` as a flat [V^depth] array."""
+        return np.bincount(self.prefix(np.arange(self.N), depth), weights=self.q, minlength=self.V**depth)
+
+    def lcp(self) -> np.ndarray:
+        """int [n, m]: longest common prefix length of draft block xs[a] and target block ss[b].
+        Prefix equality at depth d implies it at every smaller depth, so LCP is the number of
+        depths at which the prefixes agree."""
+        out = np.zeros((self.n, self.m), dtype=np.int64)
+        for d in range(1, self.L + 1):
+            out += self.prefix(self.xs, d)[:, None] == self.prefix(self.ss, d)[None, :]
+        return out
+
+
+def _draft_multisets(n: int, K: int, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Index sets for the K drafts over n support blocks.
+
+    Returns:
+        (tuples int [M, K], perms float [M]).  symmetric: the non-decreasing K-tuples
+        (multisets, lexicographic order) and for each the number of distinct orderings
+        K!/Π(multiplicity!); otherwise every ordered K-tuple (C order) with perms = 1.
+    """
+    if not symmetric:
+        tuples = np.indices((n,) * K).reshape(K, -1).T.copy()
+        return tuples, np.ones(tuples.shape[0])
+    M = math.comb(n + K - 1, K)
+    flat = np.fromiter(
+        itertools.chain.from_iterable(itertools.combinations_with_replacement(range(n), K)),
+        dtype=np.int64,
+        count=M * K,
+    )
+    tuples = flat.reshape(M, K)
+    # Π over runs of (run length)! = Π_j (position of j inside its run), for sorted rows.
+    run = np.ones(M)
+    divisor = np.ones(M)
+    for j in range(1, K):
+        run = np.where(tuples[:, j] == tuples[:, j - 1], run + 1, 1.0)
+        divisor *= run
+    return tuples, math.factorial(K) / divisor
+
+
+def _expand_to_ordered(
+    sym: np.ndarray, tuples: np.ndarray, perms: np.ndarray, blocks: _Blocks, K: int, symmetric: bool
+) -> np.ndarray:
+    """Dense coupling over the full vocabulary from the solution over draft (multi)sets.
+
+    Args:
+        sym: float [M, m, ...] mass per (draft multiset, target support block, extra axes).
+    Returns:
+        float64 array (V,)*(L*K) + (V,)*L + extra axes.
+    """
+    n, N, L, V = blocks.n, blocks.N, blocks.L, blocks.V
+    extra = sym.shape[2:]
+    ordered = np.indices((n,) * K).reshape(K, -1).T
+    if symmetric:
+        # each ordered tuple gets an equal share of its multiset's mass
+        lookup = np.empty(n**K, dtype=np.int64)
+        lookup[np.ravel_multi_index(tuples.T, (n,) * K)] = np.arange(tuples.shape[0])
+        row = lookup[np.ravel_multi_index(np.sort(ordered, axis=1).T, (n,) * K)]
+        per_tuple = sym[row] / perms[row].reshape((-1,) + (1,) * (sym.ndim - 1))
+    else:
+        per_tuple = sym
+    full_row = np.ravel_multi_index(blocks.xs[ordered].T, (N,) * K) if K > 0 else np.zeros(1, int)
+    dense = np.zeros((N**K, N) + extra)
+    dense[np.ix_(full_row, blocks.ss)] = per_tuple
+    return dense.reshape((V,) * (L * K) + (V,) * L + extra)
+
+
+# ---------------------------------------------------------------------------------------
+# Solving
+# ---------------------------------------------------------------------------------------
+
+
+def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | None):
+    opts = dict(opts)
+    if time_limit is not None:
+        opts["time_limit"] = float(time_limit)
+    try:
+        problem.solve(solver=solver, **opts)
+    except cp.error.SolverError as exc:
+        return f"solver_error: {exc}", None
+    stats = problem.solver_stats
+    return problem.status, (stats.solve_time if stats is not None else None)
+
+
+def _transport_rows(blocks: _Blocks, M: int, cols_a: np.ndarray, cols_b: np.ndarray) -> sp.csc_matrix:
+    """Marginal rows of a transport block: variable v = (a, b) contributes 1 to row a (draft
+    side, M rows) and to row M + b (target side, m rows); returns the [M + m, #vars] matrix."""
+    nv = cols_a.size
+    rows = np.concatenate([cols_a, M + cols_b])
+    cols = np.concatenate([np.arange(nv), np.arange(nv)])
+    return sp.csc_matrix((np.ones(2 * nv), (rows, cols)), shape=(M + blocks.m, nv))
+
+
+def _check_flags(symmetric, return_coupling):
+    for name, v in (("symmetric", symmetric), ("return_coupling", return_coupling)):
+        if not isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"{name} must be a bool, got {v!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# CIC programs
+# ---------------------------------------------------------------------------------------
+
+
+def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, return_coupling):
+    t0 = time.perf_counter()
+    K = _check_K(K)
+    _check_flags(False, return_coupling)
+    blk = _Blocks(p_block, q_block)
+    n, m, L = blk.n, blk.m, blk.L
+    # variables π(xs[a], ss[b]), v = a*m + b
+    a_idx = np.repeat(np.arange(n), m)
+    b_idx = np.tile(np.arange(m), n)
+    A = _transport_rows(blk, n, a_idx, b_idx)
+    keep = np.ones(n + m, dtype=bool)
+    keep[-1] = False  # the last target row is implied: both marginals sum to 1
+    A = A[keep]
+    rhs = np.concatenate([blk.p[blk.xs], blk.q[blk.ss]])[keep]
+
+    # c = C @ π stacks, depth by depth, the match fractions c_i(z) (or c_i(s)); w the weights
+    # q(z) (or q(s)).  Cells with q = 0 carry no term: their weight is 0 and their match mass
+    # is forced to 0 by the target marginal, so they are left out rather than divided by 0.
+    C_parts, w_parts = [], []
+    for d in range(1, L + 1):
+        px = blk.prefix(blk.xs, d)[a_idx]
+        ps = blk.prefix(blk.ss, d)[b_idx]
+        match = np.flatnonzero(px == ps)
+        if per_block:
+            rows = b_idx[match]
+            weight = blk.q[blk.ss]
+        else:
+            qd = blk.q_prefix(d)
+            zs, rows_all = np.unique(blk.prefix(blk.ss, d), return_inverse=True)
+            rows = rows_all[b_idx[match]]
+            weight = qd[zs]
+        C_parts.append(
+            sp.csr_matrix((1.0 / weight[rows], (rows, match)), shape=(weight.size, n * m))
+        )
+        w_parts.append(weight)
+    C = sp.vstack(C_parts).tocsr()
+    w = np.concatenate(w_parts)
+
+    x = cp.Variable(n * m, nonneg=True)
+    shortfall = 1.0 - C @ x  # 1 − c ≥ 0 holds at every feasible point
+    objective = cp.Maximize(float(w.sum()) - w @ cp.power(shortfall, K))
+    problem = cp.Problem(objective, [A @ x == rhs])
+    opts = CONIC_SOLVER_OPTS if solver_opts is None and solver == "CLARABEL" else (solver_opts or {})
+    status, solve_s = _solve(problem, solver, opts, time_limit)
+    solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+    coupling = None
+    if solved and return_coupling:
+        dense = np.zeros((blk.N, blk.N))
+        dense[np.ix_(blk.xs, blk.ss)] = np.asarray(x.value).reshape(n, m)
+        coupling = dense.reshape((blk.V,) * (2 * L))
+    return ProgramResult(
+        name=name,
+        optimum=float(problem.value) if solved else float("nan"),
+        coupling=coupling,
+        status=status,
+        solver=solver,
+        seconds=time.perf_counter() - t0,
+        solve_seconds=solve_s,
+        n_variables=n * m,
+        n_constraints=A.shape[0],
+        K=K,
+        L=L,
+        V=blk.V,
+    )
+
+
+def cic_program(
+    p_block: np.ndarray,
+    q_block: np.ndarray,
+    K: int,
+    *,
+    solver: str = "CLARABEL",
+    solver_opts: dict | None = None,
+    time_limit: float | None = None,
+    return_coupling: bool = True,
+) -> ProgramResult:
+    """The CIC program (SPEC.md §4; SpecTr-GBV's "conditionally independent couplings").
+
+    Variables: one single-draft coupling π(x, s) ≥ 0 of a draft block x ~ p_block and a
+    target block s ~ q_block (both marginals fixed).  At each depth i the K drafts' match
+    events are taken as conditionally independent given the target prefix z = s_≤i, each with
+    probability
+
+        c_i(z) = Σ_{x,s: x_≤i = s_≤i = z} π(x, s) / q(z),
+
+    and the program maximises  Σ_{i≤L} Σ_{|z|=i, q(z)>0} q(z)·[1 − (1 − c_i(z))^K],
+    a concave function of π (cp.power(1 − c, K) is convex, DCP).  Its optimum equals
+    ``oracle.bounds.bound_B(p_block, q_block, K)``: c_i(z) ≤ m(z) for every coupling, and the
+    GBV coupling attains c_i(z) = m(z) at every (i, z) simultaneously.
+
+    Args:
+        p_block, q_block: float arrays of shape (V,)*L, draft and target block laws.
+        K: number of drafts, integer ≥ 1.
+        solver: cvxpy solver name; CLARABEL (interior point, installed with cvxpy).
+        solver_opts: solver options; default CONIC_SOLVER_OPTS (tolerances 1e-8; the optimum
+            agrees with B(K, L) to ~1e-7 on the tested sizes).
+        time_limit: solver time limit in seconds (None: none).
+        return_coupling: whether to fill ``coupling`` (shape (V,)*L + (V,)*L).
+    Returns:
+        ProgramResult; optimum in accepted tokens per iteration.
+    Raises:
+        ValueError: naming the argument, on invalid block laws, a shape mismatch or K < 1.
+    Size: |supp p|·|supp q| ≤ V^(2L) variables, Σ_i V^i power terms.
+    """
+    return _cic("cic", p_block, q_block, K, False, solver, solver_opts, time_limit, return_coupling)
+
+
+def cic_block_program(
+    p_block: np.ndarray,
+    q_block: np.ndarray,
+    K: int,
+    *,
+    solver: str = "CLARABEL",
+    solver_opts: dict | None = None,
+    time_limit: float | None = None,
+    return_coupling: bool = True,
+) -> ProgramResult:
+    """The block-conditioned CIC program (SPEC.md §4, "a stricter reading").
+
+    Same coupling π(x, s) as ``cic_program``, but the K drafts' matches are independent given
+    the whole target block s:
+
+        c_i(s) = Σ_x π(x, s)·1[x_≤i = s_≤i] / q(s),
+        maximise  Σ_{i≤L} Σ_{s: q(s)>0} q(s)·[1 − (1 − c_i(s))^K].
+
+    By Jensen (averaging c_i(s) over the s extending z gives c_i(z), and 1 − (1−c)^K is
+    concave) its optimum is ≤ B(K, L), strictly below it in general (toy, K = L = 2: 1.5556
+    < 19/12).  Equal to B at K = 1 or L = 1.
+
+    Args, Returns, Raises: as ``cic_program`` (CLARABEL, tolerances 1e-8).
+    Size: |supp p|·|supp q| variables, L·|supp q| power terms.
+    """
+    return _cic("cic_block", p_block, q_block, K, True, solver, solver_opts, time_limit, return_coupling)
+
+
+# ---------------------------------------------------------------------------------------
+# Global block OT
+# ---------------------------------------------------------------------------------------
+
+
+def global_ot(
+    p_block: np.ndarray,
+    q_block: np.ndarray,
+    K: int,
+    *,
+    symmetric: bool = True,
+    solver: str = "HIGHS",
+    solver_opts: dict | None = None,
+    time_limit: float | None = None,
+    return_coupling: bool = True,
+) -> ProgramResult:
+    """Global block optimal transport (SPEC.md §4): the most any lossless K-draft rule can
+    accept in one iteration, modifications of later targets allowed.
+
+    LP over couplings π(x^1, …, x^K, s) ≥ 0 of K i.i.d. draft blocks (marginal
+    Π_k p(x^k)) and a target block s ~ q:
+
+        maximise  Σ π(x^1..x^K, s) · max_k LCP(x^k, s),     LCP = longest common prefix length.
+
+    Any lossless rule induces such a coupling of its drafts with its first L emitted tokens,
+    with τ ≤ max_k LCP.  K = 1 gives B(1, L) (the GBV value; LCP is an ultrametric-type
+    profit), L = 1 gives α* (``oracle.bounds.alpha_star``).  Toy (SPEC.md §5): 8/9 at
+    (K, L) = (2, 1), 134/81 at (2, 2).
+
+    Args:
+        p_block, q_block: float arrays of shape (V,)*L.
+        K: number of drafts, integer ≥ 1.
+        symmetric: index the drafts by multiset (see module docstring); same optimum.
+        solver: cvxpy solver name; HIGHS (installed with cvxpy).
+        solver_opts: solver options; default LP_SOLVER_OPTS (feasibility tolerances 1e-9;
+            the optimum matches exact rationals to ~1e-10 on the tested sizes).
+        time_limit: solver time limit in seconds (None: none).
+        return_coupling: whether to fill ``coupling`` (shape (V,)*(L*K) + (V,)*L; dense,
+            V^(L(K+1)) entries).
+    Returns:
+        ProgramResult; optimum in accepted tokens per iteration.
+    Raises:
+        ValueError: naming the argument, on invalid block laws, a shape mismatch, K < 1, or a
+            non-bool flag.
+    Size: M·|supp q| variables (M = C(n+K−1, K) multisets or n^K tuples of the n = |supp p|
+        draft blocks), M + |supp q| − 1 equality rows.
+    """
+    t0 = time.perf_counter()
+    K = _check_K(K)
+    _check_flags(symmetric, return_coupling)
+    blk = _Blocks(p_block, q_block)
+    m = blk.m
+    tuples, perms = _draft_multisets(blk.n, K, bool(symmetric))
+    M = tuples.shape[0]
+    lcp = blk.lcp()
+    best = lcp[tuples[:, 0]]
+    for j in range(1, K):
+        np.maximum(best, lcp[tuples[:, j]], out=best)
+    p_support = blk.p[blk.xs]
+    mass = perms * np.prod(p_support[tuples], axis=1)
+
+    a_idx = np.repeat(np.arange(M), m)
+    b_idx = np.tile(np.arange(m), M)
+    A = _transport_rows(blk, M, a_idx, b_idx)[:-1]  # the last target row is implied
+    rhs = np.concatenate([mass, blk.q[blk.ss][:-1]])
+    x = cp.Variable(M * m, nonneg=True)
+    problem = cp.Problem(cp.Maximize(best.ravel().astype(np.float64) @ x), [A @ x == rhs])
+    opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
+    status, solve_s = _solve(problem, solver, opts, time_limit)
+    solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+    coupling = None
+    if solved and return_coupling:
+        sym = np.asarray(x.value).reshape(M, m)
+        coupling = _expand_to_ordered(sym, tuples, perms, blk, K, bool(symmetric))
+    return ProgramResult(
+        name="global_ot",
+        optimum=float(problem.value) if solved else float("nan"),
+        coupling=coupling,
+        status=status,
+        solver=solver,
+        seconds=time.perf_counter() - t0,
+        solve_seconds=solve_s,
+        n_variables=M * m,
+        n_constraints=A.shape[0],
+        K=K,
+        L=blk.L,
+        V=blk.V,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# No-modification LP
+# ---------------------------------------------------------------------------------------
+
+
+def no_modification_lp(
+    p_block: np.ndarray,
+    q_block: np.ndarray,
+    K: int,
+    *,
+    symmetric: bool = True,
+    solver: str = "HIGHS",
+    solver_opts: dict | None = None,
+    time_limit: float | None = None,
+    return_coupling: bool = True,
+) -> ProgramResult:
+    """The no-modification LP (SPEC.md §4): the most a lossless K-draft rule can accept in
+    one iteration when later iterations run on the plain target.
+
+    Variables π(x^1..x^K, s, t) ≥ 0 with t ∈ {0..L} the accepted length, t ≤ max_k LCP(x^k, s),
+    draft marginal Π_k p(x^k), target marginal q(s); maximise E[t] subject to
+
+        P(t, s) = g_t(s_≤t+1) · q(s_>t+1 | s_≤t+1)        for every t and s.
+
+    Meaning: an iteration that accepts t tokens emits s_≤t (accepted) and s_{t+1} (the
+    correction); positions t+2..L are produced by later iterations, which use the unmodified
+    target, so given what was emitted they follow q(· | s_≤t+1).  At t = L−1 the emitted
+    t + 1 = L tokens are the whole block, and at t = L the extra (bonus) token lies outside
+    the block, so for t ∈ {L−1, L} the constraint is vacuous; it binds only for t ≤ L−2.
+    (At L = 1 this LP is therefore global_ot.)
+
+    Formulation solved: for t ≤ L−2 the variables are γ_t(x, y) over emitted prefixes
+    y = s_≤t+1 with q(y) > 0, and π(x, s, t) = γ_t(x, s_≤t+1)·q(s)/q(s_≤t+1).  This is the
+    stronger "s_>t+1 independent of the drafts given (t, s_≤t+1)", which later iterations with
+    fresh drafts satisfy anyway; it has the same optimum as the law-of-(t, s) statement
+    because, for t ≤ L−1, the condition t ≤ max_k LCP(x^k, s) depends on s only through s_≤t,
+    so replacing the conditional law of s_>t+1 given (x, t, s_≤t+1) by q(· | s_≤t+1) keeps
+    every constraint and the objective.  The support restriction t ≤ max LCP is imposed by
+    creating no variable on forbidden cells.  (The test suite also solves the literal
+    law-of-(t, s) form on small cases and checks equality.)
+
+    K = 1 gives BV's E[τ] (Sun et al., ICLR 2025, Algorithm 2 / Theorem 2; toy L = 2: 11/9);
+    toy K = L = 2 gives 131/81 (SPEC.md §5).
+
+    Args:
+        p_block, q_block: float arrays of shape (V,)*L.
+        K: number of drafts, integer ≥ 1.
+        symmetric: index the drafts by multiset (see module docstring); same optimum.
+        solver: cvxpy solver name; HIGHS.
+        solver_opts: default LP_SOLVER_OPTS (feasibility tolerances 1e-9).
+        time_limit: solver time limit in seconds (None: none).
+        return_coupling: whether to fill ``coupling``, shape (V,)*(L*K) + (V,)*L + (L+1,),
+            last axis t (dense: V^(L(K+1))·(L+1) entries).
+    Returns:
+        ProgramResult; optimum in accepted tokens per iteration.
+    Raises:
+        ValueError: naming the argument, on invalid block laws, a shape mismatch, K < 1, or a
+            non-bool flag.
+    """
+    t0 = time.perf_counter()
+    K = _check_K(K)
+    _check_flags(symmetric, return_coupling)
+    blk = _Blocks(p_block, q_block)
+    m, L, V = blk.m, blk.L, blk.V
+    tuples, perms = _draft_multisets(blk.n, K, bool(symmetric))
+    M = tuples.shape[0]
+    mass = perms * np.prod(blk.p[blk.xs][tuples], axis=1)
+    lcp = blk.lcp()
+    best = lcp[tuples[:, 0]]
+    for j in range(1, K):
+        np.maximum(best, lcp[tuples[:, j]], out=best)
+
+    blocks_A, blocks_c, layout = [], [], []
+    # t ≤ L−2: variables γ_t(multiset a, emitted prefix y), |y| = t+1.
+    for t in range(0, L - 1):
+        q_y = blk.q_prefix(t + 1)
+        ys = np.flatnonzero(q_y > 0)
+        # allowed iff some draft carries y_≤t (always at t = 0)
+        allowed = np.zeros((M, ys.size), dtype=bool)
+        y_head = ys // V
+        x_head = blk.prefix(blk.xs, t)
+        for j in range(K):
+            allowed |= x_head[tuples[:, j]][:, None] == y_head[None, :]
+        a_idx, y_idx = np.nonzero(allowed)
+        # E[b, y] = q(s_b)/q(y) where y = s_b,≤t+1: how γ_t spreads over the target blocks
+        s_y = np.searchsorted(ys, blk.prefix(blk.ss, t + 1))
+        E = sp.csc_matrix(
+            (blk.q[blk.ss] / q_y[ys[s_y]], (np.arange(m), s_y)), shape=(m, ys.size)
+        )
+        draft_rows = sp.csc_matrix(
+            (np.ones(a_idx.size), (a_idx, np.arange(a_idx.size))), shape=(M, a_idx.size)
+        )
+        blocks_A.append(sp.vstack([draft_rows, E[:, y_idx]]).tocsc())
+        blocks_c.append(np.full(a_idx.size, float(t)))
+        layout.append(("prefix", t, a_idx, y_idx, E))
+    # t ∈ {L−1, L}: variables π_t(multiset a, target block b) on cells with max LCP ≥ t.
+    for t in range(L - 1, L + 1):
+        a_idx, b_idx = np.nonzero(best >= t)
+        blocks_A.append(_transport_rows(blk, M, a_idx, b_idx))
+        blocks_c.append(np.full(a_idx.size, float(t)))
+        layout.append(("block", t, a_idx, b_idx, None))
+    A = sp.hstack(blocks_A).tocsr()[:-1]  # the last target row is implied
+    c = np.concatenate(blocks_c)
+    rhs = np.concatenate([mass, blk.q[blk.ss][:-1]])
+
+    x = cp.Variable(c.size, nonneg=True)
+    problem = cp.Problem(cp.Maximize(c @ x), [A @ x == rhs])
+    opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
+    status, solve_s = _solve(problem, solver, opts, time_limit)
+    solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+    coupling = None
+    if solved and return_coupling:
+        values = np.asarray(x.value)
+        sym = np.zeros((M, m, L + 1))
+        start = 0
+        for kind, t, a_idx, other, E in layout:
+            part = values[start : start + a_idx.size]
+            start += a_idx.size
+            if kind == "block":
+                sym[a_idx, other, t] = part
+            else:
+                gamma = sp.csr_matrix((part, (a_idx, other)), shape=(M, E.shape[1]))
+                sym[:, :, t] = (gamma @ E.T).toarray()
+        coupling = _expand_to_ordered(sym, tuples, perms, blk, K, bool(symmetric))
+    return ProgramResult(
+        name="no_modification",
+        optimum=float(problem.value) if solved else float("nan"),
+        coupling=coupling,
+        status=status,
+        solver=solver,
+        seconds=time.perf_counter() - t0,
+        solve_seconds=solve_s,
+        n_variables=c.size,
+        n_constraints=A.shape[0],
+        K=K,
+        L=L,
+        V=V,
+    )
