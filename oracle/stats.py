@@ -1,0 +1,784 @@
+"""Statistical tests of sampled outcomes against an exact law, with stated power.
+
+An *outcome* is any hashable value (for one speculative-decoding iteration, e.g.
+``(tau, accepted_prefix_tuple, emitted_token)``).  An *exact law* is a mapping
+``{outcome: probability}`` (float64, non-negative, summing to 1), as produced by the
+reference's enumerating randomness source.  Everything here returns a frozen result object
+(scipy style) and prints nothing.
+
+Contents
+--------
+- :func:`gtest` — G-test (log-likelihood ratio) of counts against an exact law, with
+  deterministic, law-based pooling of small cells and an outright failure for any count on a
+  zero-probability outcome.
+- :func:`sample_size_for_tv`, :func:`detectable_tv` — power of the G-test against
+  total-variation deviations, from the non-central χ² approximation.
+- :func:`conditional_gtests` — marginal law of a conditioning key plus the conditional law
+  of the outcome given each key, Bonferroni-corrected as one family.
+- :func:`law_of` — push an exact law forward through a function (e.g. the law of τ).
+- :func:`mean_ci`, :func:`mean_within_ci` — normal-approximation interval for a mean and a
+  z-test of a sample mean against an exact mean.
+- :func:`counts_from_samples` — ``{outcome: count}`` from an iterable of outcomes.
+
+Power of the G-test (used by :func:`detectable_tv` and :func:`sample_size_for_tv`)
+---------------------------------------------------------------------------------
+Let the exact law be ``p`` over ``m`` cells and the sampling law be ``p'``.  For ``n``
+samples, the G statistic (like Pearson's X², to which it is asymptotically equivalent) is
+approximately non-central χ² with ``dof = m − 1`` and non-centrality
+
+    λ = n · Σ_i (p'_i − p_i)² / p_i                       (= n·w², Cohen's effect size w)
+
+(Mitra 1958, Ann. Math. Statist. 29:1221–1233, limiting power under local alternatives;
+Cohen 1988, *Statistical Power Analysis for the Behavioral Sciences*, 2nd ed., ch. 7;
+Guenther 1977, The American Statistician 31(2):83–85).  The test at level α rejects when
+G > c = χ²_{dof}.isf(α), so its approximate power is ``ncx2.sf(c, dof, λ)``, increasing in λ.
+Let λ*(α, power, dof) be the λ at which this equals the requested power (found by
+``scipy.optimize.brentq``).
+
+A total-variation distance δ = ½·Σ|p'_i − p_i| does not fix λ; the least favourable
+deviation does.  By Cauchy–Schwarz with Σ p_i = 1,
+
+    (Σ|p'_i − p_i|)² = (Σ |p'_i − p_i|/√p_i · √p_i)² ≤ Σ (p'_i − p_i)²/p_i · Σ p_i,
+
+so Σ (p'_i − p_i)²/p_i ≥ 4δ² for *every* law ``p`` (law-free bound, the default,
+``kappa = 4``).  For a given law the exact minimum over deviations with TV = δ is
+``δ² / (s(1 − s))`` with ``s`` the mass of the subset of cells closest to ½ (move mass
+proportionally to ``p`` from a subset ``A`` to its complement ``B``: the cost is
+``δ²/p(A) + δ²/p(B)``); the bound 4δ² is attained when the cells split into two halves of
+mass exactly ½.  :func:`least_favourable_kappa` returns this minimum when one cell has mass
+≥ ½ (then ``s`` is that cell's mass) and the law-free 4 otherwise.
+
+Hence every deviation with TV ≥ δ has λ ≥ kappa·n·δ², and
+
+    detectable_tv(n) = sqrt(λ* / (kappa · n))
+
+is the smallest δ such that **every** deviation with TV ≥ δ is detected with power ≥ the
+requested power (0.99 by default) at false-alarm rate α, for the given dof.  Smaller
+deviations may be detected too; none is promised.  Law-free values at power 0.99 (checked
+in tests/oracle/test_stats.py): δ = 0.01, α = 1e-6 needs n = 130 249 at dof 1 and 184 225
+at dof 10; n = 2·10⁵, α = 1e-6 detects δ = 0.0081 (dof 1), 0.0090 (dof 5), 0.0096 (dof 10),
+0.0134 (dof 100), 0.0212 (dof 1000).
+
+Caveats.  (1) The non-central χ² law is an asymptotic approximation (large n, deviations of
+order n^{-1/2}, expected counts not small); with small samples, cells of expected count near
+``min_expected`` or large δ the true power can differ from the stated one — the test suite
+checks the stated power empirically at the least favourable deviation.  (2) After pooling
+small cells (see :func:`gtest`) the guarantee is about the TV distance *on the pooled
+partition*; a deviation that only moves mass inside one pooled group is invisible.  Since
+Σ_{i∈G}|p'_i − p_i| ≤ |p'(G) − p(G)| + 2p(G) for every group G, the TV distance on the
+original cells is at most the pooled TV plus ``GTestResult.merged_mass``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import optimize, stats
+
+__all__ = [
+    "GTestResult",
+    "ConditionalGTestResult",
+    "MeanCI",
+    "MeanStats",
+    "MeanTestResult",
+    "conditional_gtests",
+    "counts_from_samples",
+    "detectable_tv",
+    "gtest",
+    "law_of",
+    "least_favourable_kappa",
+    "mean_ci",
+    "mean_within_ci",
+    "sample_size_for_tv",
+]
+
+# Exact laws come from enumeration and sum to 1 within ~1e-12; the slack admits laws that
+# were pushed forward or conditioned (a few more roundings) while still rejecting laws that
+# are wrong.  It stays far below scipy's 1e-8 relative check that observed and expected
+# totals agree in power_divergence.
+LAW_SUM_ATOL = 1e-9
+
+# Law-free least favourable constant: Σ (p' − p)²/p ≥ 4·TV² (Cauchy–Schwarz, module doc).
+LAW_FREE_KAPPA = 4.0
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _check_alpha(alpha: float, name: str = "alpha") -> float:
+    a = float(alpha)
+    if not (0.0 < a < 1.0):
+        raise ValueError(f"{name} must lie in the open interval (0, 1), got {alpha!r}")
+    return a
+
+
+def _as_law(law, name: str = "law") -> dict:
+    """A validated copy ``{outcome: float}``; arrays become ``{index: prob}``."""
+    if isinstance(law, Mapping):
+        items = list(law.items())
+    else:
+        arr = np.asarray(law, dtype=np.float64)
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be a mapping or a 1-D array, got shape {arr.shape}")
+        items = list(enumerate(arr.tolist()))
+    if not items:
+        raise ValueError(f"{name} is empty")
+    out = {}
+    for k, v in items:
+        fv = float(v)
+        if not math.isfinite(fv) or fv < 0.0:
+            raise ValueError(f"{name} has a negative or non-finite probability {v!r} at {k!r}")
+        out[k] = fv
+    total = math.fsum(out.values())
+    if abs(total - 1.0) > LAW_SUM_ATOL:
+        raise ValueError(f"{name} must sum to 1 (within {LAW_SUM_ATOL:g}), sums to {total!r}")
+    return out
+
+
+def _as_counts(counts, name: str = "counts") -> dict:
+    """A validated copy ``{outcome: int}``; arrays become ``{index: count}``."""
+    if isinstance(counts, Mapping):
+        items = list(counts.items())
+    else:
+        arr = np.asarray(counts)
+        if arr.ndim != 1:
+            raise ValueError(f"{name} must be a mapping or a 1-D array, got shape {arr.shape}")
+        items = list(enumerate(arr.tolist()))
+    out = {}
+    for k, v in items:
+        try:
+            fv = float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must hold integers, got {v!r} at {k!r}") from None
+        if not math.isfinite(fv) or fv != math.floor(fv):
+            raise ValueError(f"{name} must hold integers, got {v!r} at {k!r}")
+        if fv < 0:
+            raise ValueError(f"{name} must be non-negative, got {v!r} at {k!r}")
+        out[k] = int(fv)
+    return out
+
+
+# ----------------------------------------------------------------------------- power
+
+
+# Cached because gtest reports detectable_tv on every call and the root-finding on ncx2
+# costs milliseconds, far more than the test itself.
+@functools.lru_cache(maxsize=1024)
+def _critical_noncentrality(alpha: float, power: float, dof: int) -> float:
+    """λ* with ``ncx2.sf(chi2.isf(alpha, dof), dof, λ*) = power``."""
+    crit = stats.chi2.isf(alpha, dof)
+
+    def excess(lam: float) -> float:
+        return stats.ncx2.sf(crit, dof, lam) - power
+
+    hi = max(1.0, float(dof))
+    while excess(hi) < 0.0:
+        hi *= 2.0
+    # At λ = 0 the power is α < power, so [0, hi] brackets the root.
+    return optimize.brentq(excess, 0.0, hi, xtol=1e-13, rtol=4 * np.finfo(float).eps)
+
+
+def _check_power_args(alpha, power, n_cells, kappa) -> tuple[float, float, int, float]:
+    alpha = _check_alpha(alpha)
+    power = float(power)
+    if not (alpha < power < 1.0):
+        raise ValueError(f"power must lie in (alpha, 1) = ({alpha:g}, 1), got {power!r}")
+    if int(n_cells) != n_cells or n_cells < 2:
+        raise ValueError(f"n_cells must be an integer >= 2 (dof = n_cells - 1), got {n_cells!r}")
+    kappa = float(kappa)
+    if not (kappa > 0.0):
+        raise ValueError(f"kappa must be > 0, got {kappa!r}")
+    return alpha, power, int(n_cells), kappa
+
+
+def detectable_tv(n, alpha: float, power: float = 0.99, *, n_cells: int,
+                  kappa: float = LAW_FREE_KAPPA) -> float:
+    """Smallest TV distance δ whose every deviation the G-test detects with the given power.
+
+    δ = sqrt(λ*(α, power, dof) / (kappa·n)), dof = n_cells − 1 (module doc: derivation,
+    sources and the small-sample caveat).
+
+    Args:
+        n: sample size, ≥ 1 (int or float).
+        alpha: false-alarm rate of the test, in (0, 1).
+        power: requested detection probability, in (alpha, 1); default 0.99.
+        n_cells: number of cells the test compares (after pooling), int ≥ 2.
+        kappa: lower bound on Σ(p'−p)²/p ÷ TV² over the deviations considered; the default
+            4 holds for every law (Cauchy–Schwarz); see :func:`least_favourable_kappa`.
+    Returns:
+        float δ > 0.  A value ≥ 1 means no deviation is guaranteed to be detected (TV ≤ 1).
+    Raises:
+        ValueError: n < 1, alpha outside (0, 1), power outside (alpha, 1), n_cells < 2,
+            kappa ≤ 0.
+    Source: non-central χ² power of χ²/G tests (Mitra 1958; Cohen 1988 ch. 7).
+    """
+    alpha, power, n_cells, kappa = _check_power_args(alpha, power, n_cells, kappa)
+    n = float(n)
+    if not (n >= 1.0) or not math.isfinite(n):
+        raise ValueError(f"n must be a finite number >= 1, got {n!r}")
+    lam = _critical_noncentrality(alpha, power, n_cells - 1)
+    return math.sqrt(lam / (kappa * n))
+
+
+def sample_size_for_tv(delta: float, alpha: float, power: float = 0.99, *, n_cells: int,
+                       kappa: float = LAW_FREE_KAPPA) -> int:
+    """Smallest n at which every deviation of TV ≥ ``delta`` is detected with ``power``.
+
+    n = ceil(λ*(α, power, dof) / (kappa·δ²)), the inverse of :func:`detectable_tv`
+    (``sample_size_for_tv(detectable_tv(n, ...), ...) == n`` for integer n).
+
+    Args:
+        delta: total-variation distance, in (0, 1].
+        alpha, power, n_cells, kappa: as in :func:`detectable_tv`.
+    Returns:
+        int n ≥ 1.
+    Raises:
+        ValueError: delta outside (0, 1] and the cases of :func:`detectable_tv`.
+    Source: as :func:`detectable_tv`.
+    """
+    alpha, power, n_cells, kappa = _check_power_args(alpha, power, n_cells, kappa)
+    delta = float(delta)
+    if not (0.0 < delta <= 1.0):
+        raise ValueError(f"delta must lie in (0, 1], got {delta!r}")
+    lam = _critical_noncentrality(alpha, power, n_cells - 1)
+    x = lam / (kappa * delta * delta)
+    # Relative slack so that an n that round-trips through detectable_tv is not bumped by
+    # one ulp of float error.
+    return max(1, math.ceil(x * (1.0 - 1e-12)))
+
+
+def least_favourable_kappa(law) -> float:
+    """min over deviations p' of Σ(p'−p)²/p ÷ TV(p, p')², or the law-free bound 4.
+
+    For any subset A of cells with mass s, moving mass proportionally to p from A to its
+    complement costs δ²/(s(1−s)), and that is the minimum (module doc).  When the largest
+    cell has mass ``p_max ≥ ½`` every subset has s ≥ p_max or s ≤ 1 − p_max, so the minimum
+    is exactly 1/(p_max(1 − p_max)); otherwise 4 is returned (a valid lower bound, exact
+    when some subset has mass ½).  Pass the result as ``kappa`` to the power functions.
+
+    Args:
+        law: mapping ``{outcome: prob}`` or 1-D array; zero cells are ignored (a deviation
+            onto them is caught outright by :func:`gtest`).
+    Returns:
+        float ≥ 4; ``inf`` for a point mass.
+    Raises:
+        ValueError: if ``law`` is not a probability law.
+    """
+    probs = sorted(_as_law(law).values())
+    p_max = probs[-1]
+    if p_max < 0.5:
+        return LAW_FREE_KAPPA
+    # The rest's mass is summed, not taken as 1 − p_max, which loses digits near p_max = 1.
+    rest = math.fsum(probs[:-1])
+    if rest == 0.0:
+        return math.inf
+    return 1.0 / (p_max * rest)
+
+
+# ----------------------------------------------------------------------------- G-test
+
+
+@dataclass(frozen=True)
+class GTestResult:
+    """Result of :func:`gtest`.
+
+    Attributes:
+        statistic: G = 2 Σ O ln(O/E) over the pooled cells (float; ``inf`` when a
+            zero-probability outcome was observed; 0 when only one cell remains).
+        dof: degrees of freedom, n_cells_after_merge − 1.
+        pvalue: χ²_{dof} survival function at G; 0 on a zero-cell violation; 1 when dof = 0.
+        n: sample size (total count, including counts on zero-probability outcomes).
+        alpha: false-alarm rate used.
+        passed: ``pvalue >= alpha`` and no zero-cell violation.
+        n_cells_after_merge: number of cells compared.
+        zero_cell_violations: tuple of outcomes with probability 0 (or absent from the law)
+            that have a positive count.
+        detectable_tv: :func:`detectable_tv` (n, alpha, 0.99, n_cells=n_cells_after_merge),
+            on the pooled partition; ``inf`` when dof = 0.
+        min_expected: pooling threshold used.
+        merged_mass: total law probability of the cells that were pooled.
+        reason: empty when the test ran normally, otherwise why it failed or is uninformative.
+        observed, expected: float64 arrays [n_cells_after_merge] of pooled counts and n·p.
+    """
+
+    statistic: float
+    dof: int
+    pvalue: float
+    n: int
+    alpha: float
+    passed: bool
+    n_cells_after_merge: int
+    zero_cell_violations: tuple
+    detectable_tv: float
+    min_expected: float
+    merged_mass: float
+    reason: str = ""
+    observed: np.ndarray = field(default=None, repr=False, compare=False)
+    expected: np.ndarray = field(default=None, repr=False, compare=False)
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        s = (f"G-test {verdict}: G={self.statistic:.6g}, dof={self.dof}, "
+             f"p={self.pvalue:.4g}, alpha={self.alpha:g}, n={self.n}, "
+             f"cells={self.n_cells_after_merge} (pooled mass {self.merged_mass:.3g}), "
+             f"detectable TV={self.detectable_tv:.4g} at power 0.99")
+        if self.zero_cell_violations:
+            shown = ", ".join(repr(o) for o in self.zero_cell_violations[:5])
+            more = len(self.zero_cell_violations) - 5
+            s += f"; counts on zero-probability outcomes: {shown}" + (
+                f" (+{more} more)" if more > 0 else "")
+        if self.reason:
+            s += f"; {self.reason}"
+        return s
+
+
+def _pool_cells(probs: np.ndarray, n: int, min_expected: float) -> list[list[int]]:
+    """Groups of cell indices such that each group has n·p ≥ min_expected (when n ≥ it).
+
+    Scheme (depends on the law and n only, never on the counts, so the null distribution
+    is untouched): cells with n·p ≥ min_expected stay alone; the others are sorted by
+    probability (ties in law order) and pooled greedily, smallest first, closing a group
+    as soon as its expected count reaches min_expected.  A final group that stays below is
+    joined to the last closed pooled group, or, if none closed, to the alone-standing cell
+    of smallest expected count.  If even that is impossible (n·Σp < min_expected) every
+    cell ends up in one group.  Each cell lands in exactly one group: no mass is dropped.
+    """
+    expected = n * probs
+    large = [i for i in range(len(probs)) if expected[i] >= min_expected]
+    small = sorted((i for i in range(len(probs)) if expected[i] < min_expected),
+                   key=lambda i: probs[i])
+    groups: list[list[int]] = [[i] for i in large]
+    pooled: list[list[int]] = []
+    current: list[int] = []
+    acc = 0.0
+    for i in small:
+        current.append(i)
+        acc += expected[i]
+        if acc >= min_expected:
+            pooled.append(current)
+            current, acc = [], 0.0
+    if current:
+        if pooled:
+            pooled[-1].extend(current)
+        elif groups:
+            j = min(range(len(groups)), key=lambda g: expected[groups[g][0]])
+            groups[j].extend(current)
+        else:
+            pooled.append(current)
+    return groups + pooled
+
+
+def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
+    """G-test (log-likelihood ratio) of observed counts against an exact law.
+
+    Cells are the outcomes with positive probability.  Cells with expected count n·p below
+    ``min_expected`` are pooled by a rule that depends only on the law and n (see
+    ``_pool_cells``: smallest first, greedily, each pooled group reaching ``min_expected``;
+    no mass dropped), then ``scipy.stats.power_divergence(..., lambda_="log-likelihood")``
+    is applied with dof = cells − 1.  Any positive count on an outcome with probability 0,
+    or absent from ``law``, fails outright (p-value 0, statistic inf).
+
+    Args:
+        counts: mapping ``{outcome: int ≥ 0}`` or 1-D integer array (outcome = index).
+        law: mapping ``{outcome: float64 prob}`` summing to 1, or 1-D array (outcome =
+            index).
+        alpha: false-alarm rate, in (0, 1).
+        min_expected: pooling threshold on expected counts, > 0 (default 5).
+    Returns:
+        :class:`GTestResult`.  With a single cell left (point-mass law, or n < min_expected)
+        the test has no information: dof 0, p-value 1, ``reason`` says so.
+    Raises:
+        ValueError: negative or non-integer counts, total count < 1, law with negative or
+            non-finite entries or not summing to 1, alpha outside (0, 1), min_expected ≤ 0.
+    Source: Sokal & Rohlf, *Biometry* (G-test); power via the module doc.
+    """
+    alpha = _check_alpha(alpha)
+    min_expected = float(min_expected)
+    if not (min_expected > 0.0) or not math.isfinite(min_expected):
+        raise ValueError(f"min_expected must be a finite number > 0, got {min_expected!r}")
+    law = _as_law(law)
+    counts = _as_counts(counts)
+    n = sum(counts.values())
+    if n < 1:
+        raise ValueError(f"counts must total at least 1 (n >= 1), got n = {n}")
+
+    violations = tuple(o for o, c in counts.items() if c > 0 and law.get(o, 0.0) == 0.0)
+    support = [o for o, p in law.items() if p > 0.0]
+    probs = np.array([law[o] for o in support], dtype=np.float64)
+    obs_cells = np.array([counts.get(o, 0) for o in support], dtype=np.float64)
+
+    groups = _pool_cells(probs, n, min_expected)
+    observed = np.array([obs_cells[g].sum() for g in groups], dtype=np.float64)
+    expected = np.array([n * math.fsum(probs[g]) for g in groups], dtype=np.float64)
+    merged_mass = math.fsum(probs[i] for g in groups if len(g) > 1 for i in g)
+    n_cells = len(groups)
+    dof = n_cells - 1
+    tv = detectable_tv(n, alpha, 0.99, n_cells=n_cells) if dof >= 1 else math.inf
+
+    common = dict(dof=dof, n=n, alpha=alpha, n_cells_after_merge=n_cells,
+                  zero_cell_violations=violations, detectable_tv=tv,
+                  min_expected=min_expected, merged_mass=merged_mass,
+                  observed=observed, expected=expected)
+    if violations:
+        total_bad = sum(counts[o] for o in violations)
+        return GTestResult(statistic=math.inf, pvalue=0.0, passed=False,
+                           reason=(f"{total_bad} count(s) on {len(violations)} "
+                                   "zero-probability outcome(s)"), **common)
+    if dof == 0:
+        return GTestResult(statistic=0.0, pvalue=1.0, passed=True,
+                           reason="one cell after pooling: the test has no information",
+                           **common)
+    res = stats.power_divergence(observed, expected, ddof=0, lambda_="log-likelihood")
+    statistic, pvalue = float(res.statistic), float(res.pvalue)
+    return GTestResult(statistic=statistic, pvalue=pvalue, passed=pvalue >= alpha,
+                       **common)
+
+
+def counts_from_samples(samples: Iterable[Hashable]) -> dict:
+    """``{outcome: count}`` of an iterable of hashable outcomes (insertion order kept).
+
+    Raises:
+        TypeError: if an outcome is not hashable (e.g. a numpy array; use tuples).
+    """
+    return dict(Counter(samples))
+
+
+def law_of(law, fn: Callable[[Hashable], Hashable]) -> dict:
+    """Push an exact law forward through ``fn``: ``{fn(o): Σ_{o ↦ key} p(o)}``.
+
+    Sums use ``math.fsum`` so that the result is exact to float64 rounding.  Outcomes of
+    probability 0 keep their key with probability 0 (so a key reachable only through
+    impossible outcomes stays a zero cell).
+
+    Args:
+        law: mapping ``{outcome: prob}`` or 1-D array.
+        fn: outcome → hashable key.
+    Returns:
+        dict ``{key: float64 prob}``.
+    Raises:
+        ValueError: if ``law`` is not a probability law.
+    """
+    parts: dict = defaultdict(list)
+    for o, p in _as_law(law).items():
+        parts[fn(o)].append(p)
+    return {k: math.fsum(v) for k, v in parts.items()}
+
+
+# ----------------------------------------------------------------------------- conditional
+
+
+@dataclass(frozen=True)
+class ConditionalGTestResult:
+    """Result of :func:`conditional_gtests`.
+
+    Attributes:
+        alpha: family-wise false-alarm rate.
+        alpha_per_test: alpha / n_tests (Bonferroni).
+        n_tests: family size: 1 (the key marginal) + number of eligible keys.  Fixed by the
+            law and n, not by the counts, so the union bound holds.
+        marginal: :class:`GTestResult` of the key counts against the key law.
+        conditional: dict key → :class:`GTestResult` of the outcome given the key, for the
+            eligible keys whose test had at least two cells.
+        untested_keys: eligible keys with too few samples to form two cells (they still
+            count in n_tests, which keeps the correction conservative).
+        zero_cell_violations: outcomes of probability 0 (or absent) that were observed.
+        min_pvalue: smallest p-value in the family (raw; 0 on a violation).
+        pvalue: Bonferroni-adjusted family p-value, min(1, n_tests · min_pvalue).
+        passed: no zero-cell violation and every test passed at alpha_per_test.
+    """
+
+    alpha: float
+    alpha_per_test: float
+    n_tests: int
+    marginal: GTestResult
+    conditional: dict
+    untested_keys: tuple
+    zero_cell_violations: tuple
+    min_pvalue: float
+    pvalue: float
+    passed: bool
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        failed = [k for k, r in self.conditional.items() if not r.passed]
+        s = (f"Conditional G-tests {verdict}: family alpha={self.alpha:g} over "
+             f"{self.n_tests} tests (per test {self.alpha_per_test:.3g}), "
+             f"min p={self.min_pvalue:.4g}, adjusted p={self.pvalue:.4g}; "
+             f"marginal p={self.marginal.pvalue:.4g}; "
+             f"{len(self.conditional)} conditional tested, {len(failed)} failed, "
+             f"{len(self.untested_keys)} untested")
+        if failed:
+            s += "; failed keys: " + ", ".join(repr(k) for k in failed[:5])
+        if self.zero_cell_violations:
+            s += ("; counts on zero-probability outcomes: "
+                  + ", ".join(repr(o) for o in self.zero_cell_violations[:5]))
+        return s
+
+
+def conditional_gtests(samples, law, condition: Callable[[Hashable], Hashable],
+                       alpha: float, min_expected: float = 5.0,
+                       min_key_expected: float | None = None) -> ConditionalGTestResult:
+    """G-tests of the law of ``condition(outcome)`` and of the outcome given each key.
+
+    A deviation can leave a marginal untouched (e.g. two keys of equal mass exchanging
+    their conditional laws), so the family tests the key marginal and, for every eligible
+    key k, the conditional law ``p(o | condition(o) = k)`` on the samples with that key.
+    Given the key counts, the samples of each key are i.i.d. from its conditional law, so
+    each conditional G-test is valid conditionally; Bonferroni over a family whose size is
+    fixed in advance makes the family-wise false-alarm rate ≤ alpha.
+
+    A key is eligible when its conditional law has ≥ 2 outcomes of positive probability
+    and its *expected* count n·P(k) ≥ ``min_key_expected`` (decided from the law and n, not
+    from the counts).  An eligible key whose observed count still gives only one cell is
+    reported in ``untested_keys``.
+
+    Args:
+        samples: iterable of hashable outcomes, or a mapping ``{outcome: count}``.
+        law: exact law, mapping ``{outcome: prob}``.
+        condition: outcome → hashable key, e.g. ``lambda o: (o[0], o[1])``.
+        alpha: family-wise false-alarm rate, in (0, 1).
+        min_expected: pooling threshold passed to :func:`gtest`.
+        min_key_expected: eligibility threshold on n·P(k); default ``10 * min_expected``.
+    Returns:
+        :class:`ConditionalGTestResult`.
+    Raises:
+        ValueError: as :func:`gtest`; min_key_expected ≤ 0.
+    """
+    alpha = _check_alpha(alpha)
+    law = _as_law(law)
+    counts = _as_counts(samples if isinstance(samples, Mapping)
+                        else counts_from_samples(samples), name="samples")
+    if min_key_expected is None:
+        min_key_expected = 10.0 * float(min_expected)
+    min_key_expected = float(min_key_expected)
+    if not (min_key_expected > 0.0):
+        raise ValueError(f"min_key_expected must be > 0, got {min_key_expected!r}")
+    n = sum(counts.values())
+    if n < 1:
+        raise ValueError(f"samples must hold at least one outcome (n >= 1), got n = {n}")
+
+    key_law = law_of(law, condition)
+    by_key_law: dict = defaultdict(dict)
+    for o, p in law.items():
+        by_key_law[condition(o)][o] = p
+    by_key_counts: dict = defaultdict(dict)
+    key_counts: dict = defaultdict(int)
+    for o, c in counts.items():
+        k = condition(o)
+        by_key_counts[k][o] = c
+        key_counts[k] += c
+
+    eligible = [k for k, pk in key_law.items()
+                if n * pk >= min_key_expected
+                and sum(1 for p in by_key_law[k].values() if p > 0.0) >= 2]
+    n_tests = 1 + len(eligible)
+    alpha_each = alpha / n_tests
+
+    violations = tuple(o for o, c in counts.items() if c > 0 and law.get(o, 0.0) == 0.0)
+    marginal = gtest(dict(key_counts), key_law, alpha_each, min_expected)
+    conditional: dict = {}
+    untested = []
+    for k in eligible:
+        nk = key_counts.get(k, 0)
+        if nk < 1:
+            untested.append(k)
+            continue
+        pk = key_law[k]
+        cond_law = {o: p / pk for o, p in by_key_law[k].items()}
+        r = gtest(by_key_counts[k], cond_law, alpha_each, min_expected)
+        if r.dof == 0 and not r.zero_cell_violations:
+            untested.append(k)
+        else:
+            conditional[k] = r
+    pvalues = [marginal.pvalue] + [r.pvalue for r in conditional.values()]
+    if violations:
+        pvalues.append(0.0)
+    min_p = min(pvalues)
+    passed = (not violations) and marginal.passed and all(
+        r.passed for r in conditional.values())
+    return ConditionalGTestResult(
+        alpha=alpha, alpha_per_test=alpha_each, n_tests=n_tests, marginal=marginal,
+        conditional=conditional, untested_keys=tuple(untested),
+        zero_cell_violations=violations, min_pvalue=min_p,
+        pvalue=min(1.0, n_tests * min_p), passed=passed)
+
+
+# ----------------------------------------------------------------------------- means
+
+
+class MeanStats(tuple):
+    """Sufficient statistics ``(total, total_sq, n)`` of a sample for its mean and variance.
+
+    A plain 3-tuple ``(sum, sum_of_squares, n)`` is accepted wherever a ``MeanStats`` is.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, total: float, total_sq: float, n: int):
+        return super().__new__(cls, (float(total), float(total_sq), int(n)))
+
+    @classmethod
+    def from_values(cls, values) -> MeanStats:
+        v = np.asarray(values, dtype=np.float64).ravel()
+        return cls(math.fsum(v), math.fsum(v * v), v.size)
+
+    @property
+    def total(self) -> float:
+        return self[0]
+
+    @property
+    def total_sq(self) -> float:
+        return self[1]
+
+    @property
+    def n(self) -> int:
+        return self[2]
+
+
+def _mean_stats(data, name: str) -> MeanStats:
+    if isinstance(data, tuple):
+        if len(data) != 3:
+            raise ValueError(f"{name}: a tuple must be (sum, sum_of_squares, n), "
+                             f"got length {len(data)}; pass values as a list or array")
+        s, ss, n = data
+        if int(n) != n:
+            raise ValueError(f"{name}: n must be an integer, got {n!r}")
+        ms = MeanStats(s, ss, int(n))
+    else:
+        v = np.asarray(data, dtype=np.float64)
+        if v.ndim != 1:
+            raise ValueError(f"{name} must be 1-D values, got shape {v.shape}")
+        ms = MeanStats.from_values(v)
+    if not (math.isfinite(ms.total) and math.isfinite(ms.total_sq)):
+        raise ValueError(f"{name} has non-finite sums")
+    if ms.n < 2:
+        raise ValueError(f"{name} needs n >= 2 values for a variance, got n = {ms.n}")
+    return ms
+
+
+def _mean_and_var(ms: MeanStats) -> tuple[float, float]:
+    mean = ms.total / ms.n
+    # Rounding can make the centred sum of squares slightly negative for constant data.
+    var = max(0.0, (ms.total_sq - ms.total * mean) / (ms.n - 1))
+    return mean, var
+
+
+@dataclass(frozen=True)
+class MeanCI:
+    """Normal-approximation confidence interval for a mean.
+
+    Attributes: mean, low, high, std_error (float64), confidence, n.
+    """
+
+    mean: float
+    low: float
+    high: float
+    std_error: float
+    confidence: float
+    n: int
+
+    def summary(self) -> str:
+        return (f"mean {self.mean:.6g}, {100 * self.confidence:g}% CI "
+                f"[{self.low:.6g}, {self.high:.6g}] (se {self.std_error:.3g}, n={self.n})")
+
+
+def mean_ci(data, confidence: float = 0.95) -> MeanCI:
+    """Normal-approximation (CLT) confidence interval ``mean ± z·s/√n`` for a mean.
+
+    Args:
+        data: 1-D values (list, array), or ``(sum, sum_of_squares, n)`` as a tuple or
+            :class:`MeanStats` — a bare tuple is always read as sufficient statistics.
+        confidence: coverage, in (0, 1).
+    Returns:
+        :class:`MeanCI` with s the sample standard deviation (ddof = 1) and
+        z = ``norm.ppf((1 + confidence)/2)``.
+    Raises:
+        ValueError: confidence outside (0, 1), n < 2, non-finite sums, malformed tuple.
+    Note: valid for large n (CLT); for small n or heavy skew the coverage is approximate.
+    """
+    confidence = _check_alpha(confidence, "confidence")
+    ms = _mean_stats(data, "data")
+    mean, var = _mean_and_var(ms)
+    se = math.sqrt(var / ms.n)
+    z = float(stats.norm.isf((1.0 - confidence) / 2.0))
+    return MeanCI(mean=mean, low=mean - z * se, high=mean + z * se, std_error=se,
+                  confidence=confidence, n=ms.n)
+
+
+@dataclass(frozen=True)
+class MeanTestResult:
+    """Result of :func:`mean_within_ci`.
+
+    Attributes:
+        mean: sample mean.  exact_mean: the value tested.  std_error: standard error used.
+        z: (mean − exact_mean)/std_error.  pvalue: two-sided normal p-value.
+        alpha: false-alarm rate.  passed: pvalue ≥ alpha.
+        low, high: the (1 − alpha) interval around the sample mean.  n: sample size.
+        variance_source: "exact" when the exact variance was given, else "sample".
+    """
+
+    mean: float
+    exact_mean: float
+    std_error: float
+    z: float
+    pvalue: float
+    alpha: float
+    passed: bool
+    low: float
+    high: float
+    n: int
+    variance_source: str
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        return (f"mean test {verdict}: sample mean {self.mean:.6g} vs exact "
+                f"{self.exact_mean:.6g}, z={self.z:.3g}, p={self.pvalue:.4g}, "
+                f"alpha={self.alpha:g}, {100 * (1 - self.alpha):g}% CI "
+                f"[{self.low:.6g}, {self.high:.6g}], n={self.n} ({self.variance_source} var)")
+
+
+def mean_within_ci(sample_mean_stats, exact_mean: float, alpha: float,
+                   exact_variance: float | None = None) -> MeanTestResult:
+    """Two-sided z-test that a sample mean (e.g. mean τ) agrees with an exact mean.
+
+    Args:
+        sample_mean_stats: values or ``(sum, sum_of_squares, n)``, as in :func:`mean_ci`.
+        exact_mean: the mean under the exact law.
+        alpha: false-alarm rate, in (0, 1); the interval reported has confidence 1 − alpha.
+        exact_variance: the variance under the exact law, when known (then the standard
+            error does not depend on the sample); otherwise the sample variance is used.
+    Returns:
+        :class:`MeanTestResult`.  With a zero standard error, z is 0 when the means agree
+        exactly and ±inf (p-value 0) otherwise.
+    Raises:
+        ValueError: alpha outside (0, 1), non-finite exact_mean, negative exact_variance,
+            and the cases of :func:`mean_ci`.
+    """
+    alpha = _check_alpha(alpha)
+    exact_mean = float(exact_mean)
+    if not math.isfinite(exact_mean):
+        raise ValueError(f"exact_mean must be finite, got {exact_mean!r}")
+    ms = _mean_stats(sample_mean_stats, "sample_mean_stats")
+    mean, var = _mean_and_var(ms)
+    source = "sample"
+    if exact_variance is not None:
+        var = float(exact_variance)
+        if not (var >= 0.0) or not math.isfinite(var):
+            raise ValueError(f"exact_variance must be finite and >= 0, got {exact_variance!r}")
+        source = "exact"
+    se = math.sqrt(var / ms.n)
+    diff = mean - exact_mean
+    if se > 0.0:
+        z = diff / se
+    else:
+        z = 0.0 if diff == 0.0 else math.copysign(math.inf, diff)
+    pvalue = float(2.0 * stats.norm.sf(abs(z)))
+    half = float(stats.norm.isf(alpha / 2.0)) * se
+    return MeanTestResult(mean=mean, exact_mean=exact_mean, std_error=se, z=z, pvalue=pvalue,
+                          alpha=alpha, passed=pvalue >= alpha, low=mean - half,
+                          high=mean + half, n=ms.n, variance_source=source)
