@@ -31,6 +31,26 @@ def beta(p: np.ndarray, q: np.ndarray, rho: float) -> float:
 
 
 def rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
+    """ρ* of K-SEQ (see ``_rho_star``); memoised on the exact bytes of p and q."""
+    p = np.ascontiguousarray(p, dtype=np.float64)
+    q = np.ascontiguousarray(q, dtype=np.float64)
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
+    if isinstance(k, bool) or int(k) != k or k < 1:
+        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    key = (p.tobytes(), q.tobytes(), int(k))
+    hit = _RHO_CACHE.get(key)
+    if hit is None:
+        if len(_RHO_CACHE) > 100_000:
+            _RHO_CACHE.clear()
+        hit = _RHO_CACHE[key] = _rho_star(p, q, int(k))
+    return hit
+
+
+_RHO_CACHE: dict = {}
+
+
+def _rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
     """ρ* of K-SEQ for one position with ``k`` i.i.d. candidates, by bisection on [1, k].
 
     The returned value sits on the valid side ``1 − (1 − β(ρ))^k ≤ ρ·β(ρ)`` (so every
@@ -47,12 +67,6 @@ def rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
         ValueError: if k < 1 or the shapes of p and q differ.
     Source: SpecTr (Sun et al., 2023), K-SEQ, the equation 1 − (1 − β)^k = ρβ; SPEC.md §2.2.
     """
-    if int(k) != k or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    if p.shape != q.shape:
-        raise ValueError(f"p and q must have the same shape, got {p.shape} and {q.shape}")
     if k == 1:
         return 1.0
 

@@ -1,0 +1,141 @@
+"""Sources of randomness for the rules: a seeded sampler and an exact enumerator.
+
+Every rule asks its source for ``coin(h)`` (a Bernoulli with success probability h) and
+``draw(weights)`` (a categorical proportional to non-negative weights).  The same rule code
+then either samples (``SamplingSource``) or has its exact law computed (``enumerate_law``),
+so the law the tests check is the law of the code that samples (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable, Hashable, Protocol
+
+import numpy as np
+
+
+class Source(Protocol):
+    """What a rule may ask of its randomness."""
+
+    def coin(self, h: float) -> bool:
+        """True with probability ``clip(h, 0, 1)``."""
+
+    def draw(self, weights: np.ndarray) -> int:
+        """Index i with probability weights[i] / Σ weights (weights ≥ 0, Σ > 0)."""
+
+
+def _check_weights(weights: np.ndarray) -> tuple[np.ndarray, float]:
+    """The weights as float64 and their sum; ValueError on NaN/inf, negatives or zero mass."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError(f"weights must be a non-empty 1-D array, got shape {w.shape}")
+    total = float(w.sum())
+    if total != total or total == float("inf"):  # a NaN or inf anywhere shows in the sum
+        raise ValueError("weights contain NaN or infinite values")
+    if w.min() < 0:
+        raise ValueError(f"weights contain negative values (min {w.min():.3g})")
+    if not total > 0:
+        raise ValueError("weights sum to 0: nothing to draw")
+    return w, total
+
+
+def _check_h(h: float) -> float:
+    h = float(h)
+    if h != h:
+        raise ValueError("coin probability h is NaN")
+    return min(1.0, max(0.0, h))
+
+
+class SamplingSource:
+    """Seeded sampler.
+
+    Args:
+        seed: an int seed or a numpy ``Generator``.
+    """
+
+    def __init__(self, seed: int | np.random.Generator = 0):
+        self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+    def coin(self, h: float) -> bool:
+        # U in [0, 1) and a strict comparison: P(U < h) = h exactly, h = 0 never fires.
+        return bool(self.rng.random() < _check_h(h))
+
+    def draw(self, weights: np.ndarray) -> int:
+        w, _ = _check_weights(weights)
+        cum = np.cumsum(w)
+        # side="right" lands on the first index whose cumulative weight exceeds u·total, so a
+        # zero-weight index is never returned.
+        return int(np.searchsorted(cum, self.rng.random() * cum[-1], side="right"))
+
+
+class _ReplaySource:
+    """Follows a prescribed list of choice indices, then takes option 0 at every new branch
+    point and records how many options it had (depth-first enumeration by replay)."""
+
+    __slots__ = ("path", "pos", "prob", "new_branches")
+
+    def __init__(self, path: tuple[int, ...]):
+        self.path = path
+        self.pos = 0
+        self.prob = 1.0
+        self.new_branches: list[int] = []
+
+    def _choose(self, probs: list[float]) -> int:
+        if len(probs) == 1:  # no branching: keep it out of the path
+            self.prob *= probs[0]
+            return 0
+        if self.pos < len(self.path):
+            idx = self.path[self.pos]
+        else:
+            idx = 0
+            self.new_branches.append(len(probs))
+        self.pos += 1
+        self.prob *= probs[idx]
+        return idx
+
+    def coin(self, h: float) -> bool:
+        h = _check_h(h)
+        if h >= 1.0:
+            return True
+        if h <= 0.0:
+            return False
+        return self._choose([h, 1.0 - h]) == 0
+
+    def draw(self, weights: np.ndarray) -> int:
+        w, total = _check_weights(weights)
+        support = np.flatnonzero(w > 0)
+        probs = (w[support] / total).tolist()
+        return int(support[self._choose(probs)])
+
+
+def enumerate_law(fn: Callable[[Source], Hashable], max_leaves: int = 10_000_000) -> dict:
+    """Exact law of ``fn``'s return value over every branch of its coins and draws.
+
+    ``fn`` is re-run once per leaf of its choice tree (replay), so it must be deterministic given
+    its source's answers.  Branches of probability 0 are never taken.
+
+    Args:
+        fn: callable taking a Source and returning a hashable outcome.
+        max_leaves: guard against runaway enumeration.
+    Returns:
+        dict outcome → probability (float64; sums to 1 up to rounding).
+    Raises:
+        RuntimeError: if more than ``max_leaves`` leaves are visited.
+    """
+    law: dict = defaultdict(float)
+    stack: list[tuple[int, ...]] = [()]
+    leaves = 0
+    while stack:
+        path = stack.pop()
+        src = _ReplaySource(path)
+        outcome = fn(src)
+        law[outcome] += src.prob
+        leaves += 1
+        if leaves > max_leaves:
+            raise RuntimeError(f"enumerate_law: more than {max_leaves} leaves")
+        base = list(path)
+        for depth, n_options in enumerate(src.new_branches):
+            prefix = base + [0] * depth
+            for alt in range(1, n_options):
+                stack.append(tuple(prefix + [alt]))
+    return dict(law)
