@@ -1,7 +1,9 @@
 """Sources of randomness for the rules: a seeded sampler and an exact enumerator.
 
-Every rule asks its source for ``coin(h)`` (a Bernoulli with success probability h) and
-``draw(weights)`` (a categorical proportional to non-negative weights).  The same rule code
+Every rule asks its source for ``coin(h, key)`` (a Bernoulli with success probability h;
+``key = (k, i)`` addresses the coin: draft k, sub-block length i) and ``draw(weights)`` (a
+categorical proportional to non-negative weights; each iteration draws once, the correction or
+the bonus, after drafting).  The same rule code
 then either samples (``SamplingSource``) or has its exact law computed (``enumerate_law``),
 so the law the tests check is the law of the code that samples (DESIGN.md).
 """
@@ -17,8 +19,8 @@ import numpy as np
 class Source(Protocol):
     """What a rule may ask of its randomness."""
 
-    def coin(self, h: float) -> bool:
-        """True with probability ``clip(h, 0, 1)``."""
+    def coin(self, h: float, key: tuple[int, int] = (0, 0)) -> bool:
+        """True with probability ``clip(h, 0, 1)``; ``key`` = (draft k, sub-block length i)."""
 
     def draw(self, weights: np.ndarray) -> int:
         """Index i with probability weights[i] / Σ weights (weights ≥ 0, Σ > 0)."""
@@ -56,7 +58,7 @@ class SamplingSource:
     def __init__(self, seed: int | np.random.Generator = 0):
         self.rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
-    def coin(self, h: float) -> bool:
+    def coin(self, h: float, key: tuple[int, int] = (0, 0)) -> bool:
         # U in [0, 1) and a strict comparison: P(U < h) = h exactly, h = 0 never fires.
         return bool(self.rng.random() < _check_h(h))
 
@@ -66,6 +68,33 @@ class SamplingSource:
         # side="right" lands on the first index whose cumulative weight exceeds u·total, so a
         # zero-weight index is never returned.
         return int(np.searchsorted(cum, self.rng.random() * cum[-1], side="right"))
+
+
+class MatchedSource:
+    """Replays given noise, for matched-noise comparisons between backends.
+
+    Coin (k, i) succeeds iff ``uniforms[k, i] <= h`` (uniforms in (0, 1], so h = 0 never
+    fires and h = 1 always does); a draw is the exponential race
+    ``argmax_x log(w_x) − log(exponentials[x])`` over the positive weights, i.e. the token with
+    the largest w_x / E_x.  The same conventions as gpu_backend's verifiers.
+
+    Args:
+        uniforms: float64 [K, L+1], one per coin address.
+        exponentials: float64 [V], Exp(1) draws for the single correction or bonus draw.
+    """
+
+    def __init__(self, uniforms: np.ndarray, exponentials: np.ndarray):
+        self.uniforms = np.asarray(uniforms, dtype=np.float64)
+        self.exponentials = np.asarray(exponentials, dtype=np.float64)
+
+    def coin(self, h: float, key: tuple[int, int] = (0, 0)) -> bool:
+        return bool(self.uniforms[key] <= _check_h(h))
+
+    def draw(self, weights: np.ndarray) -> int:
+        w, _ = _check_weights(weights)
+        with np.errstate(divide="ignore"):
+            score = np.where(w > 0, np.log(w) - np.log(self.exponentials), -np.inf)
+        return int(np.argmax(score))
 
 
 class _ReplaySource:
@@ -93,7 +122,7 @@ class _ReplaySource:
         self.prob *= probs[idx]
         return idx
 
-    def coin(self, h: float) -> bool:
+    def coin(self, h: float, key: tuple[int, int] = (0, 0)) -> bool:
         h = _check_h(h)
         if h >= 1.0:
             return True

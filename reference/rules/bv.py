@@ -45,7 +45,7 @@ class BlockVerification(Rule):
         L = block.L
         h = block.plan["h"]
         for i in range(L, 0, -1):  # τ is the LAST i whose coin succeeds
-            if source.coin(h[i]):
+            if source.coin(h[i], (0, i)):
                 tau = i
                 break
         else:

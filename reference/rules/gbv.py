@@ -47,10 +47,11 @@ def greedy_acceptance(block: Block, k: int, rho: float = 1.0) -> np.ndarray:
     return np.clip(h, 0.0, 1.0)
 
 
-def last_success(source: Source, h: np.ndarray) -> int:
-    """τ = the last i in 1..L whose coin h[i] succeeds (coins asked from L down), 0 if none."""
+def last_success(source: Source, h: np.ndarray, k: int = 0) -> int:
+    """τ = the last i in 1..L whose coin h[i] (address (k, i)) succeeds, asked from L down;
+    0 if none."""
     for i in range(len(h) - 1, 0, -1):
-        if source.coin(h[i]):
+        if source.coin(h[i], (k, i)):
             return i
     return 0
 

@@ -34,7 +34,7 @@ class KSeqGBV(Rule):
     def decide(self, block: Block, source: Source) -> Verdict:
         rho = block.plan["rho"]
         for k in range(block.K):
-            tau = last_success(source, block.plan["h"][k])
+            tau = last_success(source, block.plan["h"][k], k)
             if tau >= 1:
                 return greedy_outcome(block, source, k, tau, rho, block.K, self.algorithm2)
         return greedy_outcome(block, source, 0, 0, rho, block.K, self.algorithm2)

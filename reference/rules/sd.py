@@ -28,7 +28,7 @@ class TokenVerification(Rule):
     def decide(self, block: Block, source: Source) -> Verdict:
         accept = block.plan["accept"]
         for i in range(block.L):
-            if not source.coin(accept[i]):
+            if not source.coin(accept[i], (0, i + 1)):
                 residual = block.tp[0, i] - block.dp[0, i]
                 token = draw_residual(source, residual, block.tp[0, i])
                 return Verdict(i, 0 if i else -1, block.prefix(0, i) + (token,))

@@ -40,7 +40,7 @@ class SpecTr(Rule):
             accepted = None
             for j in alive:
                 x = block.tokens[j, depth]
-                if source.coin(min(1.0, q[x] / (rho * p[x]))):
+                if source.coin(min(1.0, q[x] / (rho * p[x])), (j, depth + 1)):
                     accepted = x
                     break
             if accepted is None:

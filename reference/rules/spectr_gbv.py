@@ -77,11 +77,11 @@ class SpecTrGBV(Rule):
                 z = block.prefix(k, i)
                 if z in rejected:
                     continue
-                if source.coin(h[k, i]):
+                if source.coin(h[k, i], (k, i)):
                     a, sel = i, k
                 else:
                     rejected.add(z)
-            if source.coin(h[k, L]):
+            if source.coin(h[k, L], (k, L)):
                 return Verdict(L, k, block.prefix(k, L) + (source.draw(block.tp[k, L]),))
         row = max(sel, 0)
         qz, pz = block.qj[row, a], block.pj[row, a]
