@@ -1,0 +1,94 @@
+"""Every exact value of SPEC.md §5 on the toy: Ω = {a, b}, p = (2/3, 1/3), q = (1/3, 2/3)."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from oracle.bounds import bound_B
+from reference.decode import Decoder
+from reference.exact import expected_tau, generation_law, iteration_law
+from reference.kseq import rho_star
+from reference.models import ContextFree
+from reference.rules import RULES, GreedyBlockVerification, SpecTrGBV
+
+P = ContextFree([2 / 3, 1 / 3])
+Q = ContextFree([1 / 3, 2 / 3])
+
+TABLE = [
+    # rule, K, L, exact E[τ]
+    ("sd", 1, 1, Fraction(2, 3)), ("sd", 1, 2, Fraction(10, 9)), ("sd", 1, 3, Fraction(38, 27)),
+    ("bv", 1, 1, Fraction(2, 3)), ("bv", 1, 2, Fraction(11, 9)), ("bv", 1, 3, Fraction(5, 3)),
+    ("gbv", 1, 1, Fraction(2, 3)), ("gbv", 1, 2, Fraction(4, 3)), ("gbv", 1, 3, Fraction(50, 27)),
+    ("spectr", 2, 1, 0.811420), ("spectr", 2, 2, 1.405487), ("spectr", 2, 3, 1.821025),
+    ("kseq_gbv", 2, 1, 0.811420), ("kseq_gbv", 2, 2, 1.526337), ("kseq_gbv", 2, 3, 2.157441),
+    ("spectr_gbv", 2, 2, 1.403435),
+]
+
+
+@pytest.mark.parametrize("rule,K,L,value", TABLE)
+def test_expected_tau_matches_spec_table(rule, K, L, value):
+    got = expected_tau(RULES[rule], P, Q, K, L)
+    if isinstance(value, Fraction):
+        assert got == pytest.approx(float(value), abs=1e-12)
+    else:  # SPEC gives six decimals
+        assert got == pytest.approx(value, abs=5e-7)
+
+
+@pytest.mark.parametrize("K,L,value", [
+    (1, 1, Fraction(2, 3)), (1, 2, Fraction(4, 3)), (1, 3, Fraction(50, 27)),
+    (2, 1, Fraction(5, 6)), (2, 2, Fraction(19, 12)), (2, 3, Fraction(485, 216)),
+    (3, 1, Fraction(11, 12)), (3, 2, Fraction(83, 48)), (3, 3, Fraction(4277, 1728)),
+])
+def test_bound_B_table(K, L, value):
+    assert bound_B(P.block_law(L), Q.block_law(L), K) == pytest.approx(float(value), abs=1e-12)
+
+
+def test_gbv_equals_B1():
+    for L in (1, 2, 3):
+        assert expected_tau(RULES["gbv"], P, Q, 1, L) == pytest.approx(
+            bound_B(P.block_law(L), Q.block_law(L), 1), abs=1e-12)
+
+
+def test_rho_star_closed_form():
+    assert rho_star(P.conditional(()), Q.conditional(()), 2) == pytest.approx((5 + np.sqrt(13)) / 6, abs=1e-14)
+
+
+def test_released_spectr_gbv_first_token_defect():
+    """SPEC §2.5: released rule, K = L = 2: P(first token = a) = 4125/13328, not 1/3."""
+    law = iteration_law(RULES["spectr_gbv"], Decoder(P, Q, 2, 2))
+    p_a = sum(pr for v, pr in law.items() if v.tokens[0] == 0)
+    assert p_a == pytest.approx(4125 / 13328, abs=1e-12)
+    assert abs(p_a - 1 / 3) > 0.02
+
+
+@pytest.mark.parametrize("residual", ["released", "consistent"])
+@pytest.mark.parametrize("algorithm2", [False, True])
+def test_spectr_gbv_lossy_first_token_every_variant(residual, algorithm2):
+    law = iteration_law(SpecTrGBV(residual, algorithm2), Decoder(P, Q, 2, 2))
+    p_a = sum(pr for v, pr in law.items() if v.tokens[0] == 0)
+    assert abs(p_a - 1 / 3) > 1e-3
+
+
+def test_gbv_without_algorithm2_second_token_defect():
+    """SPEC §3: without Algorithm 2, GBV at L = 2 gives P(b, a) = 1/3 instead of 2/9."""
+    wrong = generation_law(GreedyBlockVerification(algorithm2=False), P, Q, 1, 2, 2).token_law
+    right = generation_law(RULES["gbv"], P, Q, 1, 2, 2).token_law
+    assert wrong[(1, 0)] == pytest.approx(1 / 3, abs=1e-12)
+    assert right[(1, 0)] == pytest.approx(2 / 9, abs=1e-12)
+
+
+def test_spectr_gbv_k1_equals_gbv():
+    """SPEC §2.4: GBV is the K = 1 case of the released SpecTr-GBV code."""
+    for L in (1, 2, 3):
+        a = iteration_law(RULES["spectr_gbv"], Decoder(P, Q, 1, L))
+        b = iteration_law(GreedyBlockVerification(algorithm2=False), Decoder(P, Q, 1, L))
+        key = lambda law: {(v.tau, v.tokens): 0.0 for v in law}
+        la, lb = key(a), key(b)
+        for v, pr in a.items():
+            la[(v.tau, v.tokens)] += pr
+        for v, pr in b.items():
+            lb[(v.tau, v.tokens)] = lb.get((v.tau, v.tokens), 0.0) + pr
+        assert set(la) == set(lb)
+        for k in la:
+            assert la[k] == pytest.approx(lb[k], abs=1e-12)
