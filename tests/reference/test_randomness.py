@@ -1,0 +1,58 @@
+"""Sources of randomness: exact enumeration, sampling, matched noise."""
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from reference.randomness import MatchedSource, SamplingSource, enumerate_law
+
+
+def small_program(src):
+    if src.coin(0.3):
+        return ("a", src.draw(np.array([1.0, 0.0, 3.0])))
+    return ("b", int(src.coin(0.5)))
+
+
+def test_enumerate_law_exact():
+    law = enumerate_law(small_program)
+    assert law == pytest.approx({("a", 0): 0.075, ("a", 2): 0.225, ("b", 1): 0.35, ("b", 0): 0.35}, abs=1e-15)
+    assert ("a", 1) not in law  # zero-weight branches are never taken
+
+
+def test_sampling_matches_enumeration():
+    """G-test of 20,000 samples against the exact law; α = 1e-6 (false-alarm rate)."""
+    law = enumerate_law(small_program)
+    src = SamplingSource(1)
+    keys = list(law)
+    counts = np.zeros(len(keys))
+    for _ in range(20_000):
+        counts[keys.index(small_program(src))] += 1
+    expected = 20_000 * np.array([law[k] for k in keys])
+    assert stats.power_divergence(counts, expected, lambda_="log-likelihood").pvalue > 1e-6
+
+
+def test_sampling_draw_never_returns_zero_weight():
+    src = SamplingSource(0)
+    w = np.array([0.0, 1e-300, 0.0, 5.0, 0.0])
+    assert {src.draw(w) for _ in range(2000)} <= {1, 3}
+
+
+@pytest.mark.parametrize("bad,match", [(np.array([0.0, 0.0]), "sum to 0"), (np.array([1.0, -1.0, 2.0]), "negative"),
+                                        (np.array([np.nan, 1.0]), "NaN"), (np.array([]), "non-empty")])
+def test_draw_rejects_bad_weights(bad, match):
+    with pytest.raises(ValueError, match=match):
+        SamplingSource(0).draw(bad)
+
+
+def test_coin_rejects_nan():
+    with pytest.raises(ValueError, match="NaN"):
+        SamplingSource(0).coin(float("nan"))
+
+
+def test_matched_source_conventions():
+    src = MatchedSource(np.array([[0.5, 1.0, 1e-300]]), np.array([1.0, 0.1, 2.0]))
+    assert src.coin(0.5, (0, 0)) and not src.coin(0.49, (0, 0))
+    assert src.coin(1.0, (0, 1)) and not src.coin(0.0, (0, 2))
+    # race: argmax w/E over positive weights: 1/1, 0/0.1 (excluded), 3/2
+    assert src.draw(np.array([1.0, 0.0, 3.0])) == 2
+    assert src.draw(np.array([1.0, 0.0, 1.0])) == 0

@@ -1,0 +1,105 @@
+"""Bad input raises ValueError naming the argument."""
+
+import numpy as np
+import pytest
+
+from reference.decode import Decoder
+from reference.exact import generation_law
+from reference.models import ContextFree, RandomModel, TableModel, Tempered, model_from_json
+from reference.randomness import SamplingSource
+from reference.rules import RULES, get_rule
+
+
+def good_inputs(K=2, L=2, V=3, seed=0):
+    rng = np.random.default_rng(seed)
+    dp = rng.dirichlet(np.ones(V), size=(K, L))
+    tp = rng.dirichlet(np.ones(V), size=(K, L + 1))
+    tokens = np.array([[rng.choice(V, p=dp[k, i]) for i in range(L)] for k in range(K)])
+    return tokens, dp, tp
+
+
+def call(tokens, dp, tp, rule="spectr"):
+    return RULES[rule].verify(tokens, dp, tp, SamplingSource(0))
+
+
+def test_good_inputs_pass():
+    v = call(*good_inputs())
+    assert 0 <= v.tau <= 2 and len(v.tokens) == v.tau + 1 and all(0 <= t < 3 for t in v.tokens)
+
+
+@pytest.mark.parametrize("mutate,match", [
+    (lambda t, d, q: (t, np.where(d == d.flat[0], np.nan, d), q), "draft_probs: contains NaN"),
+    (lambda t, d, q: (t, d, q * 1.5), "target_probs: probabilities are not normalised"),
+    (lambda t, d, q: (t, d - 0.5, q), "draft_probs: contains negative"),
+    (lambda t, d, q: (t[:, :1], d, q), r"draft_probs must have shape \[K, L, V\]"),
+    (lambda t, d, q: (t, d, q[:, :2]), r"target_probs must have shape \[K, L\+1, V\]"),
+    (lambda t, d, q: (t, d, np.concatenate([q, np.zeros(q.shape[:2] + (1,))], axis=2)), "vocabulary mismatch"),
+    (lambda t, d, q: (t + 3, d, q), r"draft_tokens: token id \d+ outside \[0, V\)"),
+    (lambda t, d, q: (t - 10, d, q), r"draft_tokens: token id -?\d+ outside"),
+    (lambda t, d, q: (t[0], d, q), r"draft_tokens must have shape \[K, L\]"),
+    (lambda t, d, q: (t[:0], d[:0], q[:0]), "K must be >= 1"),
+    (lambda t, d, q: (t[:, :0], d[:, :0], q[:, :1]), "L must be >= 1"),
+    (lambda t, d, q: (t.astype(float) + 0.5, d, q), "draft_tokens must hold integer token ids"),
+])
+def test_malformed_inputs(mutate, match):
+    with pytest.raises(ValueError, match=match):
+        call(*mutate(*good_inputs()))
+
+
+def test_draft_token_with_zero_draft_probability():
+    tokens, dp, tp = good_inputs()
+    dp[0, 0] = 0.0
+    dp[0, 0, (tokens[0, 0] + 1) % 3] = 1.0
+    with pytest.raises(ValueError, match=r"draft_tokens\[0, 0\].*draft probability 0"):
+        call(tokens, dp, tp)
+
+
+@pytest.mark.parametrize("rule", ["sd", "bv", "gbv"])
+def test_single_draft_rules_reject_K2(rule):
+    with pytest.raises(ValueError, match="single-draft: K must be 1, got K = 2"):
+        call(*good_inputs(K=2), rule=rule)
+
+
+def test_unknown_rule():
+    with pytest.raises(ValueError, match="unknown rule 'nope'"):
+        get_rule("nope")
+
+
+@pytest.mark.parametrize("K,L,match", [(0, 2, "K must be an integer >= 1"), (2, 0, "L must be an integer >= 1"),
+                                       (1.5, 2, "K must be an integer")])
+def test_decoder_K_L(K, L, match):
+    m = ContextFree([0.5, 0.5])
+    with pytest.raises(ValueError, match=match):
+        Decoder(m, m, K, L)
+
+
+def test_vocabulary_mismatch_between_models():
+    with pytest.raises(ValueError, match="vocabulary mismatch: draft has V = 2, target has V = 3"):
+        generation_law(RULES["sd"], ContextFree([0.5, 0.5]), ContextFree([0.2, 0.3, 0.5]), 1, 1, 3)
+
+
+def test_n_tokens_positive():
+    m = ContextFree([0.5, 0.5])
+    with pytest.raises(ValueError, match="n_tokens must be an integer >= 1"):
+        generation_law(RULES["sd"], m, m, 1, 1, 0)
+
+
+@pytest.mark.parametrize("T", [0.0, -1.0, float("nan"), float("inf")])
+def test_temperature(T):
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        Tempered(ContextFree([0.5, 0.5]), T)
+
+
+def test_models_reject_bad_rows_and_prefixes():
+    with pytest.raises(ValueError, match="probs: probabilities are not normalised"):
+        ContextFree([0.5, 0.6])
+    with pytest.raises(ValueError, match=r"conditionals\[\(\)\]: expected 2 probabilities"):
+        TableModel(2, {(): [1.0]})
+    with pytest.raises(ValueError, match="empty prefix"):
+        TableModel(2, {(0,): [0.5, 0.5]})
+    with pytest.raises(ValueError, match="token id 2 outside"):
+        TableModel(2, {(): [0.5, 0.5], (2,): [0.5, 0.5]})
+    with pytest.raises(ValueError, match="not a comma-separated list"):
+        model_from_json({"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "a": [0.5, 0.5]}})
+    with pytest.raises(ValueError, match="prefix: token id 5 outside"):
+        RandomModel(2, 0).conditional((5,))
