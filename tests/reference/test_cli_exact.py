@@ -1,0 +1,58 @@
+"""``spectr-gbv exact`` on model files."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spectr_gbv_cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run_json(capsys, *args):
+    assert main(["exact", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_exact_json_toy_kseq_gbv(capsys):
+    out = run_json(capsys, "--rule", "kseq_gbv", "--K", "2", "--L", "2",
+                   "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json"))
+    assert out["expected_accepted"] == pytest.approx(1.526337, abs=5e-7)
+    assert out["block_efficiency"] == pytest.approx(out["expected_accepted"] + 1, abs=1e-15)
+    assert out["tv_to_target"] <= 1e-12 and out["tokens"] == 4
+
+
+def test_exact_json_released_rule_is_lossy(capsys):
+    out = run_json(capsys, "--rule", "spectr_gbv", "--K", "2", "--L", "2", "--tokens", "1",
+                   "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json"))
+    # first token: |4125/13328 − 1/3| on each of the two cells, TV = 1/3 − 4125/13328
+    assert out["tv_to_target"] == pytest.approx(1 / 3 - 4125 / 13328, abs=1e-12)
+    assert out["expected_accepted"] == pytest.approx(1.403435, abs=5e-7)
+
+
+def test_exact_prefix_dependent_model_file(tmp_path, capsys):
+    draft = {"vocab_size": 2, "conditionals": {"": [0.7, 0.3], "1": [0.2, 0.8]}}
+    target = {"vocab_size": 2, "conditionals": {"": [0.4, 0.6], "0": [0.9, 0.1], "0,1": [0.5, 0.5]}}
+    (tmp_path / "d.json").write_text(json.dumps(draft))
+    (tmp_path / "t.json").write_text(json.dumps(target))
+    out = run_json(capsys, "--rule", "gbv", "--K", "1", "--L", "3",
+                   "--draft", str(tmp_path / "d.json"), "--target", str(tmp_path / "t.json"))
+    assert out["tv_to_target"] <= 1e-12
+
+
+def test_exact_bad_input_exit_status(tmp_path, capsys):
+    (tmp_path / "bad.json").write_text(json.dumps({"vocab_size": 2, "conditionals": {"": [0.7, 0.7]}}))
+    code = main(["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", str(tmp_path / "bad.json"),
+                 "--target", str(EXAMPLES / "toy_target.json")])
+    assert code == 2
+    assert "not normalised" in capsys.readouterr().err
+
+
+def test_console_script_installed():
+    out = subprocess.run([sys.executable, "-m", "spectr_gbv_cli", "exact", "--rule", "bv", "--K", "1", "--L", "2",
+                          "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json"),
+                          "--json"], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout)["expected_accepted"] == pytest.approx(11 / 9, abs=1e-12)
