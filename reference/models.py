@@ -278,3 +278,29 @@ def model_from_json(obj: dict, source: str = "model") -> TableModel:
             raise ValueError(f"{source}: conditionals key {key!r} is not a comma-separated list of token ids")
         conds[prefix] = row
     return TableModel(obj["vocab_size"], conds)
+
+
+class Mixture(ToyModel):
+    """(1 − w)·a + w·b at every prefix: a draft that is close to a target (high acceptance).
+
+    Args:
+        a, b: ToyModels on the same vocabulary.
+        weight: w in [0, 1].
+    Raises:
+        ValueError: on a vocabulary mismatch or w outside [0, 1].
+    """
+
+    def __init__(self, a: ToyModel, b: ToyModel, weight: float):
+        if a.vocab_size != b.vocab_size:
+            raise ValueError(f"vocabulary mismatch: {a.vocab_size} != {b.vocab_size}")
+        if not 0.0 <= weight <= 1.0:
+            raise ValueError(f"weight must be in [0, 1], got {weight!r}")
+        self.a, self.b, self.weight = a, b, float(weight)
+        self.vocab_size = a.vocab_size
+
+    def _conditional(self, prefix: Prefix) -> np.ndarray:
+        row = (1.0 - self.weight) * self.a.conditional(prefix) + self.weight * self.b.conditional(prefix)
+        return row / row.sum()
+
+    def __repr__(self) -> str:
+        return f"Mixture({self.a!r}, {self.b!r}, {self.weight})"

@@ -1,0 +1,348 @@
+"""Certification of any backend's verifier against the reference's exact law.
+
+A backend is certified through one batched callable,
+
+    verify(rule, draft_tokens [B,K,L] int64, draft_probs [B,K,L,V], target_probs [B,K,L+1,V],
+           seed: int) -> (tau [B] int64, tokens [B, L+1] int64 padded with -1)
+
+(numpy in and out; inputs may be zero-stride broadcast views — an adapter for torch can
+``expand`` them without copying), which samples with the backend's own randomness.
+
+Two kinds of case:
+
+* ``FixedCase`` — fixed draft blocks; the backend's outcomes (τ, accepted prefix, emitted
+  token) are compared with the reference rule's exact law *given those drafts*
+  (``exact_verdict_law``): a G-test of the joint outcome, the law of τ, and the conditional
+  law of the emitted token given (τ, accepted prefix), plus mean τ against the exact E[τ | drafts].
+  This certifies that the backend implements the same rule as the reference.
+* ``FirstTokenCase`` — fresh drafts from a toy draft model for every sample; the law of the
+  first emitted token is compared with the target's.  Every lossless rule passes; the released
+  SpecTr-GBV fails (SPEC.md §2.5) — the planted case that a law-level check must catch.
+
+Each case is one family of four tests at α/4 each (Bonferroni), so a correct backend fails a
+case with probability ≤ α.  Each result states N, α and the smallest total-variation deviation
+of the joint outcome law detected with power 0.99 (``oracle.stats.detectable_tv``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from reference.decode import Decoder, DecodeState
+from reference.exact import draft_paths
+from reference.models import ToyModel
+from reference.randomness import SamplingSource, enumerate_law
+from reference.rules import Rule, get_rule
+from reference.validation import check_iteration_inputs
+
+from .stats import conditional_gtests, counts_from_samples, gtest, law_of, mean_within_ci
+
+Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
+BatchVerify = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+
+
+def exact_verdict_law(rule: Rule, draft_tokens, draft_probs, target_probs) -> dict[Outcome, float]:
+    """Exact law of (τ, accepted prefix, emitted token) of ``rule`` given fixed draft blocks.
+
+    Args:
+        rule: a reference Rule.
+        draft_tokens: int [K, L]; draft_probs: float [K, L, V]; target_probs: float [K, L+1, V].
+    Returns:
+        dict outcome → probability (float64).
+    Raises:
+        ValueError: malformed inputs (see ``reference.validation.check_iteration_inputs``).
+    """
+    block = rule.prepare(draft_tokens, draft_probs, target_probs)
+    law = enumerate_law(lambda src: rule.decide(block, src))
+    out: dict[Outcome, float] = {}
+    for verdict, pr in law.items():
+        key = (verdict.tau, verdict.accepted, verdict.last_token)
+        out[key] = out.get(key, 0.0) + pr
+    return out
+
+
+@dataclass
+class FixedCase:
+    """Fixed draft blocks; the expected law is ``reference_rule``'s exact law given them.
+
+    Attributes:
+        name: label.  rule: the backend's rule name.  reference_rule: reference rule name whose
+        law is expected (usually the same name).  draft_tokens [K, L], draft_probs [K, L, V],
+        target_probs [K, L+1, V] (float64 copies; the backend receives them in ``dtype``).
+        dtype: numpy dtype name the arrays are handed to the backend in ("float32",
+        "float64"; bfloat16 is the adapter's business: pass ``backend_dtype``).
+        expect_pass: False for planted wrong rules, which the certification must catch.
+    """
+
+    name: str
+    rule: str
+    reference_rule: str
+    draft_tokens: np.ndarray
+    draft_probs: np.ndarray
+    target_probs: np.ndarray
+    expect_pass: bool = True
+    backend_dtype: str = "float32"
+
+    def __post_init__(self):
+        self.draft_tokens, self.draft_probs, self.target_probs = check_iteration_inputs(
+            self.draft_tokens, self.draft_probs, self.target_probs)
+
+    @property
+    def K(self) -> int:
+        return self.draft_tokens.shape[0]
+
+    @property
+    def L(self) -> int:
+        return self.draft_tokens.shape[1]
+
+    @property
+    def V(self) -> int:
+        return self.draft_probs.shape[2]
+
+
+@dataclass
+class FirstTokenCase:
+    """Fresh drafts from ``draft`` for every sample; expected: the target's first-token law."""
+
+    name: str
+    rule: str
+    draft: ToyModel
+    target: ToyModel
+    K: int
+    L: int
+    expect_pass: bool = True
+    backend_dtype: str = "float64"
+
+    @property
+    def V(self) -> int:
+        return self.target.vocab_size
+
+
+@dataclass
+class CaseResult:
+    """Outcome of one case (all p-values are per test; each test ran at α/4)."""
+
+    name: str
+    rule: str
+    kind: str
+    expect_pass: bool
+    n: int
+    alpha: float
+    detectable_tv: float
+    pvalue_joint: float
+    pvalue_tau: float
+    pvalue_conditional: float
+    pvalue_mean: float
+    mean_tau: float
+    exact_mean_tau: float
+    mean_ci: tuple[float, float]
+    zero_cell_violations: int
+    passed: bool
+    seconds: float
+    V: int
+    K: int
+    L: int
+    dtype: str
+    notes: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.expect_pass:
+            return "PASS" if self.passed else "FAIL"
+        return "CAUGHT" if not self.passed else "MISSED"
+
+    @property
+    def ok(self) -> bool:
+        return self.passed == self.expect_pass
+
+
+@dataclass
+class CertificationReport:
+    """All case results; ``ok`` when every expected-pass case passes and every planted wrong
+    case fails."""
+
+    results: list[CaseResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def to_json(self) -> list[dict]:
+        rows = []
+        for r in self.results:
+            d = asdict(r)
+            d["verdict"] = r.verdict
+            d["mean_ci"] = list(r.mean_ci)
+            rows.append(d)
+        return rows
+
+    def table(self) -> str:
+        """A fixed-width table (markdown-compatible)."""
+        head = ("| case | rule | V | K | L | dtype | N | α | detectable TV | min p | mean τ | exact E[τ] | verdict |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        lines = [head]
+        for r in self.results:
+            pmin = min(r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
+            lines.append(
+                f"| {r.name} | {r.rule} | {r.V} | {r.K} | {r.L} | {r.dtype} | {r.n} | {r.alpha:g} | "
+                f"{r.detectable_tv:.4f} | {pmin:.3g} | {r.mean_tau:.4f} | {r.exact_mean_tau:.4f} | {r.verdict} |")
+        return "\n".join(lines)
+
+
+def _outcomes(tau: np.ndarray, tokens: np.ndarray, L: int, V: int) -> list[Outcome]:
+    tau = np.asarray(tau, dtype=np.int64)
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.ndim != 2 or tokens.shape[1] != L + 1:
+        raise ValueError(f"backend returned tokens of shape {tokens.shape}, expected [B, {L + 1}]")
+    if np.any((tau < 0) | (tau > L)):
+        raise ValueError(f"backend returned tau outside [0, {L}]")
+    emitted = tokens[np.arange(len(tau)), tau]
+    if np.any((emitted < 0) | (emitted >= V)):
+        raise ValueError(f"backend emitted a token id outside [0, {V})")
+    return [(int(t), tuple(int(x) for x in row[:t]), int(e)) for t, row, e in zip(tau, tokens, emitted)]
+
+
+def _draft_table(draft: ToyModel, target: ToyModel, K: int, L: int):
+    """Every single-draft block of positive probability with its verifier rows."""
+    dec = Decoder(draft, target, K, L)
+    state = DecodeState()
+    paths = draft_paths(dec, state)
+    probs = np.array([pr for _, pr in paths])
+    toks = np.empty((len(paths), L), dtype=np.int64)
+    dps = np.empty((len(paths), L, dec.V))
+    tps = np.empty((len(paths), L + 1, dec.V))
+    for j, (block, _) in enumerate(paths):
+        t, d, q = dec.block_inputs(state, [block])
+        toks[j], dps[j], tps[j] = t[0], d[0], q[0]
+    return probs / probs.sum(), toks, dps, tps
+
+
+def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, exact_var: float):
+    a = alpha / 4.0
+    joint = gtest(counts_from_samples(samples), law, a)
+    tau_law = gtest(counts_from_samples(o[0] for o in samples), law_of(law, lambda o: o[0]), a)
+    cond = conditional_gtests(samples, law, lambda o: (o[0], o[1]), a)
+    mean = mean_within_ci([o[0] for o in samples], exact_mean, a, exact_variance=exact_var)
+    return joint, tau_law, cond, mean
+
+
+def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: float = 1e-6,
+                 chunk: int = 4096, seed: int = 0) -> CaseResult:
+    """Run one case: ``n_samples`` outcomes from ``verify`` in chunks, then the test family.
+
+    Args:
+        verify: the backend's batched verifier (module doc).
+        case: FixedCase or FirstTokenCase.
+        n_samples: N ≥ 1.  alpha: case-level false-alarm rate in (0, 1).  chunk: rows per call.
+        seed: base seed; chunk c uses seed + c.
+    Returns:
+        CaseResult.
+    Raises:
+        ValueError: on malformed backend output (τ outside [0, L], token ids outside [0, V)).
+    """
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    samples: list[Outcome] = []
+    done, c = 0, 0
+    if isinstance(case, FixedCase):
+        law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
+                                case.target_probs)
+        kind = "fixed drafts vs exact law"
+        K, L = case.K, case.L
+        dt = np.dtype(case.backend_dtype) if case.backend_dtype != "bfloat16" else np.float32
+        arrays = (case.draft_tokens, case.draft_probs.astype(dt), case.target_probs.astype(dt))
+        while done < n_samples:
+            B = min(chunk, n_samples - done)
+            batch = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
+            tau, tokens = verify(case.rule, *batch, seed + c)
+            samples.extend(_outcomes(tau, tokens, L, case.V))
+            done, c = done + B, c + 1
+        exact_mean = sum(pr * o[0] for o, pr in law.items())
+        exact_var = sum(pr * (o[0] - exact_mean) ** 2 for o, pr in law.items())
+        joint, tau_law, cond, mean = _family(samples, law, alpha, exact_mean, exact_var)
+        passed = joint.passed and tau_law.passed and cond.passed and mean.passed
+        return CaseResult(
+            case.name, case.rule, kind, case.expect_pass, n_samples, alpha, joint.detectable_tv,
+            joint.pvalue, tau_law.pvalue, cond.pvalue, mean.pvalue, mean.mean, exact_mean,
+            (mean.low, mean.high), len(joint.zero_cell_violations), passed,
+            time.perf_counter() - start, case.V, K, L, case.backend_dtype)
+
+    if isinstance(case, FirstTokenCase):
+        kind = "fresh drafts, first token vs target"
+        probs, toks, dps, tps = _draft_table(case.draft, case.target, case.K, case.L)
+        dt = np.float64 if case.backend_dtype == "float64" else np.float32
+        dps, tps = dps.astype(dt), tps.astype(dt)
+        firsts: list[int] = []
+        taus: list[int] = []
+        while done < n_samples:
+            B = min(chunk, n_samples - done)
+            idx = rng.choice(len(probs), size=(B, case.K), p=probs)
+            tau, tokens = verify(case.rule, toks[idx], dps[idx], tps[idx], seed + c)
+            outs = _outcomes(tau, tokens, case.L, case.V)
+            firsts.extend(o[1][0] if o[0] > 0 else o[2] for o in outs)
+            taus.extend(o[0] for o in outs)
+            done, c = done + B, c + 1
+        target_first = {x: float(p) for x, p in enumerate(case.target.conditional(())) if p > 0}
+        test = gtest(counts_from_samples(firsts), target_first, alpha)
+        return CaseResult(
+            case.name, case.rule, kind, case.expect_pass, n_samples, alpha, test.detectable_tv,
+            test.pvalue, 1.0, 1.0, 1.0, float(np.mean(taus)), math.nan, (math.nan, math.nan),
+            len(test.zero_cell_violations), test.passed, time.perf_counter() - start,
+            case.V, case.K, case.L, case.backend_dtype, notes="law of the first emitted token only")
+    raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
+
+
+def certify(verify: BatchVerify, cases: Sequence, n_samples: int = 200_000, alpha: float = 1e-6,
+            chunk: int = 4096, seed: int = 0, progress: Callable[[CaseResult], None] | None = None
+            ) -> CertificationReport:
+    """Certify a backend on ``cases`` (see ``certify_case``); ``progress`` is called after each."""
+    report = CertificationReport()
+    for j, case in enumerate(cases):
+        result = certify_case(verify, case, n_samples, alpha, chunk, seed + 1_000_003 * j)
+        report.results.append(result)
+        if progress is not None:
+            progress(result)
+    return report
+
+
+def reference_verify(rules: dict[str, Rule] | None = None) -> BatchVerify:
+    """The reference's own sampler as a batched backend (for testing the harness).
+
+    ``rules`` maps backend rule names to reference Rules (default: the registry).  Prepared
+    blocks are cached by the rows' bytes, since certification repeats few distinct inputs.
+    """
+
+    cache: dict = {}
+
+    def verify(rule_name, draft_tokens, draft_probs, target_probs, seed):
+        rule = (rules or {}).get(rule_name) or get_rule(rule_name)
+        src = SamplingSource(seed)
+        B, K, L = draft_tokens.shape
+        tau = np.empty(B, dtype=np.int64)
+        tokens = np.full((B, L + 1), -1, dtype=np.int64)
+        for b in range(B):
+            # toy cases repeat few distinct inputs: prepare each once
+            key = (rule_name, draft_tokens[b].tobytes(), draft_probs[b].tobytes(), target_probs[b].tobytes())
+            block = cache.get(key)
+            if block is None:
+                if len(cache) > 10_000:
+                    cache.clear()
+                block = cache[key] = rule.prepare(draft_tokens[b], draft_probs[b], target_probs[b])
+            v = rule.decide(block, src)
+            tau[b] = v.tau
+            tokens[b, : len(v.tokens)] = v.tokens
+        return tau, tokens
+
+    return verify
+
+
+def report_json(report: CertificationReport) -> str:
+    return json.dumps(report.to_json(), indent=2)

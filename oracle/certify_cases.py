@@ -1,0 +1,75 @@
+"""Standard certification cases: toy draft blocks (V ≤ 4), random rows at V = 4,096, and the
+law-level planted case (the released SpecTr-GBV against the target's first-token law)."""
+
+from __future__ import annotations
+
+from reference.decode import Decoder, DecodeState
+from reference.models import ContextFree, Mixture, RandomModel, ToyModel
+from reference.randomness import SamplingSource
+
+from .certify import FirstTokenCase, FixedCase
+
+SINGLE_DRAFT = ("sd", "bv", "gbv")
+
+
+def fixed_case(name: str, rule: str, draft: ToyModel, target: ToyModel, K: int, L: int, seed: int,
+               reference_rule: str | None = None, expect_pass: bool = True,
+               backend_dtype: str = "float32") -> FixedCase:
+    """K draft blocks of L tokens sampled (seeded) from ``draft``, with the verifier's rows."""
+    dec = Decoder(draft, target, K, L)
+    state = DecodeState()
+    drafts = dec.draft_blocks(state, SamplingSource(seed))
+    tokens, dp, tp = dec.block_inputs(state, drafts)
+    return FixedCase(name, rule, reference_rule or rule, tokens, dp, tp, expect_pass, backend_dtype)
+
+
+def toy_models(V: int, seed: int, concentration: float = 1.0) -> tuple[ToyModel, ToyModel]:
+    """A prefix-dependent (draft, target) pair with a draft close enough for long acceptances."""
+    target = RandomModel(V, seed, concentration)
+    draft = Mixture(target, RandomModel(V, seed + 7919, concentration), 0.5)
+    return draft, target
+
+
+def large_models(V: int = 4096, seed: int = 0) -> tuple[ToyModel, ToyModel]:
+    """Random rows at a realistic vocabulary: peaked Dirichlet target, draft a 40 % mixture."""
+    target = RandomModel(V, seed, 0.05)
+    draft = Mixture(target, RandomModel(V, seed + 104729, 0.05), 0.4)
+    return draft, target
+
+
+def standard_cases(rules, quick: bool = False, dtypes=("float32", "bfloat16"), large_V: int = 4096) -> list:
+    """Toy and large-vocabulary fixed cases for every rule in ``rules``.
+
+    Per rule: toy cases at V = 2, 3, 4 (K = 1 for single-draft rules, else K = 2 and 3; L = 2,
+    3), and one V = ``large_V`` case per dtype (K = 1 or 2, L = 3).  ``quick`` keeps one toy case
+    and one large case.
+    """
+    cases = []
+    for rule in rules:
+        Ks = (1,) if rule in SINGLE_DRAFT else (2, 3)
+        toy_grid = [(2, Ks[0], 2, 11), (3, Ks[-1], 3, 12), (4, Ks[0], 3, 13)]
+        if quick:
+            toy_grid = toy_grid[1:2]
+        for V, K, L, seed in toy_grid:
+            draft, target = toy_models(V, seed)
+            cases.append(fixed_case(f"{rule} toy V={V} K={K} L={L}", rule, draft, target, K, L, seed))
+        for dtype in (dtypes[:1] if quick else dtypes):
+            draft, target = large_models(large_V, seed=21)
+            K = Ks[0]
+            cases.append(fixed_case(f"{rule} rows V={large_V} K={K} L=3 {dtype}", rule, draft, target, K, 3,
+                                    seed=22, backend_dtype=dtype))
+    return cases
+
+
+def released_rule_against_target(K: int = 2, L: int = 2) -> FirstTokenCase:
+    """The released SpecTr-GBV checked against the target's law (SPEC.md §5 toy): must fail,
+    P(first = a) = 4125/13328 instead of 1/3 at K = L = 2."""
+    return FirstTokenCase(f"spectr_gbv vs target law, toy K={K} L={L}", "spectr_gbv",
+                          ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), K, L, expect_pass=False)
+
+
+def lossless_against_target(rule: str, K: int = 2, L: int = 2) -> FirstTokenCase:
+    """A lossless rule on the same law-level check: must pass."""
+    K = 1 if rule in SINGLE_DRAFT else K
+    return FirstTokenCase(f"{rule} vs target law, toy K={K} L={L}", rule,
+                          ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), K, L)
