@@ -183,7 +183,7 @@ def _expand_to_ordered(
         per_tuple = sym[row] / perms[row].reshape((-1,) + (1,) * (sym.ndim - 1))
     else:
         per_tuple = sym
-    full_row = np.ravel_multi_index(blocks.xs[ordered].T, (N,) * K) if K > 0 else np.zeros(1, int)
+    full_row = np.ravel_multi_index(blocks.xs[ordered].T, (N,) * K)
     dense = np.zeros((N**K, N) + extra)
     dense[np.ix_(full_row, blocks.ss)] = per_tuple
     return dense.reshape((V,) * (L * K) + (V,) * L + extra)
@@ -215,8 +215,8 @@ def _transport_rows(blocks: _Blocks, M: int, cols_a: np.ndarray, cols_b: np.ndar
     return sp.csc_matrix((np.ones(2 * nv), (rows, cols)), shape=(M + blocks.m, nv))
 
 
-def _check_flags(symmetric, return_coupling):
-    for name, v in (("symmetric", symmetric), ("return_coupling", return_coupling)):
+def _check_flags(**flags):
+    for name, v in flags.items():
         if not isinstance(v, (bool, np.bool_)):
             raise ValueError(f"{name} must be a bool, got {v!r}")
 
@@ -229,7 +229,7 @@ def _check_flags(symmetric, return_coupling):
 def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, return_coupling):
     t0 = time.perf_counter()
     K = _check_K(K)
-    _check_flags(False, return_coupling)
+    _check_flags(return_coupling=return_coupling)
     blk = _Blocks(p_block, q_block)
     n, m, L = blk.n, blk.m, blk.L
     # variables π(xs[a], ss[b]), v = a*m + b
@@ -394,10 +394,14 @@ def global_ot(
         p_block, q_block: float arrays of shape (V,)*L.
         K: number of drafts, integer ≥ 1.
         symmetric: index the drafts by multiset (see module docstring); same optimum.
-        solver: cvxpy solver name; HIGHS (installed with cvxpy).
+        solver: cvxpy solver name, default HIGHS (installed with cvxpy); or "POT": the
+            program is a transportation problem between draft multisets and target blocks,
+            which POT's network simplex (``ot.emd``, package ``pot``, optional) solves
+            exactly and ~100x faster than HiGHS at 10^5–10^6 variables.
         solver_opts: solver options; default LP_SOLVER_OPTS (feasibility tolerances 1e-9;
-            the optimum matches exact rationals to ~1e-10 on the tested sizes).
-        time_limit: solver time limit in seconds (None: none).
+            the optimum matches exact rationals to ~1e-10 on the tested sizes).  For POT,
+            keyword arguments of ``ot.emd`` (default numItermax = 10^9).
+        time_limit: solver time limit in seconds (None: none); not supported by POT (ignored).
         return_coupling: whether to fill ``coupling`` (shape (V,)*(L*K) + (V,)*L; dense,
             V^(L(K+1)) entries).
     Returns:
@@ -405,12 +409,13 @@ def global_ot(
     Raises:
         ValueError: naming the argument, on invalid block laws, a shape mismatch, K < 1, or a
             non-bool flag.
+        ImportError: solver="POT" without the ``pot`` package.
     Size: M·|supp q| variables (M = C(n+K−1, K) multisets or n^K tuples of the n = |supp p|
         draft blocks), M + |supp q| − 1 equality rows.
     """
     t0 = time.perf_counter()
     K = _check_K(K)
-    _check_flags(symmetric, return_coupling)
+    _check_flags(symmetric=symmetric, return_coupling=return_coupling)
     blk = _Blocks(p_block, q_block)
     m = blk.m
     tuples, perms = _draft_multisets(blk.n, K, bool(symmetric))
@@ -422,33 +427,58 @@ def global_ot(
     p_support = blk.p[blk.xs]
     mass = perms * np.prod(p_support[tuples], axis=1)
 
-    a_idx = np.repeat(np.arange(M), m)
-    b_idx = np.tile(np.arange(m), M)
-    A = _transport_rows(blk, M, a_idx, b_idx)[:-1]  # the last target row is implied
-    rhs = np.concatenate([mass, blk.q[blk.ss][:-1]])
-    x = cp.Variable(M * m, nonneg=True)
-    problem = cp.Problem(cp.Maximize(best.ravel().astype(np.float64) @ x), [A @ x == rhs])
-    opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
-    status, solve_s = _solve(problem, solver, opts, time_limit)
-    solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+    if solver == "POT":
+        sym, value, status, solve_s = _global_ot_pot(mass, blk.q[blk.ss], best, solver_opts)
+        n_rows = M + m
+    else:
+        a_idx = np.repeat(np.arange(M), m)
+        b_idx = np.tile(np.arange(m), M)
+        A = _transport_rows(blk, M, a_idx, b_idx)[:-1]  # the last target row is implied
+        rhs = np.concatenate([mass, blk.q[blk.ss][:-1]])
+        x = cp.Variable(M * m, nonneg=True)
+        problem = cp.Problem(cp.Maximize(best.ravel().astype(np.float64) @ x), [A @ x == rhs])
+        opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
+        status, solve_s = _solve(problem, solver, opts, time_limit)
+        ok = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+        value = float(problem.value) if ok else float("nan")
+        sym = np.asarray(x.value).reshape(M, m) if ok else None
+        n_rows = A.shape[0]
     coupling = None
-    if solved and return_coupling:
-        sym = np.asarray(x.value).reshape(M, m)
+    if sym is not None and return_coupling:
         coupling = _expand_to_ordered(sym, tuples, perms, blk, K, bool(symmetric))
     return ProgramResult(
         name="global_ot",
-        optimum=float(problem.value) if solved else float("nan"),
+        optimum=value,
         coupling=coupling,
         status=status,
         solver=solver,
         seconds=time.perf_counter() - t0,
         solve_seconds=solve_s,
         n_variables=M * m,
-        n_constraints=A.shape[0],
+        n_constraints=n_rows,
         K=K,
         L=blk.L,
         V=blk.V,
     )
+
+
+def _global_ot_pot(mass, q_support, best, solver_opts):
+    """Global OT as a transportation problem solved by POT's network simplex.
+
+    Returns (coupling [M, m] or None, optimum, status, solver seconds).  The status is
+    "optimal" when ot.emd reports result_code 1 (optimal), else "pot_result_code_<code>:
+    <warning>" with a NaN optimum.
+    """
+    import ot  # optional dependency (package ``pot``)
+
+    opts = {"numItermax": 10**9}
+    opts.update(solver_opts or {})
+    start = time.perf_counter()
+    plan, log = ot.emd(mass, q_support, -best.astype(np.float64), log=True, **opts)
+    seconds = time.perf_counter() - start
+    if log.get("result_code") != 1:
+        return None, float("nan"), f"pot_result_code_{log.get('result_code')}: {log.get('warning')}", seconds
+    return plan, float(np.sum(plan * best)), cp.OPTIMAL, seconds
 
 
 # ---------------------------------------------------------------------------------------
@@ -512,7 +542,7 @@ def no_modification_lp(
     """
     t0 = time.perf_counter()
     K = _check_K(K)
-    _check_flags(symmetric, return_coupling)
+    _check_flags(symmetric=symmetric, return_coupling=return_coupling)
     blk = _Blocks(p_block, q_block)
     m, L, V = blk.m, blk.L, blk.V
     tuples, perms = _draft_multisets(blk.n, K, bool(symmetric))

@@ -246,6 +246,24 @@ def test_literal_statement_toy_found_values(program, K, L):
     assert value == pytest.approx(float(TOY_LP_FOUND[(program, K, L)]), abs=LP_TOL)
 
 
+@pytest.mark.parametrize("V,L,seed,zero_prob", CASES + [(2, 3, 5, 0.0), (4, 2, 6, 0.2)])
+def test_global_ot_pot_equals_highs(V, L, seed, zero_prob):
+    pytest.importorskip("ot")
+    p, q = random_pair(V, L, seed, zero_prob=zero_prob)
+    for K in (1, 2, 3):
+        assert optimum(global_ot(p, q, K, solver="POT")) == pytest.approx(
+            optimum(global_ot(p, q, K)), abs=LP_TOL
+        )
+
+
+def test_global_ot_pot_toy():
+    pytest.importorskip("ot")
+    p, q = toy(2)
+    assert optimum(global_ot(p, q, 2, solver="POT")) == pytest.approx(134 / 81, abs=1e-12)
+    p, q = toy(1)
+    assert optimum(global_ot(p, q, 2, solver="POT")) == pytest.approx(8 / 9, abs=1e-12)
+
+
 # ---------------------------------------------------------------------------------------
 # Couplings
 # ---------------------------------------------------------------------------------------
@@ -264,11 +282,14 @@ def _product_law(p, K):
     return law.ravel()
 
 
-@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("symmetric,solver", [(True, "HIGHS"), (False, "HIGHS"), (True, "POT")])
 @pytest.mark.parametrize("V,L,K,seed", [(2, 2, 2, 0), (3, 2, 2, 1), (2, 3, 3, 2), (2, 2, 3, 3)])
-def test_global_ot_coupling(V, L, K, seed, symmetric):
+def test_global_ot_coupling(V, L, K, seed, symmetric, solver):
+    if solver == "POT":
+        pytest.importorskip("ot")
     p, q = random_pair(V, L, seed, zero_prob=0.3 if seed % 2 else 0.0)
-    res = global_ot(p, q, K, symmetric=symmetric)
+    res = global_ot(p, q, K, symmetric=symmetric, solver=solver)
+    assert res.status == "optimal"
     N = V**L
     assert res.coupling.shape == (V,) * (L * (K + 1))
     pi = res.coupling.reshape(N**K, N)
