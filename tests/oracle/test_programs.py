@@ -438,3 +438,13 @@ def test_result_fields():
     # 4 draft blocks → 10 multisets of 2; 4 target blocks; rows 10 + 4 − 1
     assert (res.n_variables, res.n_constraints) == (40, 13)
     assert res.seconds >= 0
+
+
+@pytest.mark.filterwarnings("ignore:Solution may be inaccurate")
+@pytest.mark.parametrize("program", ALL)
+def test_time_limit_gives_nan_and_status(program):
+    p, q = random_pair(6, 2, 11, concentration=1.0)
+    res = program(p, q, 2, time_limit=1e-9)
+    assert res.status not in ("optimal", "optimal_inaccurate")
+    assert np.isnan(res.optimum)
+    assert res.coupling is None
