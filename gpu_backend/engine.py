@@ -1,0 +1,381 @@
+"""Speculative decoding on real transformers models, and the autoregressive baseline.
+
+One iteration of ``SpeculativeEngine`` (Leviathan et al. 2023; SpecTr, Sun et al. 2023;
+SpecTr-GBV, Lin et al. 2026 — SPEC.md §1–§3):
+
+1. **Draft.** The draft model's KV cache holds the context; its pending tokens (usually one,
+   two after a bonus) give the first draft row, the cache is repeated K times, and the K
+   drafts of L tokens are sampled as one batch of K rows, each token from exactly the
+   processed row that is handed to the verifier (``draft_probs``).
+2. **Score.** The target's cache holds the context minus its last token; it is repeated K
+   times and ONE forward call scores the K rows ``[last context token, X_1..X_L]``:
+   ``target_probs [K, L+1, V]`` (row L is the bonus row).
+3. **Modify.** Rows still inside a live Algorithm 2 window are replaced by the layered
+   modified target (``gpu_backend.stack``; SPEC.md §3).
+4. **Verify.** The verifier (``gpu_backend.verifiers`` contract, batch of one) returns τ, the
+   selected draft, the emitted tokens and, for greedy rules, a modification record.
+5. **Cut back.** Both caches keep the selected row, cropped to the context plus the accepted
+   tokens; the stack continues its windows over the emitted tokens.
+
+Draft and target logits go through the same ``sampling.probabilities`` (temperature, top-k,
+top-p, float32 softmax).  All randomness comes from one seeded ``torch.Generator`` (draft
+tokens, and one verifier seed per iteration), so a run is reproducible.  The loop reads the
+verdict back to the host once per iteration (τ, selected row, emitted tokens).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .kv import cache_length, keep_row, new_cache, widen
+from .memory import peak_rss_bytes
+from .sampling import SamplingConfig, probabilities
+from .stack import ModificationStack
+
+# Chosen by measurement on the benchmark machine (benchmarks/RESULTS.md, "Defaults").
+DEFAULT_RULE = "kseq_gbv"
+DEFAULT_K = 2
+DEFAULT_L = 4
+
+# Rules defined for one draft only (SPEC.md §2.1, §2.3, §2.4).
+SINGLE_DRAFT_RULES = frozenset({"sd", "bv", "gbv"})
+
+# End-of-text tokens stopped on besides the model's configured EOS: Qwen's GGUF generation
+# config lists only <|im_end|>, but the model also ends documents with <|endoftext|>.
+EXTRA_EOS_TOKENS = ("<|endoftext|>", "<|im_end|>")
+
+
+@dataclass
+class GenerationResult:
+    """One generation and its metrics.
+
+    Attributes:
+        method: "ar" or the verification rule's name.
+        tokens: the new tokens (prompt excluded), truncated at the first EOS (kept) or at
+            ``max_new_tokens``.
+        prompt_tokens: prompt length in tokens.
+        target_calls: target forward calls after the prompt (AR: one per token; speculative:
+            one per iteration).
+        taus: τ of each iteration (before truncation); empty for AR.
+        K, L: drafts and block length (AR: 1, 0).
+        wall_time_s: seconds, prompt processing included.
+        peak_rss_bytes: peak resident memory of the process when the run ended (since the last
+            ``memory.reset_peak_rss``).
+        stop_reason: "eos" or "max_new_tokens".
+    """
+
+    method: str
+    tokens: list[int]
+    prompt_tokens: int
+    target_calls: int
+    taus: list[int]
+    K: int
+    L: int
+    wall_time_s: float
+    peak_rss_bytes: int
+    stop_reason: str
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def block_efficiency(self) -> float:
+        """Emitted tokens per target call (SPEC.md §1); 1 for AR."""
+        return self.new_tokens / self.target_calls if self.target_calls else float("nan")
+
+    @property
+    def mean_accepted(self) -> float:
+        """Mean τ over iterations (accepted draft tokens per target call)."""
+        return sum(self.taus) / len(self.taus) if self.taus else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        """Mean τ / L: the fraction of a block's L positions accepted, averaged over
+        iterations (not accepted / (K·L): only one draft's tokens can be kept)."""
+        return self.mean_accepted / self.L if self.taus and self.L else float("nan")
+
+    @property
+    def per_position_acceptance(self) -> list[float]:
+        """Entry i-1 = fraction of iterations with τ ≥ i, i = 1..L."""
+        if not self.taus:
+            return []
+        n = len(self.taus)
+        return [sum(t >= i for t in self.taus) / n for i in range(1, self.L + 1)]
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else float("nan")
+
+    def metrics(self) -> dict:
+        """The metrics as a JSON-ready dict."""
+        return {
+            "method": self.method, "K": self.K, "L": self.L,
+            "new_tokens": self.new_tokens, "prompt_tokens": self.prompt_tokens,
+            "target_calls": self.target_calls, "block_efficiency": self.block_efficiency,
+            "mean_accepted": self.mean_accepted, "acceptance_rate": self.acceptance_rate,
+            "per_position_acceptance": self.per_position_acceptance,
+            "wall_time_s": self.wall_time_s, "tokens_per_second": self.tokens_per_second,
+            "peak_rss_bytes": self.peak_rss_bytes, "stop_reason": self.stop_reason,
+        }
+
+
+@dataclass
+class IterationRecord:
+    """One iteration's verifier inputs and verdict (for tests and diagnostics; copies).
+
+    Attributes:
+        n: tokens emitted before the iteration.
+        context: prompt + emitted tokens before the iteration.
+        draft_tokens int64 [K, L]; draft_probs float32 [K, L, V];
+        target_probs_raw float32 [K, L+1, V] (the target's processed rows);
+        target_probs: what the verifier got (raw rows with Algorithm 2's modified rows);
+        verdict: the verifier's verdict; emitted: list of emitted tokens (before truncation).
+    """
+
+    n: int
+    context: list[int]
+    draft_tokens: torch.Tensor
+    draft_probs: torch.Tensor
+    target_probs_raw: torch.Tensor
+    target_probs: torch.Tensor
+    verdict: object
+    emitted: list[int] = field(default_factory=list)
+
+
+def check_positive(value, name: str) -> int:
+    """``value`` as an int ≥ 1, else ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return value
+
+
+def eos_token_ids(model, tokenizer=None) -> frozenset[int]:
+    """Token ids that end a generation: the model's generation-config EOS id(s), the
+    tokenizer's EOS, and ``EXTRA_EOS_TOKENS`` when the tokenizer has them.
+
+    Returns:
+        frozenset of ints (may be empty for a model without any).
+    """
+    ids: set[int] = set()
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif eos is not None:
+        ids.update(int(e) for e in eos)
+    if tokenizer is not None:
+        if tokenizer.eos_token_id is not None:
+            ids.add(int(tokenizer.eos_token_id))
+        vocab = tokenizer.get_vocab()
+        ids.update(int(vocab[t]) for t in EXTRA_EOS_TOKENS if t in vocab)
+    return frozenset(ids)
+
+
+def load_verifier(rule: str):
+    """The batched verifier for ``rule``: ``gpu_backend.verifiers.get_verifier`` when that
+    package is installed, else the numpy reference behind the same contract
+    (``gpu_backend.reference_verifier``, exact but slow).
+
+    Raises:
+        ValueError: unknown rule (from the factory).
+    """
+    spec = importlib.util.find_spec("gpu_backend.verifiers")
+    if spec is not None and spec.origin is not None:  # a package with its __init__
+        from .verifiers import get_verifier
+
+        return get_verifier(rule)
+    from .reference_verifier import ReferenceVerifier
+
+    return ReferenceVerifier(rule)
+
+
+def _prompt_tensor(prompt_ids) -> torch.Tensor:
+    ids = torch.as_tensor(prompt_ids, dtype=torch.int64).reshape(-1)
+    if ids.numel() == 0:
+        raise ValueError("prompt_ids must hold at least one token")
+    return ids
+
+
+def _model_device(model) -> torch.device:
+    return next(model.parameters()).device
+
+
+class SpeculativeEngine:
+    """Speculative decoding with K drafts of L tokens and any verification rule.
+
+    Args:
+        target, draft: transformers causal LMs on the same device, same vocabulary axis.
+        rule: verifier name (``gpu_backend.verifiers``: sd, spectr, bv, gbv, spectr_gbv,
+            spectr_gbv_fixed, kseq_gbv, ...); ignored when ``verifier`` is given.
+        K: drafts per iteration ≥ 1 (1 for the single-draft rules sd, bv, gbv).
+        L: draft block length ≥ 1.
+        sampling: temperature / top-k / top-p of the target (the law to reproduce).
+        draft_sampling: the draft's processing; default: the same as ``sampling``.  Any
+            draft law keeps the output lossless (it only changes acceptance); tests use a
+            different one to make exact constructions.
+        eos_token_ids: ids that stop the generation (see ``eos_token_ids``).
+        verifier: a callable with the verifier contract (default ``load_verifier(rule)``).
+        validate: passed to the verifier (input checks on every call).
+    Raises:
+        ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule, or a
+            vocabulary mismatch between draft and target.
+    """
+
+    def __init__(self, target, draft, rule: str = DEFAULT_RULE, K: int = DEFAULT_K,
+                 L: int = DEFAULT_L, sampling: SamplingConfig | None = None,
+                 draft_sampling: SamplingConfig | None = None, eos_token_ids=(),
+                 verifier=None, validate: bool = False):
+        from .weights import check_same_vocabulary
+
+        self.K = check_positive(K, "K")
+        self.L = check_positive(L, "L")
+        if rule in SINGLE_DRAFT_RULES and K != 1 and verifier is None:
+            raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
+        self.V = check_same_vocabulary(draft, target)
+        self.target, self.draft = target, draft
+        self.rule = rule
+        self.sampling = sampling or SamplingConfig()
+        self.draft_sampling = draft_sampling or self.sampling
+        self.eos = frozenset(int(e) for e in eos_token_ids)
+        self.verifier = verifier if verifier is not None else load_verifier(rule)
+        self.validate = validate
+        self.device = _model_device(target)
+
+    @torch.inference_mode()
+    def generate(self, prompt_ids, max_new_tokens: int = 64, seed: int = 0,
+                 on_iteration=None) -> GenerationResult:
+        """Sample up to ``max_new_tokens`` new tokens after the prompt.
+
+        Args:
+            prompt_ids: token ids (list or 1-D int tensor), at least one.
+            max_new_tokens: ≥ 1; the last iteration's output is truncated to it.
+            seed: seed of the run's ``torch.Generator``.
+            on_iteration: optional callable receiving an ``IterationRecord`` per iteration
+                (copies tensors: for tests and diagnostics, not for timing).
+        Returns:
+            GenerationResult (tokens stop after the first EOS id, which is kept).
+        Raises:
+            ValueError: empty prompt, max_new_tokens < 1.
+        """
+        max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
+        K, L, V, dev = self.K, self.L, self.V, self.device
+        ids = _prompt_tensor(prompt_ids).to(dev)
+        gen = torch.Generator(device=dev).manual_seed(int(seed))
+        start = time.perf_counter()
+        t_cache, d_cache = new_cache(self.target), new_cache(self.draft)
+        context = ids.tolist()
+        if len(context) > 1:  # the target's cache holds the context minus its last token
+            self.target(ids[None, :-1], cache=t_cache, use_cache=True, logits_to_keep=1)
+        d_len = 0  # positions of the context in the draft's cache
+        stack = ModificationStack(L)
+        draft_tokens = torch.empty(K, L, dtype=torch.int64, device=dev)
+        draft_probs = torch.empty(K, L, V, dtype=torch.float32, device=dev)
+        out: list[int] = []
+        taus: list[int] = []
+        stop_reason = "max_new_tokens"
+        while len(out) < max_new_tokens:
+            n, n_ctx = len(out), len(context)
+            # 1. draft: pending tokens on the batch-1 cache, then K rows
+            pending = torch.tensor([context[d_len:]], dtype=torch.int64, device=dev)
+            logits = self.draft(pending, cache=d_cache, use_cache=True, logits_to_keep=1).logits
+            p_first = probabilities(logits[:, -1], self.draft_sampling)
+            draft_probs[:, 0] = p_first
+            draft_tokens[:, 0] = torch.multinomial(p_first, K, replacement=True, generator=gen)[0]
+            widen(d_cache, K)
+            for i in range(1, L):
+                logits = self.draft(draft_tokens[:, i - 1:i], cache=d_cache, use_cache=True).logits
+                draft_probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
+                draft_tokens[:, i] = torch.multinomial(draft_probs[:, i], 1, generator=gen)[:, 0]
+            # 2. score all K rows in one target call
+            widen(t_cache, K)
+            last = torch.full((K, 1), context[-1], dtype=torch.int64, device=dev)
+            logits = self.target(torch.cat([last, draft_tokens], dim=1), cache=t_cache,
+                                 use_cache=True).logits
+            target_raw = probabilities(logits, self.sampling)
+            # 3. Algorithm 2's modified rows
+            target_probs, trace = stack.modify(n, draft_tokens, draft_probs, target_raw)
+            # 4. verify
+            seeds = torch.randint(0, 2**62, (1,), generator=gen, device=dev)
+            verdict = self.verifier(draft_tokens[None], draft_probs[None], target_probs[None],
+                                    seeds=seeds, validate=self.validate)
+            mod = verdict.modification
+            active = mod.active[:1].to(torch.int64) if mod is not None else verdict.tau.new_zeros(1)
+            head = torch.cat([verdict.tau[:1], verdict.selected[:1], verdict.num_emitted[:1],
+                              active, verdict.tokens[0]]).tolist()  # the iteration's host sync
+            tau, selected, num_emitted, is_active = head[:4]
+            emitted = head[4:4 + num_emitted]
+            # 5. cut back: keep the selected row (any row when τ = 0: they share the context)
+            row = max(selected, 0)
+            keep_row(t_cache, row, K, n_ctx + tau)
+            d_len = min(cache_length(d_cache), n_ctx + tau)
+            keep_row(d_cache, row, K, d_len)
+            stack.advance(n, emitted, row, trace, mod, bool(is_active))
+            if on_iteration is not None:
+                on_iteration(IterationRecord(n, list(context), draft_tokens.clone(),
+                                             draft_probs.clone(), target_raw.clone(),
+                                             target_probs.clone(), verdict, list(emitted)))
+            taus.append(tau)
+            context.extend(emitted)
+            if self._emit(out, emitted, max_new_tokens):
+                stop_reason = "eos"
+                break
+        return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, K, L,
+                                time.perf_counter() - start, peak_rss_bytes(), stop_reason)
+
+    def _emit(self, out: list[int], emitted: list[int], max_new_tokens: int) -> bool:
+        """Append ``emitted`` to ``out`` up to the limit; True when an EOS was emitted."""
+        for token in emitted:
+            if len(out) >= max_new_tokens:
+                return False
+            out.append(token)
+            if token in self.eos:
+                return True
+        return False
+
+
+@torch.inference_mode()
+def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
+                            sampling: SamplingConfig | None = None, seed: int = 0,
+                            eos_token_ids=()) -> GenerationResult:
+    """Plain sampling from the target, one token per forward call, with a KV cache.
+
+    Args:
+        target: transformers causal LM.
+        prompt_ids: token ids (at least one).
+        max_new_tokens: ≥ 1.
+        sampling: temperature / top-k / top-p (``sampling.probabilities``).
+        seed: seed of the run's ``torch.Generator``.
+        eos_token_ids: ids that stop the generation (kept in the output).
+    Returns:
+        GenerationResult with method "ar", K = 1, L = 0, block efficiency 1.
+    Raises:
+        ValueError: empty prompt, max_new_tokens < 1.
+    """
+    max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
+    sampling = sampling or SamplingConfig()
+    eos = frozenset(int(e) for e in eos_token_ids)
+    dev = _model_device(target)
+    ids = _prompt_tensor(prompt_ids).to(dev)
+    gen = torch.Generator(device=dev).manual_seed(int(seed))
+    start = time.perf_counter()
+    cache = new_cache(target)
+    pending = ids[None]
+    out: list[int] = []
+    stop_reason = "max_new_tokens"
+    while len(out) < max_new_tokens:
+        logits = target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits
+        p = probabilities(logits[:, -1], sampling)
+        pending = torch.multinomial(p, 1, generator=gen)
+        token = int(pending)
+        out.append(token)
+        if token in eos:
+            stop_reason = "eos"
+            break
+    return GenerationResult("ar", out, int(ids.numel()), len(out), [], 1, 0,
+                            time.perf_counter() - start, peak_rss_bytes(), stop_reason)

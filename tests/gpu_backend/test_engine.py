@@ -1,0 +1,272 @@
+"""gpu_backend.engine wiring on small random transformers models (no downloads, seconds).
+
+Two randomly initialised Llama models (V = 96, 2 layers) play draft and target; their output
+heads are scaled up so that the rows are peaked, as a real model's are, and drafts are
+rejected often enough to exercise every cache path (τ < L crops, τ = L leaves two pending
+draft tokens, K > 1 rows are selected).
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from gpu_backend import kv  # noqa: E402
+from gpu_backend.engine import (  # noqa: E402
+    SpeculativeEngine,
+    autoregressive_generate,
+    load_verifier,
+)
+from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
+
+V = 96
+PROMPT = [5, 17, 33, 2, 71, 8, 40]
+ALL_RULES = [("sd", 1), ("spectr", 3), ("bv", 1), ("gbv", 1), ("spectr_gbv", 3),
+             ("spectr_gbv_fixed", 3), ("kseq_gbv", 3)]
+LOSSLESS = [("sd", 1), ("spectr", 3), ("bv", 1), ("gbv", 1), ("kseq_gbv", 3)]
+
+
+def random_lm(seed: int, vocab: int = V, head_scale: float = 30.0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(head_scale)
+    return model
+
+
+def perturbed(model, seed: int, scale: float = 0.3):
+    """A draft that resembles the target: its weights plus Gaussian noise of relative size
+    ``scale`` (two independent random models would almost never agree)."""
+    import copy
+
+    gen = torch.Generator().manual_seed(seed)
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        for p in draft.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * scale * p.std().clamp_min(1e-3))
+    return draft
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = random_lm(1)
+    return target, perturbed(target, 2)
+
+
+@torch.inference_mode()
+def uncached_row(model, tokens, sampling):
+    logits = model(torch.tensor([tokens])).logits[0, -1]
+    return probabilities(logits, sampling)
+
+
+def run_recorded(engine, n_tokens, seed):
+    records = []
+    result = engine.generate(PROMPT, n_tokens, seed=seed, on_iteration=records.append)
+    return result, records
+
+
+# -- the rows handed to the verifier ------------------------------------------------------
+
+@pytest.mark.parametrize("rule,K", [("spectr", 3), ("kseq_gbv", 2), ("sd", 1)])
+def test_verifier_rows_equal_uncached_model_calls(models, rule, K):
+    """Every draft row and raw target row equals a direct call of the model on the full
+    prefix (context + draft prefix) without a cache, to 1e-5 (float32)."""
+    target, draft = models
+    sampling, draft_sampling = SamplingConfig(0.8), SamplingConfig(1.3)
+    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=sampling,
+                               draft_sampling=draft_sampling)
+    result, records = run_recorded(engine, 30, seed=3)
+    taus = [r.verdict.tau[0].item() for r in records]
+    # the cache paths: a crop (τ < L) and two pending draft tokens after a bonus (τ = L)
+    assert min(taus) < 4 and max(taus) == 4, taus
+    for rec in records:
+        for k in range(K):
+            block = rec.draft_tokens[k].tolist()
+            for i in range(5):
+                prefix = rec.context + block[:i]
+                want_q = uncached_row(target, prefix, sampling)
+                torch.testing.assert_close(rec.target_probs_raw[k, i], want_q, atol=1e-5, rtol=0)
+                if i < 4:
+                    want_p = uncached_row(draft, prefix, draft_sampling)
+                    torch.testing.assert_close(rec.draft_probs[k, i], want_p, atol=1e-5, rtol=0)
+                    # the draft token was drawn from that very row
+                    assert rec.draft_probs[k, i, block[i]] > 0
+    assert result.target_calls == len(records)
+    assert [t for rec in records for t in rec.emitted][: result.new_tokens] == result.tokens
+
+
+def test_cache_widen_keep_row_matches_uncached(models):
+    """kv.widen / kv.keep_row: after extending 3 rows differently and keeping row 1 cut
+    back, the next logits equal an uncached forward on the kept prefix."""
+    target, _ = models
+    with torch.inference_mode():
+        cache = kv.new_cache(target)
+        target(torch.tensor([PROMPT]), cache=cache, use_cache=True)
+        kv.widen(cache, 3)
+        ext = torch.tensor([[1, 2, 3], [4, 5, 6], [7, 8, 9]])
+        target(ext, cache=cache, use_cache=True)
+        assert kv.cache_length(cache) == len(PROMPT) + 3
+        kv.keep_row(cache, 1, 3, len(PROMPT) + 2)
+        assert kv.cache_length(cache) == len(PROMPT) + 2
+        got = target(torch.tensor([[11]]), cache=cache, use_cache=True).logits[0, -1]
+        want = target(torch.tensor([PROMPT + [4, 5, 11]])).logits[0, -1]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="row"):
+        kv.keep_row(cache, 2, 1, 1)
+    with pytest.raises(ValueError, match="length"):
+        kv.keep_row(cache, 0, 1, 10_000)
+
+
+# -- exact equality with autoregressive sampling ---------------------------------------------
+
+@pytest.mark.parametrize("rule,K", ALL_RULES)
+def test_one_hot_target_reproduces_autoregressive_output(models, rule, K):
+    """Exact construction: the target is processed with top-k = 1, so every target row is
+    one-hot on its argmax; the draft keeps a full distribution (T = 1.5), so drafts are often
+    rejected.  A lossless rule must then emit the target's argmax at every position whatever
+    its coins (any other token has target probability 0), and so do the released SpecTr-GBV
+    variants (their acceptance and residual weights vanish off the target's support).  The
+    output therefore equals plain sampling with top-k = 1 token for token, for any seed; a
+    wrong cache row, crop or stack would change a target row and, soon, the argmax."""
+    target, draft = models
+    greedy = SamplingConfig(1.0, top_k=1)
+    ar = autoregressive_generate(target, PROMPT, 24, greedy, seed=0)
+    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=greedy,
+                               draft_sampling=SamplingConfig(1.5))
+    result, records = run_recorded(engine, 24, seed=7)
+    assert result.tokens == ar.tokens
+    assert any(r.verdict.tau[0].item() < 4 for r in records)  # rejections happened
+    assert torch.all((records[0].target_probs_raw == 0) | (records[0].target_probs_raw == 1))
+
+
+# -- reproducibility, stopping, metrics ------------------------------------------------------
+
+def test_seeded_runs_are_reproducible(models):
+    target, draft = models
+    engine = SpeculativeEngine(target, draft, rule="kseq_gbv", K=2, L=3,
+                               sampling=SamplingConfig(0.9))
+    a = engine.generate(PROMPT, 20, seed=11)
+    b = engine.generate(PROMPT, 20, seed=11)
+    c = engine.generate(PROMPT, 20, seed=12)
+    assert a.tokens == b.tokens and a.taus == b.taus
+    assert a.tokens != c.tokens
+    x = autoregressive_generate(target, PROMPT, 20, SamplingConfig(0.9), seed=5)
+    y = autoregressive_generate(target, PROMPT, 20, SamplingConfig(0.9), seed=5)
+    assert x.tokens == y.tokens
+
+
+@pytest.mark.parametrize("rule,K", [("gbv", 1), ("spectr", 2)])
+def test_max_new_tokens_truncates_the_same_stream(models, rule, K):
+    """The random stream does not depend on max_new_tokens: a short run is a prefix of a
+    long one, cut exactly at the limit."""
+    target, draft = models
+    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=SamplingConfig(1.0))
+    long = engine.generate(PROMPT, 30, seed=4)
+    for n in (1, 6, 7, 13):
+        short = engine.generate(PROMPT, n, seed=4)
+        assert short.tokens == long.tokens[:n]
+        assert short.new_tokens == n and short.stop_reason == "max_new_tokens"
+
+
+def test_eos_stops_after_the_first_eos(models):
+    target, draft = models
+    sampling = SamplingConfig(1.0)
+    free = SpeculativeEngine(target, draft, rule="bv", K=1, L=4, sampling=sampling)
+    long = free.generate(PROMPT, 30, seed=9)
+    eos = long.tokens[6]
+    first = long.tokens.index(eos)
+    stopping = SpeculativeEngine(target, draft, rule="bv", K=1, L=4, sampling=sampling,
+                                 eos_token_ids=[eos])
+    short = stopping.generate(PROMPT, 30, seed=9)
+    assert short.tokens == long.tokens[: first + 1]
+    assert short.stop_reason == "eos"
+    ar_long = autoregressive_generate(target, PROMPT, 30, sampling, seed=9)
+    eos_ar = ar_long.tokens[5]
+    ar = autoregressive_generate(target, PROMPT, 30, sampling, seed=9, eos_token_ids=[eos_ar])
+    assert ar.tokens == ar_long.tokens[: ar_long.tokens.index(eos_ar) + 1]
+    assert ar.stop_reason == "eos"
+
+
+def test_metrics_are_consistent(models):
+    target, draft = models
+    engine = SpeculativeEngine(target, draft, rule="spectr", K=2, L=5, sampling=SamplingConfig(1.0))
+    r = engine.generate(PROMPT, 40, seed=2)
+    assert r.new_tokens == 40
+    assert r.target_calls == len(r.taus)
+    assert r.block_efficiency == pytest.approx(40 / len(r.taus))
+    assert r.mean_accepted == pytest.approx(sum(r.taus) / len(r.taus))
+    assert r.acceptance_rate == pytest.approx(r.mean_accepted / 5)
+    acc = r.per_position_acceptance
+    assert len(acc) == 5 and all(a >= b for a, b in zip(acc, acc[1:]))
+    assert acc[0] == pytest.approx(sum(t >= 1 for t in r.taus) / len(r.taus))
+    # E[τ] = Σ_i P(τ ≥ i)
+    assert sum(acc) == pytest.approx(r.mean_accepted)
+    # every iteration but the truncated last one emitted τ + 1 tokens
+    assert sum(t + 1 for t in r.taus[:-1]) < 40 <= sum(t + 1 for t in r.taus)
+    assert r.peak_rss_bytes > 0 and r.wall_time_s > 0
+    ar = autoregressive_generate(target, PROMPT, 12, SamplingConfig(1.0))
+    assert ar.block_efficiency == 1.0 and ar.target_calls == 12
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+def test_bad_arguments_raise_clear_errors(models):
+    target, draft = models
+    with pytest.raises(ValueError, match="K must"):
+        SpeculativeEngine(target, draft, rule="spectr", K=0, L=3)
+    with pytest.raises(ValueError, match="L must"):
+        SpeculativeEngine(target, draft, rule="spectr", K=2, L=0)
+    with pytest.raises(ValueError, match="single-draft"):
+        SpeculativeEngine(target, draft, rule="bv", K=2, L=3)
+    with pytest.raises(ValueError, match="unknown rule|nosuchrule"):
+        SpeculativeEngine(target, draft, rule="nosuchrule", K=2, L=3)
+    with pytest.raises(ValueError, match="vocabulary"):
+        SpeculativeEngine(target, random_lm(3, vocab=80), rule="sd", K=1, L=3)
+    engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=3)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.generate(PROMPT, 0)
+    with pytest.raises(ValueError, match="prompt"):
+        engine.generate([], 4)
+    for kwargs, name in [({"temperature": 0}, "temperature"), ({"temperature": -1.0}, "temperature"),
+                         ({"temperature": float("nan")}, "temperature"),
+                         ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
+                         ({"top_k": -1}, "top_k")]:
+        with pytest.raises(ValueError, match=name):
+            SamplingConfig(**kwargs)
+
+
+def test_load_verifier_rejects_unknown_rule():
+    with pytest.raises(ValueError):
+        load_verifier("nosuchrule")
+
+
+# -- logits processing -----------------------------------------------------------------------
+
+def test_probabilities_temperature_top_k_top_p():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.2, 0.0]]) + 1e-30)
+    p = probabilities(logits, SamplingConfig(1.0))
+    torch.testing.assert_close(p, torch.tensor([[0.5, 0.3, 0.2, 0.0]]), atol=1e-6, rtol=0)
+    # temperature 0.5 squares the probabilities before renormalising
+    p = probabilities(logits, SamplingConfig(0.5))
+    torch.testing.assert_close(p, torch.tensor([[25, 9, 4, 0]]) / 38.0, atol=1e-6, rtol=0)
+    p = probabilities(logits, SamplingConfig(1.0, top_k=2))
+    torch.testing.assert_close(p, torch.tensor([[0.625, 0.375, 0.0, 0.0]]), atol=1e-6, rtol=0)
+    # transformers' nucleus: drop the tail whose cumulative mass is ≤ 1 − top_p
+    p = probabilities(logits, SamplingConfig(1.0, top_p=0.7))
+    torch.testing.assert_close(p, torch.tensor([[0.625, 0.375, 0.0, 0.0]]), atol=1e-6, rtol=0)
+    p = probabilities(logits, SamplingConfig(1.0, top_p=0.85))
+    torch.testing.assert_close(p, torch.tensor([[0.5, 0.3, 0.2, 0.0]]), atol=1e-6, rtol=0)
+    p = probabilities(logits.to(torch.bfloat16).expand(2, 3, 4), SamplingConfig(1.0, top_k=1))
+    assert p.dtype == torch.float32 and p.shape == (2, 3, 4)
+    assert torch.equal(p[..., 0], torch.ones(2, 3))
+
+
+def test_sampling_config_generate_kwargs_turn_transformers_defaults_off():
+    assert SamplingConfig(0.7).generate_kwargs() == {
+        "do_sample": True, "temperature": 0.7, "top_k": 0, "top_p": 1.0}
+    assert SamplingConfig(0.4, top_k=20, top_p=0.9).generate_kwargs()["top_k"] == 20
