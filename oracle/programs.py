@@ -28,8 +28,11 @@ solves the literal program over ordered tuples (same optimum; tests check both).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 
@@ -195,12 +198,28 @@ def _expand_to_ordered(
 # ---------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _stdout_to_devnull():
+    """Silence file descriptor 1: the HiGHS library prints a banner on its first use in a
+    process, which no cvxpy option stops, and it would corrupt ``--json`` output."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | None):
     opts = dict(opts)
     if time_limit is not None:
         opts["time_limit"] = float(time_limit)
     try:
-        problem.solve(solver=solver, **opts)
+        with _stdout_to_devnull():
+            problem.solve(solver=solver, **opts)
     except cp.error.SolverError as exc:
         return f"solver_error: {exc}", None
     stats = problem.solver_stats
