@@ -52,6 +52,15 @@ def perturbed(model, seed: int, scale: float = 0.3):
     return draft
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """These models are tiny: one thread avoids oversubscription on a shared machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def models():
     target = random_lm(1)

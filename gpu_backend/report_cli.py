@@ -1,0 +1,210 @@
+"""``spectr-gbv report``: the main job — claims, certification and a short benchmark in one
+markdown report.
+
+Parts, each run even when an earlier one failed:
+1. ``spectr-gbv prove --quick`` (proofs_check): the papers' claims checked numerically.  A
+   claim verdict "fails" is a finding about a paper, not a failure of the part; the part fails
+   when the command cannot run or exits non-zero.
+2. ``spectr-gbv certify`` (gpu_backend.certify_cli, the torch verifiers against the oracle),
+   with ``--quick`` when it takes it; the part fails on a non-zero exit status.
+3. A short benchmark (``gpu_backend.bench``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
+   T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
+   It fails when it cannot run or when the peak RSS reaches 8 GB; the performance targets are
+   reported (met / not met) but a few prompts are too noisy to fail on them.
+
+A part whose command is not installed is reported as "not available" and counts as not
+passed.  Exit status: 0 when every part passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+
+PEAK_RSS_LIMIT_GB = 8.0
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="the main job: prove --quick, certify, and a short benchmark, in one markdown report",
+        description="Runs the claim checks, the certification of the torch verifiers and a short "
+        "benchmark; writes DIR/REPORT.md with the tables and plots.  Exit status 0 only when every "
+        "part passed.",
+    )
+    p.add_argument("--out", default="report", help="output folder (default ./report)")
+    p.add_argument("--prompts", type=int, default=3, help="benchmark prompts (default 3)")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "bench"],
+                   help="parts to leave out (reported as skipped, not as passed)")
+    p.add_argument("--target", default="target")
+    p.add_argument("--draft", default="draft")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--threads", type=int, default=None)
+    p.set_defaults(func=run)
+
+
+@dataclass
+class Part:
+    """One part's outcome: status is "passed", "failed", "not available" or "skipped"."""
+
+    name: str
+    status: str
+    seconds: float
+    body: str
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+def run_subcommand(candidates: list[list[str]]) -> tuple[str, int | None, str]:
+    """Run a ``spectr-gbv`` sub-command in this process.
+
+    Args:
+        candidates: argument lists tried in order; the first one the parser accepts runs
+            (e.g. with ``--quick``, then without).
+    Returns:
+        (status, exit code, captured stdout + stderr); status "not available" when the
+        sub-command's module is missing or no candidate parses, "error" on an exception.
+    """
+    import spectr_gbv_cli
+
+    parser = spectr_gbv_cli.build_parser()
+    args = None
+    for argv in candidates:
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                args = parser.parse_args(argv)
+            break
+        except SystemExit:
+            continue
+    if args is None:
+        return "not available", None, f"none of {candidates} is accepted by the installed CLI"
+    if getattr(args.func, "__name__", "") == "run" and args.func.__module__ == "spectr_gbv_cli":
+        return "not available", None, "module not installed"
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = int(args.func(args) or 0)
+    except Exception:  # a part's failure must not stop the others
+        return "error", None, out.getvalue() + traceback.format_exc()
+    text = out.getvalue()
+    if "unavailable" in text and code == 2:
+        return "not available", code, text
+    return "ran", code, text
+
+
+def _tail(text: str, lines: int = 60) -> str:
+    kept = text.strip().splitlines()[-lines:]
+    return "```\n" + "\n".join(kept) + "\n```" if kept else "(no output)"
+
+
+def prove_part(out_dir: str) -> Part:
+    start = time.perf_counter()
+    md = os.path.join(out_dir, "prove.md")
+    status, code, text = run_subcommand([["prove", "--quick", "--markdown", md]])
+    seconds = time.perf_counter() - start
+    if status == "ran" and code == 0 and os.path.isfile(md):
+        with open(md) as fh:
+            body = fh.read().split("\n", 1)[1]  # drop its top-level title
+        return Part("prove --quick", "passed", seconds, body)
+    return Part("prove --quick", "failed" if status in ("ran", "error") else status, seconds,
+                f"exit status {code}\n\n{_tail(text)}")
+
+
+def certify_part(out_dir: str) -> Part:
+    start = time.perf_counter()
+    md = os.path.join(out_dir, "certify.md")
+    status, code, text = run_subcommand([["certify", "--quick", "--markdown", md],
+                                         ["certify", "--quick"], ["certify"]])
+    seconds = time.perf_counter() - start
+    body = ""
+    if os.path.isfile(md):
+        with open(md) as fh:
+            body = fh.read() + "\n\n"
+    body += _tail(text)
+    if status == "ran":
+        return Part("certify", "passed" if code == 0 else "failed", seconds,
+                    f"exit status {code}\n\n{body}")
+    return Part("certify", "failed" if status == "error" else status, seconds, body)
+
+
+def bench_part(args, out_dir: str) -> Part:
+    start = time.perf_counter()
+    try:
+        from .bench import BenchConfig, markdown_table, run_bench, write_bar_plot
+        from .bench_cli import set_threads
+
+        set_threads(args.threads)
+        config = BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens,
+                             target=args.target, draft=args.draft, dtype=args.dtype)
+        result = run_bench(config, progress=sys.stderr.isatty())
+        plot = write_bar_plot(result.rows, os.path.join(out_dir, "plots"))
+        rows = {r["method"]: r for r in result.rows}
+        peak = max(r["peak_rss_gb"] for r in result.rows)
+        checks = targets(rows, peak)
+        lines = [
+            f"{result.meta['models']}; {config.dataset}, {result.meta['prompts']} prompts, "
+            f"{config.max_new_tokens} new tokens, T = {config.temperature}, K = {config.K}, "
+            f"L = {config.L}.  Machine: {result.meta['machine']}.  {result.meta['date']}.",
+            "", markdown_table(result.rows), "",
+            f"![block efficiency and speedup ratio](plots/{os.path.basename(plot)})", "",
+            "| target | value | met |", "|---|---|---|",
+        ]
+        lines += [f"| {name} | {value} | {'yes' if ok else '**no**'} |" for name, value, ok in checks]
+        lines += ["", "Medians over prompts.  Only the memory limit decides this part's status; "
+                  "the speed targets need the full benchmark (benchmarks/RESULTS.md) to be judged."]
+        status = "passed" if peak < PEAK_RSS_LIMIT_GB else "failed"
+        return Part("bench (short)", status, time.perf_counter() - start, "\n".join(lines))
+    except Exception:
+        return Part("bench (short)", "failed", time.perf_counter() - start,
+                    _tail(traceback.format_exc()))
+
+
+def targets(rows: dict, peak_gb: float) -> list[tuple[str, str, bool]]:
+    """The benchmark targets of issue 6 as (name, value, met) triples."""
+    def get(method, key):
+        return rows[method][key] if method in rows else float("nan")
+
+    sr_kseq, sr_hf = get("kseq_gbv", "speedup_ratio"), get("hf_assisted", "speedup_ratio")
+    be_sd, be_bv = get("sd", "block_efficiency"), get("bv", "block_efficiency")
+    return [
+        ("K-SEQ-GBV speedup ratio ≥ 1.4", f"{sr_kseq:.2f}", sr_kseq >= 1.4),
+        ("K-SEQ-GBV speedup ratio ≥ hf_assisted's", f"{sr_kseq:.2f} vs {sr_hf:.2f}", sr_kseq >= sr_hf),
+        ("block efficiency SD ≤ BV", f"{be_sd:.2f} vs {be_bv:.2f}", be_sd <= be_bv),
+        (f"peak RSS < {PEAK_RSS_LIMIT_GB:g} GB", f"{peak_gb:.2f} GB", peak_gb < PEAK_RSS_LIMIT_GB),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    os.makedirs(args.out, exist_ok=True)
+    parts = []
+    for name, fn in (("prove", lambda: prove_part(args.out)),
+                     ("certify", lambda: certify_part(args.out)),
+                     ("bench", lambda: bench_part(args, args.out))):
+        if name in args.skip:
+            parts.append(Part(name, "skipped", 0.0, "skipped on request"))
+            continue
+        print(f"report: running {name} ...", file=sys.stderr, flush=True)
+        part = fn()
+        print(f"report: {name}: {part.status} ({part.seconds:.0f} s)", file=sys.stderr, flush=True)
+        parts.append(part)
+    ok = all(p.passed for p in parts)
+    lines = ["# spectr-gbv report", "",
+             f"Overall: **{'PASSED' if ok else 'NOT PASSED'}**", "",
+             "| part | status | seconds |", "|---|---|---|"]
+    lines += [f"| {p.name} | {p.status} | {p.seconds:.0f} |" for p in parts]
+    for p in parts:
+        lines += ["", f"## {p.name}: {p.status}", "", p.body]
+    path = os.path.join(args.out, "REPORT.md")
+    with open(path, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print(f"wrote {path}; overall {'passed' if ok else 'NOT passed'}")
+    return 0 if ok else 1

@@ -1,0 +1,127 @@
+"""gpu_backend.bench / bench_cli / report_cli plumbing on small random models (no downloads)."""
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("matplotlib")
+
+from gpu_backend import bench  # noqa: E402
+from gpu_backend.bench import BenchConfig, ModelPair, Setting, run_bench, settings  # noqa: E402
+
+from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def pair():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    target = random_lm(1)
+    yield ModelPair(target, perturbed(target, 2), tokenizer=None, eos=frozenset(), description="random")
+    torch.set_num_threads(threads)
+
+
+def test_settings_share_points_and_keep_single_draft_rules_at_K1():
+    config = BenchConfig(methods=("ar", "sd", "kseq_gbv", "hf_assisted"), K=3, L=4,
+                         temperature=0.7, sweeps=("none", "K", "T"), K_values=(1, 3),
+                         T_values=(0.4, 0.7))
+    plan = settings(config)
+    assert plan[Setting("kseq_gbv", 3, 4, 0.7)] == {"none", "K", "T"}
+    assert Setting("kseq_gbv", 1, 4, 0.7) in plan
+    assert plan[Setting("ar", 1, 0, 0.7)] == {"none", "K", "T"}
+    assert Setting("ar", 1, 0, 0.4) in plan
+    assert all(s.K == 1 for s in plan if s.method in ("ar", "sd", "hf_assisted"))
+    # ar K=1 at 0.4 and 0.7; sd, hf at 0.4, 0.7; kseq_gbv at (K=1, 0.7), (3, 0.7), (3, 0.4)
+    assert len(plan) == 2 + 2 + 2 + 3
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(ValueError, match="sweep"):
+        BenchConfig(sweeps=("X",)).check()
+    with pytest.raises(ValueError, match="'ar'"):
+        BenchConfig(methods=("sd",)).check()
+    with pytest.raises(ValueError, match="K must"):
+        BenchConfig(K=0).check()
+    with pytest.raises(ValueError, match="temperature"):
+        BenchConfig(T_values=(0.0,)).check()
+
+
+def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
+    config = BenchConfig(prompts=2, max_new_tokens=10, K=2, L=3, temperature=0.9,
+                         sweeps=("none", "K", "L", "T"), K_values=(1, 2), L_values=(2, 3),
+                         T_values=(0.6, 0.9), warmup=True, dataset="random")
+    result = run_bench(config, pair=pair, prompt_ids=[PROMPT, PROMPT[::-1]], progress=False)
+    main = {r["method"]: r for r in result.rows if r["sweep"] == "none"}
+    assert set(main) == set(bench.METHODS)
+    for r in result.rows:
+        for key in ("method", "dataset", "K", "L", "temperature", "block_efficiency",
+                    "speedup_ratio", "tokens_per_second", "mean_accepted"):
+            assert key in r
+        assert r["n_prompts"] == 2 and r["dataset"] == "random"
+    assert main["ar"]["speedup_ratio"] == 1.0 and main["ar"]["block_efficiency"] == 1.0
+    assert all(main[m]["K"] == 1 for m in ("sd", "bv", "gbv", "hf_assisted"))
+    assert main["kseq_gbv"]["K"] == 2 and main["kseq_gbv"]["L"] == 3
+    for m in ("sd", "kseq_gbv", "hf_assisted"):
+        assert 1.0 <= main[m]["block_efficiency"] <= 4.0
+    # runs: every setting once per prompt; BE and SR of a run follow from its own counts
+    assert len(result.runs) == 2 * len(settings(config))
+    for run in result.runs:
+        assert run["block_efficiency"] == pytest.approx(run["new_tokens"] / run["target_calls"])
+    json.dumps(result.rows)
+    text = bench.to_markdown(result, "spectr-gbv bench --test")
+    assert "| method | K | L | T |" in text and "Sweep over K" in text and "Sweep over T" in text
+    paths = bench.write_plots(result.rows, str(tmp_path / "plots"))
+    paths.append(bench.write_bar_plot(result.rows, str(tmp_path / "plots")))
+    assert len(paths) == 4
+    for path in paths:
+        with open(path, "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_cli_arguments():
+    import argparse
+
+    from gpu_backend import bench_cli
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers()
+    bench_cli.register(sub)
+    args = parser.parse_args(["bench", "--sweep", "all", "--K", "3", "1", "5", "--L", "6",
+                              "--temperature", "0.4", "--methods", "ar", "kseq_gbv"])
+    config = bench_cli.config_from_args(args)
+    assert config.sweeps == ("none", "K", "L", "T")
+    assert (config.K, config.K_values, config.L, config.temperature) == (3, (3, 1, 5), 6, 0.4)
+    assert config.L_values == bench.SWEEP_VALUES["L"]
+    assert config.methods == ("ar", "kseq_gbv")
+    quick = bench_cli.config_from_args(parser.parse_args(["bench", "--quick", "--sweep", "K"]))
+    assert (quick.prompts, quick.max_new_tokens, quick.sweeps) == (2, 32, ("none",))
+    with pytest.raises(ValueError, match="top_p"):
+        bench_cli.config_from_args(parser.parse_args(["bench", "--top-p", "1.5"]))
+
+
+def test_report_targets_and_skipped_parts(tmp_path):
+    from gpu_backend import report_cli
+
+    rows = {"kseq_gbv": {"speedup_ratio": 1.5, "block_efficiency": 3.0},
+            "hf_assisted": {"speedup_ratio": 1.6, "block_efficiency": 2.0},
+            "sd": {"block_efficiency": 2.0}, "bv": {"block_efficiency": 2.1}}
+    checks = {name: ok for name, _, ok in report_cli.targets(rows, 5.0)}
+    assert checks == {"K-SEQ-GBV speedup ratio ≥ 1.4": True,
+                      "K-SEQ-GBV speedup ratio ≥ hf_assisted's": False,
+                      "block efficiency SD ≤ BV": True, "peak RSS < 8 GB": True}
+    import spectr_gbv_cli
+
+    out = tmp_path / "rep"
+    code = spectr_gbv_cli.main(["report", "--out", str(out), "--skip", "prove", "certify", "bench"])
+    assert code == 1  # skipped parts are not passed parts
+    text = (out / "REPORT.md").read_text()
+    assert "NOT PASSED" in text and "| certify | skipped |" in text
+
+
+def test_report_subcommand_runner_reports_missing_commands():
+    from gpu_backend.report_cli import run_subcommand
+
+    status, code, text = run_subcommand([["nosuchcommand"]])
+    assert status == "not available" and code is None
