@@ -1,0 +1,53 @@
+"""Base class of the batched verifiers: validation + noise, then the rule's ``decide``."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from .batch import BatchVerdict, PreparedBatch, prepare
+from .noise import Noise, make_noise
+
+
+class Verifier(ABC):
+    """A batched rule with the contract of gpu_backend.verifiers (module doc).
+
+    Subclasses set ``name``, ``single_draft``, ``modifies_targets`` and implement ``decide``,
+    which must not synchronise with the host (no .item(), .tolist(), nonzero(), shape-changing
+    boolean indexing or Python branching on tensor values) and may loop in Python only over
+    the static sizes K and L.
+    """
+
+    name: str = ""
+    single_draft: bool = False
+    modifies_targets: bool = False
+
+    def __call__(self, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=None,
+                 validate: bool = True) -> BatchVerdict:
+        """Verify B iterations at once.
+
+        Args:
+            draft_tokens: int [B, K, L].
+            draft_probs: float64/float32/bfloat16 [B, K, L, V], p(· | c, X^(k)_<i).
+            target_probs: same dtype [B, K, L+1, V], q(· | c, X^(k)_<i); row L = bonus row.
+            seeds: int64 [B], per-row seeds (row b's randomness depends on seeds[b] alone).
+            noise: (uniforms float64 [B, K, L+1] in (0, 1], exponentials float64 [B, V] > 0),
+                explicit noise with the conventions of reference.randomness.MatchedSource.
+            validate: value checks of the inputs (synchronise); False for the engine's hot path.
+        Returns:
+            BatchVerdict on the inputs' device.
+        Raises:
+            ValueError: malformed inputs, naming the argument (batch.check_shapes,
+                batch.check_values, noise.make_noise); K ≠ 1 for a single-draft rule.
+        """
+        batch = prepare(draft_tokens, draft_probs, target_probs, validate=validate,
+                        single_draft=self.single_draft, rule_name=self.name)
+        nz = make_noise(batch.B, batch.K, batch.L, batch.V, batch.device, batch.dtype,
+                        seeds=seeds, noise=noise, validate=validate)
+        return self.decide(batch, nz)
+
+    @abstractmethod
+    def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
+        """The rule on prepared inputs and noise."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

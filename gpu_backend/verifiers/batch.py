@@ -1,0 +1,396 @@
+"""The batched verifier contract: inputs, validation, derived joints, and the BatchVerdict.
+
+DESIGN.md "The verifier contract" with a leading batch axis B:
+
+    draft_tokens  int   [B, K, L]
+    draft_probs   float [B, K, L, V]     p(· | c, X^(k)_<i)
+    target_probs  float [B, K, L+1, V]   q(· | c, X^(k)_<i); row L is the bonus row
+
+Precision.  Inputs may be float64, float32 or bfloat16 (both tensors the same dtype).  Work
+over the vocabulary axis is done in float64 for float64 inputs and in float32 otherwise;
+everything per sub-block (joints, acceptance probabilities h, ρ) is float64, and the joints of
+sub-blocks are kept as log-probabilities (``lp``, ``lq``) so that L = 16 blocks of tiny
+probabilities do not underflow.
+
+Normalisation tolerance (|Σ_x row − 1| allowed by validation), by input dtype:
+    float64   1e-5   (the reference's NORMALISATION_ATOL)
+    float32   1e-4   (a float32 softmax sums to 1 within ~1e-6; margin for models that
+                      normalise in lower precision and cast)
+    bfloat16  1e-2   (rounding to bfloat16 moves each entry by up to 2^-9 of itself, so a row
+                      can sum to 1 ± 2e-3); bfloat16 rows are RENORMALISED in float32 (each
+                      row divided by its float32 sum) before use, so the law is the exact law
+                      of the renormalised rows.  float32/float64 rows are used as given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+ROW_SUM_ATOL = {torch.float64: 1e-5, torch.float32: 1e-4, torch.bfloat16: 1e-2}
+SUPPORTED_DTYPES = tuple(ROW_SUM_ATOL)
+
+MODIFICATION_KINDS = ("excess", "spectr_gbv")
+
+
+@dataclass
+class BatchModification:
+    """Algorithm 2's record for each batch row (SPEC.md §3; reference/verdict.py Modification).
+
+    Attributes:
+        kind: "excess" (w = (q − ρ·p)_+; GBV, K-SEQ-GBV) or "spectr_gbv" (w = q·(1 − m)^K,
+            m = min(1, p/q); SpecTr-GBV with Algorithm 2).
+        K: number of drafts (used by "spectr_gbv").
+        rho: float64 [B], the scale ρ of "excess" (1 for GBV and for "spectr_gbv").
+        log_q_joint: float64 [B], log of the target joint of the emitted tokens (accepted
+            prefix + correction) counted from the window start, under the target handed in.
+            -inf where not ``active``.
+        log_p_joint: float64 [B], the same under the draft; -inf where not ``active``.
+        active: bool [B], τ < L: the rows whose later window positions must use the modified
+            target (τ = L rows emitted a bonus and carry no modification, like the reference's
+            Verdict with modification None).
+    """
+
+    kind: str
+    K: int
+    rho: torch.Tensor
+    log_q_joint: torch.Tensor
+    log_p_joint: torch.Tensor
+    active: torch.Tensor
+
+    def _rho_like(self, x: torch.Tensor) -> torch.Tensor:
+        rho = self.rho.to(device=x.device, dtype=torch.float64)
+        return rho.reshape(rho.shape + (1,) * (x.dim() - 1))
+
+    def log_weights(self, log_q_joint: torch.Tensor, log_p_joint: torch.Tensor) -> torch.Tensor:
+        """log w(z) from the log joints of z (e.g. [B, V]: z = s·x for every next token x).
+
+        Args:
+            log_q_joint, log_p_joint: float tensors [B, ..., V] of the same shape (row b uses
+                this record's ρ[b]); -inf allowed (probability 0), NaN not.
+        Returns:
+            float64 tensor of the same shape; -inf where w = 0.  Never NaN.
+        Source: reference/verdict.py Modification.weights; SPEC.md §2.4-§2.6, §3.
+        """
+        lq = log_q_joint.to(torch.float64)
+        lp = log_p_joint.to(torch.float64)
+        neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=lq.device)
+        if self.kind == "excess":
+            # w = q·(1 − ρp/q)_+ ; d = log(ρp/q) < 0 where w > 0
+            d = torch.log(self._rho_like(lq)) + lp - lq
+        elif self.kind == "spectr_gbv":
+            # w = q·(1 − p/q)^K where p < q, else 0
+            d = lp - lq
+        else:
+            raise ValueError(f"unknown modification kind {self.kind!r}")
+        positive = (d < 0) & (lq > float("-inf"))
+        d_safe = torch.where(positive, d, torch.full_like(d, -1.0))
+        tail = torch.log(-torch.expm1(d_safe))  # log(1 − e^d), stable for d near 0 and −∞
+        if self.kind == "spectr_gbv":
+            tail = tail * self.K
+        return torch.where(positive, lq + tail, neg_inf)
+
+    def weights(self, log_q_joint: torch.Tensor, log_p_joint: torch.Tensor) -> torch.Tensor:
+        """w(z) = exp(log_weights(...)), float64, non-negative, never NaN (see ``log_weights``).
+
+        It underflows to 0 for joints below ~1e-308; normalise ``log_weights`` instead when the
+        joints can be that small (long windows).
+        """
+        return torch.exp(self.log_weights(log_q_joint, log_p_joint))
+
+
+@dataclass
+class BatchVerdict:
+    """The outcomes of B verifications (reference/verdict.py Verdict, batched).
+
+    Attributes:
+        tau: int64 [B], accepted draft tokens τ ∈ [0, L].
+        selected: int64 [B], the draft whose first τ tokens were emitted, -1 where τ = 0.
+        tokens: int64 [B, L+1], emitted tokens (τ accepted + correction or bonus), padded with -1.
+        num_emitted: int64 [B], τ + 1.
+        modification: BatchModification for greedy rules with Algorithm 2 on, else None.
+    """
+
+    tau: torch.Tensor
+    selected: torch.Tensor
+    tokens: torch.Tensor
+    num_emitted: torch.Tensor
+    modification: BatchModification | None = None
+
+
+@dataclass
+class PreparedBatch:
+    """One batch of validated inputs and the derived per-sub-block quantities.
+
+    Attributes:
+        tokens: int64 [B, K, L].
+        dp: [B, K, L, V] draft rows in the work dtype (float64 or float32).
+        tp: [B, K, L+1, V] target rows in the work dtype.
+        p_step: float64 [B, K, L], p(X^(k)_i | c, X^(k)_<i) (0-based i).
+        q_step: float64 [B, K, L], q of the same tokens.
+        lp: float64 [B, K, L+1], log p(X^(k)_≤i) (lp[..., 0] = 0).
+        lq: float64 [B, K, L+1], log q(X^(k)_≤i); -inf once a token has target probability 0.
+    """
+
+    tokens: torch.Tensor
+    dp: torch.Tensor
+    tp: torch.Tensor
+    p_step: torch.Tensor
+    q_step: torch.Tensor
+    lp: torch.Tensor
+    lq: torch.Tensor
+
+    @property
+    def B(self) -> int:
+        return self.tokens.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.tokens.shape[1]
+
+    @property
+    def L(self) -> int:
+        return self.tokens.shape[2]
+
+    @property
+    def V(self) -> int:
+        return self.dp.shape[3]
+
+    @property
+    def device(self) -> torch.device:
+        return self.tokens.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.dp.dtype
+
+
+def check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int, int, int]:
+    """Shape, dtype and device checks (metadata only: no host synchronisation).
+
+    Returns:
+        (B, K, L, V).
+    Raises:
+        ValueError: naming the argument: not a tensor, wrong number of dimensions, K < 1,
+            L < 1, B < 1, V < 1, shape or vocabulary mismatch, unsupported or mismatched
+            dtypes, tensors on different devices.
+    """
+    for name, t in (("draft_tokens", draft_tokens), ("draft_probs", draft_probs),
+                    ("target_probs", target_probs)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if draft_tokens.dim() != 3:
+        raise ValueError(f"draft_tokens must have shape [B, K, L], got {tuple(draft_tokens.shape)}")
+    if draft_tokens.dtype.is_floating_point or draft_tokens.dtype.is_complex or draft_tokens.dtype == torch.bool:
+        raise ValueError(f"draft_tokens must hold integer token ids, got dtype {draft_tokens.dtype}")
+    B, K, L = draft_tokens.shape
+    if B < 1:
+        raise ValueError(f"draft_tokens: batch size B must be >= 1, got B = {B}")
+    if K < 1:
+        raise ValueError(f"draft_tokens: K must be >= 1, got K = {K}")
+    if L < 1:
+        raise ValueError(f"draft_tokens: L must be >= 1, got L = {L}")
+    if draft_probs.dim() != 4 or tuple(draft_probs.shape[:3]) != (B, K, L):
+        raise ValueError(f"draft_probs must have shape [B, K, L, V] = [{B}, {K}, {L}, V], "
+                         f"got {tuple(draft_probs.shape)}")
+    if target_probs.dim() != 4 or tuple(target_probs.shape[:3]) != (B, K, L + 1):
+        raise ValueError(f"target_probs must have shape [B, K, L+1, V] = [{B}, {K}, {L + 1}, V], "
+                         f"got {tuple(target_probs.shape)}")
+    V = draft_probs.shape[3]
+    if V < 1:
+        raise ValueError("draft_probs: empty vocabulary (V = 0)")
+    if target_probs.shape[3] != V:
+        raise ValueError(f"vocabulary mismatch: draft_probs has V = {V}, "
+                         f"target_probs has V = {target_probs.shape[3]}")
+    for name, t in (("draft_probs", draft_probs), ("target_probs", target_probs)):
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise ValueError(f"{name}: dtype {t.dtype} not supported (float64, float32, bfloat16)")
+    if draft_probs.dtype != target_probs.dtype:
+        raise ValueError(f"draft_probs ({draft_probs.dtype}) and target_probs "
+                         f"({target_probs.dtype}) must have the same dtype")
+    for name, t in (("draft_probs", draft_probs), ("target_probs", target_probs)):
+        if t.device != draft_tokens.device:
+            raise ValueError(f"{name} is on {t.device}, draft_tokens on {draft_tokens.device}")
+    return B, K, L, V
+
+
+def _first_index(mask: torch.Tensor) -> tuple[int, ...]:
+    return tuple(int(i) for i in torch.nonzero(mask)[0].tolist())
+
+
+def check_rows(probs: torch.Tensor, name: str) -> None:
+    """Value checks of probability rows (synchronises; outside the hot path).
+
+    Raises:
+        ValueError: naming ``name`` and the first offending row: NaN/inf, negative entries,
+            an all-zero row, a row sum off 1 by more than ROW_SUM_ATOL[dtype].
+    """
+    finite = torch.isfinite(probs)
+    if not bool(finite.all()):
+        raise ValueError(f"{name}: contains NaN or infinite values "
+                         f"(first at index {_first_index(~finite)})")
+    negative = probs < 0
+    if bool(negative.any()):
+        raise ValueError(f"{name}: contains negative probabilities "
+                         f"(first at index {_first_index(negative)})")
+    sums = probs.sum(-1, dtype=torch.float64)
+    zero = sums == 0
+    if bool(zero.any()):
+        raise ValueError(f"{name}: row {_first_index(zero)} is all zero (no probability mass)")
+    atol = ROW_SUM_ATOL[probs.dtype]
+    bad = (sums - 1.0).abs() > atol
+    if bool(bad.any()):
+        where = _first_index(bad)
+        raise ValueError(f"{name}: probabilities are not normalised: row {where} sums to "
+                         f"{float(sums[where]):.6g} (tolerance {atol:g} for {probs.dtype})")
+
+
+def check_values(draft_tokens, draft_probs, target_probs) -> None:
+    """Value checks: token ids in [0, V), rows valid, draft probability of each draft token > 0.
+
+    Raises:
+        ValueError: naming the argument (see ``check_rows``).
+    """
+    V = draft_probs.shape[3]
+    out = (draft_tokens < 0) | (draft_tokens >= V)
+    if bool(out.any()):
+        where = _first_index(out)
+        raise ValueError(f"draft_tokens{list(where)} = {int(draft_tokens[where])} outside "
+                         f"[0, V) with V = {V}")
+    check_rows(draft_probs, "draft_probs")
+    check_rows(target_probs, "target_probs")
+    chosen = torch.gather(draft_probs, 3, draft_tokens.long().unsqueeze(-1)).squeeze(-1)
+    zero = chosen <= 0
+    if bool(zero.any()):
+        where = _first_index(zero)
+        raise ValueError(f"draft_tokens{list(where)} = {int(draft_tokens[where])} has draft "
+                         "probability 0 in draft_probs: it cannot have been drawn from it")
+
+
+def _work_rows(probs: torch.Tensor) -> torch.Tensor:
+    if probs.dtype == torch.bfloat16:
+        rows = probs.float()
+        # bfloat16 rows miss 1 by up to ~2e-3; renormalise so the rules see distributions.
+        return rows / rows.sum(-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+    return probs
+
+
+def prepare(draft_tokens, draft_probs, target_probs, *, validate: bool = True,
+            single_draft: bool = False, rule_name: str = "") -> PreparedBatch:
+    """Validate (optionally) and compute the per-sub-block quantities of one batch.
+
+    Args:
+        draft_tokens: int [B, K, L].
+        draft_probs: float64/float32/bfloat16 [B, K, L, V].
+        target_probs: same dtype [B, K, L+1, V].
+        validate: run the value checks (they synchronise); shape checks always run.
+        single_draft: the rule needs K = 1.
+        rule_name: for the K = 1 error message.
+    Returns:
+        PreparedBatch.
+    Raises:
+        ValueError: see ``check_shapes`` and ``check_values``; K ≠ 1 for a single-draft rule.
+    """
+    B, K, L, V = check_shapes(draft_tokens, draft_probs, target_probs)
+    if single_draft and K != 1:
+        raise ValueError(f"rule {rule_name!r} is single-draft: draft_tokens must have K = 1, got K = {K}")
+    if validate:
+        check_values(draft_tokens, draft_probs, target_probs)
+    tokens = draft_tokens.long()
+    dp = _work_rows(draft_probs)
+    tp = _work_rows(target_probs)
+    idx = tokens.unsqueeze(-1)
+    p_step = torch.gather(dp, 3, idx).squeeze(-1).double()
+    q_step = torch.gather(tp[:, :, :L], 3, idx).squeeze(-1).double()
+    zero = torch.zeros(B, K, 1, dtype=torch.float64, device=tokens.device)
+    lp = torch.cat([zero, torch.cumsum(torch.log(p_step), dim=2)], dim=2)
+    lq = torch.cat([zero, torch.cumsum(torch.log(q_step), dim=2)], dim=2)
+    return PreparedBatch(tokens, dp, tp, p_step, q_step, lp, lq)
+
+
+# -- helpers shared by the rules ---------------------------------------------------------------
+
+def batch_index(batch: PreparedBatch) -> torch.Tensor:
+    return torch.arange(batch.B, device=batch.device)
+
+
+def gather_rows(rows: torch.Tensor, k: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
+    """rows[b, k[b], i[b], :] for every b ([B, K, N, V] → [B, V]); i is clamped to [0, N)."""
+    b = torch.arange(rows.shape[0], device=rows.device)
+    return rows[b, k, i.clamp(0, rows.shape[2] - 1)]
+
+
+def emitted_tokens(batch: PreparedBatch, row: torch.Tensor, tau: torch.Tensor,
+                   last: torch.Tensor) -> torch.Tensor:
+    """[B, L+1]: the first τ tokens of draft ``row``, then ``last``, then -1 padding."""
+    b = batch_index(batch)
+    prefix = batch.tokens[b, row]  # [B, L]
+    prefix = torch.cat([prefix, torch.zeros_like(prefix[:, :1])], dim=1)
+    pos = torch.arange(batch.L + 1, device=batch.device).unsqueeze(0)
+    tau = tau.unsqueeze(1)
+    out = torch.where(pos < tau, prefix, torch.full_like(prefix, -1))
+    return torch.where(pos == tau, last.unsqueeze(1), out)
+
+
+def make_verdict(batch: PreparedBatch, tau: torch.Tensor, selected: torch.Tensor,
+                 row: torch.Tensor, last: torch.Tensor,
+                 modification: BatchModification | None = None) -> BatchVerdict:
+    """Assemble the BatchVerdict (``row``: the draft whose prefix is emitted, ≥ 0)."""
+    tokens = emitted_tokens(batch, row, tau, last)
+    return BatchVerdict(tau, selected, tokens, tau + 1, modification)
+
+
+def modification_record(batch: PreparedBatch, kind: str, rho: torch.Tensor, row: torch.Tensor,
+                        tau: torch.Tensor, last: torch.Tensor, q_row: torch.Tensor,
+                        p_row: torch.Tensor) -> BatchModification:
+    """Joints of the emitted tokens: log q(X^(row)_≤τ) + log q(last | ·), and the same for p.
+
+    ``q_row``/``p_row`` are the [B, V] rows at position τ of draft ``row`` (unscaled); rows with
+    τ = L get -inf (not active).
+    """
+    b = batch_index(batch)
+    active = tau < batch.L
+    q_last = torch.gather(q_row, 1, last.unsqueeze(1)).squeeze(1).double()
+    p_last = torch.gather(p_row, 1, last.unsqueeze(1)).squeeze(1).double()
+    neg_inf = torch.full_like(q_last, float("-inf"))
+    log_q = torch.where(active, batch.lq[b, row, tau] + torch.log(q_last), neg_inf)
+    log_p = torch.where(active, batch.lp[b, row, tau] + torch.log(p_last), neg_inf)
+    return BatchModification(kind, batch.K, rho.to(torch.float64), log_q, log_p, active)
+
+
+# Elements per chunk of the vocabulary reductions: bounds the temporaries (B·K·L·V floats can
+# be ~1 GB at V = 151,936) and keeps them near cache.
+CHUNK_ELEMENTS = 1 << 20
+
+
+def reduce_rows(fn, rows: tuple[torch.Tensor, ...], coeffs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+    """Σ over the vocabulary of ``fn`` applied to [B, K, N, V] row stacks, in chunks.
+
+    Args:
+        fn: (row_1, ..., coeff_1, ...) → [c, N] sums, with rows [c, N, V] in the work dtype and
+            coefficients [c, N, 1] in the work dtype.
+        rows: tensors [B, K, N, V] (views allowed when B and K can be merged).
+        coeffs: float64 tensors [B, K, N], per-row coefficients.
+    Returns:
+        float64 [B, K, N].
+    """
+    B, K, N, V = rows[0].shape
+    flat = [r.reshape(B * K, N, V) for r in rows]
+    cf = [c.reshape(B * K, N, 1).to(rows[0].dtype) for c in coeffs]
+    step = max(1, CHUNK_ELEMENTS // max(1, N * V))
+    parts = []
+    for s in range(0, B * K, step):
+        parts.append(fn(*(r[s:s + step] for r in flat), *(c[s:s + step] for c in cf)).to(torch.float64))
+    return torch.cat(parts, dim=0).reshape(B, K, N)
+
+
+def scaled_pair(log_a: torch.Tensor, log_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a/s, b/s) with s = max(a, b), from logs: both in [0, 1], one of them 1 (0 if both −inf).
+
+    Lets a weight a·q(x) − b·p(x) of two sub-block joints be formed without under/overflow; the
+    draw is invariant to the common factor s.
+    """
+    s = torch.maximum(log_a, log_b)
+    s = torch.where(torch.isfinite(s), s, torch.zeros_like(s))
+    return torch.exp(log_a - s), torch.exp(log_b - s)

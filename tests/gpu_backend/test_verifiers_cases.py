@@ -1,0 +1,287 @@
+"""Shared case generators and comparators for the batched-verifier tests (imported by the other
+tests/gpu_backend/test_verifiers_*.py modules), with tests of the generators themselves.
+
+A *case* is one iteration's inputs in the reference's layout (numpy float64):
+tokens [K, L], draft rows [K, L, V], target rows [K, L+1, V].  Rows are a function of the prefix
+(a draft tree), so drafts that share a prefix share their rows, as they do with real models, and
+draft tokens are drawn from the draft rows (favouring the least likely token 30% of the time).
+
+Row styles per tree node: random softmax rows, p = q (dyadic entries: sums exactly 1),
+disjoint supports, one-hot rows, rows with entries ~1e-14..1e-9, and close rows (q = p·e^N(0, 0.1²)).
+
+Ties.  Exact matched-noise equality with the reference needs every decision to be away from
+rounding.  Two families of inputs make the reference's own decision a matter of rounding, and
+are kept out of the exact-equality tests (their law is covered by the certification tests):
+  * K-SEQ positions (every node for spectr, the root for kseq_gbv) with 0 < Σ min(p, q) < 1e-3
+    (nearly disjoint supports) or 0 < TV(p, q) < 1e-2 (nearly equal rows), where the root ρ* of
+    1 − (1 − β)^k = ρβ is ill-conditioned: the reference's ρ* moves by up to ~1% under 1e-16
+    perturbations of the rows (see gpu_backend/verifiers/kseq.py);
+  * for SpecTr-GBV, p = q rows below the root: then F(z) − Σ_x F(z,x) = 0 exactly, and the released
+    h = (F − ΣF)/(μ − ΣF + 1e-20) is rounding noise over rounding noise whenever μ − ΣF is ~0
+    (target joint 1, or K = 1 with p(z) = q(z), or p(z) below ~1e-8).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from reference.randomness import MatchedSource
+from reference.rules import RULES
+from reference.rules.gbv import GreedyBlockVerification as RefGBV
+from reference.rules.spectr_gbv import SpecTrGBV as RefSpecTrGBV
+
+STYLES = ("random", "equal", "disjoint", "onehot", "tiny", "close")
+
+# (registry name, parameters) of every rule variant of the issue
+RULE_VARIANTS = (
+    ("sd", {}),
+    ("spectr", {}),
+    ("bv", {}),
+    ("gbv", {}),
+    ("gbv", {"algorithm2": False}),
+    ("spectr_gbv", {}),
+    ("spectr_gbv", {"residual": "consistent"}),
+    ("spectr_gbv_fixed", {}),
+    ("kseq_gbv", {}),
+)
+SINGLE_DRAFT = ("sd", "bv", "gbv")
+
+
+def variant_id(name: str, params: dict) -> str:
+    return name + "".join(f"-{k}={v}" for k, v in params.items())
+
+
+def reference_rule(name: str, params: dict):
+    """The reference rule with the same parameters as get_verifier(name, **params)."""
+    if name == "gbv" and params:
+        return RefGBV(**params)
+    if name == "spectr_gbv" and params:
+        return RefSpecTrGBV(residual=params.get("residual", "released"),
+                            algorithm2=params.get("algorithm2", False))
+    return RULES[name]
+
+
+def _dyadic(rng, V):
+    counts = rng.multinomial(1024, rng.dirichlet(np.ones(V)))
+    return counts / 1024.0
+
+
+def _softmax(x):
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+def node_rows(rng, V: int, style: str) -> tuple[np.ndarray, np.ndarray]:
+    """(p, q) rows of one tree node in the given style (float64, each summing to 1)."""
+    s = rng.uniform(0.3, 3.0)
+    if style == "random":
+        return _softmax(rng.normal(size=V) * s), _softmax(rng.normal(size=V) * s)
+    if style == "equal":
+        p = _dyadic(rng, V)
+        return p, p.copy()
+    if style == "disjoint" and V >= 2:
+        mask = rng.random(V) < 0.5
+        if mask.all() or not mask.any():
+            mask[0], mask[1] = True, False
+        p = np.where(mask, rng.random(V) + 0.05, 0.0)
+        q = np.where(~mask, rng.random(V) + 0.05, 0.0)
+        return p / p.sum(), q / q.sum()
+    if style == "onehot" or style == "disjoint":
+        a, b = rng.integers(V), rng.integers(V)
+        p, q = np.eye(V)[a], np.eye(V)[b]
+        r = rng.integers(3)
+        if r == 1:
+            q = _softmax(rng.normal(size=V) * s)
+        if r == 2:
+            p = _softmax(rng.normal(size=V) * s)
+        return p, q
+    if style == "tiny":
+        p, q = _softmax(rng.normal(size=V) * s), _softmax(rng.normal(size=V) * s)
+        for r in (p, q):
+            idx = rng.random(V) < 0.4
+            r[idx] = 10.0 ** rng.uniform(-14, -9, size=int(idx.sum()))
+        return p / p.sum(), q / q.sum()
+    if style == "close":
+        p = _softmax(rng.normal(size=V) * s)
+        q = p * np.exp(rng.normal(size=V) * 0.1)
+        return p, q / q.sum()
+    raise ValueError(style)
+
+
+def kseq_well_conditioned(p: np.ndarray, q: np.ndarray) -> bool:
+    """ρ* of (p, q) is well conditioned for k ≤ 3 (module doc)."""
+    tv = np.maximum(p - q, 0).sum()
+    beta = np.minimum(p, q).sum()
+    if not (beta == 0 or beta >= 1e-3):
+        return False
+    if tv == 0:
+        return p.sum() == 1.0 and q.sum() == 1.0
+    return tv >= 1e-2
+
+
+def tree_case(rng, V: int, K: int, L: int, styles=STYLES, kseq_safe: bool = False,
+              distinct_below_root: bool = False):
+    """One case (tokens [K, L], dp [K, L, V], tp [K, L+1, V]) on a random draft tree.
+
+    Args:
+        kseq_safe: every node's rows pass ``kseq_well_conditioned``.
+        distinct_below_root: no p = q rows at the sub-block nodes, depth 1..L-1 (SpecTr-GBV tie,
+            module doc).
+    """
+    nodes: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+
+    def rows(prefix):
+        if prefix not in nodes:
+            while True:
+                pq = node_rows(rng, V, styles[rng.integers(len(styles))])
+                if kseq_safe and not kseq_well_conditioned(*pq):
+                    continue
+                if distinct_below_root and 1 <= len(prefix) < L and np.array_equal(*pq):
+                    continue
+                break
+            nodes[prefix] = pq
+        return nodes[prefix]
+
+    tokens = np.zeros((K, L), np.int64)
+    dp = np.zeros((K, L, V))
+    tp = np.zeros((K, L + 1, V))
+    for k in range(K):
+        prefix: tuple = ()
+        for i in range(L):
+            p, q = rows(prefix)
+            if rng.random() < 0.3:
+                pos = np.flatnonzero(p > 0)
+                x = int(pos[np.argmin(p[pos])])
+            else:
+                x = int(rng.choice(V, p=p))
+            tokens[k, i], dp[k, i], tp[k, i] = x, p, q
+            prefix = prefix + (x,)
+        tp[k, L] = rows(prefix)[1]
+    return tokens, dp, tp
+
+
+def case_options(name: str) -> dict:
+    """The tie exclusions (module doc) that apply to a rule."""
+    return {"kseq_safe": name in ("spectr", "kseq_gbv"),
+            "distinct_below_root": name.startswith("spectr_gbv")}
+
+
+def stack_cases(cases, dtype=torch.float64):
+    tok = torch.tensor(np.stack([c[0] for c in cases]))
+    dp = torch.tensor(np.stack([c[1] for c in cases])).to(dtype)
+    tp = torch.tensor(np.stack([c[2] for c in cases])).to(dtype)
+    return tok, dp, tp
+
+
+def random_noise(rng, B: int, K: int, L: int, V: int):
+    """Uniforms in (0, 1] and exponentials > 0, float64 numpy."""
+    U = 1.0 - rng.random((B, K, L + 1))
+    E = np.maximum(rng.standard_exponential((B, V)), 1e-300)
+    return U, E
+
+
+def verdict_mismatch(verdict, b: int, ref, rtol: float = 1e-9) -> str | None:
+    """Why row b of a BatchVerdict differs from a reference Verdict (None if identical).
+
+    Compares τ, selected, the emitted tokens (and the -1 padding), num_emitted, and the
+    modification: kind, K, ρ and the joints of the emitted tokens to ``rtol`` (relative).
+    """
+    L1 = verdict.tokens.shape[1]
+    tau, sel = int(verdict.tau[b]), int(verdict.selected[b])
+    toks = verdict.tokens[b].tolist()
+    if (tau, sel) != (ref.tau, ref.selected):
+        return f"tau/selected {(tau, sel)} != reference {(ref.tau, ref.selected)}"
+    if tuple(toks[: tau + 1]) != ref.tokens or any(t != -1 for t in toks[tau + 1:]) or len(toks) != L1:
+        return f"tokens {toks} != reference {ref.tokens}"
+    if int(verdict.num_emitted[b]) != len(ref.tokens):
+        return f"num_emitted {int(verdict.num_emitted[b])} != {len(ref.tokens)}"
+    mod, rmod = verdict.modification, ref.modification
+    if rmod is None:
+        if mod is not None and bool(mod.active[b]):
+            return "modification active where the reference has none"
+        return None
+    if mod is None or not bool(mod.active[b]):
+        return "modification missing"
+    if (mod.kind, mod.K) != (rmod.kind, rmod.K):
+        return f"modification kind/K {(mod.kind, mod.K)} != {(rmod.kind, rmod.K)}"
+    for what, mine, theirs in (("rho", float(mod.rho[b]), rmod.rho),
+                               ("q_joint", float(np.exp(float(mod.log_q_joint[b]))), rmod.q_joint),
+                               ("p_joint", float(np.exp(float(mod.log_p_joint[b]))), rmod.p_joint)):
+        if not abs(mine - theirs) <= rtol * abs(theirs):
+            return f"modification {what} {mine!r} != reference {theirs!r}"
+    return None
+
+
+def run_matched(verifier, rule, cases, U, E, dtype=torch.float64):
+    """Run the verifier on the batch and the reference per row with the same noise.
+
+    Returns:
+        (BatchVerdict, list of reference Verdicts).
+    """
+    tok, dp, tp = stack_cases(cases, dtype)
+    verdict = verifier(tok, dp, tp, noise=(torch.tensor(U), torch.tensor(E)))
+    refs = [rule.verify(*case, MatchedSource(U[b], E[b])) for b, case in enumerate(cases)]
+    return verdict, refs
+
+
+class MarginSource(MatchedSource):
+    """MatchedSource that records how close the reference's decisions were to a tie: the
+    smallest |u − h| over the coins asked and the smallest gap between the two best race
+    scores (log w − log E)."""
+
+    def __init__(self, uniforms, exponentials):
+        super().__init__(uniforms, exponentials)
+        self.margin = np.inf
+
+    def coin(self, h, key=(0, 0)):
+        hc = min(1.0, max(0.0, float(h)))
+        if 0.0 < hc < 1.0:  # h = 0 and h = 1 decide the same way at any precision
+            self.margin = min(self.margin, abs(self.uniforms[key] - hc))
+        return super().coin(h, key)
+
+    def draw(self, weights):
+        w = np.maximum(np.asarray(weights, dtype=np.float64), 0.0)
+        with np.errstate(divide="ignore"):
+            score = np.where(w > 0, np.log(w) - np.log(self.exponentials), -np.inf)
+        top = np.sort(score[np.isfinite(score)])
+        if top.size >= 2:
+            self.margin = min(self.margin, top[-1] - top[-2])
+        return super().draw(weights)
+
+
+# -- tests of the generators ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(5))
+def test_tree_case_is_prefix_consistent_and_drawable(seed):
+    rng = np.random.default_rng(seed)
+    V, K, L = 3, 3, 4
+    tokens, dp, tp = tree_case(rng, V, K, L)
+    assert np.allclose(dp.sum(-1), 1.0) and np.allclose(tp.sum(-1), 1.0)
+    for k in range(K):
+        for i in range(L):
+            assert dp[k, i, tokens[k, i]] > 0
+        for j in range(K):
+            shared = 0
+            while shared < L and tokens[k, shared] == tokens[j, shared]:
+                shared += 1
+            # rows of drafts that share a prefix of length s coincide up to position s
+            n = min(shared + 1, L)
+            assert np.array_equal(dp[k, :n], dp[j, :n])
+            assert np.array_equal(tp[k, : shared + 1], tp[j, : shared + 1])
+
+
+def test_tie_filters_exclude_what_they_claim():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        tokens, dp, tp = tree_case(rng, 2, 2, 3, kseq_safe=True, distinct_below_root=True)
+        for k in range(2):
+            for i in range(3):
+                assert kseq_well_conditioned(dp[k, i], tp[k, i])
+                if 1 <= i < 3:
+                    assert not np.array_equal(dp[k, i], tp[k, i])
+    assert not kseq_well_conditioned(np.array([0.5, 0.5]), np.array([0.5 + 1e-5, 0.5 - 1e-5]))
+    assert not kseq_well_conditioned(np.array([1 - 1e-9, 1e-9]), np.array([1e-9, 1 - 1e-9]))
+    assert kseq_well_conditioned(np.array([0.5, 0.5]), np.array([0.5, 0.5]))
+    assert kseq_well_conditioned(np.array([1.0, 0.0]), np.array([0.0, 1.0]))
