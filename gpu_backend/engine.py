@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kv import cache_length, keep_row, new_cache, widen
+from .kv import cache_length, keep_positions, keep_row, new_cache, widen
 from .memory import peak_rss_bytes
 from .sampling import SamplingConfig, probabilities
 from .stack import ModificationStack
+from .tree import DraftTree, attention_mask_for
 
 # Chosen by measurement on the benchmark machine (benchmarks/RESULTS.md, "Defaults").
 DEFAULT_RULE = "kseq_gbv"
@@ -147,6 +148,23 @@ class IterationRecord:
     emitted: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _State:
+    """One generation's mutable state: caches, context, RNG, reused draft buffers.
+
+    ``d_len``: positions of the context held by the draft's cache (its pending tokens are
+    ``context[d_len:]``).  The target's cache always holds the context minus its last token.
+    """
+
+    t_cache: object
+    d_cache: object
+    context: list
+    gen: torch.Generator
+    draft_tokens: torch.Tensor
+    draft_probs: torch.Tensor
+    d_len: int = 0
+
+
 def check_positive(value, name: str) -> int:
     """``value`` as an int ≥ 1, else ValueError naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -222,16 +240,27 @@ class SpeculativeEngine:
         eos_token_ids: ids that stop the generation (see ``eos_token_ids``).
         verifier: a callable with the verifier contract (default ``load_verifier(rule)``).
         validate: passed to the verifier (input checks on every call).
+        layout: "packed" (default): one cache row, the drafts fed as a token tree with a
+            4-D attention mask (``gpu_backend.tree``); "batched": K cache rows, the caches
+            repeated K times (simpler, slower on CPU: every row re-reads the context's KV).
+            Both hand the verifier the same rows (up to float rounding).
+        share_prefixes: with "packed", drafts with a common prefix share its nodes.
     Raises:
-        ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule, or a
-            vocabulary mismatch between draft and target.
+        ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, or
+            a vocabulary mismatch between draft and target.
     """
 
     def __init__(self, target, draft, rule: str = DEFAULT_RULE, K: int = DEFAULT_K,
                  L: int = DEFAULT_L, sampling: SamplingConfig | None = None,
                  draft_sampling: SamplingConfig | None = None, eos_token_ids=(),
-                 verifier=None, validate: bool = False):
+                 verifier=None, validate: bool = False, layout: str = "packed",
+                 share_prefixes: bool = True):
         from .weights import check_same_vocabulary
+
+        if layout not in ("packed", "batched"):
+            raise ValueError(f"layout must be 'packed' or 'batched', got {layout!r}")
+        self.layout = layout
+        self.share_prefixes = bool(share_prefixes)
 
         self.K = check_positive(K, "K")
         self.L = check_positive(L, "L")
@@ -268,36 +297,23 @@ class SpeculativeEngine:
         ids = _prompt_tensor(prompt_ids).to(dev)
         gen = torch.Generator(device=dev).manual_seed(int(seed))
         start = time.perf_counter()
-        t_cache, d_cache = new_cache(self.target), new_cache(self.draft)
-        context = ids.tolist()
-        if len(context) > 1:  # the target's cache holds the context minus its last token
-            self.target(ids[None, :-1], cache=t_cache, use_cache=True, logits_to_keep=1)
-        d_len = 0  # positions of the context in the draft's cache
+        state = _State(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
+                       torch.empty(K, L, dtype=torch.int64, device=dev),
+                       torch.empty(K, L, V, dtype=torch.float32, device=dev))
+        if ids.numel() > 1:  # the target's cache holds the context minus its last token
+            self.target(ids[None, :-1], cache=state.t_cache, use_cache=True, logits_to_keep=1)
         stack = ModificationStack(L)
-        draft_tokens = torch.empty(K, L, dtype=torch.int64, device=dev)
-        draft_probs = torch.empty(K, L, V, dtype=torch.float32, device=dev)
         out: list[int] = []
         taus: list[int] = []
         stop_reason = "max_new_tokens"
         while len(out) < max_new_tokens:
-            n, n_ctx = len(out), len(context)
-            # 1. draft: pending tokens on the batch-1 cache, then K rows
-            pending = torch.tensor([context[d_len:]], dtype=torch.int64, device=dev)
-            logits = self.draft(pending, cache=d_cache, use_cache=True, logits_to_keep=1).logits
-            p_first = probabilities(logits[:, -1], self.draft_sampling)
-            draft_probs[:, 0] = p_first
-            draft_tokens[:, 0] = torch.multinomial(p_first, K, replacement=True, generator=gen)[0]
-            widen(d_cache, K)
-            for i in range(1, L):
-                logits = self.draft(draft_tokens[:, i - 1:i], cache=d_cache, use_cache=True).logits
-                draft_probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
-                draft_tokens[:, i] = torch.multinomial(draft_probs[:, i], 1, generator=gen)[:, 0]
-            # 2. score all K rows in one target call
-            widen(t_cache, K)
-            last = torch.full((K, 1), context[-1], dtype=torch.int64, device=dev)
-            logits = self.target(torch.cat([last, draft_tokens], dim=1), cache=t_cache,
-                                 use_cache=True).logits
-            target_raw = probabilities(logits, self.sampling)
+            n, n_ctx = len(out), len(state.context)
+            # 1-2. K drafts, scored by one target call
+            if self.layout == "packed":
+                target_raw, tree = self._draft_and_score_packed(state)
+            else:
+                target_raw, tree = self._draft_and_score_batched(state), None
+            draft_tokens, draft_probs = state.draft_tokens, state.draft_probs
             # 3. Algorithm 2's modified rows
             target_probs, trace = stack.modify(n, draft_tokens, draft_probs, target_raw)
             # 4. verify
@@ -310,23 +326,97 @@ class SpeculativeEngine:
                               active, verdict.tokens[0]]).tolist()  # the iteration's host sync
             tau, selected, num_emitted, is_active = head[:4]
             emitted = head[4:4 + num_emitted]
-            # 5. cut back: keep the selected row (any row when τ = 0: they share the context)
+            # 5. cut back: keep the selected draft (any when τ = 0: they share the context)
             row = max(selected, 0)
-            keep_row(t_cache, row, K, n_ctx + tau)
-            d_len = min(cache_length(d_cache), n_ctx + tau)
-            keep_row(d_cache, row, K, d_len)
+            if tree is not None:
+                path = [n_ctx + node for node in tree.path(row, tau)]
+                keep_positions(state.t_cache, list(range(n_ctx)) + path)
+                state.d_len = n_ctx + min(tau, L - 1)
+                keep_positions(state.d_cache, list(range(n_ctx)) + path[: min(tau, L - 1)])
+            else:
+                keep_row(state.t_cache, row, K, n_ctx + tau)
+                state.d_len = min(cache_length(state.d_cache), n_ctx + tau)
+                keep_row(state.d_cache, row, K, state.d_len)
             stack.advance(n, emitted, row, trace, mod, bool(is_active))
             if on_iteration is not None:
-                on_iteration(IterationRecord(n, list(context), draft_tokens.clone(),
+                on_iteration(IterationRecord(n, list(state.context), draft_tokens.clone(),
                                              draft_probs.clone(), target_raw.clone(),
                                              target_probs.clone(), verdict, list(emitted)))
             taus.append(tau)
-            context.extend(emitted)
+            state.context.extend(emitted)
             if self._emit(out, emitted, max_new_tokens):
                 stop_reason = "eos"
                 break
         return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, K, L,
                                 time.perf_counter() - start, peak_rss_bytes(), stop_reason)
+
+    def _first_draft_row(self, state: "_State") -> None:
+        """Feed the draft its pending tokens (batch 1) and draw the K first draft tokens."""
+        dev = self.device
+        pending = torch.tensor([state.context[state.d_len:]], dtype=torch.int64, device=dev)
+        logits = self.draft(pending, cache=state.d_cache, use_cache=True, logits_to_keep=1).logits
+        p_first = probabilities(logits[:, -1], self.draft_sampling)
+        state.draft_probs[:, 0] = p_first
+        state.draft_tokens[:, 0] = torch.multinomial(p_first, self.K, replacement=True,
+                                                     generator=state.gen)[0]
+
+    def _draft_and_score_batched(self, state: "_State") -> torch.Tensor:
+        """K cache rows: the draft's cache repeated after the first row, the K blocks drafted
+        as a batch of K rows, the target's cache repeated and K rows [c_last, X_1..X_L]
+        scored in one call.  Returns the target rows float32 [K, L+1, V]."""
+        K, L, dev = self.K, self.L, self.device
+        tokens, probs = state.draft_tokens, state.draft_probs
+        self._first_draft_row(state)
+        widen(state.d_cache, K)
+        for i in range(1, L):
+            logits = self.draft(tokens[:, i - 1:i], cache=state.d_cache, use_cache=True).logits
+            probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
+            tokens[:, i] = torch.multinomial(probs[:, i], 1, generator=state.gen)[:, 0]
+        widen(state.t_cache, K)
+        last = torch.full((K, 1), state.context[-1], dtype=torch.int64, device=dev)
+        logits = self.target(torch.cat([last, tokens], dim=1), cache=state.t_cache,
+                             use_cache=True).logits
+        return probabilities(logits, self.sampling)
+
+    def _draft_and_score_packed(self, state: "_State"):
+        """One cache row: the K drafts grown as a token tree (``gpu_backend.tree``), each
+        depth's new nodes fed to the draft in one call, then the last context token and every
+        node scored by the target in one call.  Returns (target rows float32 [K, L+1, V],
+        the tree)."""
+        K, L, dev = self.K, self.L, self.device
+        tokens, probs = state.draft_tokens, state.draft_probs
+        n_ctx = len(state.context)
+        self._first_draft_row(state)
+        tree = DraftTree(K, share_prefixes=self.share_prefixes)
+        node_tokens = []
+        new, nodes = tree.add_depth(tokens[:, 0].tolist())
+        node_tokens += new
+        for i in range(1, L):
+            first, last = tree.depth_start[i - 1], tree.depth_start[i]
+            mask = attention_mask_for(self.draft, tree.mask(first, last, n_ctx), dev)
+            pos = torch.full((1, last - first), n_ctx + i - 1, dtype=torch.int64, device=dev)
+            logits = self.draft(torch.tensor([new], dtype=torch.int64, device=dev),
+                                attention_mask=mask, position_ids=pos, cache=state.d_cache,
+                                use_cache=True).logits[0]
+            rows = probabilities(logits, self.draft_sampling)
+            probs[:, i] = rows[torch.tensor(nodes, device=dev) - first]
+            tokens[:, i] = torch.multinomial(probs[:, i], 1, generator=state.gen)[:, 0]
+            new, nodes = tree.add_depth(tokens[:, i].tolist())
+            node_tokens += new
+        N = tree.num_nodes
+        # query 0 is the last context token (it sees the cache and itself), then the nodes
+        mask = torch.zeros(1, 1, 1 + N, n_ctx + N, dtype=torch.bool)
+        mask[0, 0, 0, :n_ctx] = True
+        mask[:, :, 1:] = tree.mask(0, N, n_ctx)
+        depth = [d + 1 for d in range(L) for _ in range(tree.depth_start[d], tree.depth_start[d + 1])]
+        pos = torch.tensor([[n_ctx - 1] + [n_ctx - 1 + d for d in depth]], device=dev)
+        inp = torch.tensor([[state.context[-1]] + node_tokens], dtype=torch.int64, device=dev)
+        logits = self.target(inp, attention_mask=attention_mask_for(self.target, mask, dev),
+                             position_ids=pos, cache=state.t_cache, use_cache=True).logits[0]
+        rows = probabilities(logits, self.sampling)
+        index = torch.zeros(K, L + 1, dtype=torch.int64)
+        index[:, 1:] = torch.tensor(tree.node_of).T + 1
+        return rows[index.to(dev)], tree
 
     def _emit(self, out: list[int], emitted: list[int], max_new_tokens: int) -> bool:
         """Append ``emitted`` to ``out`` up to the limit; True when an EOS was emitted."""

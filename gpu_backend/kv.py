@@ -51,3 +51,41 @@ def keep_row(cache, row: int, rows: int, length: int) -> None:
         cache.batch_select_indices(torch.tensor([row]))
     if length < held:
         cache.crop(length - held)
+
+
+def keep_positions(cache, positions: list[int]) -> None:
+    """Keep only the given positions of a batch-1 cache, in the given order (in place).
+
+    A leading run 0..m−1 is a crop (no copy); otherwise every layer's keys and values are
+    gathered along the sequence axis.  Used by the packed tree layout (``gpu_backend.tree``),
+    whose kept path is the context plus scattered node positions.
+
+    Args:
+        cache: a DynamicCache whose layers hold ``keys``/``values`` [1, heads, length, dim].
+        positions: increasing positions, each < cache_length(cache).
+    Raises:
+        ValueError: a position out of range or not increasing.
+        TypeError: a layer without ``keys``/``values`` tensors (not a dynamic layer).
+    """
+    held = cache_length(cache)
+    if any(b <= a for a, b in zip(positions, positions[1:])) or (
+            positions and not 0 <= positions[0] <= positions[-1] < held):
+        raise ValueError(f"positions must increase within [0, {held}), got {positions}")
+    n = len(positions)
+    if positions == list(range(n)):
+        if n < held:
+            cache.crop(n - held)
+        return
+    # the common prefix is kept as a view; only the scattered tail is gathered
+    head = 0
+    while head < n and positions[head] == head:
+        head += 1
+    tail = torch.tensor(positions[head:], dtype=torch.int64)
+    for layer in cache.layers:
+        if not isinstance(getattr(layer, "keys", None), torch.Tensor):
+            raise TypeError(f"cannot gather positions of a {type(layer).__name__} cache layer")
+        tail_dev = tail.to(layer.keys.device)
+        layer.keys = torch.cat([layer.keys[..., :head, :],
+                                layer.keys.index_select(-2, tail_dev)], dim=-2)
+        layer.values = torch.cat([layer.values[..., :head, :],
+                                  layer.values.index_select(-2, tail_dev)], dim=-2)

@@ -81,14 +81,19 @@ def run_recorded(engine, n_tokens, seed):
 
 # -- the rows handed to the verifier ------------------------------------------------------
 
-@pytest.mark.parametrize("rule,K", [("spectr", 3), ("kseq_gbv", 2), ("sd", 1)])
-def test_verifier_rows_equal_uncached_model_calls(models, rule, K):
+@pytest.mark.parametrize("rule,K,layout,share", [
+    ("spectr", 3, "packed", True), ("spectr", 3, "packed", False), ("spectr", 3, "batched", True),
+    ("kseq_gbv", 2, "packed", True), ("kseq_gbv", 2, "batched", True), ("sd", 1, "packed", True),
+])
+def test_verifier_rows_equal_uncached_model_calls(models, rule, K, layout, share):
     """Every draft row and raw target row equals a direct call of the model on the full
-    prefix (context + draft prefix) without a cache, to 1e-5 (float32)."""
+    prefix (context + draft prefix) without a cache, to 1e-5 (float32), in both cache
+    layouts (K cache rows; one row with the drafts as a token tree, shared prefixes or not)."""
     target, draft = models
     sampling, draft_sampling = SamplingConfig(0.8), SamplingConfig(1.3)
     engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=sampling,
-                               draft_sampling=draft_sampling)
+                               draft_sampling=draft_sampling, layout=layout,
+                               share_prefixes=share)
     result, records = run_recorded(engine, 30, seed=3)
     taus = [r.verdict.tau[0].item() for r in records]
     # the cache paths: a crop (τ < L) and two pending draft tokens after a bonus (τ = L)
@@ -107,6 +112,73 @@ def test_verifier_rows_equal_uncached_model_calls(models, rule, K):
                     assert rec.draft_probs[k, i, block[i]] > 0
     assert result.target_calls == len(records)
     assert [t for rec in records for t in rec.emitted][: result.new_tokens] == result.tokens
+
+
+def test_layouts_give_the_same_generation(models):
+    """Same seed, same rows up to float rounding: the three layouts emit the same tokens."""
+    target, draft = models
+    outs = []
+    for layout, share in (("batched", True), ("packed", False), ("packed", True)):
+        engine = SpeculativeEngine(target, draft, rule="kseq_gbv", K=3, L=4,
+                                   sampling=SamplingConfig(0.9), layout=layout,
+                                   share_prefixes=share)
+        outs.append(engine.generate(PROMPT, 30, seed=21))
+    assert outs[0].tokens == outs[1].tokens == outs[2].tokens
+    assert outs[0].taus == outs[1].taus == outs[2].taus
+
+
+def test_packed_layout_with_eager_attention_matches_uncached():
+    """The tree mask as an additive float mask (non-SDPA attention implementations)."""
+    target = random_lm(1)
+    target.config._attn_implementation = "eager"
+    draft = perturbed(target, 2)
+    sampling = SamplingConfig(1.0)
+    engine = SpeculativeEngine(target, draft, rule="spectr", K=2, L=3, sampling=sampling)
+    _, records = run_recorded(engine, 12, seed=1)
+    for rec in records:
+        for k in range(2):
+            block = rec.draft_tokens[k].tolist()
+            for i in range(4):
+                want = uncached_row(target, rec.context + block[:i], sampling)
+                torch.testing.assert_close(rec.target_probs_raw[k, i], want, atol=1e-5, rtol=0)
+
+
+def test_tree_shares_prefixes_and_builds_masks():
+    from gpu_backend.tree import DraftTree
+
+    tree = DraftTree(3)
+    assert tree.add_depth([7, 7, 9]) == ([7, 9], [0, 0, 1])
+    assert tree.add_depth([4, 5, 4]) == ([4, 5, 4], [2, 3, 4])
+    assert tree.parent == [-1, -1, 0, 0, 1] and tree.depth_start == [0, 2, 5]
+    assert tree.path(1, 2) == [0, 3] and tree.ancestors(4) == [4, 1]
+    m = tree.mask(2, 5, prefix=3)[0, 0].int().tolist()
+    assert m == [[1, 1, 1, 1, 0, 1, 0, 0],   # node 2: prefix, node 0, itself
+                 [1, 1, 1, 1, 0, 0, 1, 0],   # node 3: prefix, node 0, itself
+                 [1, 1, 1, 0, 1, 0, 0, 1]]   # node 4: prefix, node 1, itself
+    flat = DraftTree(2, share_prefixes=False)
+    assert flat.add_depth([7, 7]) == ([7, 7], [0, 1])
+
+
+def test_keep_positions_gathers_a_path(models):
+    target, _ = models
+    with torch.inference_mode():
+        cache = kv.new_cache(target)
+        target(torch.tensor([PROMPT + [1, 2, 3, 4]]), cache=cache, use_cache=True)
+        n = len(PROMPT)
+        kv.keep_positions(cache, list(range(n)) + [n + 1, n + 3])  # keep tokens 2 and 4
+        assert kv.cache_length(cache) == n + 2
+        # the kept entries were computed at positions n+1, n+3: compare with a cache that
+        # saw the same entries, i.e. gather the same positions from a fresh full cache
+        full = kv.new_cache(target)
+        target(torch.tensor([PROMPT + [1, 2, 3, 4]]), cache=full, use_cache=True)
+        for a, b in zip(cache.layers, full.layers):
+            torch.testing.assert_close(a.keys, b.keys[..., [*range(n), n + 1, n + 3], :])
+        kv.keep_positions(cache, list(range(n)))  # a crop
+        got = target(torch.tensor([[11]]), cache=cache, use_cache=True).logits[0, -1]
+        want = target(torch.tensor([PROMPT + [11]])).logits[0, -1]
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="positions"):
+        kv.keep_positions(cache, [3, 2])
 
 
 def test_cache_widen_keep_row_matches_uncached(models):
@@ -236,6 +308,8 @@ def test_bad_arguments_raise_clear_errors(models):
         SpeculativeEngine(target, draft, rule="nosuchrule", K=2, L=3)
     with pytest.raises(ValueError, match="vocabulary"):
         SpeculativeEngine(target, random_lm(3, vocab=80), rule="sd", K=1, L=3)
+    with pytest.raises(ValueError, match="layout"):
+        SpeculativeEngine(target, draft, rule="sd", K=1, L=3, layout="tree")
     engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=3)
     with pytest.raises(ValueError, match="max_new_tokens"):
         engine.generate(PROMPT, 0)
