@@ -18,7 +18,7 @@ import torch
 from .base import Verifier
 from .batch import BatchVerdict, PreparedBatch, gather_rows, make_verdict, reduce_rows
 from .gbv import last_success
-from .noise import Noise, race
+from .noise import Noise
 
 
 def _excess_sum(p, q, w):
@@ -51,6 +51,6 @@ class BlockVerification(Verifier):
         p_row = gather_rows(batch.dp, row, tau)
         w_tau = torch.gather(weight, 1, tau.unsqueeze(1)).to(batch.dtype)
         residual = (tau < L).to(batch.dtype).unsqueeze(1)
-        last = race(w_tau * q_row - residual * p_row, q_row, noise.gumbel)
+        last = noise.draw(w_tau * q_row - residual * p_row, q_row)
         selected = torch.where(tau > 0, row, torch.full_like(row, -1))
         return make_verdict(batch, tau, selected, row, last)

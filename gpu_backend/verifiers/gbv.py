@@ -21,7 +21,7 @@ import torch
 from .base import Verifier
 from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict,
                     modification_record, reduce_rows, scaled_pair)
-from .noise import Noise, race
+from .noise import Noise
 
 
 def _overlap_sum(p, q, r):
@@ -85,7 +85,7 @@ def greedy_outcome(batch: PreparedBatch, noise: Noise, row: torch.Tensor, tau: t
     bonus = tau == L
     cq = torch.where(bonus, torch.ones_like(cq), cq).to(batch.dtype).unsqueeze(1)
     cp = torch.where(bonus, torch.zeros_like(cp), cp).to(batch.dtype).unsqueeze(1)
-    last = race(cq * q_row - cp * p_row, q_row, noise.gumbel)
+    last = noise.draw(cq * q_row - cp * p_row, q_row)
     mod = None
     if algorithm2:
         mod = modification_record(batch, "excess", rho, row, tau, last, q_row, p_row)

@@ -33,8 +33,7 @@ class KSeqGBV(Verifier):
         if K == 1:
             rho = torch.ones(B, dtype=torch.float64, device=batch.device)
         else:
-            k = torch.full((B,), K, dtype=torch.int64, device=batch.device)
-            rho = rho_star(batch.dp[:, 0, 0], batch.tp[:, 0, 0], k)
+            rho = rho_star(batch.dp[:, 0, 0], batch.tp[:, 0, 0], K)
         h = greedy_acceptance(batch, rho)
         tau_k = last_success(noise.uniforms, h)  # [B, K]
         drafts = torch.arange(K, device=batch.device)

@@ -23,6 +23,7 @@ needs no host-side seeds on CUDA.  See benchmarks/verify_latency.py for the in-v
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -72,17 +73,42 @@ def seeded_exponentials(seeds: torch.Tensor, V: int) -> torch.Tensor:
     return -torch.log(u)
 
 
+def race_groups(V: int) -> tuple[int, int]:
+    """(G, S): the grouped race splits the vocabulary into G groups of S tokens (G·S ≥ V).
+
+    S is a power of two near √V, preferring one that divides V (no padding): V = 151,936 gives
+    S = 128, G = 1,187; V = 4,096 gives S = G = 64.
+    """
+    j0 = max(0, round(math.log2(max(1.0, math.sqrt(V)))))
+    for j in range(j0, max(-1, j0 - 3), -1):
+        if V % (1 << j) == 0:
+            return V >> j, 1 << j
+    S = 1 << j0
+    return -(-V // S), S
+
+
 @dataclass
 class Noise:
     """The noise of one batch.
 
     Attributes:
         uniforms: float64 [B, K, L+1]; coin (k, i) of row b succeeds iff uniforms[b, k, i] <= h.
-        gumbel: [B, V] in the work dtype, −log E (E the race's exponentials).
+        gumbel: explicit noise: [B, V] −log E of the flat race (MatchedSource convention).
+            Seeded noise: [B, G + S], −log E of the grouped race (``race_groups``): G for the
+            race between group totals, S for the race inside the winning group.
+        grouped: which of the two layouts ``gumbel`` has.
     """
 
     uniforms: torch.Tensor
     gumbel: torch.Tensor
+    grouped: bool = False
+
+    def draw(self, weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+        """One categorical draw per row ∝ weights (fallback where they have no mass); see
+        ``race`` and ``grouped_race``."""
+        if self.grouped:
+            return grouped_race(weights, fallback, self.gumbel)
+        return race(weights, fallback, self.gumbel)
 
 
 def make_noise(B: int, K: int, L: int, V: int, device: torch.device, dtype: torch.dtype,
@@ -104,10 +130,9 @@ def make_noise(B: int, K: int, L: int, V: int, device: torch.device, dtype: torc
             not finite and > 0, seeds not integer or not of shape [B].
     """
     if noise is not None:
-        try:
-            uniforms, exponentials = noise
-        except (TypeError, ValueError):
-            raise ValueError("noise must be a pair (uniforms [B, K, L+1], exponentials [B, V])") from None
+        if not isinstance(noise, (tuple, list)) or len(noise) != 2:
+            raise ValueError("noise must be a pair (uniforms [B, K, L+1], exponentials [B, V])")
+        uniforms, exponentials = noise
         uniforms = torch.as_tensor(uniforms, dtype=torch.float64, device=device)
         exponentials = torch.as_tensor(exponentials, dtype=torch.float64, device=device)
         if tuple(uniforms.shape) != (B, K, L + 1):
@@ -131,9 +156,10 @@ def make_noise(B: int, K: int, L: int, V: int, device: torch.device, dtype: torc
         raise ValueError(f"seeds must have shape [B] = [{B}], got {tuple(seeds.shape)}")
     seeds = seeds.to(torch.int64)
     uniforms = seeded_uniforms(seeds, K * (L + 1)).reshape(B, K, L + 1)
+    G, S = race_groups(V)
     # −log E in float64 (E near 0 needs the 53 bits), then the work dtype for the race.
-    gumbel = (-torch.log(seeded_exponentials(seeds, V))).to(dtype)
-    return Noise(uniforms, gumbel)
+    gumbel = (-torch.log(seeded_exponentials(seeds, G + S))).to(dtype)
+    return Noise(uniforms, gumbel, grouped=True)
 
 
 def race(weights: torch.Tensor, fallback: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
@@ -150,7 +176,35 @@ def race(weights: torch.Tensor, fallback: torch.Tensor, gumbel: torch.Tensor) ->
     Returns:
         int64 [B], token ids in [0, V).
     """
+    return (torch.log(_with_fallback(weights, fallback)) + gumbel).argmax(dim=-1)
+
+
+def _with_fallback(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
     w = weights.clamp_min(0)
     has_mass = (w > 0).any(dim=-1, keepdim=True)
-    w = torch.where(has_mass, w, fallback)
-    return (torch.log(w) + gumbel).argmax(dim=-1)
+    return torch.where(has_mass, w, fallback)
+
+
+def grouped_race(weights: torch.Tensor, fallback: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
+    """The draw of ``race`` with G + S exponentials instead of V (the seeded path).
+
+    Two exponential races: the group g is the argmax of log W_g − log E_g over the group totals
+    W_g = Σ_{x ∈ g} w_x, then the token the argmax of log w_x − log E'_x inside g.  P(g) = W_g/W
+    and P(x | g) = w_x/W_g, so P(x) = w_x/W exactly, as with the flat race; zero weights (and
+    empty groups) get log 0 = −inf and are never drawn while some weight is positive.
+
+    Args:
+        weights, fallback: [B, V] (see ``race``).
+        gumbel: [B, G + S], −log E; (G, S) = race_groups(V).
+    Returns:
+        int64 [B] in [0, V).
+    """
+    B, V = weights.shape
+    G, S = race_groups(V)
+    w = _with_fallback(weights, fallback)
+    if G * S != V:
+        w = torch.nn.functional.pad(w, (0, G * S - V))
+    w = w.reshape(B, G, S)
+    group = (torch.log(w.sum(dim=-1)) + gumbel[:, :G]).argmax(dim=-1)
+    inner = w[torch.arange(B, device=w.device), group]
+    return group * S + (torch.log(inner) + gumbel[:, G:]).argmax(dim=-1)

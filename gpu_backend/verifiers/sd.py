@@ -12,7 +12,7 @@ import torch
 
 from .base import Verifier
 from .batch import BatchVerdict, PreparedBatch, gather_rows, make_verdict
-from .noise import Noise, race
+from .noise import Noise
 
 
 class TokenVerification(Verifier):
@@ -27,6 +27,6 @@ class TokenVerification(Verifier):
         q_row = gather_rows(batch.tp, row, tau)
         p_row = gather_rows(batch.dp, row, tau)
         residual = (tau < batch.L).to(batch.dtype).unsqueeze(1)  # τ = L: bonus, no p
-        last = race(q_row - residual * p_row, q_row, noise.gumbel)
+        last = noise.draw(q_row - residual * p_row, q_row)
         selected = torch.where(tau > 0, row, torch.full_like(row, -1))
         return make_verdict(batch, tau, selected, row, last)

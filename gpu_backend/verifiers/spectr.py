@@ -20,7 +20,7 @@ import torch
 from .base import Verifier
 from .batch import BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict
 from .kseq import rho_star
-from .noise import Noise, race
+from .noise import Noise
 
 
 def first_true(mask: torch.Tensor) -> torch.Tensor:
@@ -42,14 +42,17 @@ class SpecTr(Verifier):
         stop_rho = torch.ones(B, dtype=torch.float64, device=device)
         ones = torch.ones(B, dtype=torch.float64, device=device)
         for d in range(L):
-            lead = first_true(alive)
-            depth = torch.full_like(lead, d)
-            p_row = gather_rows(batch.dp, lead, depth)
-            q_row = gather_rows(batch.tp, lead, depth)
-            if K == 1:
-                rho = ones
+            if d == 0:  # all drafts alive: lead 0, k = K, rows are views of the input
+                lead = torch.zeros(B, dtype=torch.int64, device=device)
+                p_row, q_row = batch.dp[:, 0, 0], batch.tp[:, 0, 0]
+                k_alive = K
             else:
-                rho = rho_star(p_row, q_row, alive.sum(dim=1))
+                lead = first_true(alive)
+                depth = torch.full_like(lead, d)
+                p_row = gather_rows(batch.dp, lead, depth)
+                q_row = gather_rows(batch.tp, lead, depth)
+                k_alive = alive.sum(dim=1)
+            rho = ones if K == 1 else rho_star(p_row, q_row, k_alive)
             x = batch.tokens[:, :, d]  # [B, K] candidates
             # all alive drafts share the prefix: the reference scores them on the lead's rows
             px = torch.gather(p_row, 1, x).double()
@@ -72,6 +75,6 @@ class SpecTr(Verifier):
         p_row = gather_rows(batch.dp, row, tau)
         # τ = L: bonus (scale 0 on p); else the K-SEQ residual (q − ρ·p)_+
         scale = torch.where(done, stop_rho, torch.zeros_like(stop_rho)).to(batch.dtype).unsqueeze(1)
-        last = race(q_row - scale * p_row, q_row, noise.gumbel)
+        last = noise.draw(q_row - scale * p_row, q_row)
         selected = torch.where(tau > 0, row, torch.full_like(row, -1))
         return make_verdict(batch, tau, selected, row, last)

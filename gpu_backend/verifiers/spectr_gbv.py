@@ -32,7 +32,7 @@ import torch
 from .base import Verifier
 from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict,
                     modification_record, reduce_rows, scaled_pair)
-from .noise import Noise, race
+from .noise import Noise
 
 _RELEASED_EPS = 1e-20  # the released code's guard in every denominator
 RESIDUALS = ("released", "consistent")
@@ -149,7 +149,7 @@ class SpecTrGBV(Verifier):
             d = (aq - bp).clamp_min(0)
             weights = d * (d / aq.clamp_min(torch.finfo(aq.dtype).tiny)).pow(K - 1)
         weights = torch.where(stopped.unsqueeze(1), q_row, weights)  # τ = L: bonus
-        last = race(weights, q_row, noise.gumbel)
+        last = noise.draw(weights, q_row)
         mod = None
         if self.algorithm2:
             rho = torch.ones(B, dtype=torch.float64, device=device)

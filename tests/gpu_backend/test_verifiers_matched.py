@@ -13,6 +13,8 @@ sums), disjoint supports, one-hot rows, tokens of probability 1e-14 — is in.
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -30,7 +32,7 @@ B = 6  # cases per verifier call
 def check_matched(name, params, rng, V, K, L, styles=None, n_cases=B):
     verifier = get_verifier(name, **params)
     rule = reference_rule(name, params)
-    opts = case_options(name)
+    opts = case_options(name, V)
     if styles is not None:
         opts["styles"] = styles
     cases = [tree_case(rng, V, K, L, **opts) for _ in range(n_cases)]
@@ -43,7 +45,8 @@ def check_matched(name, params, rng, V, K, L, styles=None, n_cases=B):
 
 
 @pytest.mark.parametrize("name,params", RULE_VARIANTS, ids=[variant_id(*v) for v in RULE_VARIANTS])
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), V=st.sampled_from([2, 3, 4, 5, 6, 4096]),
        K=st.integers(1, 3), L=st.integers(1, 4))
 def test_matched_noise_fuzz(name, params, seed, V, K, L):
@@ -65,7 +68,7 @@ EDGE_STYLES = {
 def test_matched_noise_edge_rows(name, params, edge):
     """Every node of the tree in one degenerate style (V = 3, K ≤ 3, L = 3; L = 1 where the
     SpecTr-GBV tie exclusion forbids p = q sub-block rows)."""
-    rng = np.random.default_rng(abs(hash((name, edge))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{variant_id(name, params)}{edge}".encode()))
     K = 1 if name in SINGLE_DRAFT else 3
     L = 1 if (edge == "p_equals_q" and name.startswith("spectr_gbv")) else 3
     styles = EDGE_STYLES[edge]

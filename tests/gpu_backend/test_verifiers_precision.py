@@ -1,0 +1,178 @@
+"""Precision of the batched verifiers: float32 and bfloat16 inputs, L = 16 blocks of tiny
+probabilities, and the Algorithm 2 weights computed from log joints.
+
+Low-precision inputs.  float32 rows are used as given; bfloat16 rows are renormalised in float32
+(gpu_backend/verifiers/batch.py).  The reference is run on the values the backend sees, in
+float64 (bfloat16: renormalised in float64), with the same noise through MarginSource, which
+records how close the reference's own decisions were to a tie (min |u − h| over the coins asked,
+gap between the two best race scores).  Where that margin is ≥ 1e-4 — far above the ~1e-6
+relative error of float32 arithmetic — the outcomes must be identical; at least 90 % of the
+cases must be decided so (the rest are counted, not compared).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+import torch
+from mpmath import mp, mpf
+
+from gpu_backend.verifiers import VERIFIERS, get_verifier
+from gpu_backend.verifiers.batch import BatchModification, prepare
+from gpu_backend.verifiers.gbv import greedy_acceptance
+from gpu_backend.verifiers.spectr_gbv import acceptance as spectr_gbv_acceptance
+from reference.verdict import Modification
+from test_verifiers_cases import (RULE_VARIANTS, SINGLE_DRAFT, MarginSource, case_options,
+                                  random_noise, reference_rule, stack_cases, tree_case,
+                                  variant_id, verdict_mismatch)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+MARGIN = 1e-4
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("name,params", RULE_VARIANTS, ids=[variant_id(*v) for v in RULE_VARIANTS])
+def test_low_precision_inputs_match_the_reference_away_from_ties(name, params, dtype):
+    rng = np.random.default_rng(zlib.crc32(f"{variant_id(name, params)}{dtype}".encode()))
+    verifier, rule = get_verifier(name, **params), reference_rule(name, params)
+    total = decided = 0
+    for V, reps in ((5, 6), (4096, 2)):
+        K = 1 if name in SINGLE_DRAFT else 3
+        L = 3
+        opts = case_options(name, V)
+        if name in ("spectr", "kseq_gbv"):
+            # p = q rows whose rounded sums miss 1 put ρ* on its rounding plateau (cases doc)
+            opts["styles"] = ("random", "disjoint", "onehot", "tiny", "close")
+        for _ in range(reps):
+            cases = [tree_case(rng, V, K, L, **opts) for _ in range(8)]
+            tok, dp64, tp64 = stack_cases(cases)
+            dp_in, tp_in = dp64.to(DTYPES[dtype]), tp64.to(DTYPES[dtype])
+            dp_ref, tp_ref = dp_in.double(), tp_in.double()
+            if dtype == "bfloat16":
+                dp_ref, tp_ref = dp_ref / dp_ref.sum(-1, keepdim=True), tp_ref / tp_ref.sum(-1, keepdim=True)
+            U, E = random_noise(rng, len(cases), K, L, V)
+            verdict = verifier(tok, dp_in, tp_in, noise=(torch.tensor(U), torch.tensor(E)))
+            for b in range(len(cases)):
+                src = MarginSource(U[b], E[b])
+                ref = rule.verify(tok[b].numpy(), dp_ref[b].numpy(), tp_ref[b].numpy(), src)
+                total += 1
+                if src.margin < MARGIN:
+                    continue
+                decided += 1
+                why = verdict_mismatch(verdict, b, ref, rtol=1e-5)
+                assert why is None, f"V={V} row {b}: {why} (margin {src.margin:.3g})"
+    assert decided >= 0.9 * total, (decided, total)
+
+
+def tiny_block(V: int, K: int, L: int, ratio: float, p_token: float = 1e-25):
+    """K drafts of L tokens whose draft probability is ``p_token`` each and target probability
+    ``ratio``·p_token: block joints ~1e-400, below float64's range."""
+    rng = np.random.default_rng(7)
+    tokens = np.zeros((K, L), dtype=np.int64)
+    dp = np.zeros((K, L, V))
+    tp = np.zeros((K, L + 1, V))
+    for k in range(K):
+        for i in range(L):
+            x = int(rng.integers(V))
+            tokens[k, i] = x
+            rest_p = rng.dirichlet(np.ones(V - 1))
+            rest_q = rng.dirichlet(np.ones(V - 1))
+            dp[k, i] = np.insert(rest_p * (1 - p_token), x, p_token)
+            tp[k, i] = np.insert(rest_q * (1 - ratio * p_token), x, ratio * p_token)
+        tp[k, L] = rng.dirichlet(np.ones(V))
+    return tokens, dp, tp
+
+
+def exact_gbv_h(tokens, dp, tp, k, rho=1):
+    """GBV's h on draft k (SPEC.md §2.4, q → q/ρ) in 60-digit arithmetic."""
+    mp.dps = 60
+    L = tokens.shape[1]
+    pz = qz = mpf(1)
+    h = []
+    for i in range(1, L + 1):
+        pz *= mpf(float(dp[k, i - 1, tokens[k, i - 1]]))
+        qz *= mpf(float(tp[k, i - 1, tokens[k, i - 1]]))
+        qs = qz / rho
+        if i == L:
+            h.append(min(mpf(1), qs / pz))
+            break
+        den = pz - sum(min(pz * mpf(float(a)), qs * mpf(float(b))) for a, b in zip(dp[k, i], tp[k, i]))
+        h.append(1 - max(pz - qs, 0) / den if den > 0 else mpf(1))
+    return np.array([float(min(1, max(0, x))) for x in h])
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("ratio", [2.0, 0.5])
+def test_L16_tiny_probabilities_do_not_underflow(dtype, ratio):
+    V, K, L = 8, 2, 16
+    tokens, dp, tp = tiny_block(V, K, L, ratio)
+    tok = torch.tensor(tokens)[None].expand(64, K, L)
+    dpt = torch.tensor(dp, dtype=dtype)[None].expand(64, K, L, V)
+    tpt = torch.tensor(tp, dtype=dtype)[None].expand(64, K, L + 1, V)
+    batch = prepare(tok[:1, :1], dpt[:1, :1], tpt[:1, :1])
+    assert torch.isfinite(batch.lp).all() and float(batch.lp[0, 0, L]) < -900  # joint ~1e-400
+    h = greedy_acceptance(batch, torch.ones(1, dtype=torch.float64))[0, 0, 1:].numpy()
+    exact = exact_gbv_h(tokens, dp, tp, 0)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert np.abs(h - exact).max() <= tol, (h, exact)
+    if ratio == 2.0:  # every prefix has q ≥ p: GBV accepts the whole block
+        assert np.all(exact == 1.0)
+    else:  # q(z)/p(z) = 2^-i: h is far from 1, which a float64 product (0/0) cannot see
+        assert exact[:-1].max() < 0.9 and exact[-1] == 2.0 ** -L
+    hs = spectr_gbv_acceptance(prepare(tok[:1], dpt[:1], tpt[:1]))[0, :, 1:].numpy()
+    assert np.all(np.isfinite(hs)) and hs.max() <= 1e-4  # the released 1e-20 guard dominates
+    for name in VERIFIERS:
+        kk = 1 if name in SINGLE_DRAFT else K
+        out = get_verifier(name)(tok[:, :kk], dpt[:, :kk], tpt[:, :kk], seeds=torch.arange(64))
+        tau = out.tau
+        assert ((tau >= 0) & (tau <= L)).all()
+        emitted = out.tokens.gather(1, tau[:, None])
+        assert ((emitted >= 0) & (emitted < V)).all()
+        pos = torch.arange(L + 1)[None]
+        assert (out.tokens[pos > tau[:, None]] == -1).all()
+        if name in ("gbv", "kseq_gbv", "sd", "bv", "spectr") and ratio == 2.0:
+            assert (tau == L).all(), name
+        mod = out.modification
+        if mod is not None:
+            assert torch.isfinite(mod.rho).all()
+            assert torch.isfinite(mod.log_q_joint[mod.active]).all()
+            assert torch.isfinite(mod.log_p_joint[mod.active]).all()
+
+
+def test_modification_weights_match_the_reference():
+    rng = np.random.default_rng(3)
+    q = rng.random(200) * (rng.random(200) < 0.8)
+    p = rng.random(200) * (rng.random(200) < 0.8)
+    q[:5], p[:5] = [0.3, 0.0, 0.2, 0.5, 0.0], [0.3, 0.4, 0.0, 0.1, 0.0]
+    with np.errstate(divide="ignore"):
+        lq, lp = torch.tensor(np.log(q))[None], torch.tensor(np.log(p))[None]
+    for kind, K, rho in (("excess", 1, 1.0), ("excess", 3, 1.7), ("spectr_gbv", 2, 1.0), ("spectr_gbv", 5, 1.0)):
+        ours = BatchModification(kind, K, torch.tensor([rho], dtype=torch.float64), lq[:, 0], lp[:, 0],
+                                 torch.tensor([True]))
+        ref = Modification(kind, K, rho, 0.0, 0.0).weights(q, p)
+        w = ours.weights(lq, lp)[0].numpy()
+        assert not np.isnan(w).any() and (w >= 0).all()
+        np.testing.assert_allclose(w, ref, rtol=1e-12, atol=1e-300)
+        assert (w[ref == 0] == 0).all()
+
+
+def test_modification_log_weights_are_stable_for_tiny_joints():
+    """Joints of e^-2000 (a long window of unlikely tokens): log w exact, where w underflows."""
+    eps = 2.0**-30  # exactly representable next to 2000
+    lq = torch.tensor([[-2000.0, -2000.0, -2000.0, -3000.0]], dtype=torch.float64)
+    lp = torch.tensor([[-2000.5, -1999.0, -2000.0 - eps, float("-inf")]], dtype=torch.float64)
+    mp.dps = 50
+    expect = [mpf(-2000) + mp.log(1 - mp.exp(mpf(-0.5))), None, mpf(-2000) + mp.log(1 - mp.exp(-mpf(eps))), mpf(-3000)]
+    for kind, K, power in (("excess", 1, 1), ("spectr_gbv", 4, 4)):
+        mod = BatchModification(kind, K, torch.tensor([1.0], dtype=torch.float64), lq[:, 0], lp[:, 0],
+                                torch.tensor([True]))
+        lw = mod.log_weights(lq, lp)[0]
+        assert not torch.isnan(lw).any()
+        assert lw[1] == float("-inf")  # p > q: w = 0
+        assert float(lw[3]) == -3000.0  # p = 0: m = 0, w = q
+        for j in (0, 2):  # w = q·(1 − p/q)^power, to 1e-12 relative in log w
+            exact = float(mpf(-2000) + power * (expect[j] - mpf(-2000)))
+            assert abs(float(lw[j]) - exact) <= 1e-12 * abs(exact), (kind, j, float(lw[j]), exact)
+        assert (mod.weights(lq, lp) == 0).all()  # exp underflows, log_weights does not
