@@ -1,0 +1,336 @@
+"""MDBV — multi-draft block verification on the merged draft tree, no modification.
+
+A construction of this project (issue 7, rule 3); lossless by construction (argument below)
+and checked with the exact engine (tests/reference/test_new_rules.py).  It uses every draft
+at every depth, like SpecTr (Sun et al., NeurIPS 2023, arXiv 2310.15141), and decides each
+prefix jointly with its subtree, like BV (Sun et al., ICLR 2025, arXiv 2403.10444, Algorithm 2;
+SPEC.md §2.3).  Derivation, study and numbers: proofs_check/NON_MODIFYING_RULES.md.
+
+The K drafts are merged into a prefix tree (as for Traversal Verification): a node z of depth
+i carries m(z) drafts (its multiplicity) and is named (k, i), k the lowest draft carrying it;
+coin (k, i) is that node's fallback coin.  Every node z gets a budget w(z) ∈ [0, 1] and runs
+the sub-rule S(z) below; S(z) SUCCEEDS with probability exactly w(z) (averaged over the drafts
+below z and the coins) and, given success, emits tokens whose continuation by the plain target
+has law q(· | z).  The root has w = 1, so the iteration is lossless and leaves later
+iterations untouched (modifies_targets = False).
+
+S(z), depth i = L (a leaf):  succeed iff coin (k, L) with probability w(z); emit the bonus.
+
+S(z), depth i < L, rows p = p(·|z), q = q(·|z), m = m(z), target w·q:
+ 1. Selection law (class-K-SEQ).  Sort the tokens with p > 0 by q/p decreasing and split
+    them into classes C_1, C_2, … (the first j tokens as singletons, the rest as one class; j
+    chosen to maximise the acceptance below, an O(V log V) search).  Each of the m drafts is
+    independently "marked" with probability e(x) if its next token is x; the winning draft is
+    a uniformly random marked draft of the first class that has one.  Per class, e(x) =
+    min(1, w·q(x)/(κ·p(x))) with κ the smallest value on the valid side of
+        (1 − c)^m − (1 − c − s)^m ≤ κ·s,   s = Σ_{x∈C} p(x)e(x),  c = eligible mass before C
+    (K-SEQ's equation for ρ*, SPEC.md §2.2, restricted to a class; one class = K-SEQ, all
+    singletons = thinned priority).  Then the probability that the winner has token x is
+        A(x) = p(x)e(x)·[(1 − c)^m − (1 − c − s)^m]/s ≤ min(κ·p(x), w·q(x)),
+    summed over the multinomial of the m next tokens.
+ 2. Given the children actually drafted (tokens x with multiplicities m_x), the conditional
+    winning probability s_x = P(winner = x | multiplicities) has a closed form: for a
+    singleton class Π_{earlier}(1 − e_y)^{m_y}·(1 − (1 − e_x)^{m_x}); inside the last class
+    Π_{earlier}(1 − e_y)^{m_y}·∫_0^1 m_x e_x (1 − e_x + e_x t)^{m_x−1} Π_{y≠x}(1 − e_y + e_y t)^{m_y} dt.
+ 3. Try the drafted children one after another; the j-th child tried gets the budget
+    w(zx) = s_x / (1 − Σ_{children tried before} s) and runs S(zx); the first success wins.
+    This realises "the winner is x" with probability s_x given the multiplicities, and the
+    winner's acceptance event is its subtree's success (the BV look-ahead: a prefix is kept
+    when its continuation verifies).  Order: by how much a child's one-level transfer
+    efficiency T(b) = (acceptance below it at budget b)/b drops if it is tried last instead of
+    first (budgets grow along the order, and a large budget on a child whose drafts cannot
+    carry it is wasted).  The order uses only rows at z and at its children and the
+    multiplicities, never the tokens drafted deeper, so each child's success probability is
+    still exactly its budget.
+ 4. No child succeeded: succeed at z with probability h = (w − ΣA)/(1 − ΣA) (coin (k, i)), and
+    emit the correction ∝ w·q − A.
+
+Losslessness, by induction on L − i: the children succeed with total probability ΣA, the
+first token after z being x with probability A(x) ≤ w·q(x) and then continuing with law
+q(·|zx) (induction); the fallback adds w·q(x) − A(x); so S(z) succeeds with probability w and
+its first token has law q(·|z).  The children's subtrees are independent given the
+multiplicities, so each child's success probability is its budget whatever happened before.
+
+Reductions: K = 1 (every m = 1) is exactly BV — one class with κ = 1 gives e = min(1, w q/p),
+the child's budget min(1, w·q/p), h = Z/(Z + 1 − w).  It does NOT reduce to K-SEQ at L = 1: at
+L = 1 it is class-K-SEQ (≥ K-SEQ, which is its one-class member).
+
+Cost per iteration: O(K·L) nodes, each O(V log V) (the sort by q/p) plus O(V) per bisection
+step of κ and O(K²) for the selection polynomials.  Randomness: one coin per tree node, keys
+(k, i), each asked at most once; exactly one draw (the correction or the bonus).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.polynomial import polynomial as npoly
+
+from ..randomness import Source
+from ..verdict import Verdict
+from .base import Block, Rule, draw_residual
+from .traversal import merged_tree
+
+# Bisection steps for κ: the bracket [0, m] reaches float64 spacing in about 60 halvings; the
+# loop also stops when the midpoint no longer moves.
+_BISECTION_STEPS = 200
+_CACHE: dict = {}
+
+
+@dataclass
+class Mechanism:
+    """The selection law of one node (step 1 of the module docstring).
+
+    Attributes:
+        classes: list of int arrays (token ids), in priority order.
+        e: float64 [V], per-draft marking probability of each token (0 off the draft support).
+        A: float64 [V], probability that the winner's token is x (≤ w·q(x)).
+    """
+
+    classes: list
+    e: np.ndarray
+    A: np.ndarray
+
+    @property
+    def total(self) -> float:
+        return float(self.A.sum())
+
+
+def _rest_class(pp, wq, Pp, Pq, j, free, m) -> float:
+    """κ of the class made of the sorted tokens j..n−1, after the eligible mass 1 − free.
+
+    pp, wq: Python lists of p and w·q in q/p-decreasing order; Pp, Pq their prefix sums.
+    Returns the smallest κ (to bisection resolution, on the valid side) with
+        free^m − (free − s(κ))^m ≤ κ·s(κ),   s(κ) = Σ_{t ≥ j} min(pp[t], wq[t]/κ).
+    The upper end m·free^(m−1) is always valid (the left side is concave in s with that slope
+    at 0).  Source: SPEC.md §2.2 (K-SEQ's ρ*), restricted to the class.
+    """
+    n = len(pp)
+
+    def s_of(kappa: float) -> float:
+        # tokens with wq/pp ≥ κ are saturated (e = 1); they are a prefix of j..n−1
+        lo, hi = j, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if wq[mid] >= kappa * pp[mid]:
+                lo = mid + 1
+            else:
+                hi = mid
+        return (Pp[lo] - Pp[j]) + (Pq[n] - Pq[lo]) / kappa
+
+    def valid(kappa: float) -> bool:
+        s = s_of(kappa)
+        return free**m - max(free - s, 0.0) ** m <= kappa * s
+
+    lo, hi = 0.0, m * free ** (m - 1)
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            break
+        if valid(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
+    """Class-K-SEQ selection law of one node against the scaled target w·q with m drafts.
+
+    The support of p is sorted by q/p decreasing; for every cut j the first j tokens are
+    singleton classes and the rest one class; the cut with the largest ΣA = 1 − (1 − c)^m
+    (c = total eligible mass) is kept (ties, to rounding: the smallest j, i.e. K-SEQ first).
+    A singleton x after eligible mass 1 − F gets the largest s = p(x)e(x) with
+    F^m − (F − s)^m ≤ w·q(x), i.e. s = min(p(x), F − (F^m − w q(x))_+^{1/m}).
+
+    Args:
+        p, q: float64 [V], draft and target rows of the node.
+        w: budget in [0, 1].
+        m: number of drafts through the node, ≥ 1.
+    Returns:
+        Mechanism (memoised on the exact bytes of p, q and on w, m).
+    Cost: O(V log V) sort + O(V) singletons + O(V · bisection · log V) for the cuts.
+    """
+    key = (p.tobytes(), q.tobytes(), float(w), int(m))
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit
+    V = p.shape[0]
+    support = np.flatnonzero(p > 0)
+    order = support[np.argsort(-(q[support] / p[support]), kind="stable")]
+    pp = [float(x) for x in p[order]]
+    wq = [float(w * x) for x in q[order]]
+    n = len(pp)
+    Pp = [0.0]
+    Pq = [0.0]
+    for a, b in zip(pp, wq):
+        Pp.append(Pp[-1] + a)
+        Pq.append(Pq[-1] + b)
+    # singletons: eligible mass s_t and the free mass F_t before token t
+    single, free = [], [1.0]
+    for t in range(n):
+        F = free[-1]
+        s = min(pp[t], F - max(F**m - wq[t], 0.0) ** (1.0 / m)) if F > 0 else 0.0
+        s = max(s, 0.0)
+        single.append(s)
+        free.append(max(F - s, 0.0))
+    best = None
+    for j in range(n + 1):
+        F = free[j]
+        kappa = _rest_class(pp, wq, Pp, Pq, j, F, m) if j < n and F > 0 else None
+        rest = 0.0
+        if kappa is not None:
+            rest = sum(min(pp[t], wq[t] / kappa) for t in range(j, n))
+        total = 1.0 - max(F - rest, 0.0) ** m
+        if best is None or total > best[0] + 1e-12:
+            best = (total, j, kappa)
+    _, j, kappa = best
+    e = np.zeros(V)
+    A = np.zeros(V)
+    for t in range(j):
+        x = order[t]
+        e[x] = single[t] / pp[t]
+        A[x] = free[t] ** m - free[t + 1] ** m
+    classes = [order[t : t + 1] for t in range(j)]
+    if kappa is not None:
+        C = order[j:]
+        eC = np.minimum(1.0, np.array(wq[j:]) / (kappa * np.array(pp[j:])))
+        s = float((p[C] * eC).sum())
+        F = free[j]
+        e[C] = eC
+        if s > 0:
+            A[C] = p[C] * eC * (F**m - max(F - s, 0.0) ** m) / s
+        classes.append(C)
+    mech = Mechanism(classes, e, A)
+    if len(_CACHE) > 200_000:
+        _CACHE.clear()
+    _CACHE[key] = mech
+    return mech
+
+
+def selection_given_children(mech: Mechanism, mult: dict[int, int]) -> dict[int, float]:
+    """s_x = P(winner = x | the drafted children and their multiplicities) (step 2).
+
+    Args:
+        mech: the node's mechanism.
+        mult: token → multiplicity m_x ≥ 1 of the drafted children.
+    Returns:
+        token → s_x ≥ 0; Σ_x s_x = 1 − Π_x (1 − e_x)^{m_x} ≤ 1.
+    """
+    out: dict[int, float] = {}
+    none_before = 1.0  # P(no marked draft in the classes before)
+    for C in mech.classes:
+        present = [int(x) for x in C if mult.get(int(x), 0) > 0]
+        if not present:
+            continue
+        factors = {x: np.array([1.0 - mech.e[x], mech.e[x]]) for x in present}
+        for x in present:
+            # ∫_0^1 m_x e_x (1 − e_x + e_x t)^{m_x − 1} Π_{y ≠ x} (1 − e_y + e_y t)^{m_y} dt
+            poly = np.array([mult[x] * mech.e[x]])
+            for y in present:
+                for _ in range(mult[y] - (1 if y == x else 0)):
+                    poly = npoly.polymul(poly, factors[y])
+            out[x] = none_before * float(npoly.polyval(1.0, npoly.polyint(poly)))
+        for y in present:
+            none_before *= (1.0 - mech.e[y]) ** mult[y]
+    return out
+
+
+@dataclass
+class _Node:
+    name: tuple[int, int]
+    depth: int
+    mult: int
+    budget: float = 1.0
+    order: list = field(default_factory=list)  # children to try, in order
+    fallback: float = 1.0  # h of step 4 (leaves: the budget itself)
+    residual: np.ndarray | None = None  # w·q − A
+
+
+class MultiDraftBlockVerification(Rule):
+    """MDBV (issue 7, rule 3): class-K-SEQ selection per tree node, BV budgets, pooled subtrees."""
+
+    name = "mdbv"
+    modifies_targets = False
+
+    def plan(self, block: Block) -> None:
+        names, parent, children = merged_tree(block)
+        L = block.L
+        mult = [block.K] + [0] * (len(names) - 1)
+        for k in range(block.K):
+            node = 0
+            for i in range(1, L + 1):
+                # the child of `node` carrying draft k's i-th token
+                node = next(c for c in children[node] if block.tokens[names[c][0], i - 1] == block.tokens[k, i - 1])
+                mult[node] += 1
+        nodes = [_Node(names[n], names[n][1], mult[n]) for n in range(len(names))]
+        token = [int(block.tokens[k, i - 1]) if i else -1 for k, i in names]
+
+        def rows(n):
+            k, i = names[n]
+            k = max(k, 0)  # the root's rows are every draft's first-position rows
+            return block.dp[k, i], block.tp[k, i]
+
+        def transfer(n: int, b: float) -> float:
+            # one-level efficiency T(b) of node n: acceptance of its children per unit budget
+            if names[n][1] == L or b <= 0:
+                return 1.0
+            p, q = rows(n)
+            return node_mechanism(p, q, b, mult[n]).total / b
+
+        def schedule(n: int) -> None:
+            node = nodes[n]
+            if node.depth == L:
+                node.fallback = node.budget
+                return
+            p, q = rows(n)
+            w = node.budget
+            mech = node_mechanism(p, q, w, node.mult)
+            node.residual = w * q - mech.A
+            tot = mech.total
+            node.fallback = (w - tot) / (1.0 - tot) if tot < 1.0 else 1.0
+            kids = {token[c]: c for c in children[n]}
+            s = selection_given_children(mech, {x: mult[c] for x, c in kids.items()})
+            live = [x for x in kids if s.get(x, 0.0) > 0.0]
+            slack = 1.0 - sum(s[x] for x in live)
+
+            def loss_if_last(x):
+                first, last = s[x], s[x] / (s[x] + slack) if s[x] + slack > 0 else 1.0
+                return s[x] * (transfer(kids[x], min(1.0, first)) - transfer(kids[x], min(1.0, last)))
+
+            # largest loss first; ties by draft order (names) so the schedule is deterministic
+            live.sort(key=lambda x: (-loss_if_last(x), names[kids[x]][0]))
+            left = 1.0
+            for x in live:
+                c = kids[x]
+                nodes[c].budget = min(1.0, s[x] / left) if left > 0 else 1.0
+                left -= s[x]
+                node.order.append(c)
+                schedule(c)
+
+        schedule(0)
+        block.plan["nodes"] = nodes
+
+    def decide(self, block: Block, source: Source) -> Verdict:
+        nodes = block.plan["nodes"]
+        L = block.L
+
+        def attempt(n: int) -> Verdict | None:
+            node = nodes[n]
+            k, i = node.name
+            if i == L:
+                if source.coin(node.fallback, (k, L)):
+                    return Verdict(L, k, block.prefix(k, L) + (source.draw(block.tp[k, L]),))
+                return None
+            for c in node.order:
+                verdict = attempt(c)
+                if verdict is not None:
+                    return verdict
+            if i == 0 or source.coin(node.fallback, (k, i)):  # the root's h is 1
+                q_row = block.tp[max(k, 0), i]
+                token = draw_residual(source, node.residual, q_row)
+                return Verdict(i, k if i else -1, block.prefix(max(k, 0), i) + (token,))
+            return None
+
+        return attempt(0)
