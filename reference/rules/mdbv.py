@@ -8,61 +8,71 @@ SPEC.md §2.3).  Derivation, study and numbers: proofs_check/NON_MODIFYING_RULES
 
 The K drafts are merged into a prefix tree (as for Traversal Verification): a node z of depth
 i carries m(z) drafts (its multiplicity) and is named (k, i), k the lowest draft carrying it;
-coin (k, i) is that node's fallback coin.  Every node z gets a budget w(z) ∈ [0, 1] and runs
-the sub-rule S(z) below; S(z) SUCCEEDS with probability exactly w(z) (averaged over the drafts
+coin (k, i) is that node's only coin.  Every node z gets a budget w(z) ∈ [0, 1] and runs the
+sub-rule S(z) below; S(z) SUCCEEDS with probability exactly w(z) (averaged over the drafts
 below z and the coins) and, given success, emits tokens whose continuation by the plain target
 has law q(· | z).  The root has w = 1, so the iteration is lossless and leaves later
 iterations untouched (modifies_targets = False).
 
-S(z), depth i = L (a leaf):  succeed iff coin (k, L) with probability w(z); emit the bonus.
+S(z), depth i = L (a leaf):  succeed iff coin (k, L), probability w(z); emit the bonus.
 
-S(z), depth i < L, rows p = p(·|z), q = q(·|z), m = m(z), target w·q:
- 1. Selection law (class-K-SEQ).  Sort the tokens with p > 0 by q/p decreasing and split
-    them into classes C_1, C_2, … (the first j tokens as singletons, the rest as one class; j
-    chosen to maximise the acceptance below, an O(V log V) search).  Each of the m drafts is
-    independently "marked" with probability e(x) if its next token is x; the winning draft is
-    a uniformly random marked draft of the first class that has one.  Per class, e(x) =
-    min(1, w·q(x)/(κ·p(x))) with κ the smallest value on the valid side of
-        (1 − c)^m − (1 − c − s)^m ≤ κ·s,   s = Σ_{x∈C} p(x)e(x),  c = eligible mass before C
-    (K-SEQ's equation for ρ*, SPEC.md §2.2, restricted to a class; one class = K-SEQ, all
-    singletons = thinned priority).  Then the probability that the winner has token x is
-        A(x) = p(x)e(x)·[(1 − c)^m − (1 − c − s)^m]/s ≤ min(κ·p(x), w·q(x)),
-    summed over the multinomial of the m next tokens.
- 2. Given the children actually drafted (tokens x with multiplicities m_x), the conditional
-    winning probability s_x = P(winner = x | multiplicities) has a closed form: for a
-    singleton class Π_{earlier}(1 − e_y)^{m_y}·(1 − (1 − e_x)^{m_x}); inside the last class
-    Π_{earlier}(1 − e_y)^{m_y}·∫_0^1 m_x e_x (1 − e_x + e_x t)^{m_x−1} Π_{y≠x}(1 − e_y + e_y t)^{m_y} dt.
+S(z), depth i < L, rows p = p(·|z), q = q(·|z), m = m(z), scaled target w·q:
+ 1. Selection law ("which child wins"), a function of the m next tokens only, with marginal
+    A(x) = P(winner = x) ≤ w·q(x) in closed form.  Two families; the one with the larger
+    ΣA is used (ties: K-SEQ):
+    a. class-K-SEQ: sort the tokens with p > 0 by q/p decreasing; the first j are singleton
+       classes, the rest one class (every cut j = 0..n is tried; j = 0 is K-SEQ).  Each draft
+       is "marked" independently with probability e(x) if its next token is x; the winner is
+       a uniformly random marked draft of the first class that has one.  Per class
+       e(x) = min(1, w·q(x)/(κ·p(x))), κ the smallest value on the valid side of
+           (1 − c)^m − (1 − c − s)^m ≤ κ·s,   s = Σ_{x∈C} p(x)e(x),  c = marked mass before C
+       (K-SEQ's ρ* equation, SPEC.md §2.2, per class), so that
+           A(x) = p(x)e(x)·[(1 − c)^m − (1 − c − s)^m]/s ≤ min(κ·p(x), w·q(x)).
+    b. count-priority: tokens in the same q/p order; the first drafted token not yet declined
+       is selected with a probability β_x(k) that depends on how many drafts k carry it,
+       largest counts first, up to A(x) = min(w·q(x), P(x reached and drafted)) (exact by a
+       dynamic programme over the drafts not yet assigned, O(V·m²)).
+ 2. Given the drafted children (tokens x with multiplicities m_x) the conditional probability
+    s_x = P(winner = x | multiplicities) has a closed form (class-K-SEQ: products and a
+    polynomial integral ∫_0^1 m_x e_x (1 − e_x + e_x t)^{m_x−1} Π_{y≠x}(1 − e_y + e_y t)^{m_y} dt
+    inside the last class; count-priority: Π_{earlier}(1 − β_y(m_y))·β_x(m_x)).
  3. Try the drafted children one after another; the j-th child tried gets the budget
     w(zx) = s_x / (1 − Σ_{children tried before} s) and runs S(zx); the first success wins.
     This realises "the winner is x" with probability s_x given the multiplicities, and the
     winner's acceptance event is its subtree's success (the BV look-ahead: a prefix is kept
-    when its continuation verifies).  Order: by how much a child's one-level transfer
-    efficiency T(b) = (acceptance below it at budget b)/b drops if it is tried last instead of
-    first (budgets grow along the order, and a large budget on a child whose drafts cannot
-    carry it is wasted).  The order uses only rows at z and at its children and the
-    multiplicities, never the tokens drafted deeper, so each child's success probability is
-    still exactly its budget.
- 4. No child succeeded: succeed at z with probability h = (w − ΣA)/(1 − ΣA) (coin (k, i)), and
-    emit the correction ∝ w·q − A.
+    when its continuation verifies).  Order: by how much a child's one-level efficiency
+    T(b) = (acceptance of its own children at budget b)/b drops if it is tried last rather
+    than first (budgets grow along the order; a large budget on a child whose drafts cannot
+    carry it is wasted).  The order uses the rows at z and at its drafted children and the
+    multiplicities, never the tokens drafted below the children, so each child's success
+    probability stays exactly its budget.
+ 4. No child succeeded: succeed at z with probability h = (w − ΣA)/(1 − ΣA) (coin (k, i); the
+    root's h is 1) and emit the correction ∝ w·q − A.
 
 Losslessness, by induction on L − i: the children succeed with total probability ΣA, the
-first token after z being x with probability A(x) ≤ w·q(x) and then continuing with law
-q(·|zx) (induction); the fallback adds w·q(x) − A(x); so S(z) succeeds with probability w and
-its first token has law q(·|z).  The children's subtrees are independent given the
-multiplicities, so each child's success probability is its budget whatever happened before.
+token after z being x with probability A(x) ≤ w·q(x), followed by a q(·|zx)-continuation
+(induction); the fallback adds w·q(x) − A(x); so S(z) succeeds with probability w and its next
+token has law q(·|z).  The subtrees of distinct children are independent given the
+multiplicities, so a child's success probability is its budget whatever happened before it.
+The selection parameters of a node (step 1) may depend only on the node's own rows, w and m:
+the residual needs A(x) for every token x, also for children that were not drafted, whose
+rows the verifier never sees.
 
-Reductions: K = 1 (every m = 1) is exactly BV — one class with κ = 1 gives e = min(1, w q/p),
-the child's budget min(1, w·q/p), h = Z/(Z + 1 − w).  It does NOT reduce to K-SEQ at L = 1: at
-L = 1 it is class-K-SEQ (≥ K-SEQ, which is its one-class member).
+Reductions: K = 1 (every m = 1) is exactly BV — both families give e = min(1, w·q/p), the
+child's budget min(1, w·q/p) = p_i, h = Z/(Z + 1 − w), the same coins (0, i).  It does NOT
+reduce to K-SEQ at L = 1: there it is the better of class-K-SEQ and count-priority, ≥ K-SEQ.
 
-Cost per iteration: O(K·L) nodes, each O(V log V) (the sort by q/p) plus O(V) per bisection
-step of κ and O(K²) for the selection polynomials.  Randomness: one coin per tree node, keys
-(k, i), each asked at most once; exactly one draw (the correction or the bonus).
+Cost per iteration: O(K·L) nodes; per node an O(V log V) sort, O(V) per bisection step of κ
+for each of the n + 1 cuts (the reference evaluates them plainly; with prefix sums over the
+sorted ratios a cut costs O(log V) per step), O(V·m²) for count-priority, O(K²) per child for
+the selection polynomials.  Randomness: one coin per tree node, keys (k, i), each asked at
+most once; exactly one draw (the correction or the bonus).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import comb
 
 import numpy as np
 from numpy.polynomial import polynomial as npoly
@@ -84,13 +94,17 @@ class Mechanism:
 
     Attributes:
         classes: list of int arrays (token ids), in priority order.
-        e: float64 [V], per-draft marking probability of each token (0 off the draft support).
+        e: float64 [V], per-draft marking probability of each token (class-K-SEQ kind).
         A: float64 [V], probability that the winner's token is x (≤ w·q(x)).
+        beta: count-priority kind only (then every class is a singleton): token x →
+            float64 [m+1], beta[x][k] = probability of selecting x when it is the highest-
+            priority drafted child not yet declined and k drafts carry it; None otherwise.
     """
 
     classes: list
     e: np.ndarray
     A: np.ndarray
+    beta: dict | None = None  # count-priority kind: token → float64 [m+1], budget by count
 
     @property
     def total(self) -> float:
@@ -136,12 +150,12 @@ def _rest_class(pp, wq, Pp, Pq, j, free, m) -> float:
 
 
 def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
-    """Class-K-SEQ selection law of one node against the scaled target w·q with m drafts.
+    """Selection law of one node against the scaled target w·q with m drafts (step 1).
 
-    The support of p is sorted by q/p decreasing; for every cut j the first j tokens are
-    singleton classes and the rest one class; the cut with the largest ΣA = 1 − (1 − c)^m
-    (c = total eligible mass) is kept (ties, to rounding: the smallest j, i.e. K-SEQ first).
-    A singleton x after eligible mass 1 − F gets the largest s = p(x)e(x) with
+    The support of p is sorted by q/p decreasing.  Candidates: class-K-SEQ for every cut j
+    (first j tokens singleton classes, the rest one class; j = 0 is K-SEQ) and count-priority;
+    the largest ΣA wins (ties, to rounding: the earlier candidate, K-SEQ first).  A singleton
+    class x after marked mass 1 − F gets the largest s = p(x)e(x) with
     F^m − (F − s)^m ≤ w·q(x), i.e. s = min(p(x), F − (F^m − w q(x))_+^{1/m}).
 
     Args:
@@ -150,7 +164,7 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
         m: number of drafts through the node, ≥ 1.
     Returns:
         Mechanism (memoised on the exact bytes of p, q and on w, m).
-    Cost: O(V log V) sort + O(V) singletons + O(V · bisection · log V) for the cuts.
+    Cost: O(V log V) sort, O(V · bisection · log V) per cut, O(V·m²) count-priority.
     """
     key = (p.tobytes(), q.tobytes(), float(w), int(m))
     hit = _CACHE.get(key)
@@ -175,17 +189,26 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
         s = max(s, 0.0)
         single.append(s)
         free.append(max(F - s, 0.0))
-    best = None
+    candidates = []
     for j in range(n + 1):
         F = free[j]
         kappa = _rest_class(pp, wq, Pp, Pq, j, F, m) if j < n and F > 0 else None
-        rest = 0.0
-        if kappa is not None:
-            rest = sum(min(pp[t], wq[t] / kappa) for t in range(j, n))
-        total = 1.0 - max(F - rest, 0.0) ** m
-        if best is None or total > best[0] + 1e-12:
-            best = (total, j, kappa)
-    _, j, kappa = best
+        candidates.append(_cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa))
+    # the second family: count-dependent priority (see _count_priority); the larger ΣA wins,
+    # ties (to rounding) to the earlier candidate, K-SEQ first
+    candidates.append(_count_priority(p, q, w, m, order))
+    mech = candidates[0]
+    for cand in candidates[1:]:
+        if cand.total > mech.total + 1e-12:
+            mech = cand
+    if len(_CACHE) > 200_000:
+        _CACHE.clear()
+    _CACHE[key] = mech
+    return mech
+
+
+def _cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa) -> Mechanism:
+    """Class-K-SEQ with the first j sorted tokens as singletons and the rest as one class."""
     e = np.zeros(V)
     A = np.zeros(V)
     for t in range(j):
@@ -202,11 +225,51 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
         if s > 0:
             A[C] = p[C] * eC * (F**m - max(F - s, 0.0) ** m) / s
         classes.append(C)
-    mech = Mechanism(classes, e, A)
-    if len(_CACHE) > 200_000:
-        _CACHE.clear()
-    _CACHE[key] = mech
-    return mech
+    return Mechanism(classes, e, A)
+
+
+def _count_priority(p, q, w, m, order) -> Mechanism:
+    """Priority by q/p with count-dependent budgets (the second selection family).
+
+    Tokens are visited in ``order``; when token x is reached (no earlier drafted child
+    selected) and k of the remaining drafts carry it, x is selected with probability
+    beta[x][k], the largest counts first ("select x when it is drafted often"): a draft that x
+    does not use stays available to the tokens after it, so x should spend its target w·q(x)
+    where it leaves the fewest drafts behind.  A(x) = min(w·q(x), P(x reached and drafted)).
+    Exact by a dynamic programme over the number r of drafts not yet assigned to a visited
+    token, O(V·m²).  With m = 1 it coincides with class-K-SEQ (both give BV's min(p, w q)).
+    """
+    V = p.shape[0]
+    A = np.zeros(V)
+    beta = {}
+    state = np.zeros(m + 1)  # state[r]: P(nothing selected yet, r drafts not yet assigned)
+    state[m] = 1.0
+    left = 1.0  # p-mass of the tokens not yet visited
+    binom = [[comb(r, k) for k in range(m + 1)] for r in range(m + 1)]
+    for x in order:
+        px = min(1.0, float(p[x]) / left) if left > 0 else 0.0
+        joint = np.zeros((m + 1, m + 1))  # joint[r, k]: r unassigned, k of them carry x
+        for r in range(m + 1):
+            if state[r] > 0:
+                for k in range(r + 1):
+                    joint[r, k] = state[r] * binom[r][k] * px**k * (1.0 - px) ** (r - k)
+        avail = joint.sum(axis=0)
+        target = float(w * q[x])
+        b = np.zeros(m + 1)
+        for k in range(m, 0, -1):
+            if avail[k] > 0 and target > 0:
+                take = min(avail[k], target)
+                b[k] = take / avail[k]
+                target -= take
+                A[x] += take
+        beta[int(x)] = b
+        new = np.zeros(m + 1)
+        for r in range(m + 1):
+            for k in range(r + 1):
+                new[r - k] += joint[r, k] * (1.0 - b[k])
+        state = new
+        left -= float(p[x])
+    return Mechanism([order[t : t + 1] for t in range(len(order))], np.zeros(V), A, beta)
 
 
 def selection_given_children(mech: Mechanism, mult: dict[int, int]) -> dict[int, float]:
@@ -220,6 +283,14 @@ def selection_given_children(mech: Mechanism, mult: dict[int, int]) -> dict[int,
     """
     out: dict[int, float] = {}
     none_before = 1.0  # P(no marked draft in the classes before)
+    if mech.beta is not None:  # count-priority: singletons, budget by multiplicity
+        for C in mech.classes:
+            x = int(C[0])
+            if mult.get(x, 0) > 0:
+                b = float(mech.beta[x][mult[x]])
+                out[x] = none_before * b
+                none_before *= 1.0 - b
+        return out
     for C in mech.classes:
         present = [int(x) for x in C if mult.get(int(x), 0) > 0]
         if not present:
