@@ -57,12 +57,12 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
     try:
         config.num_assistant_tokens, config.num_assistant_tokens_schedule = L, "constant"
         torch.manual_seed(int(seed))
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         out = target.generate(
             ids, attention_mask=torch.ones_like(ids), assistant_model=draft,
             max_new_tokens=max_new_tokens, eos_token_id=eos or None,
             pad_token_id=eos[0] if eos else None, **sampling.generate_kwargs())
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
         hook.remove()
         config.num_assistant_tokens, config.num_assistant_tokens_schedule = saved
@@ -73,4 +73,4 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
             tokens, stop_reason = tokens[: i + 1], "eos"
             break
     return GenerationResult("hf_assisted", tokens, int(ids.shape[1]), calls[0], [], 1, L, wall,
-                            peak_rss_bytes(), stop_reason)
+                            peak_rss_bytes(), stop_reason, cpu)

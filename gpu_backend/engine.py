@@ -4,23 +4,32 @@ One iteration of ``SpeculativeEngine`` (Leviathan et al. 2023; SpecTr, Sun et al
 SpecTr-GBV, Lin et al. 2026 — SPEC.md §1–§3):
 
 1. **Draft.** The draft model's KV cache holds the context; its pending tokens (usually one,
-   two after a bonus) give the first draft row, the cache is repeated K times, and the K
-   drafts of L tokens are sampled as one batch of K rows, each token from exactly the
-   processed row that is handed to the verifier (``draft_probs``).
-2. **Score.** The target's cache holds the context minus its last token; it is repeated K
-   times and ONE forward call scores the K rows ``[last context token, X_1..X_L]``:
-   ``target_probs [K, L+1, V]`` (row L is the bonus row).
+   two after a bonus) give the first draft row, then the K drafts of L tokens are grown
+   together, one draft forward call per depth, each token drawn from exactly the processed
+   row that is handed to the verifier (``draft_probs``).
+2. **Score.** The target's cache holds the context minus its last token; ONE forward call
+   scores the last context token and every draft token: ``target_probs [K, L+1, V]`` (row L
+   is the bonus row).
 3. **Modify.** Rows still inside a live Algorithm 2 window are replaced by the layered
    modified target (``gpu_backend.stack``; SPEC.md §3).
 4. **Verify.** The verifier (``gpu_backend.verifiers`` contract, batch of one) returns τ, the
    selected draft, the emitted tokens and, for greedy rules, a modification record.
-5. **Cut back.** Both caches keep the selected row, cropped to the context plus the accepted
-   tokens; the stack continues its windows over the emitted tokens.
+5. **Cut back.** Both caches keep the selected draft's accepted tokens on top of the context;
+   the stack continues its windows over the emitted tokens.
+
+Two cache layouts give the same rows.  ``"batched"``: the caches are repeated into K rows
+(``batch_repeat_interleave``), the K drafts are a batch of K rows, and afterwards one row is
+kept (``batch_select_indices``) and cropped.  ``"packed"`` (default, faster on CPU): the caches
+stay one row; the drafts are fed as a token tree with a 4-D attention mask and per-node
+position ids (``gpu_backend.tree``), drafts with a common prefix share its nodes, and the
+selected path is gathered back (``kv.keep_positions``).
 
 Draft and target logits go through the same ``sampling.probabilities`` (temperature, top-k,
 top-p, float32 softmax).  All randomness comes from one seeded ``torch.Generator`` (draft
 tokens, and one verifier seed per iteration), so a run is reproducible.  The loop reads the
-verdict back to the host once per iteration (τ, selected row, emitted tokens).
+verdict back to the host once per iteration (τ, selected draft, emitted tokens); the packed
+layout also reads each depth's K draft tokens on the host to build the tree (free on CPU; on
+a GPU the batched layout avoids these reads).
 """
 
 from __future__ import annotations
@@ -64,6 +73,8 @@ class GenerationResult:
         taus: τ of each iteration (before truncation); empty for AR.
         K, L: drafts and block length (AR: 1, 0).
         wall_time_s: seconds, prompt processing included.
+        cpu_time_s: CPU seconds of the process over the same span (all threads): on a shared
+            machine it is less disturbed by other jobs than wall time.
         peak_rss_bytes: peak resident memory of the process when the run ended (since the last
             ``memory.reset_peak_rss``).
         stop_reason: "eos" or "max_new_tokens".
@@ -79,6 +90,7 @@ class GenerationResult:
     wall_time_s: float
     peak_rss_bytes: int
     stop_reason: str
+    cpu_time_s: float = float("nan")
 
     @property
     def new_tokens(self) -> int:
@@ -120,7 +132,8 @@ class GenerationResult:
             "target_calls": self.target_calls, "block_efficiency": self.block_efficiency,
             "mean_accepted": self.mean_accepted, "acceptance_rate": self.acceptance_rate,
             "per_position_acceptance": self.per_position_acceptance,
-            "wall_time_s": self.wall_time_s, "tokens_per_second": self.tokens_per_second,
+            "wall_time_s": self.wall_time_s, "cpu_time_s": self.cpu_time_s,
+            "tokens_per_second": self.tokens_per_second,
             "peak_rss_bytes": self.peak_rss_bytes, "stop_reason": self.stop_reason,
         }
 
@@ -296,7 +309,7 @@ class SpeculativeEngine:
         K, L, V, dev = self.K, self.L, self.V, self.device
         ids = _prompt_tensor(prompt_ids).to(dev)
         gen = torch.Generator(device=dev).manual_seed(int(seed))
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         state = _State(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
                        torch.empty(K, L, dtype=torch.int64, device=dev),
                        torch.empty(K, L, V, dtype=torch.float32, device=dev))
@@ -348,7 +361,8 @@ class SpeculativeEngine:
                 stop_reason = "eos"
                 break
         return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, K, L,
-                                time.perf_counter() - start, peak_rss_bytes(), stop_reason)
+                                time.perf_counter() - start, peak_rss_bytes(), stop_reason,
+                                time.process_time() - cpu_start)
 
     def _first_draft_row(self, state: "_State") -> None:
         """Feed the draft its pending tokens (batch 1) and draw the K first draft tokens."""
@@ -453,7 +467,7 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     dev = _model_device(target)
     ids = _prompt_tensor(prompt_ids).to(dev)
     gen = torch.Generator(device=dev).manual_seed(int(seed))
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     cache = new_cache(target)
     pending = ids[None]
     out: list[int] = []
@@ -468,4 +482,5 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
             stop_reason = "eos"
             break
     return GenerationResult("ar", out, int(ids.numel()), len(out), [], 1, 0,
-                            time.perf_counter() - start, peak_rss_bytes(), stop_reason)
+                            time.perf_counter() - start, peak_rss_bytes(), stop_reason,
+                            time.process_time() - cpu_start)

@@ -61,6 +61,8 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
             assert key in r
         assert r["n_prompts"] == 2 and r["dataset"] == "random"
     assert main["ar"]["speedup_ratio"] == 1.0 and main["ar"]["block_efficiency"] == 1.0
+    assert main["ar"]["speedup_ratio_cpu_time"] == 1.0
+    assert all(r["cpu_time_s"] > 0 for r in result.runs)
     assert all(main[m]["K"] == 1 for m in ("sd", "bv", "gbv", "hf_assisted"))
     assert main["kseq_gbv"]["K"] == 2 and main["kseq_gbv"]["L"] == 3
     for m in ("sd", "kseq_gbv", "hf_assisted"):
