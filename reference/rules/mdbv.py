@@ -88,6 +88,20 @@ _BISECTION_STEPS = 200
 _CACHE: dict = {}
 
 
+def _covered(F: float, s: float, m: int) -> float:
+    """F^m − (F − s)^m for 0 ≤ s ≤ F, without cancellation when s ≪ F (expm1/log1p form).
+
+    The probability that some of m drafts lands in a set of mass s, given that none landed in
+    a set of mass 1 − F (times F^m).  Tiny target masses (1e-18 next to 1) made the plain
+    difference round to 0, which once turned a class's κ bisection to the wrong side.
+    """
+    if F <= 0.0:
+        return 0.0
+    if s >= F:
+        return F**m
+    return -(F**m) * np.expm1(m * np.log1p(-s / F))
+
+
 @dataclass
 class Mechanism:
     """The selection law of one node (step 1 of the module docstring).
@@ -111,14 +125,16 @@ class Mechanism:
         return float(self.A.sum())
 
 
-def _rest_class(pp, wq, Pp, Pq, j, free, m) -> float:
-    """κ of the class made of the sorted tokens j..n−1, after the eligible mass 1 − free.
+def _rest_class(pp, wq, Pp, Sq, j, free, m) -> float:
+    """κ of the class made of the sorted tokens j..n−1, after the marked mass 1 − free.
 
-    pp, wq: Python lists of p and w·q in q/p-decreasing order; Pp, Pq their prefix sums.
-    Returns the smallest κ (to bisection resolution, on the valid side) with
+    pp, wq: Python lists of p and w·q in q/p-decreasing order; Pp the prefix sums of pp, Sq the
+    suffix sums of wq (suffix sums: a tail of tiny target masses must not cancel to 0).
+    Returns the smallest κ (to bisection resolution) with
         free^m − (free − s(κ))^m ≤ κ·s(κ),   s(κ) = Σ_{t ≥ j} min(pp[t], wq[t]/κ).
     The upper end m·free^(m−1) is always valid (the left side is concave in s with that slope
-    at 0).  Source: SPEC.md §2.2 (K-SEQ's ρ*), restricted to the class.
+    at 0).  The caller re-checks the result with the exactly summed s.  Source: SPEC.md §2.2
+    (K-SEQ's ρ*), restricted to the class.
     """
     n = len(pp)
 
@@ -131,11 +147,11 @@ def _rest_class(pp, wq, Pp, Pq, j, free, m) -> float:
                 lo = mid + 1
             else:
                 hi = mid
-        return (Pp[lo] - Pp[j]) + (Pq[n] - Pq[lo]) / kappa
+        return (Pp[lo] - Pp[j]) + Sq[lo] / kappa
 
     def valid(kappa: float) -> bool:
         s = s_of(kappa)
-        return free**m - max(free - s, 0.0) ** m <= kappa * s
+        return s > 0 and _covered(free, s, m) <= kappa * s
 
     lo, hi = 0.0, m * free ** (m - 1)
     for _ in range(_BISECTION_STEPS):
@@ -177,28 +193,36 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
     wq = [float(w * x) for x in q[order]]
     n = len(pp)
     Pp = [0.0]
-    Pq = [0.0]
-    for a, b in zip(pp, wq):
+    for a in pp:
         Pp.append(Pp[-1] + a)
-        Pq.append(Pq[-1] + b)
-    # singletons: eligible mass s_t and the free mass F_t before token t
+    Sq = [0.0] * (n + 1)
+    for t in range(n - 1, -1, -1):
+        Sq[t] = Sq[t + 1] + wq[t]
+    # singletons: marked mass s_t and the free mass F_t before token t;
+    # s = F − (F^m − wq)^{1/m} = −F·expm1(log1p(−wq/F^m)/m) (no cancellation for tiny wq)
     single, free = [], [1.0]
     for t in range(n):
         F = free[-1]
-        s = min(pp[t], F - max(F**m - wq[t], 0.0) ** (1.0 / m)) if F > 0 else 0.0
-        s = max(s, 0.0)
-        single.append(s)
-        free.append(max(F - s, 0.0))
+        if F <= 0.0:
+            s = 0.0
+        elif wq[t] >= F**m:
+            s = min(pp[t], F)
+        else:
+            s = min(pp[t], -F * float(np.expm1(np.log1p(-wq[t] / F**m) / m)))
+        single.append(max(s, 0.0))
+        free.append(max(F - single[-1], 0.0))
     candidates = []
     for j in range(n + 1):
         F = free[j]
-        kappa = _rest_class(pp, wq, Pp, Pq, j, F, m) if j < n and F > 0 else None
+        kappa = _rest_class(pp, wq, Pp, Sq, j, F, m) if j < n and F > 0 else None
         candidates.append(_cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa))
     # the second family: count-dependent priority (see _count_priority); the larger ΣA wins,
     # ties (to rounding) to the earlier candidate, K-SEQ first
     candidates.append(_count_priority(p, q, w, m, order))
-    mech = candidates[0]
-    for cand in candidates[1:]:
+    # every candidate satisfies A ≤ w·q by construction; the check guards the rounding
+    ok = [c for c in candidates if np.all(c.A <= w * q * (1.0 + 1e-9) + 1e-300)]
+    mech = ok[0] if ok else Mechanism([], np.zeros(V), np.zeros(V))  # nothing: A = 0 is valid
+    for cand in ok[1:]:
         if cand.total > mech.total + 1e-12:
             mech = cand
     if len(_CACHE) > 200_000:
@@ -214,16 +238,20 @@ def _cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa) -> Mechanism:
     for t in range(j):
         x = order[t]
         e[x] = single[t] / pp[t]
-        A[x] = free[t] ** m - free[t + 1] ** m
+        A[x] = _covered(free[t], single[t], m)
     classes = [order[t : t + 1] for t in range(j)]
     if kappa is not None:
         C = order[j:]
-        eC = np.minimum(1.0, np.array(wq[j:]) / (kappa * np.array(pp[j:])))
-        s = float((p[C] * eC).sum())
         F = free[j]
+        for kap in (kappa, m * F ** (m - 1)):  # the bisection's κ, else the always-valid end
+            eC = np.minimum(1.0, np.array(wq[j:]) / (kap * np.array(pp[j:])))
+            s = float((p[C] * eC).sum())
+            cover = _covered(F, s, m)
+            if cover <= kap * s * (1.0 + 1e-12):
+                break
         e[C] = eC
         if s > 0:
-            A[C] = p[C] * eC * (F**m - max(F - s, 0.0) ** m) / s
+            A[C] = p[C] * eC * cover / s
         classes.append(C)
     return Mechanism(classes, e, A)
 
@@ -244,10 +272,11 @@ def _count_priority(p, q, w, m, order) -> Mechanism:
     beta = {}
     state = np.zeros(m + 1)  # state[r]: P(nothing selected yet, r drafts not yet assigned)
     state[m] = 1.0
-    left = 1.0  # p-mass of the tokens not yet visited
+    # p-mass of the tokens not yet visited, as suffix sums (no cancellation)
+    tail = np.concatenate([np.cumsum(p[order][::-1])[::-1], [0.0]])
     binom = [[comb(r, k) for k in range(m + 1)] for r in range(m + 1)]
-    for x in order:
-        px = min(1.0, float(p[x]) / left) if left > 0 else 0.0
+    for t, x in enumerate(order):
+        px = min(1.0, float(p[x]) / tail[t]) if tail[t] > 0 else 0.0
         joint = np.zeros((m + 1, m + 1))  # joint[r, k]: r unassigned, k of them carry x
         for r in range(m + 1):
             if state[r] > 0:
@@ -268,7 +297,6 @@ def _count_priority(p, q, w, m, order) -> Mechanism:
             for k in range(r + 1):
                 new[r - k] += joint[r, k] * (1.0 - b[k])
         state = new
-        left -= float(p[x])
     return Mechanism([order[t : t + 1] for t in range(len(order))], np.zeros(V), A, beta)
 
 
