@@ -1,0 +1,220 @@
+"""Study of the multi-draft rules that leave later iterations untouched (issue 7).
+
+Regenerates the tables of proofs_check/NON_MODIFYING_RULES.md:
+
+1. Exact E[τ] of one iteration (reference.exact.expected_tau, the law of the rule's own code)
+   for SpecTr, K-SEQ-BV, Traversal Verification and MDBV, against the no-modification LP and
+   the global block OT (oracle.programs), on the toy of SPEC.md §5 and on fuzzed
+   prefix-dependent instances: V ∈ {2, 3}, K ∈ {2, 3}, L ∈ {2, 3}, Dirichlet concentrations
+   from peaked (0.1) to flat (30), and rows with zero-probability tokens (zero_prob 0.3).
+   Win/loss counts of MDBV against each rule, and its gap to the LP in % (1 − E[τ]/LP).
+2. Exact whole-generation tokens per target call, reference.exact.generation_law(...)
+   .tokens_per_call for N = 2L..4L emitted tokens, on the toy, for every lossless rule
+   (greedy ones with their Algorithm 2 windows), with the TV of the first N tokens to the
+   target's law as a losslessness check.
+
+Usage:
+    python -m proofs_check.non_modifying_study [--quick] [--md PATH] [--json PATH]
+
+``--quick`` leaves out the V = 3, K = 3, L = 3 instances (19683 draft configurations per
+decode state, about a minute per rule each) and the N = 12 generations at L = 3.  The full run
+takes about half an hour on one core.
+
+LP solver: HiGHS (oracle default); when it does not return "optimal" (it reports some
+instances with probabilities near 1e-25 as infeasible), CLARABEL is used and the table says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+from oracle.programs import global_ot, no_modification_lp
+from proofs_check.instances import Instance, random_instance, toy
+from reference.exact import expected_tau, generation_law, target_law, total_variation
+from reference.rules import RULES
+from reference.rules.kseq_bv import KSeqBV
+from reference.rules.mdbv import MultiDraftBlockVerification
+from reference.rules.traversal import TraversalVerification
+
+NON_MODIFYING = {
+    "spectr": RULES["spectr"],
+    "kseq_bv": KSeqBV(),
+    "traversal": TraversalVerification(),
+    "mdbv": MultiDraftBlockVerification(),
+}
+# (concentration, zero_prob): peaked to flat, then zero-probability tokens
+SETTINGS = ((0.1, 0.0), (0.3, 0.0), (1.0, 0.0), (3.0, 0.0), (30.0, 0.0), (1.0, 0.3))
+TIE = 1e-9  # |difference| below this counts as a tie (exact values agree to ~1e-12)
+
+
+def study_instances(quick: bool = False) -> list[Instance]:
+    """The toy (K = 2, 3 at L = 2; K = 2 at L = 3) and the fuzzed grid, deterministic seeds."""
+    out = [toy(2, 2), toy(3, 2), toy(2, 3)]
+    seed = 0
+    for V in (2, 3):
+        for K in (2, 3):
+            for L in (2, 3):
+                big = V ** (K * L) > 729
+                if big and quick:
+                    continue
+                settings = SETTINGS[2:4] if big else SETTINGS  # the slow cell gets two
+                for conc, zero in settings:
+                    out.append(random_instance(V, K, L, seed, conc, zero))
+                    seed += 1
+    return out
+
+
+def solve(program, inst: Instance) -> tuple[float, str]:
+    """Optimum of an oracle program, HiGHS first, CLARABEL if HiGHS fails."""
+    p_block, q_block = inst.draft.block_law(inst.L), inst.target.block_law(inst.L)
+    res = program(p_block, q_block, inst.K, return_coupling=False)
+    if res.status == "optimal":
+        return res.optimum, "HIGHS"
+    highs_status = res.status
+    res = program(p_block, q_block, inst.K, return_coupling=False, solver="CLARABEL")
+    return res.optimum, f"CLARABEL ({res.status}; HiGHS: {highs_status})"
+
+
+@dataclass
+class Row:
+    label: str
+    V: int
+    K: int
+    L: int
+    tau: dict = field(default_factory=dict)  # rule → exact E[τ]
+    lp: float = float("nan")
+    ot: float = float("nan")
+    solver: str = ""
+    seconds: float = 0.0
+
+    @property
+    def gap(self) -> float:
+        """MDBV's gap to the no-modification LP, in % of the LP (0 when the LP is 0)."""
+        return 100.0 * (1.0 - self.tau["mdbv"] / self.lp) if self.lp > 1e-12 else 0.0
+
+
+def expected_tau_table(instances: list[Instance], log=sys.stderr) -> list[Row]:
+    rows = []
+    for inst in instances:
+        t0 = time.perf_counter()
+        row = Row(str(inst), inst.V, inst.K, inst.L)
+        for name, rule in NON_MODIFYING.items():
+            row.tau[name] = expected_tau(rule, inst.draft, inst.target, inst.K, inst.L)
+        row.lp, solver_lp = solve(no_modification_lp, inst)
+        row.ot, solver_ot = solve(global_ot, inst)
+        row.solver = solver_lp if solver_lp == solver_ot else f"{solver_lp} / {solver_ot}"
+        row.seconds = time.perf_counter() - t0
+        rows.append(row)
+        print(f"  {row.label}: mdbv {row.tau['mdbv']:.6f} LP {row.lp:.6f} ({row.seconds:.1f}s)", file=log, flush=True)
+    return rows
+
+
+def win_loss(rows: list[Row]) -> dict[str, tuple[int, int, int]]:
+    """For each other rule: (MDBV wins, ties, losses) over the rows."""
+    out = {}
+    for name in NON_MODIFYING:
+        if name == "mdbv":
+            continue
+        diffs = [r.tau["mdbv"] - r.tau[name] for r in rows]
+        out[name] = (sum(d > TIE for d in diffs), sum(abs(d) <= TIE for d in diffs), sum(d < -TIE for d in diffs))
+    return out
+
+
+# ---- whole generation ----------------------------------------------------------------------
+
+LOSSLESS = {  # rule → the K it runs with on the toy (single-draft rules: K = 1)
+    "sd": 1, "bv": 1, "gbv": 1,
+    "spectr": None, "kseq_gbv": None, "kseq_bv": None, "traversal": None, "mdbv": None,
+}
+
+
+def generation_table(quick: bool = False, log=sys.stderr) -> list[dict]:
+    """Tokens per target call on the toy, every lossless rule, N = 2L..4L."""
+    rules = dict(RULES)
+    rules.update(NON_MODIFYING)
+    cases = [(2, 2, (4, 6, 8)), (3, 2, (4, 6, 8)), (2, 3, (6, 9) if quick else (6, 9, 12))]
+    out = []
+    for K_multi, L, Ns in cases:
+        for name, K_fixed in LOSSLESS.items():
+            K = K_fixed or K_multi
+            if K_fixed and K_multi != 2:  # single-draft rules once per L
+                continue
+            inst = toy(K, L)
+            for N in Ns:
+                t0 = time.perf_counter()
+                gen = generation_law(rules[name], inst.draft, inst.target, K, L, N)
+                tv = total_variation(gen.token_law, target_law(inst.target, N))
+                out.append({"rule": name, "K": K, "L": L, "N": N, "tokens_per_call": gen.tokens_per_call,
+                            "tv": tv, "seconds": time.perf_counter() - t0})
+                print(f"  {name} K={K} L={L} N={N}: {gen.tokens_per_call:.6f} tok/call, TV {tv:.1e}",
+                      file=log, flush=True)
+    return out
+
+
+# ---- report --------------------------------------------------------------------------------
+
+
+def markdown(rows: list[Row], gens: list[dict]) -> str:
+    lines = ["### Exact E[τ] per iteration (accepted tokens; block efficiency = E[τ] + 1)", "",
+             "| instance | SpecTr | K-SEQ-BV | Traversal | MDBV | no-mod LP | global OT | MDBV gap to LP |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        best = max(r.tau[n] for n in ("spectr", "kseq_bv", "traversal"))
+        mark = "" if r.tau["mdbv"] >= best - TIE else " ✗"
+        solver = "" if r.solver == "HIGHS" else " ‡"
+        lines.append(f"| {r.label} | {r.tau['spectr']:.6f} | {r.tau['kseq_bv']:.6f} | {r.tau['traversal']:.6f} "
+                     f"| {r.tau['mdbv']:.6f}{mark} | {r.lp:.6f}{solver} | {r.ot:.6f} | {r.gap:.2f} % |")
+    fuzz = [r for r in rows if not r.label.startswith("toy")]
+    wl = win_loss(fuzz)
+    gaps = sorted(fuzz, key=lambda r: -r.gap)
+    lines += ["", "✗: MDBV below the best of the three other rules.  ‡: LP solved by CLARABEL (HiGHS failed).", "",
+              f"Fuzzed instances: {len(fuzz)}.  MDBV against each rule (wins / ties / losses, ties within {TIE:g}):", ""]
+    for name, (w, t, l) in wl.items():
+        lines.append(f"- {name}: {w} / {t} / {l}")
+    lines += ["", f"Gap of MDBV to the no-modification LP: worst {gaps[0].gap:.2f} % ({gaps[0].label}), "
+              f"mean {sum(r.gap for r in fuzz) / len(fuzz):.2f} %, "
+              f"{sum(r.gap > 2.0 for r in fuzz)} of {len(fuzz)} above 2 %.", "",
+              "### Whole generation on the toy: tokens per target call (exact)", "",
+              "| rule | K | L | " + " | ".join(f"N = {n}" for n in sorted({g['N'] for g in gens})) + " | max TV |",
+              "|---|---|---|" + "---|" * len({g['N'] for g in gens}) + "---|"]
+    Ns = sorted({g["N"] for g in gens})
+    keys = []
+    for g in gens:
+        if (g["rule"], g["K"], g["L"]) not in keys:
+            keys.append((g["rule"], g["K"], g["L"]))
+    for rule, K, L in keys:
+        cells = {g["N"]: g for g in gens if (g["rule"], g["K"], g["L"]) == (rule, K, L)}
+        tv = max(c["tv"] for c in cells.values())
+        lines.append(f"| {rule} | {K} | {L} | " + " | ".join(
+            f"{cells[n]['tokens_per_call']:.4f}" if n in cells else "" for n in Ns) + f" | {tv:.0e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="skip V=3,K=3,L=3 and N=12 at L=3")
+    ap.add_argument("--md", help="write the Markdown tables here (default: stdout)")
+    ap.add_argument("--json", help="also write the raw numbers as JSON")
+    args = ap.parse_args(argv)
+    print("E[tau] table", file=sys.stderr)
+    rows = expected_tau_table(study_instances(args.quick))
+    print("whole generation", file=sys.stderr)
+    gens = generation_table(args.quick)
+    text = markdown(rows, gens)
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write(text)
+    else:
+        print(text)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"rows": [asdict(r) | {"gap": r.gap} for r in rows], "generation": gens}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
