@@ -348,7 +348,8 @@ class _Node:
 
 
 class MultiDraftBlockVerification(Rule):
-    """MDBV (issue 7, rule 3): class-K-SEQ selection per tree node, BV budgets, pooled subtrees."""
+    """MDBV (issue 7, rule 3): per-node selection (class-K-SEQ or count-priority) over the merged
+    draft tree, BV-style budgets, subtrees shared by the drafts that carry them."""
 
     name = "mdbv"
     modifies_targets = False
