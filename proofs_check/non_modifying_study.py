@@ -16,6 +16,10 @@ Regenerates the tables of proofs_check/NON_MODIFYING_RULES.md:
 Usage:
     python -m proofs_check.non_modifying_study [--quick] [--md PATH] [--json PATH]
 
+``--single-position`` adds the one-position comparison of the node mechanisms (section 3 of
+the note): α* (Hu et al.), K-SEQ, class-K-SEQ, count-priority and MDBV's node choice, on random
+(p, q, K), seconds.
+
 ``--quick`` leaves out the V = 3, K = 3, L = 3 instances (19683 draft configurations per
 decode state, about a minute per rule each) and the N = 12 generations at L = 3.  The full run
 takes about half an hour on one core.
@@ -155,6 +159,51 @@ def generation_table(quick: bool = False, log=sys.stderr) -> list[dict]:
     return out
 
 
+# ---- one position -------------------------------------------------------------------------
+
+
+def single_position_table(n: int = 1000, seed: int = 0) -> str:
+    """Node mechanisms at one position (L = 1, budget w = 1) against α* on random (p, q, K).
+
+    V ∈ {2..6}, K ∈ {2..4}, Dirichlet concentrations 0.1..30.  Reports the worst and mean gap
+    to α* (Hu et al., ICLR 2025; oracle.bounds.alpha_star) and how often each family beats
+    the other.
+    """
+    import numpy as np
+
+    from oracle.bounds import alpha_star
+    from reference.kseq import rho_star
+    from reference.rules import mdbv
+
+    rng = np.random.default_rng(seed)
+    gaps = {"K-SEQ": [], "class-K-SEQ (best cut)": [], "count-priority": [], "MDBV node (better of the two)": []}
+    count_better = class_better = 0
+    for _ in range(n):
+        V = int(rng.integers(2, 7))
+        K = int(rng.integers(2, 5))
+        conc = float(rng.choice([0.1, 0.3, 1.0, 3.0, 30.0]))
+        p = rng.dirichlet(np.full(V, conc))
+        q = rng.dirichlet(np.full(V, conc))
+        a = alpha_star(p, q, K)
+        if a <= 1e-9:
+            continue
+        kseq = float(np.minimum(rho_star(p, q, K) * p, q).sum())
+        counts = mdbv.node_mechanism(p, q, 1.0, K, families=("counts",)).total
+        classes = mdbv.node_mechanism(p, q, 1.0, K, families=("classes",)).total
+        node = mdbv.node_mechanism(p, q, 1.0, K).total
+        count_better += counts > classes + 1e-9
+        class_better += classes > counts + 1e-9
+        for name, v in zip(gaps, (kseq, classes, counts, node)):
+            gaps[name].append(100.0 * (1.0 - v / a))
+    lines = ["### One position: node mechanisms against α* (gap in % of α*)", "",
+             f"{len(gaps['K-SEQ'])} random (p, q, K), V ∈ 2..6, K ∈ 2..4, concentrations 0.1..30.  "
+             f"Count-priority beats class-K-SEQ on {count_better}, class-K-SEQ beats count-priority on "
+             f"{class_better}.", "", "| mechanism | worst gap | mean gap |", "|---|---|---|"]
+    for name, g in gaps.items():
+        lines.append(f"| {name} | {max(g):.2f} % | {sum(g) / len(g):.3f} % |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- report --------------------------------------------------------------------------------
 
 
@@ -199,12 +248,19 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="skip V=3,K=3,L=3 and N=12 at L=3")
     ap.add_argument("--md", help="write the Markdown tables here (default: stdout)")
     ap.add_argument("--json", help="also write the raw numbers as JSON")
+    ap.add_argument("--single-position", action="store_true", help="add the one-position table")
+    ap.add_argument("--only-single-position", action="store_true", help="only the one-position table")
     args = ap.parse_args(argv)
+    if args.only_single_position:
+        print(single_position_table())
+        return 0
     print("E[tau] table", file=sys.stderr)
     rows = expected_tau_table(study_instances(args.quick))
     print("whole generation", file=sys.stderr)
     gens = generation_table(args.quick)
     text = markdown(rows, gens)
+    if args.single_position:
+        text += "\n" + single_position_table()
     if args.md:
         with open(args.md, "w") as fh:
             fh.write(text)

@@ -165,7 +165,8 @@ def _rest_class(pp, wq, Pp, Sq, j, free, m) -> float:
     return hi
 
 
-def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
+def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
+                   families: tuple[str, ...] = ("classes", "counts")) -> Mechanism:
     """Selection law of one node against the scaled target w·q with m drafts (step 1).
 
     The support of p is sorted by q/p decreasing.  Candidates: class-K-SEQ for every cut j
@@ -178,11 +179,13 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
         p, q: float64 [V], draft and target rows of the node.
         w: budget in [0, 1].
         m: number of drafts through the node, ≥ 1.
+        families: the candidate families ("classes": class-K-SEQ over every cut, "counts":
+            count-priority); the rule uses both, the study compares them one by one.
     Returns:
-        Mechanism (memoised on the exact bytes of p, q and on w, m).
+        Mechanism (memoised on the exact bytes of p, q and on w, m, families).
     Cost: O(V log V) sort, O(V · bisection · log V) per cut, O(V·m²) count-priority.
     """
-    key = (p.tobytes(), q.tobytes(), float(w), int(m))
+    key = (p.tobytes(), q.tobytes(), float(w), int(m), tuple(families))
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -212,13 +215,15 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
         single.append(max(s, 0.0))
         free.append(max(F - single[-1], 0.0))
     candidates = []
-    for j in range(n + 1):
-        F = free[j]
-        kappa = _rest_class(pp, wq, Pp, Sq, j, F, m) if j < n and F > 0 else None
-        candidates.append(_cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa))
+    if "classes" in families:
+        for j in range(n + 1):
+            F = free[j]
+            kappa = _rest_class(pp, wq, Pp, Sq, j, F, m) if j < n and F > 0 else None
+            candidates.append(_cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa))
     # the second family: count-dependent priority (see _count_priority); the larger ΣA wins,
     # ties (to rounding) to the earlier candidate, K-SEQ first
-    candidates.append(_count_priority(p, q, w, m, order))
+    if "counts" in families:
+        candidates.append(_count_priority(p, q, w, m, order))
     # every candidate satisfies A ≤ w·q by construction; the check guards the rounding
     ok = [c for c in candidates if np.all(c.A <= w * q * (1.0 + 1e-9) + 1e-300)]
     mech = ok[0] if ok else Mechanism([], np.zeros(V), np.zeros(V))  # nothing: A = 0 is valid
