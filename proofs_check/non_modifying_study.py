@@ -20,6 +20,10 @@ Usage:
 the note): α* (Hu et al.), K-SEQ, class-K-SEQ, count-priority and MDBV's node choice, on random
 (p, q, K), seconds.
 
+``--lp-structure`` adds the check of the characterisation of the no-modification LP by the
+acceptance masses A(z) (section 2 of the note) against oracle.programs.no_modification_lp,
+the optimal A on the toy, and the greedy bound G.
+
 ``--quick`` leaves out the V = 3, K = 3, L = 3 instances (19683 draft configurations per
 decode state, about a minute per rule each) and the N = 12 generations at L = 3.  The full run
 takes about half an hour on one core.
@@ -159,6 +163,99 @@ def generation_table(quick: bool = False, log=sys.stderr) -> list[dict]:
     return out
 
 
+# ---- structure of the no-modification LP ---------------------------------------------------
+
+
+def _prefixes(V: int, L: int) -> list[tuple[int, ...]]:
+    import itertools
+
+    return [z for i in range(1, L + 1) for z in itertools.product(range(V), repeat=i)]
+
+
+def _antichains(V: int, L: int, prefix: tuple[int, ...] = ()) -> list[list[tuple[int, ...]]]:
+    """Every antichain (no element a prefix of another) of non-empty prefixes below ``prefix``,
+    the empty one included.  Exponential: V = 2, L ≤ 3 or V = 3, L ≤ 2 only."""
+    import itertools
+
+    if len(prefix) == L:
+        return [[]]
+    per_child = [[[prefix + (x,)]] + _antichains(V, L, prefix + (x,)) for x in range(V)]
+    return [[z for part in combo for z in part] for combo in itertools.product(*per_child)]
+
+
+def acceptance_lp(inst: Instance) -> tuple[float, dict]:
+    """max Σ_z A(z) over A(z) = P(τ ≥ |z|, accepted prefix = z) subject to
+        A(zx) ≤ A(z)·q(x | z)                      (the correction at z has mass ≥ 0)
+        Σ_{z∈S} A(z) ≤ 1 − (1 − p(S))^K              (every antichain S: the accepted prefix
+                                                      must be carried by some draft)
+    Returns (optimum, A).  The note's claim: this equals the no-modification LP."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    V, K, L = inst.V, inst.K, inst.L
+    nodes = _prefixes(V, L)
+    idx = {z: j for j, z in enumerate(nodes)}
+    rows, rhs = [], []
+    for z in nodes:
+        row = np.zeros(len(nodes))
+        row[idx[z]] = 1.0
+        qx = float(inst.target.conditional(z[:-1])[z[-1]])
+        if len(z) > 1:
+            row[idx[z[:-1]]] -= qx
+            rhs.append(0.0)
+        else:
+            rhs.append(qx)
+        rows.append(row)
+    p_joint = {z: inst.draft.joint(z) for z in nodes}
+    for S in _antichains(V, L):
+        if S:
+            row = np.zeros(len(nodes))
+            row[[idx[z] for z in S]] = 1.0
+            rows.append(row)
+            rhs.append(1.0 - (1.0 - sum(p_joint[z] for z in S)) ** K)
+    res = linprog(-np.ones(len(nodes)), A_ub=np.array(rows), b_ub=np.array(rhs), bounds=(0, None),
+                  method="highs")
+    return -res.fun, {z: float(res.x[idx[z]]) for z in nodes}
+
+
+def greedy_bound(inst: Instance) -> float:
+    """Σ_z G(z), G(zx) = min(G(z)·q(x|z), 1 − (1 − p(zx))^K): the relaxation keeping only the
+    one-element antichains; ≥ the LP, equal when no larger antichain binds."""
+    G = {(): 1.0}
+    total = 0.0
+    for z in _prefixes(inst.V, inst.L):
+        G[z] = min(G[z[:-1]] * float(inst.target.conditional(z[:-1])[z[-1]]),
+                   1.0 - (1.0 - inst.draft.joint(z)) ** inst.K)
+        total += G[z]
+    return total
+
+
+def lp_structure_table() -> str:
+    from fractions import Fraction
+
+    cases = [toy(2, 2), toy(3, 2), toy(2, 3), random_instance(3, 2, 2, 0, 0.3),
+             random_instance(3, 3, 2, 1, 1.0, 0.3), random_instance(2, 3, 3, 4, 0.3),
+             random_instance(2, 2, 3, 5, 3.0)]
+    lines = ["### The no-modification LP in acceptance masses A(z)", "",
+             "| instance | oracle LP | LP over A(z) | difference | greedy bound G |", "|---|---|---|---|---|"]
+    for inst in cases:
+        lp, _ = solve(no_modification_lp, inst)
+        alp, _ = acceptance_lp(inst)
+        lines.append(f"| {inst} | {lp:.9f} | {alp:.9f} | {alp - lp:.1e} | {greedy_bound(inst):.6f} |")
+    _, A = acceptance_lp(toy(2, 2))
+    lines += ["", "Optimal A on the toy, K = L = 2 (a = 0, b = 1), with the two caps:", "",
+              "| z | A(z) | A(parent)·q(last token ∣ parent) | 1 − (1 − p(z))^K |", "|---|---|---|---|"]
+    inst = toy(2, 2)
+    for z, a in A.items():
+        parent = A.get(z[:-1], 1.0)
+        cap_res = parent * float(inst.target.conditional(z[:-1])[z[-1]])
+        cover = 1.0 - (1.0 - inst.draft.joint(z)) ** 2
+        name = "".join("ab"[t] for t in z)
+        lines.append(f"| {name} | {Fraction(a).limit_denominator(1000)} | {Fraction(cap_res).limit_denominator(1000)} "
+                     f"| {Fraction(cover).limit_denominator(1000)} |")
+    return "\n".join(lines) + "\n"
+
+
 # ---- one position -------------------------------------------------------------------------
 
 
@@ -250,9 +347,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the raw numbers as JSON")
     ap.add_argument("--single-position", action="store_true", help="add the one-position table")
     ap.add_argument("--only-single-position", action="store_true", help="only the one-position table")
+    ap.add_argument("--lp-structure", action="store_true", help="add the A(z) characterisation check")
+    ap.add_argument("--only-lp-structure", action="store_true", help="only the A(z) characterisation check")
     args = ap.parse_args(argv)
-    if args.only_single_position:
-        print(single_position_table())
+    if args.only_single_position or args.only_lp_structure:
+        print(single_position_table() if args.only_single_position else lp_structure_table())
         return 0
     print("E[tau] table", file=sys.stderr)
     rows = expected_tau_table(study_instances(args.quick))
@@ -261,6 +360,8 @@ def main(argv=None) -> int:
     text = markdown(rows, gens)
     if args.single_position:
         text += "\n" + single_position_table()
+    if args.lp_structure:
+        text += "\n" + lp_structure_table()
     if args.md:
         with open(args.md, "w") as fh:
             fh.write(text)
