@@ -213,7 +213,15 @@ def _stdout_to_devnull():
         os.close(saved)
 
 
-def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | None):
+# The transport LPs are always feasible (the independent coupling satisfies every row), so an
+# "infeasible" from HiGHS is a numerical artefact of near-degenerate data (probabilities around
+# 1e-25 beside masses near 1); the interior-point solver copes, so the LPs retry with it.
+LP_FALLBACK_SOLVER = "CLARABEL"
+_NOT_SOLVED = ("infeasible", "unbounded", "infeasible_inaccurate", "unbounded_inaccurate")
+
+
+def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | None,
+           fallback: str | None = None):
     opts = dict(opts)
     if time_limit is not None:
         opts["time_limit"] = float(time_limit)
@@ -221,9 +229,16 @@ def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | Non
         with _stdout_to_devnull():
             problem.solve(solver=solver, **opts)
     except cp.error.SolverError as exc:
-        return f"solver_error: {exc}", None
+        if fallback is None:
+            return f"solver_error: {exc}", None, solver
+        first = "solver_error"
+    else:
+        first = problem.status
+    if fallback is not None and (first in _NOT_SOLVED or first == "solver_error"):
+        status, solve_s, _ = _solve(problem, fallback, CONIC_SOLVER_OPTS, time_limit)
+        return status, solve_s, f"{fallback} (after {solver}: {first})"
     stats = problem.solver_stats
-    return problem.status, (stats.solve_time if stats is not None else None)
+    return problem.status, (stats.solve_time if stats is not None else None), solver
 
 
 def _transport_rows(blocks: _Blocks, M: int, cols_a: np.ndarray, cols_b: np.ndarray) -> sp.csc_matrix:
@@ -289,7 +304,7 @@ def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, 
     objective = cp.Maximize(float(w.sum()) - w @ cp.power(shortfall, K))
     problem = cp.Problem(objective, [A @ x == rhs])
     opts = CONIC_SOLVER_OPTS if solver_opts is None and solver == "CLARABEL" else (solver_opts or {})
-    status, solve_s = _solve(problem, solver, opts, time_limit)
+    status, solve_s, used = _solve(problem, solver, opts, time_limit)
     solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
     coupling = None
     if solved and return_coupling:
@@ -301,7 +316,7 @@ def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, 
         optimum=float(problem.value) if solved else float("nan"),
         coupling=coupling,
         status=status,
-        solver=solver,
+        solver=used,
         seconds=time.perf_counter() - t0,
         solve_seconds=solve_s,
         n_variables=n * m,
@@ -449,7 +464,7 @@ def global_ot(
 
     if solver == "POT":
         sym, value, status, solve_s = _global_ot_pot(mass, blk.q[blk.ss], best, solver_opts)
-        n_rows = M + m
+        n_rows, used = M + m, solver
     else:
         a_idx = np.repeat(np.arange(M), m)
         b_idx = np.tile(np.arange(m), M)
@@ -458,7 +473,7 @@ def global_ot(
         x = cp.Variable(M * m, nonneg=True)
         problem = cp.Problem(cp.Maximize(best.ravel().astype(np.float64) @ x), [A @ x == rhs])
         opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
-        status, solve_s = _solve(problem, solver, opts, time_limit)
+        status, solve_s, used = _solve(problem, solver, opts, time_limit, LP_FALLBACK_SOLVER)
         ok = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
         value = float(problem.value) if ok else float("nan")
         sym = np.asarray(x.value).reshape(M, m) if ok else None
@@ -471,7 +486,7 @@ def global_ot(
         optimum=value,
         coupling=coupling,
         status=status,
-        solver=solver,
+        solver=used,
         seconds=time.perf_counter() - t0,
         solve_seconds=solve_s,
         n_variables=M * m,
@@ -609,7 +624,7 @@ def no_modification_lp(
     x = cp.Variable(c.size, nonneg=True)
     problem = cp.Problem(cp.Maximize(c @ x), [A @ x == rhs])
     opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
-    status, solve_s = _solve(problem, solver, opts, time_limit)
+    status, solve_s, used = _solve(problem, solver, opts, time_limit, LP_FALLBACK_SOLVER)
     solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
     coupling = None
     if solved and return_coupling:
@@ -630,7 +645,7 @@ def no_modification_lp(
         optimum=float(problem.value) if solved else float("nan"),
         coupling=coupling,
         status=status,
-        solver=solver,
+        solver=used,
         seconds=time.perf_counter() - t0,
         solve_seconds=solve_s,
         n_variables=c.size,

@@ -19,7 +19,8 @@ from . import quantities as Q
 from .instances import Instance, fixed_instances, random_instance, toy
 
 LOSSLESS_TOL = 1e-12
-LOSSLESS_RULES = ("sd", "spectr", "bv", "gbv", "kseq_gbv")
+LOSSLESS_RULES = ("sd", "spectr", "bv", "gbv", "kseq_gbv", "kseq_bv", "traversal", "mdbv")
+NON_MODIFYING_BASELINES = ("spectr", "kseq_bv", "traversal")
 SINGLE = ("sd", "bv", "gbv")
 
 
@@ -132,6 +133,27 @@ def _generation_gap(better: str, worse: str, Ns_of_L=lambda L: (2 * L, 3 * L, 4 
     return measure
 
 
+def _below_best_baseline(rule: str):
+    def measure(inst: Instance) -> float:
+        best = max(Q.e_tau(inst, r) for r in NON_MODIFYING_BASELINES)
+        return max(0.0, best - Q.e_tau(inst, rule))
+    return measure
+
+
+def _relative_gap_to_lp(rule: str):
+    def measure(inst: Instance) -> float:
+        lp = Q.program(inst, "no_modification")
+        return (lp - Q.e_tau(inst, rule)) / lp if lp > 0 else 0.0
+    return measure
+
+
+def _above_lp(rules):
+    def measure(inst: Instance) -> float:
+        usable = [r for r in rules if inst.K == 1 or r not in SINGLE]
+        return max(0.0, max(Q.e_tau(inst, r) for r in usable) - Q.program(inst, "no_modification"))
+    return measure
+
+
 def build_claims() -> list:
     from .runner import Claim
 
@@ -224,5 +246,30 @@ def build_claims() -> list:
               "this project vs " + spectr_src, _generation_gap("kseq_gbv", "spectr"), 1e-12,
               _fixed((2, 2), Ks=(2,), Ls=(2,), quick_budget=1, budget=16),
               dict(Vs=(2,), Ks=(2,), Ls=(1, 2), budget=16), examples=20, quick_examples=3),
+    ]
+    # issue 7: multi-draft rules that leave later iterations untouched
+    i7 = "issue 7 (this project)"
+    tv_src = "Weng et al., Traversal Verification, NeurIPS 2025, arXiv 2505.12398 (on K i.i.d. drafts)"
+    ids += [
+        lossless_claim("12a", "kseq_bv", "K-SEQ-BV is lossless (no modification of later targets).", i7),
+        lossless_claim("12b", "traversal", "Traversal Verification on the merged tree of K i.i.d. drafts is lossless.", tv_src),
+        lossless_claim("12c", "mdbv", "MDBV is lossless (no modification of later targets).", i7 + "; reference/rules/mdbv.py"),
+        Claim("12d", "K-SEQ-BV, Traversal and MDBV reduce to BV at K = 1 (identical iteration law).", i7 + "; " + tv_src,
+              lambda inst: max(_iter_law_tv(r, "bv")(inst) for r in ("kseq_bv", "traversal", "mdbv")), 1e-12,
+              _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,))),
+        Claim("12e", "K-SEQ-BV reduces to K-SEQ at L = 1 (identical iteration law).", i7,
+              _iter_law_tv("kseq_bv", "spectr"), 1e-12, _fixed((2, 1), (3, 1), Ls=(1,)),
+              dict(Vs=(2, 3, 4), Ks=(1, 2, 3), Ls=(1,), budget=64)),
+        Claim("12f", "No rule that leaves later targets untouched exceeds the no-modification LP.", "SPEC.md §4; " + i7,
+              _above_lp(("bv", "sd") + NON_MODIFYING_BASELINES + ("mdbv",)), 1e-7,
+              _fixed((2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
+              dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
+        Claim("12g", "MDBV ≥ max(SpecTr, K-SEQ-BV, Traversal) in E[τ] on every instance.", i7,
+              _below_best_baseline("mdbv"), 1e-12, _fixed((2, 2), (3, 2), Ks=(2, 3)), _space(729, Ks=(2, 3)),
+              examples=60, quick_examples=10, note="goal of issue 7; known exception: random V=3 K=2 L=2 seed=5925"),
+        Claim("12h", "MDBV is within 2 % of the no-modification LP in E[τ].", i7,
+              _relative_gap_to_lp("mdbv"), 0.02, _fixed((2, 2), (3, 2), Ks=(2, 3), Ls=(2,), quick_budget=9, budget=81),
+              dict(Vs=(2, 3), Ks=(2, 3), Ls=(2,), budget=81), examples=25, quick_examples=4,
+              note="goal of issue 7; deviation = relative gap to the LP"),
     ]
     return ids
