@@ -154,6 +154,21 @@ def _above_lp(rules):
     return measure
 
 
+# found by a 2,800-instance sweep (proofs_check/NON_MODIFYING_RULES.md); fixed instances of
+# claim 12g in full runs, so the table reports them rather than hoping the search meets them
+MDBV_SWEEP_LOSSES = (
+    dict(V=3, K=2, L=2, seed=5925, concentration=30.0, zero_prob=0.3),
+    dict(V=2, K=3, L=2, seed=4547, concentration=0.1),
+)
+
+
+def _with_known(fixed, known):
+    def with_known(mode: str) -> list[Instance]:
+        extra = [random_instance(**kw) for kw in known] if mode == "full" else []
+        return fixed(mode) + extra
+    return with_known
+
+
 def build_claims() -> list:
     from .runner import Claim
 
@@ -265,7 +280,8 @@ def build_claims() -> list:
               _fixed((2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
         Claim("12g", "MDBV ≥ max(SpecTr, K-SEQ-BV, Traversal) in E[τ] on every instance.", i7,
-              _below_best_baseline("mdbv"), 1e-12, _fixed((2, 2), (3, 2), Ks=(2, 3)), _space(729, Ks=(2, 3)),
+              _below_best_baseline("mdbv"), 1e-12, _with_known(_fixed((2, 2), (3, 2), Ks=(2, 3)), MDBV_SWEEP_LOSSES),
+              _space(729, Ks=(2, 3)),
               examples=60, quick_examples=10, note="goal of issue 7; known exception: random V=3 K=2 L=2 seed=5925"),
         Claim("12h", "MDBV is within 2 % of the no-modification LP in E[τ].", i7,
               _relative_gap_to_lp("mdbv"), 0.02, _fixed((2, 2), (3, 2), Ks=(2, 3), Ls=(2,), quick_budget=9, budget=81),

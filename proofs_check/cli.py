@@ -29,7 +29,7 @@ def prove(mode: str = "quick", claim_ids: list[str] | None = None, tables: bool 
     """Run the claims; returns ``proofs_check.runner.Verdicts``."""
     from .claims import build_claims
     from .runner import Verdicts, run_claim
-    from .tables import generation_table, ordering_table
+    from .tables import generation_table, ordering_table, win_loss_table
 
     start = time.perf_counter()
     verdicts = Verdicts(mode=mode)
@@ -42,6 +42,7 @@ def prove(mode: str = "quick", claim_ids: list[str] | None = None, tables: bool 
             progress(result)
     if tables:
         verdicts.tables["E[τ] of one iteration (reported, not asserted)"] = ordering_table(mode)
+        verdicts.tables["Issue 7: MDBV against the other multi-draft rules over fuzzed instances"] = win_loss_table(mode)
         verdicts.tables["Whole generation: tokens per target call, exact (Algorithm 2 carried)"] = generation_table(mode)
     verdicts.seconds = time.perf_counter() - start
     return verdicts
