@@ -131,6 +131,9 @@ class PreparedBatch:
         q_step: float64 [B, K, L], q of the same tokens.
         lp: float64 [B, K, L+1], log p(X^(k)_≤i) (lp[..., 0] = 0).
         lq: float64 [B, K, L+1], log q(X^(k)_≤i); -inf once a token has target probability 0.
+        shared: the B rows are one case expanded (stride 0 along the batch in all three inputs,
+            as Monte-Carlo and certification batches are): deterministic per-row work (h, ρ*)
+            is then done once (``per_case``); the noise, hence the outcomes, stay per row.
     """
 
     tokens: torch.Tensor
@@ -140,6 +143,12 @@ class PreparedBatch:
     q_step: torch.Tensor
     lp: torch.Tensor
     lq: torch.Tensor
+    shared: bool = False
+
+    def head(self) -> "PreparedBatch":
+        """The first row as a batch of one."""
+        return PreparedBatch(self.tokens[:1], self.dp[:1], self.tp[:1], self.p_step[:1],
+                             self.q_step[:1], self.lp[:1], self.lq[:1])
 
     @property
     def B(self) -> int:
@@ -299,6 +308,7 @@ def prepare(draft_tokens, draft_probs, target_probs, *, validate: bool = True,
         raise ValueError(f"rule {rule_name!r} is single-draft: draft_tokens must have K = 1, got K = {K}")
     if validate:
         check_values(draft_tokens, draft_probs, target_probs)
+    shared = B > 1 and all(t.stride(0) == 0 for t in (draft_tokens, draft_probs, target_probs))
     tokens = draft_tokens.long()
     dp = _work_rows(draft_probs)
     tp = _work_rows(target_probs)
@@ -308,7 +318,18 @@ def prepare(draft_tokens, draft_probs, target_probs, *, validate: bool = True,
     zero = torch.zeros(B, K, 1, dtype=torch.float64, device=tokens.device)
     lp = torch.cat([zero, torch.cumsum(torch.log(p_step), dim=2)], dim=2)
     lq = torch.cat([zero, torch.cumsum(torch.log(q_step), dim=2)], dim=2)
-    return PreparedBatch(tokens, dp, tp, p_step, q_step, lp, lq)
+    return PreparedBatch(tokens, dp, tp, p_step, q_step, lp, lq, shared)
+
+
+def per_case(batch: PreparedBatch, fn):
+    """``fn(batch)`` for a deterministic per-row computation returning [B, ...] tensor(s),
+    evaluated on the first row only (and expanded) when the batch is one case expanded."""
+    if not batch.shared:
+        return fn(batch)
+    out = fn(batch.head())
+    if isinstance(out, tuple):
+        return tuple(o.expand((batch.B,) + o.shape[1:]) for o in out)
+    return out.expand((batch.B,) + out.shape[1:])
 
 
 # -- helpers shared by the rules ---------------------------------------------------------------

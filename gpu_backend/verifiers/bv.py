@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from .base import Verifier
-from .batch import BatchVerdict, PreparedBatch, gather_rows, make_verdict, reduce_rows
+from .batch import BatchVerdict, PreparedBatch, gather_rows, make_verdict, per_case, reduce_rows
 from .gbv import last_success
 from .noise import Noise
 
@@ -31,20 +31,7 @@ class BlockVerification(Verifier):
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         L = batch.L
-        ratio = batch.q_step[:, 0] / batch.p_step[:, 0]  # [B, L]
-        weights = [torch.ones_like(ratio[:, 0])]
-        for i in range(1, L + 1):  # the same recursion (and rounding) as the reference
-            weights.append(torch.clamp_max(weights[-1] * ratio[:, i - 1], 1.0))
-        weight = torch.stack(weights, dim=1)  # [B, L+1]
-        h = torch.ones_like(weight)
-        if L > 1:
-            w_mid = weight[:, 1:L].unsqueeze(1)  # [B, 1, L-1]
-            Z = reduce_rows(_excess_sum, (batch.dp[:, :, 1:L], batch.tp[:, :, 1:L]), (w_mid,))[:, 0]
-            den = Z + 1.0 - weight[:, 1:L]
-            safe = torch.where(den > 0, den, torch.ones_like(den))
-            h[:, 1:L] = torch.where(den > 0, Z / safe, torch.ones_like(den))
-        h[:, L] = weight[:, L]
-        h = h.clamp(0.0, 1.0)
+        weight, h = per_case(batch, acceptance)
         tau = last_success(noise.uniforms[:, :1], h.unsqueeze(1))[:, 0]
         row = torch.zeros_like(tau)
         q_row = gather_rows(batch.tp, row, tau)
@@ -54,3 +41,22 @@ class BlockVerification(Verifier):
         last = noise.draw(w_tau * q_row - residual * p_row, q_row)
         selected = torch.where(tau > 0, row, torch.full_like(row, -1))
         return make_verdict(batch, tau, selected, row, last)
+
+
+def acceptance(batch: PreparedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(p_i, h_i) of BV for i = 0..L, float64 [B, L+1] each (h[:, 0] unused)."""
+    L = batch.L
+    ratio = batch.q_step[:, 0] / batch.p_step[:, 0]  # [B, L]
+    weights = [torch.ones_like(ratio[:, 0])]
+    for i in range(1, L + 1):  # the same recursion (and rounding) as the reference
+        weights.append(torch.clamp_max(weights[-1] * ratio[:, i - 1], 1.0))
+    weight = torch.stack(weights, dim=1)  # [B, L+1]
+    h = torch.ones_like(weight)
+    if L > 1:
+        w_mid = weight[:, 1:L].unsqueeze(1)  # [B, 1, L-1]
+        Z = reduce_rows(_excess_sum, (batch.dp[:, :, 1:L], batch.tp[:, :, 1:L]), (w_mid,))[:, 0]
+        den = Z + 1.0 - weight[:, 1:L]
+        safe = torch.where(den > 0, den, torch.ones_like(den))
+        h[:, 1:L] = torch.where(den > 0, Z / safe, torch.ones_like(den))
+    h[:, L] = weight[:, L]
+    return weight, h.clamp(0.0, 1.0)

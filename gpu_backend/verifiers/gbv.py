@@ -20,7 +20,7 @@ import torch
 
 from .base import Verifier
 from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict,
-                    modification_record, reduce_rows, scaled_pair)
+                    modification_record, per_case, reduce_rows, scaled_pair)
 from .noise import Noise
 
 
@@ -33,7 +33,7 @@ def greedy_acceptance(batch: PreparedBatch, rho: torch.Tensor) -> torch.Tensor:
 
     Args:
         batch: prepared inputs.
-        rho: float64 [B], ρ ≥ 1 per row.
+        rho: float64 [B] (or [1], broadcast), ρ ≥ 1 per row.
     Returns:
         float64 [B, K, L+1], h[..., i] ∈ [0, 1] for sub-block length i = 1..L (h[..., 0] = 1).
     """
@@ -104,7 +104,7 @@ class GreedyBlockVerification(Verifier):
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         rho = torch.ones(batch.B, dtype=torch.float64, device=batch.device)
-        h = greedy_acceptance(batch, rho)
+        h = per_case(batch, lambda b: greedy_acceptance(b, rho[: b.B]))
         tau = last_success(noise.uniforms, h)[:, 0]
         row = torch.zeros_like(tau)
         selected = torch.where(tau > 0, row, torch.full_like(row, -1))

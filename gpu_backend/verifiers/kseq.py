@@ -17,8 +17,9 @@ synchronisation.  At ρ inside a window [lo, hi] every token is either "above" (
 contributing q − ρp to E) or "below" (contributing p − q/ρ to D); one pass bins the tokens by
 t into ``bins`` equal cells of the window (scatter_add of p and q), after which E and D, hence
 g, are exact at all bins + 1 cell edges.  The first valid edge and its left neighbour become the
-next window.  3 passes of 4096 cells (or 6 of 64 at small V) resolve ρ* to (k − 1)·2^-36 ≈
-1.5e-11·(k − 1) (absolute), always on the valid side (the returned ρ is an edge where g ≤ 0).  A 1-ulp
+next window.  3 passes of 4096 cells (6 of 64, or 12 of 8, at smaller V) resolve ρ* to
+(k − 1)·2^-36 ≈ 1.5e-11·(k − 1) (absolute), always on the valid side (the returned ρ is an edge
+where g ≤ 0).  A 1-ulp
 bisection like the reference's would take ~53 passes over the vocabulary per solve.
 
 Conventions of the reference kept: k = 1 → ρ = 1; g(1) ≤ 0 (e.g. p = q) → ρ = 1; disjoint
@@ -29,17 +30,15 @@ from __future__ import annotations
 
 import torch
 
-# (bins, levels) by vocabulary size: both resolve ρ* to (k − 1)·2^-36.  Many bins suit a large
+# (bins, levels) by vocabulary size: all resolve ρ* to (k − 1)·2^-36.  Many bins suit a large
 # vocabulary (the passes over V dominate); at small V the [N, bins] edge arithmetic would cost
-# as much as the passes, so fewer bins and more passes.
-LARGE_V = 65536
-GRID_LARGE_V = (4096, 3)
-GRID_SMALL_V = (64, 6)
+# more than the passes, so fewer bins and more passes.
+GRIDS = ((65536, (4096, 3)), (512, (64, 6)), (0, (8, 12)))  # (smallest V, (bins, levels))
 
 
 def default_grid(V: int) -> tuple[int, int]:
     """(bins, levels) used by ``rho_star`` for a vocabulary of V tokens."""
-    return GRID_LARGE_V if V >= LARGE_V else GRID_SMALL_V
+    return next(grid for smallest, grid in GRIDS if V >= smallest)
 
 
 def _valid(rho: torch.Tensor, above: torch.Tensor, below: torch.Tensor,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .base import Verifier
-from .batch import BatchVerdict, PreparedBatch, batch_index
+from .batch import BatchVerdict, PreparedBatch, batch_index, per_case
 from .gbv import greedy_acceptance, greedy_outcome, last_success
 from .kseq import rho_star
 from .noise import Noise
@@ -34,7 +34,7 @@ class KSeqGBV(Verifier):
             rho = torch.ones(B, dtype=torch.float64, device=batch.device)
         else:
             rho = rho_star(batch.dp[:, 0, 0], batch.tp[:, 0, 0], K)
-        h = greedy_acceptance(batch, rho)
+        h = per_case(batch, lambda b: greedy_acceptance(b, rho[: b.B]))
         tau_k = last_success(noise.uniforms, h)  # [B, K]
         drafts = torch.arange(K, device=batch.device)
         first = torch.where(tau_k >= 1, drafts, torch.full_like(drafts, K)).amin(dim=1)

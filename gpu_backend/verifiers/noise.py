@@ -170,7 +170,7 @@ def race(weights: torch.Tensor, fallback: torch.Tensor, gumbel: torch.Tensor) ->
     (reference/rules/base.py draw_residual; reference.randomness.MatchedSource.draw).
 
     Args:
-        weights: [B, V], work dtype (any sign; clipped at 0).
+        weights: [B, V], work dtype (any sign; clipped at 0); overwritten.
         fallback: [B, V] non-negative (the target row of the same position).
         gumbel: [B, V], −log E.
     Returns:
@@ -180,9 +180,11 @@ def race(weights: torch.Tensor, fallback: torch.Tensor, gumbel: torch.Tensor) ->
 
 
 def _with_fallback(weights: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    w = weights.clamp_min(0)
-    has_mass = (w > 0).any(dim=-1, keepdim=True)
-    return torch.where(has_mass, w, fallback)
+    """max(weights, 0), or the fallback row where that has no mass.  Works in place on
+    ``weights`` (the rules hand over a temporary)."""
+    w = weights.clamp_min_(0)
+    empty = (w.amax(dim=-1, keepdim=True) <= 0).to(w.dtype)
+    return w.addcmul_(fallback, empty)  # rows with mass: + 0·fallback
 
 
 def grouped_race(weights: torch.Tensor, fallback: torch.Tensor, gumbel: torch.Tensor) -> torch.Tensor:
@@ -194,7 +196,7 @@ def grouped_race(weights: torch.Tensor, fallback: torch.Tensor, gumbel: torch.Te
     empty groups) get log 0 = −inf and are never drawn while some weight is positive.
 
     Args:
-        weights, fallback: [B, V] (see ``race``).
+        weights, fallback: [B, V] (see ``race``); weights are overwritten.
         gumbel: [B, G + S], −log E; (G, S) = race_groups(V).
     Returns:
         int64 [B] in [0, V).

@@ -31,7 +31,7 @@ import torch
 
 from .base import Verifier
 from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict,
-                    modification_record, reduce_rows, scaled_pair)
+                    modification_record, per_case, reduce_rows, scaled_pair)
 from .noise import Noise
 
 _RELEASED_EPS = 1e-20  # the released code's guard in every denominator
@@ -111,7 +111,7 @@ class SpecTrGBV(Verifier):
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         B, K, L = batch.B, batch.K, batch.L
         device = batch.device
-        coin = noise.uniforms <= acceptance(batch)  # [B, K, L+1]
+        coin = noise.uniforms <= per_case(batch, acceptance)  # [B, K, L+1]
         same = prefix_equal(batch.tokens)
         lengths = torch.arange(1, L, device=device)  # sub-block lengths 1..L-1
         rejected = torch.zeros(B, K, L - 1, dtype=torch.bool, device=device)

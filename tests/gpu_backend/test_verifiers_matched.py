@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpu_backend.verifiers import get_verifier
+from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import (RULE_VARIANTS, SINGLE_DRAFT, case_options, random_noise,
                                   reference_rule, run_matched, tree_case, variant_id,
                                   verdict_mismatch)

@@ -24,6 +24,7 @@ from gpu_backend.verifiers.batch import BatchModification, prepare
 from gpu_backend.verifiers.gbv import greedy_acceptance
 from gpu_backend.verifiers.spectr_gbv import acceptance as spectr_gbv_acceptance
 from reference.verdict import Modification
+from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import (RULE_VARIANTS, SINGLE_DRAFT, MarginSource, case_options,
                                   random_noise, reference_rule, stack_cases, tree_case,
                                   variant_id, verdict_mismatch)

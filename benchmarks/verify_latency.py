@@ -1,0 +1,211 @@
+"""Latency of the batched verifiers (gpu_backend.verifiers) at a real vocabulary size.
+
+Median per-iteration verification time of each rule at V = 151,936 (Qwen2 vocabulary),
+K ∈ {1, 3, 7}, L ∈ {4, 8, 12}, B ∈ {1, 16}, float32 inputs (bfloat16 with --bf16), on the CPU and
+on CUDA when available; validate=False (the engine's hot path), a fresh seed per run.
+Inputs are generated once per configuration: rows are softmax(3·N(0, 1) logits), draft tokens
+sampled from the draft rows.  Warm-up runs precede ≥ 5 timed runs (median reported; on a
+shared machine compare ratios measured side by side, not absolute values across runs).
+
+Reported ratios: SpecTr-GBV and K-SEQ-GBV time / SpecTr's (target ≤ 1.5), and verification
+time / 170 ms (one forward of the real target model on this CPU; target < 10 %).
+
+A second table times the race noise for one verification (V = 151,936): the flat race's V
+exponentials from the counter-based hash, the grouped race's G + S (what seeded verification
+uses), and a per-row torch.Generator (manual_seed + exponential_).
+
+Memory: the inputs take B·K·(2L+1)·V·4 bytes (16·7·25·151,936·4 B = 1.7 GB); configurations
+above --max-gb are skipped with a note.
+
+Usage:
+    python benchmarks/verify_latency.py [--quick] [--json FILE] [--bf16] [--runs 7]
+                                        [--max-gb 3] [--threads N] [--device cpu|cuda|all]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+from gpu_backend.verifiers import VERIFIERS, get_verifier
+from gpu_backend.verifiers.noise import make_noise, race_groups, seeded_exponentials
+
+V_REAL = 151_936
+TARGET_FORWARD_MS = 170.0
+SINGLE_DRAFT = ("sd", "bv", "gbv")
+FULL_GRID = dict(K=(1, 3, 7), L=(4, 8, 12), B=(1, 16))
+QUICK_GRID = dict(K=(1, 3, 7), L=(4, 12), B=(1,))
+
+
+def make_inputs(B, K, L, V, dtype, device, seed=0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dp = torch.softmax(torch.randn(B, K, L, V, generator=g) * 3.0, dim=-1)
+    tp = torch.softmax(torch.randn(B, K, L + 1, V, generator=g) * 3.0, dim=-1)
+    tok = torch.multinomial(dp.reshape(-1, V), 1, generator=g).reshape(B, K, L)
+    return tok.to(device), dp.to(dtype).to(device), tp.to(dtype).to(device)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_call(fn, runs, warmup, device):
+    for _ in range(warmup):
+        fn(0)
+    sync(device)
+    times = []
+    for r in range(runs):
+        t0 = time.perf_counter()
+        fn(r + 1)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3, times
+
+
+def bench_config(B, K, L, V, dtype, device, runs, warmup, rules):
+    tok, dp, tp = make_inputs(B, K, L, V, dtype, device)
+    out = {}
+    for name in rules:
+        if name in SINGLE_DRAFT and K != 1:
+            continue
+        verifier = get_verifier(name)
+
+        def call(r, verifier=verifier):
+            seeds = torch.arange(B, dtype=torch.int64, device=device) + r * B
+            return verifier(tok, dp, tp, seeds=seeds, validate=False)
+
+        med, times = time_call(call, runs, warmup, device)
+        out[name] = {"median_ms": med, "runs_ms": [t * 1e3 for t in times]}
+    del tok, dp, tp
+    return out
+
+
+def bench_noise(B, V, device, runs):
+    """ms per verification's race noise: flat hash, grouped hash, per-row torch.Generator."""
+    seeds = torch.arange(B, dtype=torch.int64, device=device)
+    G, S = race_groups(V)
+
+    def flat(r):
+        return -torch.log(seeded_exponentials(seeds + r, V)).float()
+
+    def grouped(r):
+        return make_noise(B, 1, 1, V, device, torch.float32, seeds=seeds + r).gumbel
+
+    def generator(r):
+        out = torch.empty(B, V, device=device)
+        gen = torch.Generator(device=device)
+        for b in range(B):
+            gen.manual_seed(int(b + r * B))
+            out[b].exponential_(generator=gen)
+        return -torch.log(out)
+
+    return {name: time_call(fn, runs, 1, device)[0]
+            for name, fn in (("hash, flat race (V exponentials)", flat),
+                             (f"hash, grouped race (G + S = {G + S})", grouped),
+                             ("per-row torch.Generator (V exponentials)", generator))}
+
+
+def input_gb(B, K, L, V, dtype):
+    return B * K * (2 * L + 1) * V * torch.finfo(dtype).bits / 8 / 1e9
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="B = 1, K ∈ {1, 3, 7}, L ∈ {4, 12}")
+    ap.add_argument("--json", help="write all measurements to this file")
+    ap.add_argument("--bf16", action="store_true", help="also time bfloat16 inputs")
+    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--max-gb", type=float, default=3.0, help="skip configurations whose inputs exceed this")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    ap.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
+    ap.add_argument("--V", type=int, default=V_REAL)
+    args = ap.parse_args(argv)
+    if args.runs < 5:
+        ap.error("--runs must be >= 5 (medians of at least 5 runs)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    grid = QUICK_GRID if args.quick else FULL_GRID
+    devices = []
+    if args.device in ("cpu", "all"):
+        devices.append(torch.device("cpu"))
+    if args.device in ("cuda", "all") and torch.cuda.is_available():
+        devices.append(torch.device("cuda"))
+    dtypes = [torch.float32] + ([torch.bfloat16] if args.bf16 else [])
+    V = args.V
+    results, skipped = [], []
+    print(f"# verify_latency: V = {V}, torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
+          f"devices {[str(d) for d in devices]}, median of {args.runs} runs after {args.warmup} warm-up",
+          flush=True)
+    for device in devices:
+        for dtype in dtypes:
+            for B in grid["B"]:
+                for K in grid["K"]:
+                    for L in grid["L"]:
+                        gb = input_gb(B, K, L, V, dtype)
+                        cfg = dict(device=str(device), dtype=str(dtype).replace("torch.", ""), B=B, K=K, L=L)
+                        if gb > args.max_gb:
+                            skipped.append({**cfg, "input_gb": gb})
+                            print(f"skip {cfg}: inputs {gb:.2f} GB > --max-gb {args.max_gb}", flush=True)
+                            continue
+                        t0 = time.perf_counter()
+                        times = bench_config(B, K, L, V, dtype, device, args.runs, args.warmup, VERIFIERS)
+                        results.append({**cfg, "input_gb": gb, "rules": times})
+                        line = "  ".join(f"{n} {v['median_ms']:.1f}" for n, v in times.items())
+                        print(f"{cfg['device']} {cfg['dtype']} B={B} K={K} L={L}: {line} ms "
+                              f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    noise = {str(d): {B: bench_noise(B, V, d, args.runs) for B in grid["B"] + ((16,) if 16 not in grid["B"] else ())}
+             for d in devices}
+    print()
+    print(table(results))
+    print()
+    print(ratio_table(results))
+    print()
+    print("race noise per verification (ms, median):")
+    for d, per_b in noise.items():
+        for B, row in per_b.items():
+            print(f"  {d} B={B}: " + "; ".join(f"{k} {v:.2f}" for k, v in row.items()))
+    if skipped:
+        print("\nskipped (memory): " + ", ".join(f"{s['device']} {s['dtype']} B={s['B']} K={s['K']} L={s['L']} "
+                                                 f"({s['input_gb']:.1f} GB)" for s in skipped))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"V": V, "torch": torch.__version__, "threads": torch.get_num_threads(),
+                       "target_forward_ms": TARGET_FORWARD_MS, "runs": args.runs,
+                       "results": results, "skipped": skipped,
+                       "noise_ms": {d: {str(B): r for B, r in per_b.items()} for d, per_b in noise.items()}},
+                      f, indent=2)
+    return 0
+
+
+def table(results):
+    head = "| device | dtype | B | K | L | " + " | ".join(VERIFIERS) + " |"
+    lines = [head, "|" + "---|" * (5 + len(VERIFIERS))]
+    for r in results:
+        cells = [f"{r['rules'][n]['median_ms']:.1f}" if n in r["rules"] else "–" for n in VERIFIERS]
+        lines.append(f"| {r['device']} | {r['dtype']} | {r['B']} | {r['K']} | {r['L']} | " + " | ".join(cells) + " |")
+    return "median verification time (ms)\n" + "\n".join(lines)
+
+
+def ratio_table(results):
+    lines = ["| device | dtype | B | K | L | SpecTr ms | SpecTr-GBV / SpecTr | K-SEQ-GBV / SpecTr | "
+             "SpecTr / 170 ms | SpecTr-GBV / 170 ms | K-SEQ-GBV / 170 ms |",
+             "|" + "---|" * 11]
+    for r in results:
+        t = {n: v["median_ms"] for n, v in r["rules"].items()}
+        s = t["spectr"]
+        g, k = t["spectr_gbv"], t["kseq_gbv"]
+        lines.append(f"| {r['device']} | {r['dtype']} | {r['B']} | {r['K']} | {r['L']} | {s:.1f} | {g / s:.2f} | "
+                     f"{k / s:.2f} | {s / TARGET_FORWARD_MS:.1%} | {g / TARGET_FORWARD_MS:.1%} | "
+                     f"{k / TARGET_FORWARD_MS:.1%} |")
+    return ("ratios (targets: ≤ 1.5 × SpecTr; < 10 % of one 170 ms target forward)\n" + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
