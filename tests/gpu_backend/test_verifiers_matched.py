@@ -46,7 +46,7 @@ def check_matched(name, params, rng, V, K, L, styles=None, n_cases=B):
 
 
 @pytest.mark.parametrize("name,params", RULE_VARIANTS, ids=[variant_id(*v) for v in RULE_VARIANTS])
-@settings(max_examples=40, deadline=None, derandomize=True,
+@settings(max_examples=200, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**32 - 1), V=st.sampled_from([2, 3, 4, 5, 6, 4096]),
        K=st.integers(1, 3), L=st.integers(1, 4))

@@ -177,3 +177,66 @@ def test_modification_log_weights_are_stable_for_tiny_joints():
             exact = float(mpf(-2000) + power * (expect[j] - mpf(-2000)))
             assert abs(float(lw[j]) - exact) <= 1e-12 * abs(exact), (kind, j, float(lw[j]), exact)
         assert (mod.weights(lq, lp) == 0).all()  # exp underflows, log_weights does not
+
+
+def exact_rho(p, q, k):
+    """ρ* in 60-digit arithmetic (bisection to 2^-120 on the exact piecewise β)."""
+    mp.dps = 60
+    P = [mpf(float(x)) for x in p]
+    Q = [mpf(float(x)) for x in q]
+
+    def g(r):
+        b = sum(min(a, c / r) for a, c in zip(P, Q))
+        return 1 - (1 - b) ** k - r * b
+
+    if sum(min(a, c) for a, c in zip(P, Q)) == 0 or g(mpf(1)) <= 0:
+        return 1.0
+    lo, hi = mpf(1), mpf(k)
+    for _ in range(120):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if g(mid) <= 0 else (mid, hi)
+    return float(hi)
+
+
+def test_rho_star_matches_60_digit_arithmetic_and_the_reference():
+    """Batched ρ* on well-conditioned random rows (V = 2..50, k = 2..8), nearly disjoint rows
+    and the 4096-cell grid (V = 70,000): 60-digit root to 2e-10 (relative), reference to 2e-10
+    where the reference is well conditioned."""
+    from gpu_backend.verifiers.kseq import rho_star
+    from reference.kseq import rho_star as reference_rho
+    from test_verifiers_cases import kseq_well_conditioned
+    rng = np.random.default_rng(5)
+    rows, ks = [], []
+    while len(rows) < 60:
+        V = int(rng.choice([2, 3, 4, 6, 50]))
+        p = np.exp(rng.normal(size=V) * rng.uniform(0.2, 3))
+        q = np.exp(rng.normal(size=V) * rng.uniform(0.2, 3))
+        p, q = p / p.sum(), q / q.sum()
+        if kseq_well_conditioned(p, q):
+            rows.append((p, q))
+            ks.append(int(rng.integers(2, 9)))
+    for (p, q), k in zip(rows, ks):
+        mine = float(rho_star(torch.tensor(p)[None], torch.tensor(q)[None], k)[0])
+        assert abs(mine - exact_rho(p, q, k)) <= 2e-10 * mine
+        assert abs(mine - reference_rho(p, q, k)) <= 2e-10 * mine
+        assert mine >= 1.0 and mine <= k
+    # nearly disjoint supports: the reference's 1 − (1 − β)^k loses ~log10(1/β) digits
+    p, q = np.array([1 - 1e-9, 1e-9]), np.array([1e-9, 1 - 1e-9])
+    mine = float(rho_star(torch.tensor(p)[None], torch.tensor(q)[None], 3)[0])
+    exact = exact_rho(p, q, 3)
+    assert abs(mine - exact) <= 1e-11 * exact and abs(reference_rho(p, q, 3) - exact) > 1e-10 * exact
+    # p ≈ q (all-reject probability ~1e-38): the root sits at max q/p = 1.00002
+    p, q = np.array([0.5, 0.5]), np.array([0.5 + 1e-5, 0.5 - 1e-5])
+    mine = float(rho_star(torch.tensor(p)[None], torch.tensor(q)[None], 8)[0])
+    assert abs(mine - 1.00002) <= 1e-9 and abs(reference_rho(p, q, 8) - 1.00823) < 1e-4
+    # the large-vocabulary grid (4096 cells, 3 passes), batched, float32 and float64
+    V = 70_000
+    g = torch.Generator().manual_seed(0)
+    P = torch.softmax(torch.randn(3, V, generator=g, dtype=torch.float64) * 2, -1)
+    Q = torch.softmax(torch.randn(3, V, generator=g, dtype=torch.float64) * 2, -1)
+    k = torch.tensor([2, 5, 8])
+    for dtype, tol in ((torch.float64, 2e-10), (torch.float32, 1e-6)):
+        mine = rho_star(P.to(dtype), Q.to(dtype), k)
+        for j in range(3):
+            ref = reference_rho(P[j].to(dtype).double().numpy(), Q[j].to(dtype).double().numpy(), int(k[j]))
+            assert abs(float(mine[j]) - ref) <= tol * ref, (dtype, j, float(mine[j]), ref)
