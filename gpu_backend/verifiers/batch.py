@@ -387,14 +387,19 @@ def modification_record(batch: PreparedBatch, kind: str, rho: torch.Tensor, row:
 CHUNK_ELEMENTS = 1 << 20
 
 
-def reduce_rows(fn, rows: tuple[torch.Tensor, ...], coeffs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+def reduce_rows(fn, rows: tuple[torch.Tensor, ...], coeffs: tuple[torch.Tensor, ...],
+                n_buffers: int = 1) -> torch.Tensor:
     """Σ over the vocabulary of ``fn`` applied to [B, K, N, V] row stacks, in chunks.
 
     Args:
-        fn: (row_1, ..., coeff_1, ...) → [c, N] sums, with rows [c, N, V] in the work dtype and
-            coefficients [c, N, 1] in the work dtype.
+        fn: (row_1, ..., coeff_1, ..., buffers) → [c, N] sums, with rows [c, N, V] in the work
+            dtype, coefficients [c, N, 1] in the work dtype and ``buffers`` a list of
+            ``n_buffers`` scratch tensors shaped like a row chunk, to be written with out= /
+            in-place ops: fresh multi-MB temporaries cost ~10x more than the arithmetic on this
+            CPU (page faults on every allocation).
         rows: tensors [B, K, N, V] (views allowed when B and K can be merged).
         coeffs: float64 tensors [B, K, N], per-row coefficients.
+        n_buffers: scratch tensors ``fn`` needs.
     Returns:
         float64 [B, K, N].
     """
@@ -402,9 +407,13 @@ def reduce_rows(fn, rows: tuple[torch.Tensor, ...], coeffs: tuple[torch.Tensor, 
     flat = [r.reshape(B * K, N, V) for r in rows]
     cf = [c.reshape(B * K, N, 1).to(rows[0].dtype) for c in coeffs]
     step = max(1, CHUNK_ELEMENTS // max(1, N * V))
+    buffers = [torch.empty((min(step, B * K), N, V), dtype=rows[0].dtype, device=rows[0].device)
+               for _ in range(n_buffers)]
     parts = []
     for s in range(0, B * K, step):
-        parts.append(fn(*(r[s:s + step] for r in flat), *(c[s:s + step] for c in cf)).to(torch.float64))
+        c = min(step, B * K - s)
+        parts.append(fn(*(r[s:s + c] for r in flat), *(x[s:s + c] for x in cf),
+                        [buf[:c] for buf in buffers]).to(torch.float64))
     return torch.cat(parts, dim=0).reshape(B, K, N)
 
 

@@ -21,8 +21,11 @@ from .gbv import last_success
 from .noise import Noise
 
 
-def _excess_sum(p, q, w):
-    return (q * w - p).clamp_min_(0).sum(-1)
+def _excess_sum(p, q, w, buffers):
+    """Σ_x (w·q(x) − p(x))_+."""
+    (buf,) = buffers
+    torch.mul(q, w, out=buf)
+    return buf.sub_(p).clamp_min_(0).sum(-1)
 
 
 class BlockVerification(Verifier):

@@ -24,8 +24,11 @@ from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_
 from .noise import Noise
 
 
-def _overlap_sum(p, q, r):
-    return torch.minimum(p, q * r).sum(-1)
+def _overlap_sum(p, q, r, buffers):
+    """Σ_x min(p(x), r·q(x))."""
+    (buf,) = buffers
+    torch.mul(q, r, out=buf)
+    return torch.minimum(buf, p, out=buf).sum(-1)
 
 
 def greedy_acceptance(batch: PreparedBatch, rho: torch.Tensor) -> torch.Tensor:

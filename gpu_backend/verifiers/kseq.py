@@ -92,21 +92,25 @@ def rho_star(p: torch.Tensor, q: torch.Tensor, k, *, bins: int | None = None,
     kf = k.clamp_min(1).to(torch.float64)
     p64 = p.to(torch.float64)
     q64 = q.to(torch.float64)
-    # t = q/p; 0/0 → 0 (such tokens carry no mass), x/0 → +inf (always above)
-    t = torch.nan_to_num(q64 / p64, nan=0.0, posinf=float("inf"))
+    # t = q/p with p = 0 read as the smallest normal: 0/0 → 0 (no mass either way), x/0 → huge
+    # (always above the window); cheaper than dividing and then mapping NaN
+    t = q64 / p64.clamp_min(torch.finfo(torch.float64).tiny)
+    t.nan_to_num_(nan=0.0)  # only unvalidated NaN inputs get here; a NaN would index out of range
     lo = torch.ones(N, dtype=torch.float64, device=device)
     hi = torch.where(kf > 1, kf, torch.full_like(kf, 2.0))
     cells = torch.arange(bins + 1, dtype=torch.float64, device=device)  # edge numbers
     one_at_start = torch.zeros(N, dtype=torch.bool, device=device)
     kcol = kf.unsqueeze(1)
-    u = torch.empty_like(t)
+    u = torch.empty_like(t)  # scratch reused by every level (fresh big temporaries are slow)
+    idx32 = torch.empty(t.shape, dtype=torch.int32, device=device)
+    idx = torch.empty(t.shape, dtype=torch.int64, device=device)
     for level in range(levels):
         width = (hi - lo).clamp_min(1e-300)
         scale = (bins / width).unsqueeze(1)
         # cell c = floor((t − lo)·scale) + 1 ∈ 1..bins inside the window; 0: t < lo; bins+1: t ≥ hi.
         # float64 → int32 → int64: the direct float64 → int64 cast is ~20x slower on CPU.
         torch.sub(t, (lo - width / bins).unsqueeze(1), out=u).mul_(scale).clamp_(0, bins + 1)
-        idx = u.to(torch.int32).to(torch.int64)
+        idx.copy_(idx32.copy_(u))
         sum_p = torch.zeros(N, bins + 2, dtype=torch.float64, device=device).scatter_add_(1, idx, p64)
         sum_q = torch.zeros(N, bins + 2, dtype=torch.float64, device=device).scatter_add_(1, idx, q64)
         sums = torch.stack([sum_p, sum_q], dim=1)  # [N, 2, bins+2], small

@@ -35,24 +35,38 @@ from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_
 from .noise import Noise
 
 _RELEASED_EPS = 1e-20  # the released code's guard in every denominator
+
+
+def mul_pow_(acc: torch.Tensor, base: torch.Tensor, n: int) -> torch.Tensor:
+    """acc·base^n for an integer n ≥ 0 by square-and-multiply, in place on ``acc`` and ``base``
+    (base is consumed).  torch's pow with an integer exponent ≥ 4 takes a generic path ~20x
+    slower than multiplications on CPU (3 ms vs 0.15 ms per 2^20 float32 at n = 6)."""
+    while n:
+        if n & 1:
+            acc.mul_(base)
+        n >>= 1
+        if n:
+            base.mul_(base)
+    return acc
 RESIDUALS = ("released", "consistent")
 
 
 def _child_sum(K: int):
-    """Σ_x a·q(x)·[1 − (1 − m_x)^K], m_x = min(1, b·p(x)/(a·q(x))), per row coefficient a, b."""
-    tiny = None
+    """Σ_x a·q(x)·[1 − (1 − m_x)^K], m_x = min(1, c·p(x)/(a·q(x))), per-row coefficients a, c."""
 
-    def fn(p, q, a, b):
-        nonlocal tiny
-        if tiny is None:
-            tiny = torch.finfo(p.dtype).tiny
-        aq = q * a
-        d = (aq - p * b).clamp_min_(0)  # a·q·(1 − m)
-        if K == 1:
-            return (aq - d).sum(-1)
+    def fn(p, q, a, c, buffers):
+        aq, d, ratio = buffers
+        torch.mul(q, a, out=aq)
+        torch.mul(p, c, out=d)
+        if K == 1:  # a·q·m = min(a·q, c·p)
+            return torch.minimum(aq, d, out=d).sum(-1)
+        torch.sub(aq, d, out=d).clamp_min_(0)  # d = a·q·(1 − m)
         # a·q·(1 − m)^K = d·(d/(a·q))^(K−1); a·q = 0 ⇒ d = 0
-        ratio = (d / aq.clamp_min(tiny)).pow_(K - 1).mul_(d)
-        return (aq - ratio).sum(-1)
+        torch.clamp_min(aq, torch.finfo(aq.dtype).tiny, out=ratio)
+        torch.div(d, ratio, out=ratio)
+        total = aq.sum(-1)
+        mul_pow_(d, ratio, K - 1)
+        return total - d.sum(-1)
 
     return fn
 
@@ -75,7 +89,8 @@ def acceptance(batch: PreparedBatch) -> torch.Tensor:
         lq, lp = batch.lq[:, :, 1:L], batch.lp[:, :, 1:L]
         s = torch.maximum(lq, lp)  # lp is finite: validated p > 0
         a, c = torch.exp(lq - s), torch.exp(lp - s)
-        child = torch.exp(s) * reduce_rows(_child_sum(K), (batch.dp[:, :, 1:L], batch.tp[:, :, 1:L]), (a, c))
+        child = torch.exp(s) * reduce_rows(_child_sum(K), (batch.dp[:, :, 1:L], batch.tp[:, :, 1:L]), (a, c),
+                                           n_buffers=3)
         num = Fz[:, :, 1:L] - child
         den = mu[:, :, 1:L] - child + _RELEASED_EPS
         safe = torch.where(den != 0, den, torch.ones_like(den))
@@ -144,10 +159,10 @@ class SpecTrGBV(Verifier):
         bp = cp * p_row
         if self.residual == "released":
             m = torch.where(aq > bp, bp / aq.clamp_min(torch.finfo(aq.dtype).tiny), torch.ones_like(aq))
-            weights = aq * (1.0 - m.pow(K))
+            weights = aq * (1.0 - mul_pow_(torch.ones_like(m), m, K))
         else:
             d = (aq - bp).clamp_min(0)
-            weights = d * (d / aq.clamp_min(torch.finfo(aq.dtype).tiny)).pow(K - 1)
+            weights = mul_pow_(d, d / aq.clamp_min(torch.finfo(aq.dtype).tiny), K - 1)
         weights = torch.where(stopped.unsqueeze(1), q_row, weights)  # τ = L: bonus
         last = noise.draw(weights, q_row)
         mod = None
