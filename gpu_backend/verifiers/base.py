@@ -14,7 +14,8 @@ class Verifier(ABC):
     Subclasses set ``name``, ``single_draft``, ``modifies_targets`` and implement ``decide``,
     which must not synchronise with the host (no .item(), .tolist(), nonzero(), shape-changing
     boolean indexing or Python branching on tensor values) and may loop in Python only over
-    the static sizes K and L.
+    the static sizes K and L (and over chunks whose count follows from the shapes).  Checked by
+    running every rule on the meta device (tests/gpu_backend/test_verifiers_layout.py).
     """
 
     name: str = ""
@@ -33,6 +34,9 @@ class Verifier(ABC):
             noise: (uniforms float64 [B, K, L+1] in (0, 1], exponentials float64 [B, V] > 0),
                 explicit noise with the conventions of reference.randomness.MatchedSource.
             validate: value checks of the inputs (synchronise); False for the engine's hot path.
+                Unvalidated malformed inputs still give τ ∈ [0, L] and token ids in [0, V)
+                (then -1), but the Algorithm 2 joints are NaN where the inputs hold NaN or
+                negative probabilities.
         Returns:
             BatchVerdict on the inputs' device.
         Raises:

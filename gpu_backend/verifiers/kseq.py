@@ -37,6 +37,10 @@ import torch
 # vocabulary (the passes over V dominate); at small V the [N, bins] edge arithmetic would cost
 # more than the passes, so fewer bins and more passes.
 GRIDS = ((65536, (4096, 3)), (512, (64, 6)), (0, (8, 12)))  # (smallest V, (bins, levels))
+# On CPU the rows are solved in chunks of about this many elements: the float64 scratch of a
+# chunk then stays in cache (16 rows of V = 151,936 at once took 7 ms per row, one at a time
+# ~4 ms).  On CUDA all rows go in one launch sequence.
+ROW_CHUNK_ELEMENTS = 1 << 18
 
 
 def default_grid(V: int) -> tuple[int, int]:
@@ -88,6 +92,15 @@ def rho_star(p: torch.Tensor, q: torch.Tensor, k, *, bins: int | None = None,
         k = torch.full((N,), k, dtype=torch.int64, device=p.device)
     if bins is None or levels is None:
         bins, levels = default_grid(V)
+    rows = max(1, ROW_CHUNK_ELEMENTS // V) if p.device.type == "cpu" else N
+    if N > rows:
+        return torch.cat([_rho_star(p[s:s + rows], q[s:s + rows], k[s:s + rows], bins, levels)
+                          for s in range(0, N, rows)])
+    return _rho_star(p, q, k, bins, levels)
+
+
+def _rho_star(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, bins: int, levels: int) -> torch.Tensor:
+    N, V = p.shape
     device = p.device
     kf = k.clamp_min(1).to(torch.float64)
     p64 = p.to(torch.float64)

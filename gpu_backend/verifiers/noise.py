@@ -12,13 +12,21 @@ reproduces the reference's choices (matched-noise tests).
 Seeded noise is a counter-based generator: the value at slot s of row b is
 SplitMix64(key_b + (s + 1)·γ) (Steele, Lea, Flood, "Fast splittable pseudorandom number
 generators", OOPSLA 2014; the SplitMix64 finaliser), key_b = mix(seed_b XOR stream), computed
-with int64 tensor ops on the inputs' device.  Row b's noise is a function of seeds[b] alone, so
-outputs do not depend on the batch layout, and nothing synchronises with the host.
+with int64 tensor ops on the inputs' device and turned into 53-bit uniforms.  Row b's noise is a
+function of seeds[b] alone, so outputs do not depend on the batch layout, nothing synchronises
+with the host, and no host-side seeds are needed on CUDA (a per-row torch.Generator would need
+them, and B generator calls).
 
-Measured on this 2-core CPU (1 thread, V = 151,936, median of 20): generating the race noise
-for one row costs ~2.2 ms with the hash (int64 ops) against ~3.3 ms for a per-row
-torch.Generator (manual_seed + exponential_), and ~60 ms vs ~70 ms for B = 16; the hash also
-needs no host-side seeds on CUDA.  See benchmarks/verify_latency.py for the in-verifier figure.
+Seeded verification draws with the *grouped* race (``grouped_race``): a race between the G
+group totals of the weights, then one inside the winning group of S tokens (G·S ≥ V, S ≈ √V),
+exactly ∝ w like the flat race but with G + S exponentials per row instead of V.  Measured
+(benchmarks/verify_latency.py, 1 thread of this shared 2-core CPU, V = 151,936, median of 7),
+race noise per verification:
+    B = 1:  flat race from the hash 1.9 ms, grouped race (G + S = 1,315) 0.17 ms,
+            per-row torch.Generator (manual_seed + exponential_) 3.1 ms;
+    B = 16: 100 ms, 0.38 ms, 50 ms.
+Explicit noise (``noise=``) keeps the flat race of MatchedSource, so the matched-noise tests
+replay the reference's draws exactly.
 """
 
 from __future__ import annotations
