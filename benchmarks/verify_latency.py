@@ -19,7 +19,11 @@ above --max-gb are skipped with a note.
 
 Usage:
     python benchmarks/verify_latency.py [--quick] [--json FILE] [--bf16] [--runs 7]
-                                        [--max-gb 3] [--threads N] [--device cpu|cuda|all]
+                                        [--max-gb 3] [--threads 1] [--device cpu|cuda|all]
+
+Figures on this machine (1 thread, float32, B = 1, V = 151,936): SpecTr 15-45 ms (9-26 % of
+170 ms; L solves of ρ* at ~4 ms each), SpecTr-GBV 0.25-0.6× SpecTr for K = 3, 7 (1.4-2.4× at
+K = 1, where SpecTr needs no ρ*), K-SEQ-GBV 0.2-0.65× SpecTr (≤ 7.6 % of 170 ms).
 """
 
 from __future__ import annotations
@@ -123,7 +127,10 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=7)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--max-gb", type=float, default=3.0, help="skip configurations whose inputs exceed this")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch.set_num_threads (default 1: on this shared 2-core machine OpenMP's "
+                         "second thread made the same runs 10-100x slower, e.g. SpecTr K=3 L=12 "
+                         "44 ms -> 2.4 s; 0 keeps torch's default)")
     ap.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
     ap.add_argument("--V", type=int, default=V_REAL)
     args = ap.parse_args(argv)
