@@ -67,6 +67,31 @@ def exact_verdict_law(rule: Rule, draft_tokens, draft_probs, target_probs) -> di
     return out
 
 
+def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
+    """``x`` rounded to float64, float32 or bfloat16 (round to nearest even), as float64
+    (bfloat16) or float32/float64 arrays that a backend can take without further rounding.
+
+    Raises:
+        ValueError: unknown dtype name.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    if dtype == "float64":
+        return x
+    f32 = x.astype(np.float32)
+    if dtype == "float32":
+        return f32
+    if dtype == "bfloat16":
+        bits = f32.view(np.uint32).astype(np.uint64)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.astype(np.uint32).view(np.float32)
+    raise ValueError(f"backend_dtype must be float64, float32 or bfloat16, got {dtype!r}")
+
+
+def _renormalise(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    return x / x.sum(axis=-1, keepdims=True)
+
+
 @dataclass
 class FixedCase:
     """Fixed draft blocks; the expected law is ``reference_rule``'s exact law given them.
@@ -74,10 +99,12 @@ class FixedCase:
     Attributes:
         name: label.  rule: the backend's rule name.  reference_rule: reference rule name whose
         law is expected (usually the same name).  draft_tokens [K, L], draft_probs [K, L, V],
-        target_probs [K, L+1, V] (float64 copies; the backend receives them in ``dtype``).
-        dtype: numpy dtype name the arrays are handed to the backend in ("float32",
-        "float64"; bfloat16 is the adapter's business: pass ``backend_dtype``).
+        target_probs [K, L+1, V] (float64; after construction, the renormalised rows the
+        backend actually sees).
         expect_pass: False for planted wrong rules, which the certification must catch.
+        backend_dtype: "float64", "float32" or "bfloat16": the rows are rounded to it
+        (``backend_draft_probs``/``backend_target_probs``, float32 arrays for the two narrow
+        dtypes; bfloat16 values are exact in float32, the adapter converts without rounding).
     """
 
     name: str
@@ -90,8 +117,14 @@ class FixedCase:
     backend_dtype: str = "float32"
 
     def __post_init__(self):
-        self.draft_tokens, self.draft_probs, self.target_probs = check_iteration_inputs(
-            self.draft_tokens, self.draft_probs, self.target_probs)
+        tokens, dp, tp = check_iteration_inputs(self.draft_tokens, self.draft_probs, self.target_probs)
+        # The backend sees the rows rounded to its dtype; the expected law is that of the
+        # rounded rows (renormalised), so rounding is not mistaken for a wrong rule.
+        self.backend_draft_probs = round_to_dtype(dp, self.backend_dtype)
+        self.backend_target_probs = round_to_dtype(tp, self.backend_dtype)
+        self.draft_tokens = tokens
+        self.draft_probs = _renormalise(self.backend_draft_probs)
+        self.target_probs = _renormalise(self.backend_target_probs)
 
     @property
     def K(self) -> int:
@@ -223,8 +256,14 @@ def _draft_table(draft: ToyModel, target: ToyModel, K: int, L: int):
     return probs / probs.sum(), toks, dps, tps
 
 
+# Exact laws carry float64 rounding (Σ = 1 ± 1e-15): a variance floor keeps a deterministic τ
+# from failing the mean test on that rounding, while any real deviation (≥ 1/N) still fails.
+MEAN_VARIANCE_FLOOR = 1e-18
+
+
 def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, exact_var: float):
     a = alpha / 4.0
+    exact_var = max(exact_var, MEAN_VARIANCE_FLOOR)
     joint = gtest(counts_from_samples(samples), law, a)
     tau_law = gtest(counts_from_samples(o[0] for o in samples), law_of(law, lambda o: o[0]), a)
     cond = conditional_gtests(samples, law, lambda o: (o[0], o[1]), a)
@@ -257,8 +296,7 @@ def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: flo
                                 case.target_probs)
         kind = "fixed drafts vs exact law"
         K, L = case.K, case.L
-        dt = np.dtype(case.backend_dtype) if case.backend_dtype != "bfloat16" else np.float32
-        arrays = (case.draft_tokens, case.draft_probs.astype(dt), case.target_probs.astype(dt))
+        arrays = (case.draft_tokens, case.backend_draft_probs, case.backend_target_probs)
         while done < n_samples:
             B = min(chunk, n_samples - done)
             batch = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]

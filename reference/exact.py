@@ -60,7 +60,7 @@ def iteration_law(rule: Rule, decoder: Decoder, state: DecodeState | None = None
     single = {}
     for block, _ in paths:
         one = make_block(*decoder.block_inputs(state, [block]))
-        single[block] = (one.tokens[0], one.dp[0], one.tp[0], one.pj[0], one.qj[0])
+        single[block] = (one.tokens[0], one.dp[0], one.tp[0], one.pj[0], one.qj[0], one.log_pj[0], one.log_qj[0])
     law: dict[Verdict, float] = defaultdict(float)
     for combo in itertools.product(paths, repeat=decoder.K):
         prob = 1.0

@@ -72,7 +72,8 @@ def _rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
 
     def valid(rho: float) -> bool:
         b = beta(p, q, rho)
-        return 1.0 - (1.0 - b) ** k <= rho * b
+        # 1 − (1 − β)^k without cancellation when β is tiny
+        return -np.expm1(k * np.log1p(-b)) <= rho * b if b < 1.0 else 1.0 <= rho * b
 
     if valid(1.0):
         return 1.0

@@ -31,6 +31,8 @@ class Block:
         pj: float64 [K, L+1], pj[k, i] = p(X^(k)_≤i), the draft joint of the first i tokens
             (pj[k, 0] = 1).
         qj: float64 [K, L+1], the target joint of the same sub-blocks.
+        log_pj, log_qj: float64 [K, L+1], their logarithms (−inf where 0), summed from the
+            rows so that long blocks keep ratios q(z)/p(z) where the joints underflow.
         plan: rule-specific deterministic quantities (filled by the rule's ``plan``).
     """
 
@@ -39,6 +41,8 @@ class Block:
     tp: np.ndarray
     pj: np.ndarray
     qj: np.ndarray
+    log_pj: np.ndarray
+    log_qj: np.ndarray
     plan: dict = field(default_factory=dict)
 
     @property
@@ -66,7 +70,10 @@ def make_block(draft_tokens, draft_probs, target_probs) -> Block:
     q_step = np.take_along_axis(tp[:, :L], tokens[:, :, None], axis=2)[:, :, 0]
     pj = np.concatenate([np.ones((K, 1)), np.cumprod(p_step, axis=1)], axis=1)
     qj = np.concatenate([np.ones((K, 1)), np.cumprod(q_step, axis=1)], axis=1)
-    return Block(tokens, dp, tp, pj, qj)
+    with np.errstate(divide="ignore"):
+        log_pj = np.concatenate([np.zeros((K, 1)), np.cumsum(np.log(p_step), axis=1)], axis=1)
+        log_qj = np.concatenate([np.zeros((K, 1)), np.cumsum(np.log(q_step), axis=1)], axis=1)
+    return Block(tokens, dp, tp, pj, qj, log_pj, log_qj)
 
 
 def draw_residual(source: Source, weights: np.ndarray, fallback: np.ndarray) -> int:

@@ -36,14 +36,15 @@ def greedy_acceptance(block: Block, k: int, rho: float = 1.0) -> np.ndarray:
     Source: SPEC.md §2.4 (GBV), §2.6 (scaled target).
     """
     L = block.L
+    # h is a function of the ratio r = q(z)/(ρ·p(z)) alone (divide the formula by p(z)), which
+    # stays finite where the joints themselves underflow (long blocks of unlikely tokens)
+    r = np.exp(block.log_qj[k] - block.log_pj[k]) / rho  # p(z) > 0: the draft proposed z
     h = np.ones(L + 1)
     for i in range(1, L):
-        pz = block.pj[k, i]
-        qz = block.qj[k, i] / rho
-        den = pz - np.minimum(pz * block.dp[k, i], qz * block.tp[k, i]).sum()
+        den = 1.0 - np.minimum(block.dp[k, i], r[i] * block.tp[k, i]).sum()
         if den > 0:
-            h[i] = 1.0 - max(pz - qz, 0.0) / den
-    h[L] = min(1.0, block.qj[k, L] / (rho * block.pj[k, L]))
+            h[i] = 1.0 - max(1.0 - r[i], 0.0) / den
+    h[L] = min(1.0, r[L])
     return np.clip(h, 0.0, 1.0)
 
 
@@ -65,7 +66,8 @@ def greedy_outcome(block: Block, source: Source, k: int, tau: int, rho: float, K
     if tau == L:
         return Verdict(L, selected, block.prefix(k, L) + (source.draw(block.tp[k, L]),))
     qz, pz = block.qj[k, tau], block.pj[k, tau]
-    token = draw_residual(source, qz * block.tp[k, tau] - rho * pz * block.dp[k, tau], block.tp[k, tau])
+    r = np.exp(block.log_qj[k, tau] - block.log_pj[k, tau]) / rho  # q(z)/(ρ p(z)), scale-free
+    token = draw_residual(source, r * block.tp[k, tau] - block.dp[k, tau], block.tp[k, tau])
     mod = None
     if algorithm2:
         mod = Modification("excess", K, rho, qz * block.tp[k, tau, token], pz * block.dp[k, tau, token])

@@ -28,7 +28,6 @@ def test_exact_verdict_law_sums_to_one_and_matches_rule():
 def test_reference_sampler_certifies(rule):
     """The reference's own sampler passes against its exact law (toy V = 3 case, N = 2e5)."""
     case = [c for c in standard_cases([rule], dtypes=("float64",)) if "toy V=3" in c.name][0]
-    case.backend_dtype = "float64"
     result = certify_case(reference_verify(), case, N, ALPHA)
     assert result.passed, result
     assert result.detectable_tv < 0.02
@@ -66,3 +65,28 @@ def test_backend_output_checked():
 
     with pytest.raises(ValueError, match="token id outside"):
         certify_case(bad, case, 10, ALPHA)
+
+
+def test_round_to_dtype():
+    from oracle.certify import round_to_dtype
+
+    x = np.array([1 / 3, 1e-30, 0.7])
+    assert np.array_equal(round_to_dtype(x, "float64"), x)
+    assert round_to_dtype(x, "float32").dtype == np.float32
+    b = round_to_dtype(x, "bfloat16")
+    # bfloat16 keeps 8 significant bits: 1/3 → 0.333984375, 0.7 → 0.69921875
+    assert b[0] == np.float32(0.333984375) and b[2] == np.float32(0.69921875)
+    assert (b.view(np.uint32) & 0xFFFF).max() == 0 and b[1] > 0
+
+
+def test_deterministic_tau_passes_mean_test():
+    """A case whose exact τ is deterministic (L = 1, q/p ≥ 1 on the draft token: τ = 1 surely)
+    must not fail the mean test on float rounding of the exact law."""
+    V = 5
+    dp = np.full((1, 1, V), 0.2)
+    tp = np.array([[[0.6, 0.1, 0.1, 0.1, 0.1], [0.2] * 5]])
+    from oracle.certify import FixedCase
+
+    case = FixedCase("det", "sd", "sd", np.array([[0]]), dp, tp, backend_dtype="float64")
+    result = certify_case(reference_verify(), case, 20_000, ALPHA)
+    assert result.passed and result.mean_tau == 1.0

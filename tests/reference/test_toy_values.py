@@ -79,16 +79,13 @@ def test_gbv_without_algorithm2_second_token_defect():
 
 
 def test_spectr_gbv_k1_equals_gbv():
-    """SPEC §2.4: GBV is the K = 1 case of the released SpecTr-GBV code."""
+    """SPEC §2.4: GBV is the K = 1 case of the released SpecTr-GBV code (same law to 1e-12;
+    branches of probability ~1e-17 may exist in one and not the other through rounding)."""
     for L in (1, 2, 3):
-        a = iteration_law(RULES["spectr_gbv"], Decoder(P, Q, 1, L))
-        b = iteration_law(GreedyBlockVerification(algorithm2=False), Decoder(P, Q, 1, L))
-        key = lambda law: {(v.tau, v.tokens): 0.0 for v in law}
-        la, lb = key(a), key(b)
-        for v, pr in a.items():
-            la[(v.tau, v.tokens)] += pr
-        for v, pr in b.items():
-            lb[(v.tau, v.tokens)] = lb.get((v.tau, v.tokens), 0.0) + pr
-        assert set(la) == set(lb)
-        for k in la:
-            assert la[k] == pytest.approx(lb[k], abs=1e-12)
+        la, lb = {}, {}
+        for law, out in ((iteration_law(RULES["spectr_gbv"], Decoder(P, Q, 1, L)), la),
+                         (iteration_law(GreedyBlockVerification(algorithm2=False), Decoder(P, Q, 1, L)), lb)):
+            for v, pr in law.items():
+                out[(v.tau, v.tokens)] = out.get((v.tau, v.tokens), 0.0) + pr
+        for key in set(la) | set(lb):
+            assert la.get(key, 0.0) == pytest.approx(lb.get(key, 0.0), abs=1e-12)
