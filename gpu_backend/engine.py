@@ -226,6 +226,15 @@ def load_verifier(rule: str):
     return ReferenceVerifier(rule)
 
 
+def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token per row of ``probs`` [R, V] → int64 [R].
+
+    ``replacement=True`` draws from the same law for one sample, and on CPU it takes the
+    cumulative-sum path (~0.2 ms for V = 151,936) instead of the ~6 ms exponential race.
+    """
+    return torch.multinomial(probs, 1, replacement=True, generator=gen)[:, 0]
+
+
 def _prompt_tensor(prompt_ids) -> torch.Tensor:
     ids = torch.as_tensor(prompt_ids, dtype=torch.int64).reshape(-1)
     if ids.numel() == 0:
@@ -385,7 +394,7 @@ class SpeculativeEngine:
         for i in range(1, L):
             logits = self.draft(tokens[:, i - 1:i], cache=state.d_cache, use_cache=True).logits
             probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
-            tokens[:, i] = torch.multinomial(probs[:, i], 1, generator=state.gen)[:, 0]
+            tokens[:, i] = _sample(probs[:, i], state.gen)
         widen(state.t_cache, K)
         last = torch.full((K, 1), state.context[-1], dtype=torch.int64, device=dev)
         logits = self.target(torch.cat([last, tokens], dim=1), cache=state.t_cache,
@@ -414,7 +423,7 @@ class SpeculativeEngine:
                                 use_cache=True).logits[0]
             rows = probabilities(logits, self.draft_sampling)
             probs[:, i] = rows[torch.tensor(nodes, device=dev) - first]
-            tokens[:, i] = torch.multinomial(probs[:, i], 1, generator=state.gen)[:, 0]
+            tokens[:, i] = _sample(probs[:, i], state.gen)
             new, nodes = tree.add_depth(tokens[:, i].tolist())
             node_tokens += new
         N = tree.num_nodes
@@ -475,7 +484,7 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     while len(out) < max_new_tokens:
         logits = target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits
         p = probabilities(logits[:, -1], sampling)
-        pending = torch.multinomial(p, 1, generator=gen)
+        pending = _sample(p, gen)[:, None]
         token = int(pending)
         out.append(token)
         if token in eos:
