@@ -86,6 +86,7 @@ def plan(batch: PreparedBatch):
     # state of the current path, one slot per depth 0..L−1 (rows) / 0..L (p_α, names)
     slot_mb = [batch.tp[:, 0, 0]] + [None] * (L - 1)
     slot_ms = [batch.dp[:, 0, 0]] + [None] * (L - 1)
+    ms_total = [batch.dp[:, 0, 0].sum(dim=1).double()] + [None] * (L - 1)  # Σ of each slot's M_s
     dirty = [torch.zeros(B, dtype=torch.bool, device=device) for _ in range(L)]
     alpha = [torch.ones(B, dtype=torch.float64, device=device) for _ in range(L + 1)]
     path = [torch.zeros(B, dtype=torch.int64, device=device)] + \
@@ -115,12 +116,14 @@ def plan(batch: PreparedBatch):
                 dirty[i] = dirty[i] & ~fresh
                 orig_mb = gather_rows(batch.tp, name, torch.full_like(name, i))
                 orig_ms = gather_rows(batch.dp, name, torch.full_like(name, i))
+                total = orig_ms.sum(dim=1).double()
                 if slot_mb[i] is None:
-                    slot_mb[i], slot_ms[i] = orig_mb, orig_ms
+                    slot_mb[i], slot_ms[i], ms_total[i] = orig_mb, orig_ms, total
                 else:
                     f = fresh.unsqueeze(1)
                     slot_mb[i] = torch.where(f, orig_mb, slot_mb[i])
                     slot_ms[i] = torch.where(f, orig_ms, slot_ms[i])
+                    ms_total[i] = torch.where(fresh, total, ms_total[i])
         # the leaf's steps: test the node at depth i, then (all coins failing) delete it
         for i in range(L, 0, -1):
             act = vis[:, i]
@@ -132,19 +135,22 @@ def plan(batch: PreparedBatch):
             lam = alpha[i - 1]
             mb, ms = slot_mb[i - 1], slot_ms[i - 1]
             resid = (lam.to(mb.dtype).unsqueeze(1) * mb - ms).clamp_min_(0)
-            S = resid.sum(dim=1, dtype=torch.float64)
+            S = resid.sum(dim=1).double()  # in the work dtype, as batch.reduce_rows
             new_mb = torch.where((S > 0).unsqueeze(1), resid / torch.where(S > 0, S, 1.0).to(mb.dtype).unsqueeze(1), mb)
             den = S + 1.0 - lam
             new_alpha = torch.where(den > 0, S / torch.where(den > 0, den, 1.0), torch.ones_like(S))
+            # M_s without the deleted token, renormalised: its mass is the slot's tracked total
+            # minus that token's (one pass instead of copy, zero, sum and divide)
             x = tok[:, i - 1]
-            ms_cut = ms.clone()
-            ms_cut[b, x] = 0
-            tot = ms_cut.sum(dim=1, dtype=torch.float64)
-            new_ms = torch.where((tot > 0).unsqueeze(1), ms_cut / torch.where(tot > 0, tot, 1.0).to(ms.dtype).unsqueeze(1), ms_cut)
+            tot = ms_total[i - 1] - ms[b, x].double()
+            inv = torch.where(tot > 0, 1.0 / torch.where(tot > 0, tot, 1.0), torch.ones_like(tot))
+            new_ms = ms * inv.to(ms.dtype).unsqueeze(1)
+            new_ms[b, x] = 0
             a = act.unsqueeze(1)
             slot_mb[i - 1] = torch.where(a, new_mb, mb)
             slot_ms[i - 1] = torch.where(a, new_ms, ms)
             alpha[i - 1] = torch.where(act, new_alpha, lam)
+            ms_total[i - 1] = torch.where(act, torch.where(tot > 0, torch.ones_like(tot), tot), ms_total[i - 1])
             dirty[i - 1] = dirty[i - 1] | act
     rows[K * L] = slot_mb[0]
     return alpha_test, torch.stack(rows, dim=1), visit, owner, tree.pos
