@@ -20,7 +20,7 @@ last.  The post-order of the tree (what Traversal Verification walks) is then
 where last[b, k, i] is the name of the last leaf (in that order) below draft k's node at depth
 i.  Every node is visited exactly once (with the last leaf of its subtree), and each leaf's
 steps form a contiguous run of depths ending at L.  All of it is [B, K, K, L+1] mask arithmetic
-and a sort of K keys: no host synchronisation.
+and L + 1 stable sorts of K names: no host synchronisation.
 """
 
 from __future__ import annotations
@@ -66,15 +66,19 @@ def merged_tree(tokens: torch.Tensor) -> MergedTree:
     eq8 = eq.to(torch.int8)
     owner = eq8.argmax(dim=1)  # first True along j
     leaf = owner[:, :, L]  # [B, K(j)]: name of draft j's leaf
-    # lexicographic key of the name path, base K (K^L < 2^63 for the sizes in use)
-    weights = K ** torch.arange(L - 1, -1, -1, device=tokens.device, dtype=torch.int64)
-    key = (owner[:, :, 1:] * weights).sum(dim=2)  # [B, K]; repeated blocks share their leaf's key
     ks = torch.arange(K, device=tokens.device)
-    names_leaf = leaf == ks
-    order = torch.where(names_leaf, key, torch.full_like(key, K ** L)).argsort(dim=1, stable=True)
+    # leaves in post-order: the name paths sorted lexicographically (least significant depth
+    # first, stable sorts: no packed key to overflow), drafts naming no leaf last
+    order = ks.view(1, K).expand(B, K).contiguous()
+    for i in range(L, 0, -1):
+        names_i = torch.gather(owner[:, :, i], 1, order)
+        order = torch.gather(order, 1, names_i.argsort(dim=1, stable=True))
+    names_leaf = torch.gather(leaf, 1, order) == order
+    order = torch.gather(order, 1, (~names_leaf).to(torch.int8).argsort(dim=1, stable=True))
     pos = order.argsort(dim=1)
-    # the last leaf below a node: the draft through it with the largest key (ties: the same leaf)
-    best = torch.where(eq[:, :, :, :], key.view(B, K, 1, 1), torch.full_like(key.view(B, K, 1, 1), -1))
+    # the last leaf below a node: the leaf, among those of the drafts through it, that comes last
+    leaf_pos = torch.gather(pos, 1, leaf)  # [B, K(j)]: position of draft j's leaf
+    best = torch.where(eq, leaf_pos.view(B, K, 1, 1), torch.full_like(leaf_pos.view(B, K, 1, 1), -1))
     j_star = best.argmax(dim=1)  # [B, K, L+1]
     last = torch.gather(leaf, 1, j_star.flatten(1)).view(B, K, L + 1)
     visit = last == ks.view(1, K, 1)
