@@ -88,18 +88,16 @@ def test_mdbv_plan_equals_the_reference_plan(seed, V, K, L, style):
     tokens, dp, tp = tree_case(rng, V, K, L, **({} if styles is None else {"styles": styles}))
     ref = RULES["mdbv"].prepare(tokens, dp, tp).plan["nodes"]
     mine = plan_row(tokens, dp, tp)
-    ill_conditioned = []
     assert [n.name for n in mine] == [n.name for n in ref]
     for a, r in zip(mine, ref):
         assert a.order == r.order, (a.name, a.order, r.order)
         assert abs(a.budget - r.budget) <= 1e-12, (a.name, a.budget, r.budget)
         assert (a.residual is None) == (r.residual is None)
-        one_minus_total = 1.0 - r.budget + (r.residual.sum() if r.residual is not None else 0.0)
-        if one_minus_total > 1e-9 or r.residual is None:
+        # 1 − ΣA = 1 − w + Σ residual (the residual is w·q − A)
+        well_posed = r.residual is None or 1.0 - r.budget + r.residual.sum() > 1e-9
+        if well_posed:
             fa, fr = min(max(a.fallback, 0.0), 1.0), min(max(r.fallback, 0.0), 1.0)
             assert abs(fa - fr) <= 1e-12, (a.name, a.fallback, r.fallback)
-        else:
-            ill_conditioned.append(a.name)
         if r.residual is not None:
             assert np.max(np.abs(a.residual - r.residual)) <= 1e-12, a.name
 
