@@ -305,6 +305,9 @@ def summarize(runs: list[dict], plan: dict[Setting, set[str]], config: BenchConf
             "method": s.method, "dataset": config.dataset, "K": s.K, "L": s.L,
             "temperature": s.temperature,
             "block_efficiency": _median(r["block_efficiency"] for r in mine),
+            # all prompts' tokens over all their target calls: less noisy than the median
+            "block_efficiency_pooled": (sum(r["new_tokens"] for r in mine)
+                                        / sum(r["target_calls"] for r in mine)),
             "speedup_ratio": _median(ratios),
             "speedup_ratio_cpu_time": _median(cpu_ratios),
             "tokens_per_second": _median(r["tokens_per_second"] for r in mine),

@@ -62,6 +62,10 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
         assert r["n_prompts"] == 2 and r["dataset"] == "random"
     assert main["ar"]["speedup_ratio"] == 1.0 and main["ar"]["block_efficiency"] == 1.0
     assert main["ar"]["speedup_ratio_cpu_time"] == 1.0
+    kseq_runs = [r for r in result.runs if r["method"] == "kseq_gbv" and r["K"] == 2 and r["L"] == 3
+                 and r["temperature"] == 0.9]
+    assert main["kseq_gbv"]["block_efficiency_pooled"] == pytest.approx(
+        sum(r["new_tokens"] for r in kseq_runs) / sum(r["target_calls"] for r in kseq_runs))
     assert all(r["cpu_time_s"] > 0 for r in result.runs)
     assert all(main[m]["K"] == 1 for m in ("sd", "bv", "gbv", "hf_assisted"))
     assert main["kseq_gbv"]["K"] == 2 and main["kseq_gbv"]["L"] == 3
