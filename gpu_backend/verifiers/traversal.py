@@ -15,9 +15,12 @@ probability p_α(X):
               M_s(·|P) ← norm(M_s(·|P) without X's token);  delete X; refresh p_α below P.
 
 Batched form.  The updates never depend on the coins: a coin only decides whether the walk
-stops.  So ``plan`` runs the whole walk as if every coin failed, recording for each visited
-node its p_α at the time it is tested and the row it would draw from, and ``decide`` takes the
-first visited node whose coin succeeds (a masked argmin over the visit order), or the root.
+stops.  Rows of different inputs walk with their coins (``walk_with_coins``): a row whose walk
+has stopped stops updating, so the accepted node's row is still in its depth's slot at the end.
+Expanded batches (one case, many coin draws: Monte Carlo, certification) instead run the walk
+once as if every coin failed (``plan``), recording for each visited node its p_α when tested
+and the row it would draw from, and take per row the first visited node whose coin succeeds
+(a masked argmin over the visit order), or the root.
 
 The walk is the post-order of the merged tree (_tree.py): static steps (k, i) for k = 0..K−1,
 i = L..1, each visiting a node in the rows where ``visit[b, k, i]``.  Only the nodes on the
@@ -65,7 +68,7 @@ def _ratio_alpha(alpha: torch.Tensor, mb: torch.Tensor, ms: torch.Tensor) -> tor
 
 
 def plan(batch: PreparedBatch):
-    """The walk with every coin failing.
+    """The walk with every coin failing (expanded batches: one case, many coin draws).
 
     Returns:
         (alpha, rows, visit, owner, pos):
@@ -77,6 +80,21 @@ def plan(batch: PreparedBatch):
             correction when every node fails).
         visit, owner, pos: as in _tree.MergedTree.
     """
+    return _walk(batch, None)
+
+
+def walk_with_coins(batch: PreparedBatch, uniforms: torch.Tensor):
+    """The walk with the coins: rows stop updating once their walk has stopped, so the accepted
+    node's row is still in its depth's slot at the end (no per-node snapshots).
+
+    Returns:
+        (tau, row, weights): int64 [B] depth and name of the accepted node (0, 0: the root) and
+        [B, V] the row to draw from (updated M_b, or the bonus row at depth L).
+    """
+    return _walk(batch, uniforms)
+
+
+def _walk(batch: PreparedBatch, uniforms: torch.Tensor | None):
     B, K, L = batch.tokens.shape
     device = batch.device
     b = batch_index(batch)
@@ -93,13 +111,17 @@ def plan(batch: PreparedBatch):
            [torch.full((B,), -1, dtype=torch.int64, device=device) for _ in range(L)]
     alpha_test = torch.zeros(B, K, L + 1, dtype=torch.float64, device=device)
     rows = [None] * (K * L + 1)
+    with_coins = uniforms is not None
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    acc_depth = torch.zeros(B, dtype=torch.int64, device=device)
+    acc_name = torch.zeros(B, dtype=torch.int64, device=device)
     for c in range(K):
         k = tree.order[:, c]  # [B]: the draft naming the c-th leaf
         vis = visit[b, k]  # [B, L+1]
         own = owner[b, k]
         tok = batch.tokens[b, k]  # [B, L]
         qk, pk = q0[b, k], p0[b, k]
-        go = vis[:, L]  # the leaf's steps, if any, end at depth L
+        go = vis[:, L] & ~done  # the leaf's steps, if any, end at depth L
         # move the path to this leaf's branch; new nodes get the init formula
         for i in range(1, L + 1):
             name = own[:, i]
@@ -127,16 +149,24 @@ def plan(batch: PreparedBatch):
         # the leaf's steps: test the node at depth i, then (all coins failing) delete it
         for i in range(L, 0, -1):
             act = vis[:, i]
-            alpha_test[b, k, i] = alpha[i]
-            if i == L:
-                rows[c * L + i - 1] = gather_rows(batch.tp, own[:, L], torch.full_like(b, L))
+            if with_coins:
+                name = own[:, i]
+                success = act & ~done & (uniforms[b, name, i] <= alpha[i])
+                acc_depth = torch.where(success, i, acc_depth)
+                acc_name = torch.where(success, name, acc_name)
+                done = done | success
+                act = act & ~done
             else:
-                rows[c * L + i - 1] = slot_mb[i]
+                alpha_test[b, k, i] = alpha[i]
+                if i == L:
+                    rows[c * L + i - 1] = gather_rows(batch.tp, own[:, L], torch.full_like(b, L))
+                else:
+                    rows[c * L + i - 1] = slot_mb[i]
             lam = alpha[i - 1]
             mb, ms = slot_mb[i - 1], slot_ms[i - 1]
             resid = (lam.to(mb.dtype).unsqueeze(1) * mb - ms).clamp_min_(0)
             S = resid.sum(dim=1).double()  # in the work dtype, as batch.reduce_rows
-            new_mb = torch.where((S > 0).unsqueeze(1), resid / torch.where(S > 0, S, 1.0).to(mb.dtype).unsqueeze(1), mb)
+            new_mb = resid.div_(torch.where(S > 0, S, 1.0).to(mb.dtype).unsqueeze(1))
             den = S + 1.0 - lam
             new_alpha = torch.where(den > 0, S / torch.where(den > 0, den, 1.0), torch.ones_like(S))
             # M_s without the deleted token, renormalised: its mass is the slot's tracked total
@@ -147,11 +177,18 @@ def plan(batch: PreparedBatch):
             new_ms = ms * inv.to(ms.dtype).unsqueeze(1)
             new_ms[b, x] = 0
             a = act.unsqueeze(1)
-            slot_mb[i - 1] = torch.where(a, new_mb, mb)
+            slot_mb[i - 1] = torch.where(a & (S > 0).unsqueeze(1), new_mb, mb)  # S = 0: keep M_b
             slot_ms[i - 1] = torch.where(a, new_ms, ms)
             alpha[i - 1] = torch.where(act, new_alpha, lam)
             ms_total[i - 1] = torch.where(act, torch.where(tot > 0, torch.ones_like(tot), tot), ms_total[i - 1])
             dirty[i - 1] = dirty[i - 1] | act
+    if with_coins:
+        tau = acc_depth
+        row = acc_name
+        slots = torch.stack(slot_mb, dim=1)  # [B, L, V]: L copies instead of K·L + 1
+        weights = slots[b, tau.clamp_max(L - 1)]
+        bonus = gather_rows(batch.tp, row, torch.full_like(row, L))
+        return tau, row, torch.where((tau == L).unsqueeze(1), bonus, weights)
     rows[K * L] = slot_mb[0]
     return alpha_test, torch.stack(rows, dim=1), visit, owner, tree.pos
 
@@ -173,6 +210,12 @@ class TraversalVerification(Verifier):
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         B, K, L = batch.B, batch.K, batch.L
         device = batch.device
+        if not batch.shared:
+            tau, row, weights = walk_with_coins(batch, noise.uniforms)
+            q_row = gather_rows(batch.tp, row, tau)
+            last = noise.draw(weights, q_row)
+            selected = torch.where(tau > 0, row, torch.full_like(row, -1))
+            return make_verdict(batch, tau, selected, row, last)
         alpha, rows, visit, owner, pos = per_case(batch, plan)
         # coin (name, depth) of the node visited at step (k, i)
         depth = torch.arange(L + 1, device=device).view(1, 1, L + 1).expand(B, K, L + 1)
