@@ -166,7 +166,7 @@ def _rest_class(pp, wq, Pp, Sq, j, free, m) -> float:
 
 
 def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
-                   families: tuple[str, ...] = ("classes", "counts")) -> Mechanism:
+                   families: tuple[str, ...] = ("classes", "counts"), max_cut: int | None = None) -> Mechanism:
     """Selection law of one node against the scaled target w·q with m drafts (step 1).
 
     The support of p is sorted by q/p decreasing.  Candidates: class-K-SEQ for every cut j
@@ -181,11 +181,13 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
         m: number of drafts through the node, ≥ 1.
         families: the candidate families ("classes": class-K-SEQ over every cut, "counts":
             count-priority); the rule uses both, the study compares them one by one.
+        max_cut: largest cut j tried by "classes" (None: every cut).  With a small max_cut
+            only the first max_cut sorted tokens need the sequential singleton scan.
     Returns:
         Mechanism (memoised on the exact bytes of p, q and on w, m, families).
     Cost: O(V log V) sort, O(V · bisection · log V) per cut, O(V·m²) count-priority.
     """
-    key = (p.tobytes(), q.tobytes(), float(w), int(m), tuple(families))
+    key = (p.tobytes(), q.tobytes(), float(w), int(m), tuple(families), max_cut)
     hit = _CACHE.get(key)
     if hit is not None:
         return hit
@@ -204,7 +206,8 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
     # singletons: marked mass s_t and the free mass F_t before token t;
     # s = F − (F^m − wq)^{1/m} = −F·expm1(log1p(−wq/F^m)/m) (no cancellation for tiny wq)
     single, free = [], [1.0]
-    for t in range(n):
+    n_cuts = n if max_cut is None else min(n, int(max_cut))
+    for t in range(n_cuts):
         F = free[-1]
         if F <= 0.0:
             s = 0.0
@@ -216,7 +219,7 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
         free.append(max(F - single[-1], 0.0))
     candidates = []
     if "classes" in families:
-        for j in range(n + 1):
+        for j in range(n_cuts + 1):
             F = free[j]
             kappa = _rest_class(pp, wq, Pp, Sq, j, F, m) if j < n and F > 0 else None
             candidates.append(_cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa))
@@ -359,6 +362,23 @@ class MultiDraftBlockVerification(Rule):
     name = "mdbv"
     modifies_targets = False
 
+    def __init__(self, families: tuple[str, ...] = ("classes", "counts"), max_cut: int | None = None):
+        """Args: families, max_cut — the per-node candidate selection laws (see
+        ``node_mechanism``); every choice is lossless, the default is the strongest."""
+        unknown = set(families) - {"classes", "counts"}
+        if not families or unknown:
+            raise ValueError(f"families must be a non-empty subset of ('classes', 'counts'), got {families!r}")
+        if max_cut is not None and (int(max_cut) != max_cut or max_cut < 0):
+            raise ValueError(f"max_cut must be an integer >= 0 or None, got {max_cut!r}")
+        self.families = tuple(families)
+        self.max_cut = max_cut
+
+    def __repr__(self) -> str:
+        return f"MultiDraftBlockVerification(families={self.families!r}, max_cut={self.max_cut!r})"
+
+    def _mechanism(self, p, q, w, m) -> Mechanism:
+        return node_mechanism(p, q, w, m, self.families, self.max_cut)
+
     def plan(self, block: Block) -> None:
         names, parent, children = merged_tree(block)
         L = block.L
@@ -382,7 +402,7 @@ class MultiDraftBlockVerification(Rule):
             if names[n][1] == L or b <= 0:
                 return 1.0
             p, q = rows(n)
-            return node_mechanism(p, q, b, mult[n]).total / b
+            return self._mechanism(p, q, b, mult[n]).total / b
 
         def schedule(n: int) -> None:
             node = nodes[n]
@@ -391,7 +411,7 @@ class MultiDraftBlockVerification(Rule):
                 return
             p, q = rows(n)
             w = node.budget
-            mech = node_mechanism(p, q, w, node.mult)
+            mech = self._mechanism(p, q, w, node.mult)
             node.residual = w * q - mech.A
             tot = mech.total
             node.fallback = (w - tot) / (1.0 - tot) if tot < 1.0 else 1.0
