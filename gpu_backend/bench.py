@@ -2,7 +2,9 @@
 generation on real models, with the paper's ablations (K, L, temperature).
 
 Methods: ``ar`` (plain sampling, the speedup reference), the rules ``sd``, ``spectr``, ``bv``,
-``gbv``, ``spectr_gbv`` (as released), ``kseq_gbv`` (and any other verifier name), and
+``gbv``, ``spectr_gbv`` (as released), ``kseq_gbv``, the non-modifying multi-draft rules
+``kseq_bv`` and ``traversal`` (and any other verifier name, e.g. ``mdbv``, left out of the
+default list because its host-side plan costs seconds per iteration at V = 151,936), and
 ``hf_assisted``.  Single-draft rules, ``ar`` and ``hf_assisted`` run at K = 1 only.
 
 Measurement protocol (the machine is shared, so absolute times drift):
@@ -38,7 +40,8 @@ from .engine import (DEFAULT_K, DEFAULT_L, SINGLE_DRAFT_RULES, GenerationResult,
 from .memory import reset_peak_rss
 from .sampling import SamplingConfig
 
-METHODS = ("ar", "sd", "spectr", "bv", "gbv", "spectr_gbv", "kseq_gbv", "hf_assisted")
+METHODS = ("ar", "sd", "spectr", "bv", "gbv", "spectr_gbv", "kseq_gbv", "kseq_bv", "traversal",
+           "hf_assisted")
 # Methods that run at K = 1 whatever the K asked for.
 K1_METHODS = frozenset({"ar", "hf_assisted"} | SINGLE_DRAFT_RULES)
 SWEEPS = ("none", "K", "L", "T")

@@ -29,7 +29,8 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     from .engine import DEFAULT_K, DEFAULT_L
 
     p.add_argument("--methods", nargs="+", default=None,
-                   help="ar sd spectr bv gbv spectr_gbv kseq_gbv hf_assisted (default: all)")
+                   help="ar sd spectr bv gbv spectr_gbv kseq_gbv kseq_bv traversal hf_assisted (default: "
+                   "all of these; any other verifier name, e.g. mdbv, may be added)")
     p.add_argument("--dataset", default="humaneval", help="humaneval, gsm8k or a .jsonl/.tsv file")
     p.add_argument("--prompts", type=int, default=10, help="number of prompts (default 10)")
     p.add_argument("--max-new-tokens", type=int, default=64)

@@ -12,7 +12,9 @@
 
 Registry names and parameters (as reference/rules/__init__.py):
     sd, spectr, bv, gbv (algorithm2=True), spectr_gbv (residual="released", algorithm2=False),
-    spectr_gbv_fixed (residual="consistent", algorithm2=True), kseq_gbv (algorithm2=True).
+    spectr_gbv_fixed (residual="consistent", algorithm2=True), kseq_gbv (algorithm2=True),
+    kseq_bv, traversal, mdbv (issue 7: multi-draft rules that never modify later targets;
+    mdbv plans each row on the host and costs seconds per iteration at V = 151,936).
 ``get_verifier(name, **params)`` overrides the parameters, e.g.
 ``get_verifier("spectr_gbv", residual="consistent")`` or ``get_verifier("gbv", algorithm2=False)``.
 
@@ -27,10 +29,13 @@ from .base import Verifier
 from .batch import BatchModification, BatchVerdict
 from .bv import BlockVerification
 from .gbv import GreedyBlockVerification
+from .kseq_bv import KSeqBV
 from .kseq_gbv import KSeqGBV
+from .mdbv import MultiDraftBlockVerification
 from .sd import TokenVerification
 from .spectr import SpecTr
 from .spectr_gbv import SpecTrGBV
+from .traversal import TraversalVerification
 
 _FACTORIES = {
     "sd": (TokenVerification, {}),
@@ -40,6 +45,9 @@ _FACTORIES = {
     "spectr_gbv": (SpecTrGBV, {"residual": "released", "algorithm2": False}),
     "spectr_gbv_fixed": (SpecTrGBV, {"residual": "consistent", "algorithm2": True}),
     "kseq_gbv": (KSeqGBV, {"algorithm2": True}),
+    "kseq_bv": (KSeqBV, {}),
+    "traversal": (TraversalVerification, {}),
+    "mdbv": (MultiDraftBlockVerification, {}),
 }
 
 VERIFIERS: tuple[str, ...] = tuple(_FACTORIES)
@@ -73,4 +81,5 @@ def verify(rule, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=N
 
 __all__ = ["VERIFIERS", "get_verifier", "verify", "Verifier", "BatchVerdict", "BatchModification",
            "TokenVerification", "SpecTr", "BlockVerification", "GreedyBlockVerification",
-           "SpecTrGBV", "KSeqGBV"]
+           "SpecTrGBV", "KSeqGBV", "KSeqBV", "TraversalVerification",
+           "MultiDraftBlockVerification"]

@@ -22,8 +22,7 @@ from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
 V = 96
 PROMPT = [5, 17, 33, 2, 71, 8, 40]
 ALL_RULES = [("sd", 1), ("spectr", 3), ("bv", 1), ("gbv", 1), ("spectr_gbv", 3),
-             ("spectr_gbv_fixed", 3), ("kseq_gbv", 3)]
-LOSSLESS = [("sd", 1), ("spectr", 3), ("bv", 1), ("gbv", 1), ("kseq_gbv", 3)]
+             ("spectr_gbv_fixed", 3), ("kseq_gbv", 3), ("kseq_bv", 3), ("traversal", 3), ("mdbv", 3)]
 
 
 def random_lm(seed: int, vocab: int = V, head_scale: float = 30.0):

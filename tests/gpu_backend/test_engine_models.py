@@ -27,7 +27,9 @@ pytestmark = pytest.mark.models
 
 PROMPT_TEXT = "Write a Python function that returns the n-th Fibonacci number."
 RULES = [("sd", 1), ("spectr", 2), ("bv", 1), ("gbv", 1), ("spectr_gbv", 2),
-         ("spectr_gbv_fixed", 2), ("kseq_gbv", 2)]
+         ("spectr_gbv_fixed", 2), ("kseq_gbv", 2), ("kseq_bv", 2), ("traversal", 2)]
+# mdbv plans every row on the host (seconds per iteration at this vocabulary): it runs on the
+# small-vocabulary models of test_engine.py only.
 TARGET_T, DRAFT_T = SamplingConfig(0.7), SamplingConfig(1.3)
 
 

@@ -146,7 +146,12 @@ def run(cases, dtype, chunk):
     return report
 
 
-@pytest.mark.parametrize("rule", VERIFIERS)
+# The rules of issue 7 (kseq_bv, traversal, mdbv) have their own certification cases, chosen
+# so that each distinguishes its rule from the others: test_verifiers_new_rules.py.
+CERTIFIED_HERE = tuple(r for r in VERIFIERS if r not in {"kseq_bv", "traversal", "mdbv"})
+
+
+@pytest.mark.parametrize("rule", CERTIFIED_HERE)
 def test_certify_toy_cases(rule):
     f32, bf16 = toy_cases(rule)
     report = run([f32], torch.float32, chunk=16384)
@@ -157,7 +162,7 @@ def test_certify_toy_cases(rule):
         assert r.detectable_tv < 0.015 and r.zero_cell_violations == 0
 
 
-LARGE = [(rule, "float32") for rule in VERIFIERS] + [("kseq_gbv", "bfloat16"), ("spectr_gbv_fixed", "bfloat16")]
+LARGE = [(rule, "float32") for rule in CERTIFIED_HERE] + [("kseq_gbv", "bfloat16"), ("spectr_gbv_fixed", "bfloat16")]
 
 
 @pytest.mark.parametrize("rule,dtype", LARGE, ids=[f"{r}-{d}" for r, d in LARGE])

@@ -171,7 +171,12 @@ def test_expanded_inputs_give_the_same_outputs_as_materialised_ones():
         assert_same_rows(expanded, torch.arange(B), dense, torch.arange(B))
 
 
-@pytest.mark.parametrize("name", VERIFIERS)
+# MDBV plans each row on the host by design (gpu_backend/verifiers/mdbv.py): it must read
+# the rows, so the no-synchronisation promise is not made for it.
+HOST_PLANNED = {"mdbv"}
+
+
+@pytest.mark.parametrize("name", [n for n in VERIFIERS if n not in HOST_PLANNED])
 def test_no_host_synchronisation(name):
     """On the meta device every data-dependent host read raises, so a run that completes
     proves that the verifier (validate=False) never synchronises."""
