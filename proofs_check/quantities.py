@@ -102,3 +102,16 @@ def program(inst: Instance, name: str) -> float:
 
 def law_distance(a: dict, b: dict) -> float:
     return total_variation(a, b)
+
+
+# Below this LP optimum the instance accepts (almost) nothing whatever the rule, and a relative
+# gap would be solver noise over solver noise (e.g. LP ≈ 1e-7 from CLARABEL on a nearly
+# disjoint pair): the absolute gap is reported instead.
+RELATIVE_GAP_FLOOR = 1e-3
+
+
+def gap_to(ceiling: float, value: float) -> float:
+    """Gap of ``value`` (an E[τ]) below ``ceiling`` (an LP optimum): relative,
+    (ceiling − value) / ceiling, when ceiling ≥ RELATIVE_GAP_FLOOR, else absolute."""
+    gap = ceiling - value
+    return gap / ceiling if ceiling >= RELATIVE_GAP_FLOOR else gap

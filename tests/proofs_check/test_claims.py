@@ -101,3 +101,12 @@ def test_generation_gap_measure():
     assert _generation_gap("sd", "bv")(inst) > 0.05
     assert _generation_gap("bv", "sd")(inst) == 0.0
     assert Q.gen(inst, "bv", 4).tokens_per_call == pytest.approx(1.8, abs=1e-12)
+
+
+def test_gap_to_the_lp_is_relative_above_the_floor_and_absolute_below():
+    from proofs_check.quantities import RELATIVE_GAP_FLOOR, gap_to
+
+    assert gap_to(2.0, 1.5) == 0.25
+    assert gap_to(131 / 81, 131 / 81) == 0.0
+    tiny = RELATIVE_GAP_FLOOR / 10
+    assert gap_to(tiny, 0.0) == tiny  # absolute: 1e-4, not a 100 % gap
