@@ -217,6 +217,11 @@ def _stdout_to_devnull():
 # "infeasible" from HiGHS is a numerical artefact of near-degenerate data (probabilities around
 # 1e-25 beside masses near 1); the interior-point solver copes, so the LPs retry with it.
 LP_FALLBACK_SOLVER = "CLARABEL"
+# CLARABEL can fail outright on a CIC program whose target has a cell of mass ~1e-18 (its match
+# fraction is scaled by 1/q, ~1e18); the first-order SCS, run to 1e-10, copes (found on
+# V = 3, K = 3, L = 1, conc = 0.1, where it gives B to 1e-15).
+CIC_FALLBACK_SOLVER = "SCS"
+FALLBACK_OPTS = {"CLARABEL": None, "SCS": {"eps_abs": 1e-10, "eps_rel": 1e-10, "max_iters": 200_000}}
 _NOT_SOLVED = ("infeasible", "unbounded", "infeasible_inaccurate", "unbounded_inaccurate")
 
 
@@ -224,7 +229,7 @@ def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | Non
            fallback: str | None = None):
     opts = dict(opts)
     if time_limit is not None:
-        opts["time_limit"] = float(time_limit)
+        opts["time_limit_secs" if solver == "SCS" else "time_limit"] = float(time_limit)
     try:
         with _stdout_to_devnull():
             problem.solve(solver=solver, **opts)
@@ -235,7 +240,8 @@ def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | Non
     else:
         first = problem.status
     if fallback is not None and (first in _NOT_SOLVED or first == "solver_error"):
-        status, solve_s, _ = _solve(problem, fallback, CONIC_SOLVER_OPTS, time_limit)
+        opts = FALLBACK_OPTS[fallback] or CONIC_SOLVER_OPTS
+        status, solve_s, _ = _solve(problem, fallback, opts, time_limit)
         return status, solve_s, f"{fallback} (after {solver}: {first})"
     stats = problem.solver_stats
     return problem.status, (stats.solve_time if stats is not None else None), solver
@@ -304,7 +310,8 @@ def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, 
     objective = cp.Maximize(float(w.sum()) - w @ cp.power(shortfall, K))
     problem = cp.Problem(objective, [A @ x == rhs])
     opts = CONIC_SOLVER_OPTS if solver_opts is None and solver == "CLARABEL" else (solver_opts or {})
-    status, solve_s, used = _solve(problem, solver, opts, time_limit)
+    fallback = CIC_FALLBACK_SOLVER if solver != CIC_FALLBACK_SOLVER else None
+    status, solve_s, used = _solve(problem, solver, opts, time_limit, fallback)
     solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
     coupling = None
     if solved and return_coupling:

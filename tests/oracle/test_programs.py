@@ -448,3 +448,15 @@ def test_time_limit_gives_nan_and_status(program):
     assert res.status not in ("optimal", "optimal_inaccurate")
     assert np.isnan(res.optimum)
     assert res.coupling is None
+
+
+def test_cic_solves_a_target_cell_of_mass_1e18():
+    """q = (1.8e-18, 0.0023, 0.9977) scales a match fraction by ~1e18: CLARABEL fails outright
+    there, and the program falls back to SCS at 1e-10 (found by `spectr-gbv prove`)."""
+    p = np.array([8.33381560e-01, 1.66572639e-01, 4.58012695e-05])
+    q = np.array([1.79966905e-18, 2.30084816e-03, 9.97699152e-01])
+    p, q = p / p.sum(), q / q.sum()
+    res = cic_program(p, q, 3)
+    assert res.status == "optimal", res.status
+    assert res.optimum == pytest.approx(bound_B(p, q, 3), abs=1e-8)
+    assert res.solver.startswith("SCS")  # the case still exercises the fallback
