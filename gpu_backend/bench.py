@@ -76,12 +76,17 @@ class BenchConfig:
     seed: int = 0
     chat: bool = True
     warmup: bool = True
+    # settings that only a sweep asks for run on the first ``sweep_prompts`` prompts (None:
+    # all); the main point always runs on every prompt
+    sweep_prompts: int | None = None
 
     def check(self) -> None:
         from .engine import check_positive
 
         for name in ("prompts", "max_new_tokens", "K", "L"):
             check_positive(getattr(self, name), name)
+        if self.sweep_prompts is not None:
+            check_positive(self.sweep_prompts, "sweep_prompts")
         for k in self.K_values:
             check_positive(k, "K")
         for v in self.L_values:
@@ -251,11 +256,17 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
                 # not to pay a long prompt's prefill per setting
                 run_one(pair, s, prompt_ids[0][:16], config, config.seed,
                         max_new_tokens=max(s.L, 1) + 2)
+    def active(p_idx: int) -> list[Setting]:
+        if config.sweep_prompts is None or p_idx < config.sweep_prompts:
+            return order
+        return [s for s in order if "none" in plan[s]]
+
     runs = []
-    bar = tqdm(total=len(order) * len(prompt_ids), desc="bench", disable=not progress)
+    bar = tqdm(total=sum(len(active(i)) for i in range(len(prompt_ids))), desc="bench",
+               disable=not progress)
     for p_idx, ids in enumerate(prompt_ids):
         random.Random(config.seed * 1_000_003 + p_idx).shuffle(order)
-        for s in order:
+        for s in active(p_idx):
             bar.set_postfix_str(f"prompt {p_idx} {s.method} K={s.K} L={s.L} T={s.temperature}")
             reset_peak_rss()
             result = run_one(pair, s, ids, config, config.seed + p_idx)

@@ -47,6 +47,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--sweep", nargs="+", default=["none"], choices=["none", "K", "L", "T", "all"],
                    help="ablations to run (all = none K L T)")
+    p.add_argument("--sweep-prompts", type=int, default=None,
+                   help="run the settings only a sweep asks for on the first N prompts "
+                   "(default: every prompt); the main point runs on all")
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
     p.add_argument("--dtype", default="bfloat16")
@@ -79,7 +82,7 @@ def config_from_args(args: argparse.Namespace):
         L_values=tuple(L) if len(L) > 1 else SWEEP_VALUES["L"],
         T_values=tuple(T) if len(T) > 1 else SWEEP_VALUES["T"],
         target=args.target, draft=args.draft, dtype=args.dtype, seed=args.seed,
-        chat=not args.no_chat, warmup=not args.no_warmup)
+        chat=not args.no_chat, warmup=not args.no_warmup, sweep_prompts=args.sweep_prompts)
     if args.quick:
         config.prompts, config.max_new_tokens, config.sweeps = 2, 32, ("none",)
     config.check()

@@ -131,3 +131,19 @@ def test_report_subcommand_runner_reports_missing_commands():
 
     status, code, text = run_subcommand([["nosuchcommand"]])
     assert status == "not available" and code is None
+
+
+def test_sweep_only_settings_run_on_the_first_sweep_prompts(pair):
+    config = BenchConfig(methods=("ar", "sd"), prompts=3, max_new_tokens=4, K=1, L=2,
+                         temperature=0.9, sweeps=("none", "T"), T_values=(0.5, 0.9),
+                         warmup=False, dataset="random", sweep_prompts=1)
+    prompts = [PROMPT, PROMPT[::-1], PROMPT[1:]]
+    result = run_bench(config, pair=pair, prompt_ids=prompts, progress=False)
+    at = {T: sorted(r["prompt"] for r in result.runs if r["temperature"] == T and r["method"] == "sd")
+          for T in (0.5, 0.9)}
+    assert at == {0.9: [0, 1, 2], 0.5: [0]}
+    assert len(result.runs) == 2 * 3 + 2 * 1
+    sweep_rows = [r for r in result.rows if r["temperature"] == 0.5]
+    assert sweep_rows and all(r["n_prompts"] == 1 for r in sweep_rows)
+    with pytest.raises(ValueError, match="sweep_prompts"):
+        BenchConfig(sweep_prompts=0).check()
