@@ -22,7 +22,8 @@ law puts all but ~1e-16 of its mass on one τ (its probabilities summing to 1 �
 harness's mean test with the exact variance (~1e-31) rejects a sampler that always returns that
 τ — a rounding artefact of oracle/certify.py, reported to its owner — and such cases exercise
 little of the rule anyway.
-bfloat16 cases use rows that are exact in bfloat16 and sum to exactly 1 (``bf16_exact``):
+bfloat16 cases use rows that are exact in bfloat16 and sum to exactly 1 (``bf16_exact``;
+the cases, ``nondegenerate_case`` and the torch adapter live in gpu_backend/certify_suite.py):
 rounding generic rows to bfloat16 moves the law by up to ~4e-3 (e.g. mean τ 1.9847 instead of
 1.9930 for BV on a V = 4 toy), which N = 2·10^5 detects; the reference law must be that of the
 rows the backend is given.
@@ -30,110 +31,18 @@ rows the backend is given.
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from gpu_backend.verifiers import VERIFIERS, get_verifier
-from oracle.certify import FixedCase, certify, exact_verdict_law
-from oracle.certify_cases import (fixed_case, large_models, lossless_against_target,
-                                  released_rule_against_target, toy_models)
-from reference.rules import get_rule
+# the cases and the torch adapter are shared with `spectr-gbv certify`
+from gpu_backend.certify_suite import large_case, toy_cases, torch_backend
+from gpu_backend.verifiers import VERIFIERS
+from oracle.certify import certify
+from oracle.certify_cases import lossless_against_target, released_rule_against_target
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
-from test_verifiers_cases import SINGLE_DRAFT
 
 N_SAMPLES = 200_000
 ALPHA = 1e-6
-
-
-def torch_backend(dtype: torch.dtype):
-    """oracle.certify's BatchVerify over gpu_backend's verifiers, inputs cast to ``dtype``.
-
-    Zero-stride numpy views stay zero-stride tensors (one row converted, then expanded); row b
-    of the chunk with seed s gets the seed s·2^32 + b.
-    """
-    verifiers: dict = {}
-
-    def tensor(a: np.ndarray, dt=None) -> torch.Tensor:
-        if a.shape[0] > 1 and a.strides[0] == 0:  # cast one row, then expand (casting an
-            t = torch.from_numpy(np.array(a[:1]))  # expanded tensor would materialise it)
-            return (t if dt is None else t.to(dt)).expand(a.shape)
-        t = torch.from_numpy(np.ascontiguousarray(a))
-        return t if dt is None else t.to(dt)
-
-    def verify(rule, draft_tokens, draft_probs, target_probs, seed):
-        verifier = verifiers.setdefault(rule, get_verifier(rule))
-        B = draft_tokens.shape[0]
-        seeds = torch.arange(B, dtype=torch.int64) + (int(seed) << 32)
-        out = verifier(tensor(draft_tokens), tensor(draft_probs, dtype), tensor(target_probs, dtype),
-                       seeds=seeds, validate=False)
-        return out.tau.numpy(), out.tokens.numpy()
-
-    return verify
-
-
-def bf16_exact(rows: np.ndarray) -> np.ndarray:
-    """Rows of multiples of 2^-s with at most 8 significant bits (s = 8 for V ≤ 16, else 16),
-    summing to exactly 1: exact in bfloat16, float32 and float64, so the backend sees (and,
-    renormalising by a float32 sum of exactly 1, keeps) the very rows whose exact law is the
-    reference.  Positive entries stay positive."""
-    V = rows.shape[-1]
-    scale = 2 ** (8 if V <= 16 else 16)
-    out = np.empty_like(rows)
-    for idx in np.ndindex(rows.shape[:-1]):
-        r = rows[idx] * scale
-        k = np.where(r > 0, np.maximum(np.round(r), 1.0), 0.0)
-        big = k >= 256
-        step = 2.0 ** (np.floor(np.log2(np.where(big, k, 1.0))) - 7)  # keep 8 significant bits
-        k = np.where(big, np.round(k / step) * step, k)
-        deficit = int(scale - k.sum())
-        small = np.flatnonzero((k >= 1) & (k < 255))  # ±1 keeps them exact and positive
-        while deficit != 0:
-            sign = 1 if deficit > 0 else -1
-            pool = small if sign > 0 else small[k[small] >= 2]
-            take = pool[: abs(deficit)]
-            if take.size == 0:
-                raise ValueError("bf16_exact: cannot fix the row sum")
-            k[take] += sign
-            deficit -= sign * take.size
-        out[idx] = k / scale
-    assert np.all(out.sum(-1) == 1.0) and np.all((out > 0) == (rows > 0))
-    return out
-
-
-def nondegenerate_case(name, rule, models, K, L, first_seed, backend_dtype="float32"):
-    """The first seeded fixed case whose exact law of τ puts at most 0.99 on any one value (with
-    τ almost surely L, oracle.certify's mean test breaks down: module doc).  bfloat16 cases get
-    bfloat16-exact rows (``bf16_exact``)."""
-    draft, target = models
-    for seed in range(first_seed, first_seed + 50):
-        case = fixed_case(name, rule, draft, target, K, L, seed, backend_dtype=backend_dtype)
-        if backend_dtype == "bfloat16":
-            case = FixedCase(name, rule, rule, case.draft_tokens, bf16_exact(case.draft_probs),
-                             bf16_exact(case.target_probs), backend_dtype=backend_dtype)
-        law = exact_verdict_law(get_rule(rule), case.draft_tokens, case.draft_probs, case.target_probs)
-        tau_law = np.zeros(L + 1)
-        for (tau, _, _), pr in law.items():
-            tau_law[tau] += pr
-        if tau_law.max() <= 0.99:
-            return case
-    raise RuntimeError(f"no non-degenerate case for {name}")
-
-
-def toy_cases(rule):
-    """V = 3 (K = 3, L = 3) in float32 and V = 4 (K = 2, L = 2) in bfloat16 (K = 1 if single-draft)."""
-    single = rule in SINGLE_DRAFT
-    return [nondegenerate_case(f"{rule} toy V={V} K={K} L={L} {dt}", rule, toy_models(V, seed), K, L, seed,
-                               backend_dtype=dt)
-            for V, K, L, seed, dt in ((3, 1 if single else 3, 3, 12, "float32"),
-                                      (4, 1 if single else 2, 2, 13, "bfloat16"))]
-
-
-def large_case(rule, dtype):
-    K = 1 if rule in SINGLE_DRAFT else 2
-    L = 1 if rule == "spectr" else 2
-    return nondegenerate_case(f"{rule} rows V=4096 K={K} L={L} {dtype}", rule, large_models(4096, 21),
-                              K, L, 22, backend_dtype=dtype)
 
 
 def run(cases, dtype, chunk):

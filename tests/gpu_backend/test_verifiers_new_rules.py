@@ -29,8 +29,9 @@ from gpu_backend.verifiers.bv import BlockVerification as TorchBV
 from gpu_backend.verifiers.kseq_bv import KSeqBV
 from gpu_backend.verifiers.mdbv import MultiDraftBlockVerification, plan_row
 from gpu_backend.verifiers.traversal import TraversalVerification
-from oracle.certify import FixedCase, certify, exact_verdict_law
-from oracle.certify_cases import fixed_case, large_models, toy_models
+from gpu_backend.certify_suite import DISTINCT_FROM, ROWS_SEED, TOY_SEED, distinctive_case
+from oracle.certify import FixedCase, certify
+from oracle.certify_cases import large_models, toy_models
 from reference.rules import RULES
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import random_noise, run_matched, tree_case, verdict_mismatch
@@ -205,30 +206,6 @@ def backend(dtype: torch.dtype):
     return verify
 
 
-def tv_distance(a: dict, b: dict) -> float:
-    return 0.5 * sum(abs(a.get(o, 0.0) - b.get(o, 0.0)) for o in set(a) | set(b))
-
-
-def distinctive_case(name, rule, models, K, L, seed, others):
-    """The seeded fixed case, checked to be worth certifying: no value of τ has probability
-    above 0.99 (oracle.certify's mean test with the exact variance breaks down when τ is almost
-    sure: tests/gpu_backend/test_verifiers_certify.py), and the rule's exact law is at TV ≥ 0.05
-    from each rule in ``others`` (a port of the wrong rule would be caught; on many seeds these
-    rules coincide, e.g. when one draft is accepted whole almost surely).  The seeds were chosen
-    by scanning with this check."""
-    draft, target = models
-    case = fixed_case(name, rule, draft, target, K, L, seed, backend_dtype="float32")
-    laws = {r: exact_verdict_law(RULES[r], case.draft_tokens, case.draft_probs, case.target_probs)
-            for r in (rule,) + tuple(others)}
-    tau_law = np.zeros(L + 1)
-    for (tau, _, _), pr in laws[rule].items():
-        tau_law[tau] += pr
-    assert tau_law.max() <= 0.99, tau_law
-    for other in others:
-        assert tv_distance(laws[rule], laws[other]) >= 0.05, (rule, other)
-    return case
-
-
 def certify_and_check(case: FixedCase, chunk: int, max_tv: float):
     report = certify(backend(torch.float32), [case], n_samples=N_SAMPLES, alpha=ALPHA, chunk=chunk)
     r = report.results[0]
@@ -241,8 +218,10 @@ def certify_and_check(case: FixedCase, chunk: int, max_tv: float):
     assert r.detectable_tv < max_tv and r.zero_cell_violations == 0
 
 
-OTHERS = ("kseq_bv", "traversal", "spectr")
-TOY_SEED = {"kseq_bv": 14, "traversal": 14, "mdbv": 15}  # MDBV accepts the whole block of seed 14
+# distinctive_case checks that the case is worth certifying (no τ above 0.99, TV ≥ 0.05 from
+# each of OTHERS); it, the seeds and the cases are shared with `spectr-gbv certify`
+# (gpu_backend/certify_suite.py).
+OTHERS = DISTINCT_FROM
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -259,6 +238,6 @@ def test_certify_random_rows_V4096(name):
     """Random peaked rows at V = 4,096 (oracle.certify_cases.large_models(4096, 21), drafts of
     seed 29), K = 2, L = 2, float32."""
     others = tuple(r for r in OTHERS if r != name)
-    case = distinctive_case(f"{name} rows V=4096 K=2 L=2 float32", name, large_models(4096, 21), 2, 2, 29,
+    case = distinctive_case(f"{name} rows V=4096 K=2 L=2 float32", name, large_models(4096, 21), 2, 2, ROWS_SEED,
                             others)
     certify_and_check(case, chunk=2048, max_tv=0.03)
