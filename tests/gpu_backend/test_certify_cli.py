@@ -1,0 +1,160 @@
+"""``spectr-gbv certify`` (gpu_backend/certify_cli.py) at small N: exit status, JSON and markdown
+outputs, argument errors, and the planted wrong rules of gpu_backend/certify_suite.py.
+
+N = 5,000 per case (detectable TV ~0.06 on the toy cases): enough to catch every planted rule
+on fixed drafts (p-values below 1e-40) while each CLI run stays within a few seconds; the full-size runs are
+tests/gpu_backend/test_verifiers_certify.py and test_verifiers_new_rules.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+import gpu_backend.verifiers as verifiers
+import spectr_gbv_cli
+from gpu_backend import certify_cli
+from gpu_backend.certify_suite import PLANTED, FirstFailureBV, UnscaledSpecTr, torch_backend
+from gpu_backend.verifiers.bv import BlockVerification
+from oracle.certify import certify_case
+from oracle.certify_cases import lossless_against_target, released_rule_against_target
+from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+
+N = "5000"
+
+
+def certify(argv, capsys):
+    code = spectr_gbv_cli.main(["certify"] + argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_exit_zero_json_and_markdown_when_everything_passes(tmp_path, capsys):
+    """N = 3·10^4: the law-level planted case (the released rule, first-token TV 0.024) needs a
+    detectable TV below 0.024 (0.021 here; at N = 5,000 it is missed, p = 7e-6)."""
+    js, md = tmp_path / "c.json", tmp_path / "c.md"
+    code, out, _ = certify(["--rules", "bv,spectr_gbv", "--quick", "--samples", "30000",
+                            "--json", str(js), "--markdown", str(md)], capsys)
+    assert code == 0, out
+    rows = json.loads(js.read_text())
+    keys = {"rule", "case", "kind", "N", "alpha", "detectable_delta", "p_value", "passed", "caught",
+            "statistic", "mean_tau", "exact_mean_tau", "mean_ci", "verdict", "dtype", "expected"}
+    assert all(keys <= set(r) for r in rows)
+    kinds = {r["kind"] for r in rows}
+    assert kinds == {"lossless", "conformance", "planted"}
+    assert all(r["N"] == 30000 and r["alpha"] == 1e-6 and 0 < r["detectable_delta"] < 0.1 for r in rows)
+    lossless = [r for r in rows if r["kind"] != "planted"]
+    assert all(r["passed"] and r["caught"] is None and r["p_value"] >= 1e-6 for r in lossless)
+    planted = {r["rule"]: r for r in rows if r["kind"] == "planted"}
+    # BV's two planted defects and the released rule against the target law, all caught
+    assert set(planted) == {"planted_bv_shared_uniform", "planted_bv_first_failure", "spectr_gbv"}
+    assert all(r["caught"] is True and not r["passed"] and r["p_value"] < 1e-6 for r in planted.values())
+    # every lossless row that compares mean τ has its exact mean inside the reported interval
+    for r in rows:
+        if r["mean_ci"] is not None and r["kind"] != "planted":
+            assert r["mean_ci"][0] <= r["exact_mean_tau"] <= r["mean_ci"][1]
+    # bv: toy float32 + bfloat16, rows V = 4,096 float32 (quick), law-level
+    assert sorted((r["dtype"], r["case"].split()[1]) for r in rows if r["rule"] == "bv") == [
+        ("bfloat16", "toy"), ("float32", "rows"), ("float32", "toy"), ("float64", "vs")]
+    assert "CERTIFIED" in out and "NOT CERTIFIED" not in out and "planted_bv_first_failure" in out
+    text = md.read_text()
+    assert not text.startswith("#")  # embedded under a heading by `spectr-gbv report`
+    assert "| kind | rule | case |" in text and text.count("| planted |") == 3
+
+
+class RaisingBV(BlockVerification):
+    def decide(self, batch, noise):
+        raise RuntimeError("deliberately broken")
+
+
+@pytest.mark.parametrize("rule,wrong,verdict", [
+    ("bv", FirstFailureBV, "FAIL"),
+    ("spectr", UnscaledSpecTr, "FAIL"),
+    ("bv", RaisingBV, "ERROR"),
+], ids=["bv-first-failure", "spectr-rho1", "bv-raises"])
+def test_nonzero_exit_when_a_lossless_rule_is_wrong(rule, wrong, verdict, monkeypatch, tmp_path, capsys):
+    """The registry's rule replaced by a wrong one (the registry is read when the CLI runs)."""
+    monkeypatch.setitem(verifiers._FACTORIES, rule, (wrong, {}))
+    js = tmp_path / "c.json"
+    code, out, _ = certify(["--rules", rule, "--quick", "--samples", N, "--json", str(js)], capsys)
+    assert code == 1
+    rows = [r for r in json.loads(js.read_text()) if r["kind"] == "lossless"]
+    assert any(r["verdict"] == verdict for r in rows), [(r["case"], r["verdict"]) for r in rows]
+    assert "NOT CERTIFIED" in out
+
+
+def test_missed_planted_rule_fails(monkeypatch, tmp_path, capsys):
+    """A planted defect that is not caught (here: 'planted' as the correct BV) fails the run."""
+    fixed = dataclasses.replace(PLANTED["planted_bv_first_failure"], factory=BlockVerification)
+    monkeypatch.setitem(PLANTED, "planted_bv_first_failure", fixed)
+    js = tmp_path / "c.json"
+    code, _, _ = certify(["--rules", "bv", "--quick", "--samples", N, "--json", str(js)], capsys)
+    assert code == 1
+    row = next(r for r in json.loads(js.read_text()) if r["rule"] == "planted_bv_first_failure")
+    assert row["verdict"] == "MISSED" and row["caught"] is False
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--rules", "bv,no_such_rule"], "unknown rule(s) no_such_rule; registered rules: sd, "),
+    (["--rules", " , "], "at least one rule"),
+    (["--samples", "0"], "--samples must be >= 1"),
+    (["--alpha", "1.5"], "--alpha must lie in (0, 1)"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--device", "nonsense"], "--device 'nonsense' is not usable"),
+])
+def test_argument_errors_exit_2(argv, message, capsys):
+    code, out, err = certify(argv, capsys)
+    assert code == 2 and message in err and out == ""
+
+
+@pytest.mark.parametrize("name", sorted(PLANTED))
+def test_every_planted_rule_is_caught_and_the_correct_rule_passes(name):
+    """Each planted torch rule is caught on its case, and its base rule passes the same case."""
+    planted = PLANTED[name]
+    case = planted.case()
+    bad = certify_case(torch_backend(torch.float32), case, 5000, 1e-6, 16384)
+    assert bad.verdict == "CAUGHT" and min(bad.pvalue_joint, bad.pvalue_tau) < 1e-40
+    case.rule, case.expect_pass = planted.base, True
+    good = certify_case(torch_backend(torch.float32), case, 5000, 1e-6, 16384)
+    assert good.verdict == "PASS"
+
+
+def test_law_level_cases():
+    """The released rule is caught against the target's first-token law at K = L = 2 and a
+    lossless multi-draft rule passes it (N = 5·10^4: TV 0.024 against a detectable 0.018)."""
+    backend = torch_backend(torch.float64)
+    released = certify_case(backend, released_rule_against_target(2, 2), 50_000, 1e-6, 4096)
+    assert released.verdict == "CAUGHT"
+    assert certify_case(backend, lossless_against_target("kseq_gbv", 2, 2), 50_000, 1e-6, 4096).verdict == "PASS"
+
+
+def test_report_certify_part_gets_the_markdown(monkeypatch, tmp_path):
+    """``spectr-gbv report`` runs ``certify --quick --markdown FILE`` and embeds the file."""
+    from gpu_backend.report_cli import certify_part
+
+    monkeypatch.setattr(verifiers, "VERIFIERS", ("sd",))
+    monkeypatch.setattr(certify_cli, "QUICK_N", {k: 3000 for k in certify_cli.QUICK_N})
+    part = certify_part(str(tmp_path))
+    assert part.status == "passed", part.body
+    assert "| lossless | sd | toy V=3 K=1 L=3 float32 |" in part.body
+    assert (tmp_path / "certify.md").is_file()
+
+
+def test_plan_covers_every_registered_rule_and_planted_defect():
+    """--quick still covers every registered rule (toy and V = 4,096 rows) and every planted
+    defect; the full plan adds bfloat16 rows and the issue-7 rules' distinctive cases.
+    (Only the plan is built: no case is run.)"""
+    rules = list(verifiers.VERIFIERS)
+    for quick in (True, False):
+        entries = certify_cli.plan(rules, quick)
+        for rule in rules:
+            sizes = {e.size for e in entries if e.rule == rule and e.kind != "planted"}
+            assert {"toy", "rows"} <= sizes, rule
+        planted = {e.rule for e in entries if e.kind == "planted"}
+        assert set(PLANTED) | {"spectr_gbv"} <= planted
+    quick_rows = [e for e in certify_cli.plan(rules, True) if e.size == "rows"]
+    full_rows = [e for e in certify_cli.plan(rules, False) if e.size == "rows"]
+    assert len(full_rows) > len(quick_rows) == len(rules)
