@@ -77,7 +77,12 @@ def _rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
 
     if valid(1.0):
         return 1.0
-    lo, hi = 1.0, float(k)
+    return smallest_valid(valid, 1.0, float(k))
+
+
+def smallest_valid(valid, lo: float, hi: float) -> float:
+    """Bisection for the smallest x in [lo, hi] with ``valid(x)`` (valid monotone, valid(hi)
+    true): the upper end after ≤ 200 halvings or when the interval stops shrinking in float64."""
     for _ in range(_MAX_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:

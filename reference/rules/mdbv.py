@@ -77,14 +77,12 @@ from math import comb
 import numpy as np
 from numpy.polynomial import polynomial as npoly
 
+from ..kseq import smallest_valid
 from ..randomness import Source
 from ..verdict import Verdict
 from .base import Block, Rule, draw_residual
 from .traversal import merged_tree
 
-# Bisection steps for κ: the bracket [0, m] reaches float64 spacing in about 60 halvings; the
-# loop also stops when the midpoint no longer moves.
-_BISECTION_STEPS = 200
 _CACHE: dict = {}
 
 
@@ -153,16 +151,7 @@ def _rest_class(pp, wq, Pp, Sq, j, free, m) -> float:
         s = s_of(kappa)
         return s > 0 and _covered(free, s, m) <= kappa * s
 
-    lo, hi = 0.0, m * free ** (m - 1)
-    for _ in range(_BISECTION_STEPS):
-        mid = 0.5 * (lo + hi)
-        if mid <= lo or mid >= hi:
-            break
-        if valid(mid):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    return smallest_valid(valid, 0.0, m * free ** (m - 1))
 
 
 def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
