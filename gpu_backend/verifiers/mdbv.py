@@ -47,12 +47,14 @@ O(V) sequential scans and a bisection per cut over all V cuts.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import comb
 
 import numpy as np
 import torch
 from numpy.polynomial import polynomial as npoly
+
+from reference.rules.mdbv import plan_nodes
 
 from .base import Verifier
 from .batch import BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict, per_case
@@ -341,97 +343,16 @@ def selection_given_children(mech: Mechanism, mult: dict) -> dict:
 
 # -- the per-row plan ------------------------------------------------------------------------------
 
-@dataclass
-class _Node:
-    name: tuple
-    depth: int
-    mult: int
-    budget: float = 1.0
-    order: list = field(default_factory=list)
-    fallback: float = 1.0
-    residual: np.ndarray | None = None
-
-
-def _merged_tree(tokens: list) -> tuple[list, list, list, list]:
-    """(names, parent, children, mult) of the merged tree (reference traversal.merged_tree)."""
-    K, L = len(tokens), len(tokens[0])
-    names, parent, children = [(-1, 0)], [-1], [[]]
-    node_of = {}
-    mult = [K]
-    for k in range(K):
-        up = 0
-        for i in range(1, L + 1):
-            owner = next(j for j in range(k + 1) if tokens[j][:i] == tokens[k][:i])
-            key = (owner, i)
-            if key not in node_of:
-                node_of[key] = len(names)
-                names.append(key)
-                parent.append(up)
-                children.append([])
-                children[up].append(node_of[key])
-                mult.append(0)
-            up = node_of[key]
-            mult[up] += 1
-    return names, parent, children, mult
-
-
-def plan_row(tokens: np.ndarray, dp: np.ndarray, tp: np.ndarray) -> list[_Node]:
-    """Budgets, child orders, fallbacks and residuals of every node of one row (reference
-    MultiDraftBlockVerification.plan, same recursion).
+def plan_row(tokens: np.ndarray, dp: np.ndarray, tp: np.ndarray) -> list:
+    """Budgets, child orders, fallbacks and residuals of every node of one row: the reference's
+    recursion (reference.rules.mdbv.plan_nodes) with this module's vectorised node mechanism.
 
     Args:
         tokens: int64 [K, L]; dp: float64 [K, L, V]; tp: float64 [K, L+1, V] (host numpy).
     Returns:
         the nodes (index 0 the root), with ``order`` the children to try.
     """
-    L = tokens.shape[1]
-    tok = tokens.tolist()
-    names, parent, children, mult = _merged_tree(tok)
-    nodes = [_Node(names[n], names[n][1], mult[n]) for n in range(len(names))]
-    token = [tok[k][i - 1] if i else -1 for k, i in names]
-
-    def rows(n):
-        k, i = names[n]
-        k = max(k, 0)
-        return dp[k, i], tp[k, i]
-
-    def transfer(n: int, b: float) -> float:
-        if names[n][1] == L or b <= 0:
-            return 1.0
-        p, q = rows(n)
-        return node_mechanism(p, q, b, mult[n]).total / b
-
-    def schedule(n: int) -> None:
-        node = nodes[n]
-        if node.depth == L:
-            node.fallback = node.budget
-            return
-        p, q = rows(n)
-        w = node.budget
-        mech = node_mechanism(p, q, w, node.mult)
-        node.residual = w * q - mech.A
-        tot = mech.total
-        node.fallback = (w - tot) / (1.0 - tot) if tot < 1.0 else 1.0
-        kids = {token[c]: c for c in children[n]}
-        s = selection_given_children(mech, {x: mult[c] for x, c in kids.items()})
-        live = [x for x in kids if s.get(x, 0.0) > 0.0]
-        slack = 1.0 - sum(s[x] for x in live)
-
-        def loss_if_last(x):
-            first, last = s[x], s[x] / (s[x] + slack) if s[x] + slack > 0 else 1.0
-            return s[x] * (transfer(kids[x], min(1.0, first)) - transfer(kids[x], min(1.0, last)))
-
-        live.sort(key=lambda x: (-loss_if_last(x), names[kids[x]][0]))
-        left = 1.0
-        for x in live:
-            c = kids[x]
-            nodes[c].budget = min(1.0, s[x] / left) if left > 0 else 1.0
-            left -= s[x]
-            node.order.append(c)
-            schedule(c)
-
-    schedule(0)
-    return nodes
+    return plan_nodes(tokens, dp, tp, node_mechanism, selection_given_children)
 
 
 def walk(nodes: list[_Node]) -> list[int]:

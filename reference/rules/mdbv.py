@@ -344,6 +344,78 @@ class _Node:
     residual: np.ndarray | None = None  # w·q − A
 
 
+def plan_nodes(tokens: np.ndarray, dp: np.ndarray, tp: np.ndarray, mechanism,
+               selection=None) -> list[_Node]:
+    """Budgets, child orders, fallbacks and residuals of every node of the merged tree (steps
+    1-4 of the module docstring, computed before any coin is asked).
+
+    Args:
+        tokens: int [K, L]; dp: float64 [K, L, V]; tp: float64 [K, L+1, V].
+        mechanism: (p, q, w, m) → Mechanism of one node (step 1).
+        selection: (mechanism, {token: multiplicity}) → {token: s_x} (step 2); default
+            ``selection_given_children``.  The torch port passes its vectorised pair.
+    Returns:
+        the nodes (index 0 the root), ``order`` the children to try.
+    """
+    selection = selection or selection_given_children
+    names, parent, children = merged_tree(tokens)
+    K, L = tokens.shape
+    mult = [K] + [0] * (len(names) - 1)
+    for k in range(K):
+        node = 0
+        for i in range(1, L + 1):
+            # the child of `node` carrying draft k's i-th token
+            node = next(c for c in children[node] if tokens[names[c][0], i - 1] == tokens[k, i - 1])
+            mult[node] += 1
+    nodes = [_Node(names[n], names[n][1], mult[n]) for n in range(len(names))]
+    token = [int(tokens[k, i - 1]) if i else -1 for k, i in names]
+
+    def rows(n):
+        k, i = names[n]
+        k = max(k, 0)  # the root's rows are every draft's first-position rows
+        return dp[k, i], tp[k, i]
+
+    def transfer(n: int, b: float) -> float:
+        # one-level efficiency T(b) of node n: acceptance of its children per unit budget
+        if names[n][1] == L or b <= 0:
+            return 1.0
+        p, q = rows(n)
+        return mechanism(p, q, b, mult[n]).total / b
+
+    def schedule(n: int) -> None:
+        node = nodes[n]
+        if node.depth == L:
+            node.fallback = node.budget
+            return
+        p, q = rows(n)
+        w = node.budget
+        mech = mechanism(p, q, w, node.mult)
+        node.residual = w * q - mech.A
+        tot = mech.total
+        node.fallback = (w - tot) / (1.0 - tot) if tot < 1.0 else 1.0
+        kids = {token[c]: c for c in children[n]}
+        s = selection(mech, {x: mult[c] for x, c in kids.items()})
+        live = [x for x in kids if s.get(x, 0.0) > 0.0]
+        slack = 1.0 - sum(s[x] for x in live)
+
+        def loss_if_last(x):
+            first, last = s[x], s[x] / (s[x] + slack) if s[x] + slack > 0 else 1.0
+            return s[x] * (transfer(kids[x], min(1.0, first)) - transfer(kids[x], min(1.0, last)))
+
+        # largest loss first; ties by draft order (names) so the schedule is deterministic
+        live.sort(key=lambda x: (-loss_if_last(x), names[kids[x]][0]))
+        left = 1.0
+        for x in live:
+            c = kids[x]
+            nodes[c].budget = min(1.0, s[x] / left) if left > 0 else 1.0
+            left -= s[x]
+            node.order.append(c)
+            schedule(c)
+
+    schedule(0)
+    return nodes
+
+
 class MultiDraftBlockVerification(Rule):
     """MDBV (issue 7, rule 3): per-node selection (class-K-SEQ or count-priority) over the merged
     draft tree, BV-style budgets, subtrees shared by the drafts that carry them."""
@@ -369,62 +441,7 @@ class MultiDraftBlockVerification(Rule):
         return node_mechanism(p, q, w, m, self.families, self.max_cut)
 
     def plan(self, block: Block) -> None:
-        names, parent, children = merged_tree(block)
-        L = block.L
-        mult = [block.K] + [0] * (len(names) - 1)
-        for k in range(block.K):
-            node = 0
-            for i in range(1, L + 1):
-                # the child of `node` carrying draft k's i-th token
-                node = next(c for c in children[node] if block.tokens[names[c][0], i - 1] == block.tokens[k, i - 1])
-                mult[node] += 1
-        nodes = [_Node(names[n], names[n][1], mult[n]) for n in range(len(names))]
-        token = [int(block.tokens[k, i - 1]) if i else -1 for k, i in names]
-
-        def rows(n):
-            k, i = names[n]
-            k = max(k, 0)  # the root's rows are every draft's first-position rows
-            return block.dp[k, i], block.tp[k, i]
-
-        def transfer(n: int, b: float) -> float:
-            # one-level efficiency T(b) of node n: acceptance of its children per unit budget
-            if names[n][1] == L or b <= 0:
-                return 1.0
-            p, q = rows(n)
-            return self._mechanism(p, q, b, mult[n]).total / b
-
-        def schedule(n: int) -> None:
-            node = nodes[n]
-            if node.depth == L:
-                node.fallback = node.budget
-                return
-            p, q = rows(n)
-            w = node.budget
-            mech = self._mechanism(p, q, w, node.mult)
-            node.residual = w * q - mech.A
-            tot = mech.total
-            node.fallback = (w - tot) / (1.0 - tot) if tot < 1.0 else 1.0
-            kids = {token[c]: c for c in children[n]}
-            s = selection_given_children(mech, {x: mult[c] for x, c in kids.items()})
-            live = [x for x in kids if s.get(x, 0.0) > 0.0]
-            slack = 1.0 - sum(s[x] for x in live)
-
-            def loss_if_last(x):
-                first, last = s[x], s[x] / (s[x] + slack) if s[x] + slack > 0 else 1.0
-                return s[x] * (transfer(kids[x], min(1.0, first)) - transfer(kids[x], min(1.0, last)))
-
-            # largest loss first; ties by draft order (names) so the schedule is deterministic
-            live.sort(key=lambda x: (-loss_if_last(x), names[kids[x]][0]))
-            left = 1.0
-            for x in live:
-                c = kids[x]
-                nodes[c].budget = min(1.0, s[x] / left) if left > 0 else 1.0
-                left -= s[x]
-                node.order.append(c)
-                schedule(c)
-
-        schedule(0)
-        block.plan["nodes"] = nodes
+        block.plan["nodes"] = plan_nodes(block.tokens, block.dp, block.tp, self._mechanism)
 
     def decide(self, block: Block, source: Source) -> Verdict:
         nodes = block.plan["nodes"]

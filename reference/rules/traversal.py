@@ -58,8 +58,8 @@ from ..verdict import Verdict
 from .base import Block, Rule, draw_residual
 
 
-def merged_tree(block: Block) -> tuple[list[tuple[int, int]], list[int], list[list[int]]]:
-    """The prefix tree of the K drafts.
+def merged_tree(tokens: np.ndarray) -> tuple[list[tuple[int, int]], list[int], list[list[int]]]:
+    """The prefix tree of the K drafts ``tokens`` (int [K, L]).
 
     Returns:
         (names, parent, children): node 0 is the root (name (-1, 0)); node n ≥ 1 is the distinct
@@ -67,7 +67,7 @@ def merged_tree(block: Block) -> tuple[list[tuple[int, int]], list[int], list[li
         parent node (−1 for the root); children[n] its children in order of first appearance.
     Cost: O(K²·L) comparisons.
     """
-    K, L = block.K, block.L
+    K, L = tokens.shape
     names: list[tuple[int, int]] = [(-1, 0)]
     parent = [-1]
     children: list[list[int]] = [[]]
@@ -75,7 +75,7 @@ def merged_tree(block: Block) -> tuple[list[tuple[int, int]], list[int], list[li
     for k in range(K):
         up = 0
         for i in range(1, L + 1):
-            owner = next(j for j in range(k + 1) if np.array_equal(block.tokens[j, :i], block.tokens[k, :i]))
+            owner = next(j for j in range(k + 1) if np.array_equal(tokens[j, :i], tokens[k, :i]))
             key = (owner, i)
             if key not in node_of:
                 node_of[key] = len(names)
@@ -94,7 +94,7 @@ class TraversalVerification(Rule):
     modifies_targets = False
 
     def plan(self, block: Block) -> None:
-        names, parent, children = merged_tree(block)
+        names, parent, children = merged_tree(block.tokens)
         block.plan["tree"] = (names, parent, children)
 
     @staticmethod
