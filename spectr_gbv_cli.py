@@ -1,9 +1,14 @@
 """The ``spectr-gbv`` command: one sub-command per job, each registered by its own package.
 
 Each module listed in ``SUBCOMMANDS`` exposes ``register(subparsers)``, which adds its parser
-and sets ``func`` (called with the parsed arguments, returning the exit status).  The modules
-import their heavy dependencies (cvxpy, torch, transformers) inside ``func`` only, so that
-``spectr-gbv exact`` works with numpy alone.
+and sets ``func`` (called with the parsed arguments, returning the exit status) and usually
+``check`` (called first: cross-flag checks, input files, size estimates, before any model is
+loaded).  The modules import their heavy dependencies (cvxpy, torch, transformers) inside
+``func`` only, so that ``spectr-gbv exact`` works with numpy alone.
+
+Bad arguments: one line on stderr, ``spectr-gbv SUB: message`` naming the flag (and the file),
+exit status 2, no traceback (``reference.cli_args``: argparse's own errors through
+``CliParser.error``, ``UsageError`` from ``check`` or ``func``).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+
+from reference.cli_args import CliParser, UsageError, one_line
 
 # sub-command → module that registers it
 SUBCOMMANDS = {
@@ -25,7 +32,7 @@ SUBCOMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="spectr-gbv",
         description="Exact reference, oracles and torch verifiers for multi-draft block "
         "verification in speculative decoding.",
@@ -53,13 +60,30 @@ def _unavailable(name: str, exc: Exception):
     return run
 
 
+def run_parsed(args: argparse.Namespace) -> int:
+    """``args.check`` (when set) then ``args.func``; a ``UsageError`` from either is printed
+    as one line ``spectr-gbv SUB: message`` and gives exit status 2."""
+    try:
+        check = getattr(args, "check", None)
+        if check is not None:
+            check(args)
+        return int(args.func(args) or 0)
+    except UsageError as err:
+        print(f"spectr-gbv {args.command}: {one_line(str(err))}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one sub-command; returns its exit status (2 for bad arguments, printed as one line)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a bad argument (2, one line printed)
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    return run_parsed(args)
 
 
 if __name__ == "__main__":

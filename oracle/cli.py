@@ -4,23 +4,58 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import math
 
 
 def register(subparsers) -> None:
+    from reference.cli_args import DEFAULT_MAX_VARIABLES, existing_file, positive_float, positive_int
+
     p = subparsers.add_parser(
         "oracle",
         help="B(K,L), CIC programs, global block OT and the no-modification LP for one iteration",
         description="Bounds on what one iteration can accept, for draft/target model files in the "
-        "format of 'spectr-gbv exact' (the first window after the empty context).",
+        "format of 'spectr-gbv exact' (the first window after the empty context).  Programs whose "
+        "estimated size exceeds --max-variables are refused up front with the estimate.",
     )
-    p.add_argument("--K", type=int, required=True, help="number of drafts (>= 1)")
-    p.add_argument("--L", type=int, required=True, help="block length (>= 1)")
-    p.add_argument("--draft", required=True, help="draft model file (JSON)")
-    p.add_argument("--target", required=True, help="target model file (JSON)")
-    p.add_argument("--time-limit", type=float, default=None, help="per-program solver limit in seconds")
+    p.add_argument("--K", type=positive_int, required=True, help="number of drafts (>= 1)")
+    p.add_argument("--L", type=positive_int, required=True, help="block length (>= 1)")
+    p.add_argument("--draft", type=existing_file, required=True, help="draft model file (JSON)")
+    p.add_argument("--target", type=existing_file, required=True, help="target model file (JSON)")
+    p.add_argument("--time-limit", type=positive_float, default=None,
+                   help="per-program solver limit in seconds (> 0)")
+    p.add_argument("--max-variables", type=positive_int, default=DEFAULT_MAX_VARIABLES,
+                   help="refuse when a program's estimated number of variables (or a block law's V^L "
+                   f"entries) exceeds this (default {DEFAULT_MAX_VARIABLES:,})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Before any program is built: the model files and the programs' sizes."""
+    from reference.cli import load_model_pair
+    from reference.cli_args import UsageError, available_memory_bytes, format_log10, human_bytes, oracle_sizes
+
+    args.draft_model, args.target_model = load_model_pair(args)
+    size = oracle_sizes(args.draft_model, args.target_model, args.K, args.L)
+    V = args.target_model.vocab_size
+    limit = math.log10(args.max_variables)
+    largest = max(size["cic"], size["global_ot"], size["no_modification"])
+    where = (f"--K {args.K} --L {args.L} (V = {V})")
+    if size["block"] > limit:
+        raise UsageError(f"{where}: each block law has V^L = {format_log10(size['block'])} entries, above "
+                         f"--max-variables {args.max_variables:,}")
+    if largest > limit:
+        raise UsageError(
+            f"{where}: the programs would have up to {format_log10(largest)} variables (CIC "
+            f"{format_log10(size['cic'])}, global OT {format_log10(size['global_ot'])}, no-modification LP "
+            f"{format_log10(size['no_modification'])}; n = {format_log10(size['draft_blocks'])} draft and "
+            f"m = {format_log10(size['target_blocks'])} target blocks, C(n+K-1, K) = "
+            f"{format_log10(size['multisets'])} draft multisets), above --max-variables {args.max_variables:,}; "
+            "raise --max-variables to run it anyway")
+    avail = available_memory_bytes()
+    if avail is not None and size["tuples_bytes"] > math.log10(avail):
+        raise UsageError(f"{where}: the draft multisets alone need {human_bytes(10 ** min(size['tuples_bytes'], 30))}"
+                         f", more than the {human_bytes(avail)} of memory available")
 
 
 def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None) -> dict:
@@ -61,15 +96,14 @@ def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference.models import load_model_file
+    from reference.cli_args import UsageError
 
+    if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
+        check(args)
     try:
-        draft = load_model_file(args.draft)
-        target = load_model_file(args.target)
-        values = oracle_values(draft, target, args.K, args.L, args.time_limit)
-    except (ValueError, OSError, json.JSONDecodeError) as exc:
-        print(f"spectr-gbv oracle: error: {exc}", file=sys.stderr)
-        return 2
+        values = oracle_values(args.draft_model, args.target_model, args.K, args.L, args.time_limit)
+    except ValueError as exc:
+        raise UsageError(f"--draft {args.draft} / --target {args.target}: {exc}") from None
     if args.json:
         print(json.dumps(values))
         return 0

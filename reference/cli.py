@@ -4,46 +4,104 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import math
 import time
 
 
 def register(subparsers) -> None:
+    from .cli_args import DEFAULT_MAX_OUTCOMES, existing_file, positive_int
+    from .rules import RULES
+
     p = subparsers.add_parser(
         "exact",
         help="exact E[tau], block efficiency and TV of the first N emitted tokens to the target",
         description="Exact law of a verification rule on toy models given as model files "
         '{"vocab_size": V, "conditionals": {"": [...], "0,1": [...]}} (prefix of token ids -> '
-        "next-token probabilities; a missing prefix falls back to its longest listed suffix).",
+        "next-token probabilities; a missing prefix falls back to its longest listed suffix).  "
+        "Sizes whose enumeration exceeds --max-outcomes are refused up front with the estimate.",
     )
-    p.add_argument("--rule", required=True, help="sd, spectr, bv, gbv, spectr_gbv, spectr_gbv_fixed, kseq_gbv, ...")
-    p.add_argument("--K", type=int, required=True, help="number of drafts (>= 1)")
-    p.add_argument("--L", type=int, required=True, help="block length (>= 1)")
-    p.add_argument("--draft", required=True, help="draft model file (JSON)")
-    p.add_argument("--target", required=True, help="target model file (JSON)")
-    p.add_argument("--tokens", type=int, default=None, help="N emitted tokens for the TV (default L + 2)")
+    p.add_argument("--rule", required=True, choices=list(RULES), metavar="RULE",
+                   help=", ".join(RULES))
+    p.add_argument("--K", type=positive_int, required=True, help="number of drafts (>= 1)")
+    p.add_argument("--L", type=positive_int, required=True, help="block length (>= 1)")
+    p.add_argument("--draft", type=existing_file, required=True, help="draft model file (JSON)")
+    p.add_argument("--target", type=existing_file, required=True, help="target model file (JSON)")
+    p.add_argument("--tokens", type=positive_int, default=None, help="N emitted tokens for the TV (default L + 2)")
+    p.add_argument("--max-outcomes", type=positive_int, default=DEFAULT_MAX_OUTCOMES,
+                   help="refuse when the estimated enumeration (draft configurations over all decode "
+                   f"states, plus target sequences) exceeds this (default {DEFAULT_MAX_OUTCOMES:,})")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def load_model_arg(flag: str, path: str):
+    """The model file of ``flag`` (``--draft`` / ``--target``).
+
+    Raises:
+        UsageError: ``FLAG FILE: problem`` on an unreadable, non-JSON or malformed file.
+    """
+    from .cli_args import UsageError
+    from .models import load_model_file
+
+    try:
+        return load_model_file(path)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{flag} {path}: not valid JSON ({exc})") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{flag} {path}: cannot read ({exc})") from None
+    except ValueError as exc:
+        raise UsageError(f"{flag} {path}: {exc}") from None
+
+
+def load_model_pair(args: argparse.Namespace):
+    """(draft, target) from ``--draft`` and ``--target``, on the same vocabulary."""
+    from .cli_args import UsageError
+
+    draft = load_model_arg("--draft", args.draft)
+    target = load_model_arg("--target", args.target)
+    if draft.vocab_size != target.vocab_size:
+        raise UsageError(f"--draft {args.draft} has V = {draft.vocab_size} but --target {args.target} "
+                         f"has V = {target.vocab_size}: the vocabularies must match")
+    return draft, target
+
+
+def check(args: argparse.Namespace) -> None:
+    """Before any work: the model files, K against single-draft rules, and the size of the
+    enumeration (refused above --max-outcomes with the estimate)."""
+    from .cli_args import UsageError, exact_outcomes, format_log10
+    from .rules import get_rule
+
+    rule = get_rule(args.rule)
+    if rule.single_draft and args.K != 1:
+        raise UsageError(f"--K must be 1 for the single-draft rule {args.rule!r}, got {args.K}")
+    args.draft_model, args.target_model = load_model_pair(args)
+    n_tokens = args.tokens if args.tokens is not None else args.L + 2
+    lg, how = exact_outcomes(args.draft_model, args.target_model, args.K, args.L, n_tokens)
+    if lg > math.log10(args.max_outcomes):
+        raise UsageError(
+            f"--K {args.K} --L {args.L} (N = {n_tokens} tokens, V = {args.target_model.vocab_size}) is too large "
+            f"to enumerate: about {format_log10(lg)} outcomes ({how}), above --max-outcomes "
+            f"{args.max_outcomes:,}; raise --max-outcomes to run it anyway")
 
 
 def run(args: argparse.Namespace) -> int:
+    from .cli_args import UsageError
     from .exact import expected_tau, generation_law, target_law, total_variation
-    from .models import load_model_file
     from .rules import get_rule
 
+    if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
+        check(args)
+    rule = get_rule(args.rule)
+    draft, target = args.draft_model, args.target_model
+    n_tokens = args.tokens if args.tokens is not None else args.L + 2
     try:
-        rule = get_rule(args.rule)
-        draft = load_model_file(args.draft)
-        target = load_model_file(args.target)
-        n_tokens = args.tokens if args.tokens is not None else args.L + 2
         start = time.perf_counter()
         e_tau = expected_tau(rule, draft, target, args.K, args.L)
         gen = generation_law(rule, draft, target, args.K, args.L, n_tokens)
         tv = total_variation(gen.token_law, target_law(target, n_tokens))
         seconds = time.perf_counter() - start
-    except (ValueError, OSError, json.JSONDecodeError) as exc:
-        print(f"spectr-gbv exact: error: {exc}", file=sys.stderr)
-        return 2
+    except ValueError as exc:  # e.g. a draft token the target gives no row for
+        raise UsageError(f"--draft {args.draft} / --target {args.target}: {exc}") from None
     result = {
         "rule": args.rule,
         "K": args.K,

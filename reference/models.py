@@ -270,14 +270,25 @@ def model_from_json(obj: dict, source: str = "model") -> TableModel:
     """Build a TableModel from the parsed model-file object (see ``load_model_file``)."""
     if not isinstance(obj, dict) or "vocab_size" not in obj or "conditionals" not in obj:
         raise ValueError(f"{source}: expected an object with keys 'vocab_size' and 'conditionals'")
+    V = obj["vocab_size"]
+    integral = (isinstance(V, int) and not isinstance(V, bool)) or (isinstance(V, float) and V.is_integer())
+    if not integral or V < 1:
+        raise ValueError(f"vocab_size must be an integer >= 1, got {V!r}")
+    V = int(V)
+    if not isinstance(obj["conditionals"], dict):
+        raise ValueError("conditionals must be an object mapping prefixes to probability lists, "
+                         f"got {type(obj['conditionals']).__name__}")
     conds = {}
     for key, row in obj["conditionals"].items():
         try:
             prefix = tuple(int(t) for t in key.split(",")) if key.strip() else ()
         except ValueError:
             raise ValueError(f"{source}: conditionals key {key!r} is not a comma-separated list of token ids")
+        if not isinstance(row, list) or not all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in row):
+            raise ValueError(f"conditionals[{prefix}] must be a list of {V} numbers, got {row!r:.60}")
         conds[prefix] = row
-    return TableModel(obj["vocab_size"], conds)
+    return TableModel(V, conds)
 
 
 class Mixture(ToyModel):

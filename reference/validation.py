@@ -31,10 +31,12 @@ def check_probability_vector(p: np.ndarray, name: str, axis: int = -1) -> np.nda
     sums = p.sum(axis=axis)
     bad = np.abs(sums - 1.0) > NORMALISATION_ATOL
     if np.any(bad):
-        where = np.argwhere(np.atleast_1d(bad))[0]
+        if np.ndim(sums) == 0:  # one vector: no row index to show
+            raise ValueError(f"{name}: probabilities are not normalised (they sum to {float(sums):.6g})")
+        where = np.argwhere(bad)[0]
         raise ValueError(
             f"{name}: probabilities are not normalised "
-            f"(row {tuple(int(i) for i in where)} sums to {np.atleast_1d(sums)[tuple(where)]:.6g})"
+            f"(row {tuple(int(i) for i in where)} sums to {sums[tuple(where)]:.6g})"
         )
     return p
 
