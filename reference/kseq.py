@@ -72,8 +72,16 @@ def _rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
 
     def valid(rho: float) -> bool:
         b = beta(p, q, rho)
-        # 1 − (1 − β)^k without cancellation when β is tiny
-        return -np.expm1(k * np.log1p(-b)) <= rho * b if b < 1.0 else 1.0 <= rho * b
+        if b < 0.5:
+            # 1 − (1 − β)^k without cancellation when β is tiny (nearly disjoint supports)
+            return -np.expm1(k * np.log1p(-b)) <= rho * b
+        # β ≥ 1/2: the same inequality as E ≤ D^k, E = Σ(q − ρp)_+ = 1 − ρβ (the residual mass),
+        # D = Σ(p − q/ρ)_+ = 1 − β, formed from positive parts: when p ≈ q, 1 − ρβ computed
+        # from β carries ~1e-16 of rounding against D^k ~ 1e-24, which moved ρ* by ~2e-9 (and
+        # the law by ~4e-9) under 1e-12 relative changes of the rows
+        E = float(np.maximum(q - rho * p, 0.0).sum())
+        D = float(np.maximum(p - q / rho, 0.0).sum())
+        return E <= D**k
 
     if valid(1.0):
         return 1.0

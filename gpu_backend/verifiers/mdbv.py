@@ -20,10 +20,10 @@ Where the host is involved, and why.  The plan cannot be written as fixed-shape 
     the singleton free mass F_{t+1} = max(F_t − p_t, (F_t^m − w·q_t)_+^{1/m}) (the regime of each
     token depends on F_t) and the count-priority dynamic programme over the drafts not yet
     assigned (a min() allocation per token);
-  * the reference's choices between candidates and between child orders are made by
-    comparing floats (ties within 1e-12 between candidates; no tolerance at all between the
-    children's efficiency losses), so staying in float64 numpy with the reference's operation
-    order keeps those choices the reference's wherever they are not pure rounding.
+  * the reference's choices between candidates, between token orders and between child orders
+    are made by comparing floats (with reference.ties' tolerance, ties by token id), so
+    staying in float64 numpy with the reference's operation order keeps those choices the
+    reference's.
 So ``plan`` runs per batch row on the host: the tokens and the K·(L+1) node rows of the row
 are copied to host float64 (one synchronisation per row; on a GPU a device-to-host copy of
 about K·(L+1)·V floats), the mechanisms are computed with numpy — the κ bisections of all cuts
@@ -55,6 +55,7 @@ import torch
 from numpy.polynomial import polynomial as npoly
 
 from reference.rules.mdbv import plan_nodes
+from reference.ties import better, descending_order
 
 from .base import Verifier
 from .batch import BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict, per_case
@@ -122,7 +123,8 @@ def _empty(V: int) -> Mechanism:
 
 def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
     """Selection law of one node against w·q with m drafts: class-K-SEQ over every cut and
-    count-priority, the larger ΣA (ties within 1e-12: the earlier candidate, K-SEQ first).
+    count-priority, the larger ΣA (ties within reference.ties' tolerance: the earlier candidate,
+    K-SEQ first).
 
     Args:
         p, q: float64 [V] rows of the node; w: budget in [0, 1]; m ≥ 1 drafts through the node.
@@ -137,7 +139,9 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
         return hit
     V = p.shape[0]
     support = np.flatnonzero(p > 0)
-    order = support[np.argsort(-(q[support] / p[support]), kind="stable")]
+    # the reference's tie-robust order (q/p decreasing, ties by token id) and snapped ratios
+    pos, snapped = descending_order(q[support] / p[support], support)
+    order = support[pos]
     pp = p[order]
     wq = w * q[order]
     n = len(pp)
@@ -165,7 +169,7 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
     a_prefix = np.concatenate([[0.0], np.cumsum(a_single)])
     bad_prefix = np.concatenate([[False], np.cumsum(bad_single) > 0])
     # the rest class of every cut j < n with free mass: κ by bisection, vectorised over j
-    neg_ratio = -(wq / pp)  # ascending (up to rounding) along the sorted support
+    neg_ratio = -(w * snapped)  # ascending along the sorted support (ties snapped)
     j_idx = np.arange(n)
     F = free_a[:n]
     has_class = F > 0
@@ -214,12 +218,12 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
     counts = _count_priority(p, q, w, m, order, pp, wq_l)
     counts_ok = bool(np.all(counts.A <= w * q * (1.0 + 1e-9) + 1e-300))
     # the reference's choice: the first valid candidate, replaced by a later one only if larger
-    # by more than 1e-12
+    # by more than the tie tolerance (reference.ties)
     best, best_total = None, None
     for j in np.flatnonzero(oks).tolist():
-        if best is None or totals[j] > best_total + 1e-12:
-            best, best_total = j, totals[j]
-    if counts_ok and (best is None or counts.total > best_total + 1e-12):
+        if best is None or better(float(totals[j]), best_total):
+            best, best_total = j, float(totals[j])
+    if counts_ok and (best is None or better(counts.total, best_total)):
         mech = counts
     elif best is None:
         mech = _empty(V)

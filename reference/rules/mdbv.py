@@ -45,7 +45,10 @@ S(z), depth i < L, rows p = p(·|z), q = q(·|z), m = m(z), scaled target w·q:
     than first (budgets grow along the order; a large budget on a child whose drafts cannot
     carry it is wasted).  The order uses the rows at z and at its drafted children and the
     multiplicities, never the tokens drafted below the children, so each child's success
-    probability stays exactly its budget.
+    probability stays exactly its budget.  Losses equal to reference.ties' tolerance are
+    ordered by token id: rounding must not decide an exact tie (float32 rows once moved the law
+    by TV 0.12 that way).  Among tied orders the one with the best E[τ] cannot be taken: E[τ]
+    given the drafts depends on the tokens below the children, which the order must not use.
  4. No child succeeded: succeed at z with probability h = (w − ΣA)/(1 − ΣA) (coin (k, i); the
     root's h is 1) and emit the correction ∝ w·q − A.
 
@@ -79,6 +82,7 @@ from numpy.polynomial import polynomial as npoly
 
 from ..kseq import smallest_valid
 from ..randomness import Source
+from ..ties import better, descending_order
 from ..verdict import Verdict
 from .base import Block, Rule, draw_residual
 from .traversal import merged_tree
@@ -123,11 +127,14 @@ class Mechanism:
         return float(self.A.sum())
 
 
-def _rest_class(pp, wq, Pp, Sq, j, free, m) -> float:
+def _rest_class(pp, wq, ratio, Pp, Sq, j, free, m) -> float:
     """κ of the class made of the sorted tokens j..n−1, after the marked mass 1 − free.
 
-    pp, wq: Python lists of p and w·q in q/p-decreasing order; Pp the prefix sums of pp, Sq the
-    suffix sums of wq (suffix sums: a tail of tiny target masses must not cancel to 0).
+    pp, wq: Python lists of p and w·q in q/p-decreasing order; ratio: w·(q/p) in that order with
+    tie groups snapped to one value (reference.ties), non-increasing, so that "saturated"
+    (ratio ≥ κ) is a prefix and every implementation's bisection finds the same boundary; Pp
+    the prefix sums of pp, Sq the suffix sums of wq (suffix sums: a tail of tiny target masses
+    must not cancel to 0).
     Returns the smallest κ (to bisection resolution) with
         free^m − (free − s(κ))^m ≤ κ·s(κ),   s(κ) = Σ_{t ≥ j} min(pp[t], wq[t]/κ).
     The upper end m·free^(m−1) is always valid (the left side is concave in s with that slope
@@ -141,7 +148,7 @@ def _rest_class(pp, wq, Pp, Sq, j, free, m) -> float:
         lo, hi = j, n
         while lo < hi:
             mid = (lo + hi) // 2
-            if wq[mid] >= kappa * pp[mid]:
+            if ratio[mid] >= kappa:
                 lo = mid + 1
             else:
                 hi = mid
@@ -160,7 +167,8 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
 
     The support of p is sorted by q/p decreasing.  Candidates: class-K-SEQ for every cut j
     (first j tokens singleton classes, the rest one class; j = 0 is K-SEQ) and count-priority;
-    the largest ΣA wins (ties, to rounding: the earlier candidate, K-SEQ first).  A singleton
+    the largest ΣA wins (ties within reference.ties' tolerance: the earlier candidate, K-SEQ
+    first; tokens whose q/p are tied to that tolerance are ordered by token id).  A singleton
     class x after marked mass 1 − F gets the largest s = p(x)e(x) with
     F^m − (F − s)^m ≤ w·q(x), i.e. s = min(p(x), F − (F^m − w q(x))_+^{1/m}).
 
@@ -182,9 +190,13 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
         return hit
     V = p.shape[0]
     support = np.flatnonzero(p > 0)
-    order = support[np.argsort(-(q[support] / p[support]), kind="stable")]
+    # q/p decreasing; ratios tied to rounding are ordered by token id (reference.ties), so that
+    # rows rounded to float32 give this node the same classes as the float64 rows
+    pos, snapped = descending_order(q[support] / p[support], support)
+    order = support[pos]
     pp = [float(x) for x in p[order]]
     wq = [float(w * x) for x in q[order]]
+    ratio = [float(w * x) for x in snapped]
     n = len(pp)
     Pp = [0.0]
     for a in pp:
@@ -210,17 +222,17 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int,
     if "classes" in families:
         for j in range(n_cuts + 1):
             F = free[j]
-            kappa = _rest_class(pp, wq, Pp, Sq, j, F, m) if j < n and F > 0 else None
+            kappa = _rest_class(pp, wq, ratio, Pp, Sq, j, F, m) if j < n and F > 0 else None
             candidates.append(_cut_mechanism(p, V, order, pp, wq, single, free, m, j, kappa))
     # the second family: count-dependent priority (see _count_priority); the larger ΣA wins,
-    # ties (to rounding) to the earlier candidate, K-SEQ first
+    # ties (reference.ties tolerance) to the earlier candidate, K-SEQ first
     if "counts" in families:
         candidates.append(_count_priority(p, q, w, m, order))
     # every candidate satisfies A ≤ w·q by construction; the check guards the rounding
     ok = [c for c in candidates if np.all(c.A <= w * q * (1.0 + 1e-9) + 1e-300)]
     mech = ok[0] if ok else Mechanism([], np.zeros(V), np.zeros(V))  # nothing: A = 0 is valid
     for cand in ok[1:]:
-        if cand.total > mech.total + 1e-12:
+        if better(cand.total, mech.total):
             mech = cand
     if len(_CACHE) > 200_000:
         _CACHE.clear()
@@ -402,8 +414,11 @@ def plan_nodes(tokens: np.ndarray, dp: np.ndarray, tp: np.ndarray, mechanism,
             first, last = s[x], s[x] / (s[x] + slack) if s[x] + slack > 0 else 1.0
             return s[x] * (transfer(kids[x], min(1.0, first)) - transfer(kids[x], min(1.0, last)))
 
-        # largest loss first; ties by draft order (names) so the schedule is deterministic
-        live.sort(key=lambda x: (-loss_if_last(x), names[kids[x]][0]))
+        # largest loss first; losses tied to rounding (reference.ties) by token id, so that the
+        # schedule (hence the law) does not jump when rounding breaks an exact tie
+        if live:
+            pos, _ = descending_order([loss_if_last(x) for x in live], live)
+            live = [live[t] for t in pos]
         left = 1.0
         for x in live:
             c = kids[x]
