@@ -31,7 +31,7 @@ from gpu_backend.verifiers.mdbv import MultiDraftBlockVerification, plan_row
 from gpu_backend.verifiers.traversal import TraversalVerification
 from gpu_backend.certify_suite import DISTINCT_FROM, ROWS_SEED, TOY_SEED, distinctive_case
 from oracle.certify import FixedCase, certify
-from oracle.certify_cases import large_models, toy_models
+from oracle.certify_cases import fixed_case, large_models, toy_models
 from reference.rules import RULES
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import random_noise, run_matched, tree_case, verdict_mismatch
@@ -241,3 +241,19 @@ def test_certify_random_rows_V4096(name):
     case = distinctive_case(f"{name} rows V=4096 K=2 L=2 float32", name, large_models(4096, 21), 2, 2, ROWS_SEED,
                             others)
     certify_and_check(case, chunk=2048, max_tv=0.03)
+
+
+def test_certify_mdbv_tie_case_bfloat16():
+    """The toy case whose exact tie in MDBV's child schedule made float32 certification fail on
+    some CPUs (V = 3, K = L = 3, seed TOY_SEED['mdbv']), with its rows rounded to bfloat16 the
+    plain way (not bf16-exact): the port renormalises them in its own precision, the reference
+    in float64, so the two see rows that differ by rounding only; the tie rule
+    (reference.ties) must give both the same schedule.  float32: test_certify_toy_case[mdbv]."""
+    draft, target = toy_models(3, 12)
+    case = fixed_case("mdbv toy V=3 K=3 L=3 bfloat16 (tie)", "mdbv", draft, target, 3, 3, TOY_SEED["mdbv"],
+                      backend_dtype="bfloat16")
+    report = certify(backend(torch.bfloat16), [case], n_samples=N_SAMPLES, alpha=ALPHA, chunk=16384)
+    r = report.results[0]
+    assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
+    assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
+    assert r.detectable_tv < 0.015 and r.zero_cell_violations == 0
