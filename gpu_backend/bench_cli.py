@@ -9,10 +9,6 @@ import shlex
 import sys
 
 
-def _temperature(text: str) -> float:
-    return float(text)
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "bench",
@@ -21,48 +17,165 @@ def register(subparsers) -> None:
         "tokens/s, mean τ and acceptance rate (mean τ / L); methods interleaved per prompt.",
     )
     add_bench_arguments(p)
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
 
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The benchmark options (shared with ``spectr-gbv report``)."""
+    from reference.cli_args import (dtype_name, nonneg_int, output_dir, output_file, positive_float,
+                                    positive_int, seed_int)
+
     from .engine import DEFAULT_K, DEFAULT_L
 
     p.add_argument("--methods", nargs="+", default=None,
                    help="ar sd spectr bv gbv spectr_gbv kseq_gbv kseq_bv traversal hf_assisted (default: "
-                   "all of these; any other verifier name, e.g. mdbv, may be added)")
+                   "all of these; any other verifier name, e.g. mdbv, may be added; ar is required)")
     p.add_argument("--dataset", default="humaneval", help="humaneval, gsm8k or a .jsonl/.tsv file")
-    p.add_argument("--prompts", type=int, default=10, help="number of prompts (default 10)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--K", nargs="+", type=int, default=None,
+    p.add_argument("--prompts", type=positive_int, default=10, help="number of prompts (default 10)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64)
+    p.add_argument("--K", nargs="+", type=positive_int, default=None,
                    help=f"K of the main point (first value, default {DEFAULT_K}); more values "
                    "replace the K sweep's")
-    p.add_argument("--L", nargs="+", type=int, default=None,
+    p.add_argument("--L", nargs="+", type=positive_int, default=None,
                    help=f"L of the main point (first value, default {DEFAULT_L}); more values "
                    "replace the L sweep's")
-    p.add_argument("--temperature", nargs="+", type=_temperature, default=None,
+    p.add_argument("--temperature", nargs="+", type=positive_float, default=None,
                    help="T of the main point (first value, default 0.7); more values replace "
                    "the T sweep's")
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus mass in (0, 1]")
     p.add_argument("--sweep", nargs="+", default=["none"], choices=["none", "K", "L", "T", "all"],
                    help="ablations to run (all = none K L T)")
-    p.add_argument("--sweep-prompts", type=int, default=None,
+    p.add_argument("--sweep-prompts", type=positive_int, default=None,
                    help="run the settings only a sweep asks for on the first N prompts "
                    "(default: every prompt); the main point runs on all")
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    p.add_argument("--dtype", type=dtype_name, default="bfloat16")
+    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode prompts without the chat template")
     p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--json", dest="json_file", default=None, help="write summary rows as JSON")
-    p.add_argument("--runs-json", default=None, help="write every run's record as JSON")
-    p.add_argument("--markdown", default=None, help="write the tables as markdown")
-    p.add_argument("--plots", default=None, help="folder for PNG plots")
+    p.add_argument("--json", dest="json_file", type=output_file, default=None, help="write summary rows as JSON")
+    p.add_argument("--runs-json", type=output_file, default=None, help="write every run's record as JSON")
+    p.add_argument("--markdown", type=output_file, default=None, help="write the tables as markdown")
+    p.add_argument("--plots", type=output_dir, default=None, help="folder for PNG plots")
     p.add_argument("--quick", action="store_true",
                    help="2 prompts, 32 new tokens, no sweep (a smoke run)")
+
+
+# -- checks shared by generate, bench and report (no model is loaded) --------------------------
+
+def known_rules() -> tuple[str, ...]:
+    """The verifier names the engine can run (``gpu_backend.verifiers``, else the reference's)."""
+    try:
+        from .verifiers import VERIFIERS
+    except ImportError:
+        from reference.rules import RULES as VERIFIERS
+    return tuple(VERIFIERS)
+
+
+def embedded_names() -> dict[str, str]:
+    """Alias or canonical name → canonical name of the embedded models."""
+    from .weights import EMBEDDED_MODELS, MODEL_ALIASES
+
+    return {**{name: name for name in EMBEDDED_MODELS}, **MODEL_ALIASES}
+
+
+def check_models(target: str, draft: str | None) -> tuple[int, bool]:
+    """``--target`` (and ``--draft`` unless None) resolvable without loading them.
+
+    Returns:
+        (V, known) of the target (``reference.cli_args.check_model_spec``).
+    Raises:
+        UsageError: naming the flag and the model.
+    """
+    from reference.cli_args import check_model_spec
+
+    names = embedded_names()
+    vocab = check_model_spec("--target", target, names)
+    if draft is not None:
+        check_model_spec("--draft", draft, names)
+    return vocab
+
+
+def check_top_p(top_p: float | None) -> None:
+    from reference.cli_args import UsageError
+
+    if top_p is not None and not (0.0 < top_p <= 1.0):  # NaN fails too
+        raise UsageError(f"--top-p must be in (0, 1], got {top_p}")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Before any model is loaded: methods, dataset, sampling, models, memory of the rows."""
+    from reference.cli_args import UsageError, check_engine_memory, first_line
+
+    from .bench import METHODS, SWEEP_VALUES
+    from .engine import DEFAULT_K, DEFAULT_L
+    from .prompts import BUILTIN_SOURCES, load_prompts
+
+    if args.methods is not None:
+        known = list(dict.fromkeys(METHODS + known_rules()))
+        unknown = [m for m in args.methods if m not in known]
+        if unknown:
+            raise UsageError(f"--methods: unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}")
+        if "ar" not in args.methods:
+            raise UsageError("--methods must include ar (the speedup ratio's reference)")
+    check_top_p(args.top_p)
+    n_prompts = 2 if args.quick else args.prompts
+    if args.dataset not in BUILTIN_SOURCES:
+        path = os.path.expanduser(args.dataset)
+        sets = ", ".join(sorted(BUILTIN_SOURCES))
+        if not os.path.isfile(path):
+            raise UsageError(f"--dataset {args.dataset}: no such file (built-in sets: {sets})")
+        name = path.lower()
+        if not name.endswith((".jsonl", ".jsonl.gz", ".tsv")):
+            raise UsageError(f"--dataset {args.dataset}: expected a .jsonl, .jsonl.gz or .tsv file "
+                             f"(or a built-in set: {sets})")
+    try:
+        prompts = load_prompts(args.dataset, n_prompts)
+    except (OSError, ValueError, UnicodeDecodeError) as err:
+        raise UsageError(f"--dataset {args.dataset}: {first_line(err)}") from None
+    if not prompts:
+        raise UsageError(f"--dataset {args.dataset}: no prompts in it")
+    V, known_vocab = check_models(args.target, args.draft)
+    sweeps = ("none", "K", "L", "T") if "all" in args.sweep else tuple(args.sweep)
+    Ks = list(args.K or [DEFAULT_K]) + (list(SWEEP_VALUES["K"]) if "K" in sweeps and not args.quick else [])
+    Ls = list(args.L or [DEFAULT_L]) + (list(SWEEP_VALUES["L"]) if "L" in sweeps and not args.quick else [])
+    check_engine_memory(max(Ks), max(Ls), V, known_vocab, "--K/--L")
+
+
+def load_models(target: str, draft: str | None, dtype: str):
+    """Load the target (and the draft unless None), naming the flag of a model that fails.
+
+    Returns:
+        ``bench.ModelPair`` (draft None when not asked for).
+    Raises:
+        UsageError: ``--target SPEC: cannot load ...`` (one line), or a vocabulary mismatch.
+    """
+    from reference.cli_args import UsageError, first_line
+
+    from .bench import ModelPair
+    from .engine import eos_token_ids
+    from .weights import MODEL_ALIASES, check_same_vocabulary, load_causal_lm
+
+    def load(flag: str, spec: str):
+        try:
+            return load_causal_lm(spec, dtype)
+        except (OSError, ValueError) as err:
+            raise UsageError(f"{flag} {spec}: cannot load the model: {first_line(err)}") from None
+
+    t_model, tokenizer = load("--target", target)
+    d_model = None
+    if draft is not None:
+        d_model, _ = load("--draft", draft)
+        try:
+            check_same_vocabulary(d_model, t_model)
+        except ValueError as err:
+            raise UsageError(f"--draft {draft} and --target {target}: {first_line(err)}") from None
+    return ModelPair(t_model, d_model, tokenizer, eos_token_ids(t_model, tokenizer),
+                     f"target {MODEL_ALIASES.get(target, target)}, "
+                     f"draft {MODEL_ALIASES.get(draft, draft)}, {dtype}")
 
 
 def config_from_args(args: argparse.Namespace):
@@ -113,16 +226,18 @@ def write_outputs(result, args, command: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reference.cli_args import UsageError
+
     from .bench import run_bench, to_markdown
 
     try:
         config = config_from_args(args)
     except ValueError as err:
-        print(f"spectr-gbv bench: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(str(err)) from None
     set_threads(args.threads)
+    pair = load_models(config.target, config.draft, config.dtype)
     command = "spectr-gbv " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    result = run_bench(config)
+    result = run_bench(config, pair=pair)
     print(to_markdown(result, command))
     write_outputs(result, args, command)
     return 0

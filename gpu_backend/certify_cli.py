@@ -70,23 +70,26 @@ def register(subparsers) -> None:
         "detectable TV, the p-value and the verdict.  Exit status 0 only when every lossless rule "
         "passes and every planted wrong rule is caught.",
     )
+    from reference.cli_args import output_file, positive_int, seed_int, unit_interval_open
+
     p.add_argument("--rules", default=None,
                    help="comma-separated registered rules (default: all); planted wrong rules run "
                    "with their base rule")
     p.add_argument("--quick", action="store_true",
                    help="smaller N and fewer cases (every rule and planted defect still covered; "
                    "under 5 minutes on 2 CPU cores)")
-    p.add_argument("--samples", type=int, default=None,
+    p.add_argument("--samples", type=positive_int, default=None,
                    help=f"N for every case (default {FULL_N}; --quick: per kind, see the docs)")
-    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
-                   help=f"false-alarm rate per case (default {DEFAULT_ALPHA:g})")
-    p.add_argument("--seed", type=int, default=0, help="base seed of the verifiers' noise")
+    p.add_argument("--alpha", type=unit_interval_open, default=DEFAULT_ALPHA,
+                   help=f"false-alarm rate per case, in (0, 1) (default {DEFAULT_ALPHA:g})")
+    p.add_argument("--seed", type=seed_int, default=0, help="base seed of the verifiers' noise (>= 0)")
     p.add_argument("--device", default="cpu", help="torch device of the verifiers (default cpu)")
-    p.add_argument("--threads", type=int, default=1,
+    p.add_argument("--threads", type=positive_int, default=1,
                    help="torch intra-op threads (default 1: small batched ops are faster on one)")
-    p.add_argument("--json", dest="json_file", default=None, help="write the rows as JSON to FILE")
-    p.add_argument("--markdown", default=None, help="write the report as markdown to FILE")
-    p.set_defaults(func=run)
+    p.add_argument("--json", dest="json_file", type=output_file, default=None,
+                   help="write the rows as JSON to FILE")
+    p.add_argument("--markdown", type=output_file, default=None, help="write the report as markdown to FILE")
+    p.set_defaults(func=run, check=check)
 
 
 # -- plan --------------------------------------------------------------------------------------
@@ -414,31 +417,32 @@ def markdown(cert: Certification, command: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(args: argparse.Namespace) -> int:
-    def fail(msg: str) -> int:
-        print(f"spectr-gbv certify: {msg}", file=sys.stderr)
-        return 2
-
-    if args.samples is not None and args.samples < 1:
-        return fail(f"--samples must be >= 1, got {args.samples}")
-    if not (0.0 < args.alpha < 1.0):
-        return fail(f"--alpha must lie in (0, 1), got {args.alpha:g}")
-    if args.threads < 1:
-        return fail(f"--threads must be >= 1, got {args.threads}")
-
+def check(args: argparse.Namespace) -> None:
+    """The rule names against the registry and the device (ranges are checked by the parser)."""
     import torch
+
+    from reference.cli_args import UsageError, first_line
 
     from .verifiers import VERIFIERS
 
     try:
-        rules = parse_rules(args.rules, tuple(VERIFIERS))
+        args.rule_list = parse_rules(args.rules, tuple(VERIFIERS))
     except ValueError as err:
-        return fail(str(err))
+        raise UsageError(str(err)) from None
     try:
         device = torch.device(args.device)
         torch.empty(0, device=device)
-    except (RuntimeError, AssertionError) as err:
-        return fail(f"--device {args.device!r} is not usable: {err}")
+    except (RuntimeError, AssertionError, ValueError) as err:
+        raise UsageError(f"--device {args.device!r} is not usable: {first_line(err)}") from None
+    args.torch_device = device
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    if getattr(args, "rule_list", None) is None:  # check() not run (a direct call)
+        check(args)
+    rules, device = args.rule_list, args.torch_device
     torch.set_num_threads(args.threads)
 
     def progress(row: Row):

@@ -3,69 +3,86 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 
 def register(subparsers) -> None:
+    from reference.cli_args import (dtype_name, nonneg_int, positive_float, positive_int, seed_int,
+                                    top_p_value)
+
     from .engine import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
 
     p = subparsers.add_parser(
         "generate",
         help="generate text for one prompt with speculative decoding and print metrics",
         description="Draft with the draft model, verify with RULE against the target; prints the "
-        "text, then block efficiency, mean τ, acceptance rate (mean τ / L), tokens/s and peak RSS.",
+        "text, then block efficiency, mean τ, acceptance rate (mean τ / L), tokens/s and peak RSS.  "
+        "Every argument is checked before a model is loaded.",
     )
     p.add_argument("--prompt", required=True, help="the user message (chat template applied)")
     p.add_argument("--rule", default=DEFAULT_RULE,
                    help=f"verification rule (default {DEFAULT_RULE}); 'ar' for plain sampling")
-    p.add_argument("--K", type=int, default=None,
+    p.add_argument("--K", type=positive_int, default=None,
                    help=f"drafts per iteration (default {DEFAULT_K}; 1 for sd, bv, gbv)")
-    p.add_argument("--L", type=int, default=DEFAULT_L, help=f"block length (default {DEFAULT_L})")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--L", type=positive_int, default=DEFAULT_L, help=f"block length (default {DEFAULT_L})")
+    p.add_argument("--temperature", type=positive_float, default=0.7, help="T > 0 (default 0.7)")
+    p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
+    p.add_argument("--top-p", type=top_p_value, default=None, help="nucleus mass in (0, 1]")
+    p.add_argument("--max-new-tokens", type=positive_int, default=128)
+    p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    p.add_argument("--dtype", type=dtype_name, default="bfloat16")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode the prompt as plain text")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Before any model is loaded: prompt, rule, K against single-draft rules, the models, and
+    the memory of one iteration's probability rows."""
+    from reference.cli_args import UsageError, check_engine_memory
+
+    from .bench_cli import check_models, known_rules
+    from .engine import DEFAULT_K, SINGLE_DRAFT_RULES
+
+    if not args.prompt.strip():
+        raise UsageError("--prompt must not be empty")
+    rules = ("ar",) + known_rules()
+    if args.rule not in rules:
+        raise UsageError(f"--rule: unknown rule {args.rule!r}; known: {', '.join(rules)}")
+    if args.rule in SINGLE_DRAFT_RULES and args.K not in (None, 1):
+        raise UsageError(f"--K must be 1 for the single-draft rule {args.rule!r}, got {args.K}")
+    args.K_resolved = args.K if args.K is not None else (1 if args.rule in SINGLE_DRAFT_RULES else DEFAULT_K)
+    V, known = check_models(args.target, args.draft if args.rule != "ar" else None)
+    if args.rule != "ar":
+        check_engine_memory(args.K_resolved, args.L, V, known, "--K/--L")
 
 
 def run(args: argparse.Namespace) -> int:
-    from .bench import load_pair
-    from .bench_cli import set_threads
-    from .engine import (DEFAULT_K, SINGLE_DRAFT_RULES, SpeculativeEngine,
-                         autoregressive_generate)
+    from reference.cli_args import UsageError, one_line
+
+    from .bench_cli import load_models, set_threads
+    from .engine import SpeculativeEngine, autoregressive_generate
     from .prompts import encode_prompt
     from .sampling import SamplingConfig
 
+    if getattr(args, "K_resolved", None) is None:  # check() not run (a direct call)
+        check(args)
+    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
+    set_threads(args.threads)
+    pair = load_models(args.target, args.draft if args.rule != "ar" else None, args.dtype)
+    target, tokenizer, eos = pair.target, pair.tokenizer, pair.eos
     try:
-        sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-        K = args.K if args.K is not None else (1 if args.rule in SINGLE_DRAFT_RULES else DEFAULT_K)
-        set_threads(args.threads)
-        pair = load_pair(args.target, args.draft, args.dtype) if args.rule != "ar" else None
-        if pair is None:
-            from .engine import eos_token_ids
-            from .weights import load_causal_lm
-
-            target, tokenizer = load_causal_lm(args.target, args.dtype)
-            eos = eos_token_ids(target, tokenizer)
-        else:
-            target, tokenizer, eos = pair.target, pair.tokenizer, pair.eos
         ids = encode_prompt(tokenizer, args.prompt, chat=not args.no_chat)
         if args.rule == "ar":
             result = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
                                              args.seed, eos)
         else:
-            engine = SpeculativeEngine(target, pair.draft, rule=args.rule, K=K, L=args.L,
+            engine = SpeculativeEngine(target, pair.draft, rule=args.rule, K=args.K_resolved, L=args.L,
                                        sampling=sampling, eos_token_ids=eos)
             result = engine.generate(ids, args.max_new_tokens, seed=args.seed)
     except ValueError as err:
-        print(f"spectr-gbv generate: {err}", file=sys.stderr)
-        return 2
+        raise UsageError(one_line(err)) from None
     print(tokenizer.decode(result.tokens, skip_special_tokens=True))
     print("---")
     m = result.metrics()

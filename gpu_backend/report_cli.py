@@ -38,16 +38,31 @@ def register(subparsers) -> None:
         "benchmark; writes DIR/REPORT.md with the tables and plots.  Exit status 0 only when every "
         "part passed.",
     )
-    p.add_argument("--out", default="report", help="output folder (default ./report)")
-    p.add_argument("--prompts", type=int, default=3, help="benchmark prompts (default 3)")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    from reference.cli_args import dtype_name, output_dir, positive_int
+
+    p.add_argument("--out", type=output_dir, default="report", help="output folder (default ./report)")
+    p.add_argument("--prompts", type=positive_int, default=3, help="benchmark prompts (default 3)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "bench"],
                    help="parts to leave out (reported as skipped, not as passed)")
     p.add_argument("--target", default="target")
     p.add_argument("--draft", default="draft")
-    p.add_argument("--dtype", default="bfloat16")
-    p.add_argument("--threads", type=int, default=None)
-    p.set_defaults(func=run)
+    p.add_argument("--dtype", type=dtype_name, default="bfloat16")
+    p.add_argument("--threads", type=positive_int, default=None)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Before any part runs: the benchmark's models and the memory of its probability rows."""
+    if "bench" in args.skip:
+        return
+    from reference.cli_args import check_engine_memory
+
+    from .bench_cli import check_models
+    from .engine import DEFAULT_K, DEFAULT_L
+
+    V, known = check_models(args.target, args.draft)
+    check_engine_memory(DEFAULT_K, DEFAULT_L, V, known, "--target")
 
 
 @dataclass
@@ -92,7 +107,7 @@ def run_subcommand(candidates: list[list[str]]) -> tuple[str, int | None, str]:
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            code = int(args.func(args) or 0)
+            code = spectr_gbv_cli.run_parsed(args)  # its checks first; a bad argument exits 2
     except Exception:  # a part's failure must not stop the others
         return "error", None, out.getvalue() + traceback.format_exc()
     text = out.getvalue()

@@ -11,6 +11,8 @@ from datetime import datetime, timezone
 
 
 def register(subparsers) -> None:
+    from reference.cli_args import output_file
+
     p = subparsers.add_parser(
         "prove",
         help="check every claim of the papers numerically and print the verdict table",
@@ -19,10 +21,21 @@ def register(subparsers) -> None:
     )
     p.add_argument("--quick", action="store_true", help="few instances (under 2 minutes)")
     p.add_argument("--claims", default=None, help="comma-separated claim ids (default: all)")
-    p.add_argument("--json", dest="json_file", default=None, help="write the results as JSON to FILE")
-    p.add_argument("--markdown", default=None, help="write the verdict table as markdown to FILE")
+    p.add_argument("--json", dest="json_file", type=output_file, default=None,
+                   help="write the results as JSON to FILE")
+    p.add_argument("--markdown", type=output_file, default=None, help="write the verdict table as markdown to FILE")
     p.add_argument("--no-tables", action="store_true", help="skip the reported E[tau] and generation tables")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Unknown claim ids are refused, listing the valid ones."""
+    from reference.cli_args import claim_ids
+
+    from .claims import build_claims
+
+    if args.claims is not None:
+        args.claim_ids = claim_ids(args.claims, [c.id for c in build_claims()])
 
 
 def prove(mode: str = "quick", claim_ids: list[str] | None = None, tables: bool = True, progress=None):
@@ -88,7 +101,9 @@ def markdown(verdicts, command: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     mode = "quick" if args.quick else "full"
-    ids = [c.strip() for c in args.claims.split(",")] if args.claims else None
+    if args.claims is not None and getattr(args, "claim_ids", None) is None:  # check() not run
+        check(args)
+    ids = args.claim_ids if args.claims is not None else None
 
     def progress(r):
         print(f"{r.id:>4}  {r.verdict:5s}  dev {r.worst_deviation:9.3g}  n={r.instances:3d}  "
