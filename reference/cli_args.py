@@ -80,6 +80,15 @@ class CliParser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D102 (argparse API)
         self.exit(2, f"{self.prog}: {one_line(_reword(message))}\n")
 
+    def parse_args(self, args=None, namespace=None):  # noqa: D102 (argparse API)
+        # as argparse's, but leftover arguments are charged to the sub-command they followed
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            sub = getattr(parsed, "command", None)
+            prog = f"{self.prog} {sub}" if sub else self.prog
+            self.exit(2, f"{prog}: {one_line('unrecognized arguments: ' + ' '.join(extras))}\n")
+        return parsed
+
 
 # -- type= callables ----------------------------------------------------------------------------
 

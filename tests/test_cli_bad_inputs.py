@@ -1,0 +1,314 @@
+"""Every ``spectr-gbv`` sub-command refuses bad arguments and files with ONE line on stderr
+naming the flag (and the file), exit status 2 and no traceback, before any model is loaded or
+any enumeration, program or claim check starts (issue 11, deliverable 5).
+
+The invocations run in-process through ``spectr_gbv_cli.main``; the model loaders, the exact
+engine, the oracle programs, the claim runner, the certification and the benchmark are
+replaced by functions that fail the test if they are reached.  Two invocations also run as a
+subprocess of the console entry point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import spectr_gbv_cli
+from reference import cli_args
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+TOY = ["--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json")]
+GiB = 2**30
+
+
+def _reached(what):
+    def fail(*args, **kwargs):
+        raise AssertionError(f"{what} was reached: the bad argument was not refused up front")
+
+    return fail
+
+
+@pytest.fixture(autouse=True)
+def nothing_heavy_runs(monkeypatch):
+    """No model load, enumeration, program, claim run, certification or benchmark may start;
+    the hub is offline and the memory available is a fixed 64 GiB (deterministic refusals)."""
+    import gpu_backend.bench as bench
+    import gpu_backend.certify_cli as certify_cli
+    import gpu_backend.weights as weights
+    import oracle.programs as programs
+    import proofs_check.cli as prove_cli
+    import reference.exact as exact
+
+    monkeypatch.setattr(weights, "load_causal_lm", _reached("a model load"))
+    monkeypatch.setattr(bench, "load_pair", _reached("a model load"))
+    monkeypatch.setattr(bench, "run_bench", _reached("the benchmark"))
+    monkeypatch.setattr(exact, "iteration_law", _reached("the exact enumeration"))
+    for name in ("cic_program", "cic_block_program", "global_ot", "no_modification_lp"):
+        monkeypatch.setattr(programs, name, _reached(f"oracle program {name}"))
+    monkeypatch.setattr(prove_cli, "prove", _reached("the claim runner"))
+    monkeypatch.setattr(certify_cli, "certify_rules", _reached("the certification"))
+    monkeypatch.setattr(cli_args, "available_memory_bytes", lambda: 64 * GiB)
+    monkeypatch.setattr(cli_args, "hub_reachable", _reached("a network probe"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Bad input files, named by placeholder."""
+    made = {
+        "bad": {"vocab_size": 2, "conditionals": {"": [0.7, 0.7]}},
+        "short": {"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "1": [1.0]}},
+        "norows": {"vocab_size": 2, "conditionals": [0.5, 0.5]},
+        "v3": {"vocab_size": 3, "conditionals": {"": [0.2, 0.3, 0.5]}},
+    }
+    paths = {}
+    for name, obj in made.items():
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(obj))
+    paths["notjson"] = tmp_path / "notjson.json"
+    paths["notjson"].write_text("{nope")
+    paths["nofield"] = tmp_path / "nofield.jsonl"
+    paths["nofield"].write_text('{"x": 1}\n')
+    paths["empty"] = tmp_path / "empty.jsonl"
+    paths["empty"].write_text("\n")
+    paths["txt"] = tmp_path / "prompts.txt"
+    paths["txt"].write_text("hello\n")
+    paths["dir"] = tmp_path
+    paths["missing_dir"] = tmp_path / "no" / "such"
+    return {k: str(v) for k, v in paths.items()}
+
+
+# (argv, substrings the single line must contain); {name} is a file of the ``files`` fixture
+CASES = [
+    # top level
+    (["nosuch"], ["invalid choice"]),
+    # exact
+    (["exact"], ["required", "--rule"]),
+    (["exact", "--rule", "sd", "--K", "1", "--L", "1000", *TOY], ["--L 1000", "--max-outcomes", "~10^"]),
+    (["exact", "--rule", "spectr", "--K", "8", "--L", "2", *TOY], ["--K 8", "--max-outcomes", "outcomes"]),
+    (["exact", "--rule", "spectr", "--K", "1000000", "--L", "2", *TOY], ["--K 1000000", "--max-outcomes"]),
+    (["exact", "--rule", "spectr", "--K", "2", "--L", "2", "--max-outcomes", "10", *TOY], ["--max-outcomes 10"]),
+    (["exact", "--rule", "spectr", "--K", "2", "--L", "2", "--max-outcomes", "0", *TOY], ["--max-outcomes must be >= 1"]),
+    (["exact", "--rule", "nosuch", "--K", "1", "--L", "1", *TOY], ["--rule", "'nosuch'", "spectr"]),
+    (["exact", "--rule", "sd", "--K", "2", "--L", "2", *TOY], ["--K must be 1", "'sd'"]),
+    (["exact", "--rule", "sd", "--K", "0", "--L", "2", *TOY], ["--K must be >= 1, got 0"]),
+    (["exact", "--rule", "sd", "--K", "x", "--L", "2", *TOY], ["--K must be an integer"]),
+    (["exact", "--rule", "sd", "--K", "1", "--L", "-1", *TOY], ["--L must be >= 1, got -1"]),
+    (["exact", "--rule", "sd", "--K", "1", "--L", "2", "--tokens", "0", *TOY], ["--tokens must be >= 1"]),
+    (["exact", "--rule", "sd", "--K", "1", "--L", "1", "--draft", "/nonexistent.json", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft", "/nonexistent.json"]),
+    (["exact", "--rule", "sd", "--K", "1", "--L", "1", "--draft", "{dir}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft", "folder"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{bad}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {bad}:", "not normalised", "conditionals[()]"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", str(EXAMPLES / "toy_draft.json"),
+      "--target", "{short}"], ["--target {short}:", "expected 2 probabilities"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{notjson}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {notjson}:", "not valid JSON"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{norows}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {norows}:", "conditionals must be an object"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{v3}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {v3}", "--target", "V = 3"]),
+    # oracle
+    (["oracle", "--K", "1000", "--L", "2", *TOY], ["--K 1000", "--max-variables", "variables"]),
+    (["oracle", "--K", "2", "--L", "30", *TOY], ["--L 30", "V^L", "--max-variables"]),
+    (["oracle", "--K", "2", "--L", "2", "--time-limit", "0", *TOY], ["--time-limit must be > 0"]),
+    (["oracle", "--K", "2", "--L", "2", "--time-limit", "-5", *TOY], ["--time-limit must be > 0"]),
+    (["oracle", "--K", "2", "--L", "2", "--time-limit", "nan", *TOY], ["--time-limit must be a finite number"]),
+    (["oracle", "--K", "0", "--L", "2", *TOY], ["--K must be >= 1"]),
+    (["oracle", "--K", "2", "--L", "2", "--max-variables", "0", *TOY], ["--max-variables must be >= 1"]),
+    (["oracle", "--K", "2", "--L", "2", "--draft", "{bad}", "--target", str(EXAMPLES / "toy_target.json")],
+     ["--draft {bad}:", "not normalised"]),
+    (["oracle", "--K", "2", "--L", "2", "--draft", str(EXAMPLES / "toy_draft.json"), "--target",
+      "/nonexistent.json"], ["--target", "/nonexistent.json"]),
+    # prove
+    (["prove", "--claims", "nosuch"], ["--claims", "nosuch", "valid ids: 1, 2a"]),
+    (["prove", "--no-tables", "--claims", "1,nosuch"], ["--claims", "nosuch", "valid ids"]),
+    (["prove", "--claims", " , "], ["--claims", "at least one"]),
+    (["prove", "--markdown", "{missing_dir}/v.md"], ["--markdown", "does not exist"]),
+    (["prove", "--json", "{dir}"], ["--json", "is a folder"]),
+    # certify
+    (["certify", "--rules", "bv,nosuch"], ["--rules", "nosuch", "registered rules"]),
+    (["certify", "--samples", "0"], ["--samples must be >= 1"]),
+    (["certify", "--alpha", "0"], ["--alpha must lie in (0, 1)"]),
+    (["certify", "--alpha", "1"], ["--alpha must lie in (0, 1)"]),
+    (["certify", "--threads", "0"], ["--threads must be >= 1"]),
+    (["certify", "--seed", "-1"], ["--seed must be an integer in [0, 2^63)"]),
+    (["certify", "--device", "nonsense"], ["--device 'nonsense' is not usable"]),
+    (["certify", "--json", "{missing_dir}/c.json"], ["--json", "does not exist"]),
+    # generate: models
+    (["generate", "--prompt", "hi", "--target", "/nonexistent/model"], ["--target /nonexistent/model"]),
+    (["generate", "--prompt", "hi", "--target", "someorg/somemodel"], ["--target someorg/somemodel", "offline"]),
+    (["generate", "--prompt", "hi", "--draft", "a/b/c"], ["--draft a/b/c"]),
+    (["generate", "--prompt", "hi", "--target", "{missing_dir}"], ["--target {missing_dir}"]),
+    (["generate", "--prompt", "hi", "--target", "{dir}"], ["--target {dir}", "config.json"]),
+    (["generate", "--prompt", "hi", "--target", "x.gguf"], ["--target x.gguf", ".gguf"]),
+    (["generate", "--prompt", "hi", "--dtype", "int8"], ["--dtype must be one of"]),
+    # generate: numbers and names
+    (["generate", "--prompt", "hi", "--threads", "-1"], ["--threads must be >= 1, got -1"]),
+    (["generate", "--prompt", "hi", "--threads", "0"], ["--threads must be >= 1, got 0"]),
+    (["generate", "--prompt", "hi", "--K", "100000"], ["--K", "100,000", "GB", "memory available"]),
+    (["generate", "--prompt", "hi", "--L", "100000000"], ["--L", "GB", "memory available"]),
+    (["generate", "--prompt", ""], ["--prompt must not be empty"]),
+    (["generate", "--prompt", "   "], ["--prompt must not be empty"]),
+    (["generate", "--prompt", "hi", "--K", "0"], ["--K must be >= 1, got 0"]),
+    (["generate", "--prompt", "hi", "--L", "-1"], ["--L must be >= 1, got -1"]),
+    (["generate", "--prompt", "hi", "--rule", "nosuch"], ["--rule", "'nosuch'", "spectr"]),
+    (["generate", "--prompt", "hi", "--rule", "sd", "--K", "2"], ["--K must be 1", "'sd'"]),
+    (["generate", "--prompt", "hi", "--max-new-tokens", "0"], ["--max-new-tokens must be >= 1"]),
+    (["generate", "--prompt", "hi", "--temperature", "0"], ["--temperature must be > 0"]),
+    (["generate", "--prompt", "hi", "--temperature", "-1"], ["--temperature must be > 0"]),
+    (["generate", "--prompt", "hi", "--temperature", "inf"], ["--temperature must be a finite number"]),
+    (["generate", "--prompt", "hi", "--top-p", "0"], ["--top-p must be in (0, 1]"]),
+    (["generate", "--prompt", "hi", "--top-p", "1.5"], ["--top-p must be in (0, 1]"]),
+    (["generate", "--prompt", "hi", "--top-k", "-1"], ["--top-k must be >= 0"]),
+    (["generate", "--prompt", "hi", "--seed", "-1"], ["--seed must be an integer"]),
+    (["generate", "--prompt", "hi", "--unknown-flag"], ["unrecognized arguments", "--unknown-flag"]),
+    (["generate"], ["required", "--prompt"]),
+    # bench
+    (["bench", "--dataset", "/nonexistent.jsonl"], ["--dataset /nonexistent.jsonl", "no such file"]),
+    (["bench", "--dataset", "{nofield}"], ["--dataset {nofield}", "line 1"]),
+    (["bench", "--dataset", "{empty}"], ["--dataset {empty}", "no prompts"]),
+    (["bench", "--dataset", "{txt}"], ["--dataset {txt}", ".jsonl"]),
+    (["bench", "--methods", "ar", "nosuch"], ["--methods", "nosuch", "hf_assisted"]),
+    (["bench", "--methods", "sd", "spectr"], ["--methods must include ar"]),
+    (["bench", "--top-p", "1.5"], ["--top-p must be in (0, 1]"]),
+    (["bench", "--top-k", "-2"], ["--top-k must be >= 0"]),
+    (["bench", "--K", "2", "0"], ["--K must be >= 1, got 0"]),
+    (["bench", "--L", "0"], ["--L must be >= 1, got 0"]),
+    (["bench", "--K", "100000"], ["--K", "GB", "memory available"]),
+    (["bench", "--temperature", "0.7", "0"], ["--temperature must be > 0"]),
+    (["bench", "--prompts", "0"], ["--prompts must be >= 1"]),
+    (["bench", "--max-new-tokens", "-3"], ["--max-new-tokens must be >= 1"]),
+    (["bench", "--sweep-prompts", "0"], ["--sweep-prompts must be >= 1"]),
+    (["bench", "--sweep", "nosuch"], ["--sweep", "invalid choice"]),
+    (["bench", "--threads", "0"], ["--threads must be >= 1"]),
+    (["bench", "--seed", "-1"], ["--seed must be an integer"]),
+    (["bench", "--target", "/nonexistent/model"], ["--target /nonexistent/model"]),
+    (["bench", "--draft", "someorg/somemodel"], ["--draft someorg/somemodel", "offline"]),
+    (["bench", "--json", "{missing_dir}/b.json"], ["--json", "does not exist"]),
+    (["bench", "--runs-json", "{dir}"], ["--runs-json", "is a folder"]),
+    (["bench", "--plots", "{bad}"], ["--plots", "is a file"]),
+    # report
+    (["report", "--out", "{bad}"], ["--out", "is a file"]),
+    (["report", "--prompts", "0"], ["--prompts must be >= 1"]),
+    (["report", "--max-new-tokens", "0"], ["--max-new-tokens must be >= 1"]),
+    (["report", "--threads", "0"], ["--threads must be >= 1"]),
+    (["report", "--dtype", "int4"], ["--dtype must be one of"]),
+    (["report", "--skip", "nosuch"], ["--skip", "invalid choice"]),
+    (["report", "--target", "/nonexistent/model"], ["--target /nonexistent/model"]),
+]
+
+
+def _fill(text: str, files: dict) -> str:
+    for name, path in files.items():
+        text = text.replace("{" + name + "}", path)
+    return text
+
+
+def run_main(argv, capsys):
+    try:
+        code = spectr_gbv_cli.main(argv)
+    except SystemExit as exc:  # main returns the status, but a SystemExit would be one too
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line(code, out, err, sub, expected):
+    assert code == 2, (code, out, err)
+    assert "Traceback" not in err and "Traceback" not in out
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"spectr-gbv {sub}: " if sub else "spectr-gbv"), lines[0]
+    for part in expected:
+        assert part in lines[0], (part, lines[0])
+    assert out == ""
+
+
+@pytest.mark.parametrize("argv,expected", CASES, ids=[" ".join(a)[:60] for a, _ in CASES])
+def test_bad_invocation_is_one_line_exit_2(argv, expected, files, capsys):
+    argv = [_fill(a, files) for a in argv]
+    expected = [_fill(e, files) for e in expected]
+    code, out, err = run_main(argv, capsys)
+    sub = argv[0] if argv[0] in spectr_gbv_cli.SUBCOMMANDS else ""
+    assert_one_line(code, out, err, sub, expected)
+
+
+def test_empty_prefix_row_is_not_shown_as_a_row_index(files, capsys):
+    code, out, err = run_main(["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", files["bad"],
+                               "--target", str(EXAMPLES / "toy_target.json")], capsys)
+    assert code == 2 and "row (0,)" not in err and "they sum to 1.4" in err
+
+
+def test_hub_id_without_network_is_refused_in_one_line(monkeypatch, capsys):
+    """With the hub online but unreachable, the network probe refuses the id up front."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(cli_args, "hub_reachable", lambda timeout=3.0: False)
+    code, out, err = run_main(["generate", "--prompt", "hi", "--target", "someorg/somemodel"], capsys)
+    assert_one_line(code, out, err, "generate", ["--target someorg/somemodel", "cannot be reached"])
+
+
+@pytest.fixture
+def torch_threads():
+    import torch
+
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("failing,flag", [("target", "--target"), ("draft", "--draft")])
+def test_model_load_failure_names_the_flag(failing, flag, monkeypatch, capsys, torch_threads):
+    """A model that passes the up-front checks but fails to load (e.g. a multi-line hub error)
+    is still one line naming its flag."""
+    import gpu_backend.weights as weights
+
+    def load(spec, dtype):
+        if spec == failing:
+            raise OSError(f"spec={spec!r}: could not load\nsecond line of a long library error\nthird")
+        return object(), object()
+
+    monkeypatch.setattr(weights, "load_causal_lm", load)
+    code, out, err = run_main(["generate", "--prompt", "hi", "--target", "target", "--draft", "draft",
+                               "--threads", "1"], capsys)
+    assert_one_line(code, out, err, "generate", [f"{flag} {failing}: cannot load the model", "could not load"])
+    assert "second line" not in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["exact", "--rule", "sd", "--K", "1", "--L", "1000", *TOY], "--max-outcomes"),
+    (["generate", "--prompt", "hi", "--threads", "-1"], "--threads must be >= 1, got -1"),
+])
+def test_console_entry_point_exit_2_one_line(argv, needle):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "spectr_gbv_cli", *argv], capture_output=True,
+                          text=True, cwd=ROOT, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("argv", [
+    ["exact", "--rule", "kseq_gbv", "--K", "2", "--L", "2", *TOY],
+    ["exact", "--rule", "spectr", "--K", "2", "--L", "3", "--tokens", "5", *TOY],
+    ["oracle", "--K", "2", "--L", "2", *TOY],
+    ["prove", "--quick", "--claims", "1,2a"],
+    ["generate", "--prompt", "def fib(n):"],
+    ["generate", "--prompt", "hi", "--rule", "sd", "--top-k", "0", "--top-p", "1"],
+    ["generate", "--prompt", "hi", "--rule", "ar", "--draft", "/ignored/for/ar"],
+    ["bench", "--quick", "--methods", "ar", "sd", "mdbv"],
+    ["report", "--skip", "prove", "certify"],
+])
+def test_the_checks_accept_good_invocations(argv):
+    """The up-front checks do not refuse the documented runs (only the checks run here)."""
+    args = spectr_gbv_cli.build_parser().parse_args(argv)
+    args.check(args)
