@@ -430,7 +430,10 @@ def check_model_spec(flag: str, spec: str, embedded: dict[str, str]) -> tuple[in
         if os.path.isfile(path):
             return ASSUMED_VOCAB, False
         raise UsageError(f"{flag} {spec}: no such .gguf file")
-    if spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").replace("/", "", 1) or os.path.exists(path):
+    if os.path.exists(path):
+        raise UsageError(f"{flag} {spec}: a file that is not a .gguf model (give a model folder, a .gguf "
+                         f"file, a hub id or an embedded model: {names})")
+    if spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").replace("/", "", 1):
         raise UsageError(f"{flag} {spec}: no such model folder or .gguf file (embedded models: {names})")
     if not HUB_ID.match(spec):
         raise UsageError(f"{flag} {spec!r}: not an embedded model ({names}), a local folder or .gguf "

@@ -149,6 +149,7 @@ CASES = [
     (["generate", "--prompt", "hi", "--target", "{missing_dir}"], ["--target {missing_dir}"]),
     (["generate", "--prompt", "hi", "--target", "{dir}"], ["--target {dir}", "config.json"]),
     (["generate", "--prompt", "hi", "--target", "x.gguf"], ["--target x.gguf", ".gguf"]),
+    (["generate", "--prompt", "hi", "--target", "{bad}"], ["--target {bad}", "not a .gguf model"]),
     (["generate", "--prompt", "hi", "--dtype", "int8"], ["--dtype must be one of"]),
     # generate: numbers and names
     (["generate", "--prompt", "hi", "--threads", "-1"], ["--threads must be >= 1, got -1"]),

@@ -48,7 +48,19 @@ def test_exact_bad_input_exit_status(tmp_path, capsys):
     code = main(["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", str(tmp_path / "bad.json"),
                  "--target", str(EXAMPLES / "toy_target.json")])
     assert code == 2
-    assert "not normalised" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # one line naming the flag and the file; a single row shows no row index
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith(f"spectr-gbv exact: --draft {tmp_path / 'bad.json'}: ")
+    assert "not normalised" in err and "row (0,)" not in err
+
+
+def test_exact_refuses_sizes_it_cannot_enumerate(capsys):
+    """K = 1, L = 1000 used to end in a RecursionError; now the estimate is refused up front."""
+    code = main(["exact", "--rule", "sd", "--K", "1", "--L", "1000", "--draft", str(EXAMPLES / "toy_draft.json"),
+                 "--target", str(EXAMPLES / "toy_target.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--max-outcomes" in err and "outcomes" in err
 
 
 def test_console_script_installed():
