@@ -6,8 +6,14 @@ Leviathan et al. 2023).  The draft length comes from the assistant's generation 
 is set there (``num_assistant_tokens = L``, schedule ``"constant"``) for the call and restored
 afterwards.  transformers' default ``assistant_confidence_threshold`` (0.4: the assistant stops
 drafting early when its top token is less likely than that) is left as users get it.
-Its block efficiency is counted with a forward hook on the target: one call per iteration
-(the prompt is processed inside the first one).
+
+Counted by the engine's definitions (``engine.GenerationResult``): one target call per
+iteration (the prompt is processed inside the first one), τ = draft tokens the iteration kept
+in the output.  Each iteration's emitted tokens come from a streamer (transformers puts the
+prompt, then each iteration's accepted tokens), its τ before truncation from a wrapper around
+``_speculative_sampling`` for the duration of the call.  Neither is a forward hook: with the
+same model object as target and assistant, a hook on the target would also count the
+assistant's calls.
 """
 
 from __future__ import annotations
@@ -16,9 +22,37 @@ import time
 
 import torch
 
-from .engine import GenerationResult, check_positive
+from .engine import GenerationResult, check_positive, generator_seed, kept_tau
 from .memory import peak_rss_bytes
 from .sampling import SamplingConfig
+
+
+class _IterationLog:
+    """A transformers streamer that records how many tokens each iteration emitted (the
+    first ``put`` is the prompt), plus the raw τ reported by ``_speculative_sampling``."""
+
+    def __init__(self):
+        self.prompt_seen = False
+        self.emitted: list[int] = []
+        self.taus_raw: list[int] = []
+
+    def put(self, value) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+        else:
+            self.emitted.append(int(value.numel()))  # batch of one
+
+    def end(self) -> None:
+        pass
+
+    def wrap(self, speculative_sampling):
+        """``speculative_sampling`` recording its n_matches (τ before transformers cuts the
+        block at max_new_tokens or EOS).  transformers reads n_matches on the host anyway."""
+        def wrapped(*args, **kwargs):
+            valid_tokens, n_matches = speculative_sampling(*args, **kwargs)
+            self.taus_raw.append(int(n_matches))
+            return valid_tokens, n_matches
+        return wrapped
 
 
 @torch.inference_mode()
@@ -28,22 +62,28 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
     """One generation with transformers' assisted generation.
 
     Args:
-        target, draft: transformers causal LMs (the draft is the ``assistant_model``).
+        target, draft: transformers causal LMs (the draft is the ``assistant_model``; the same
+            object may be both).
         prompt_ids: token ids (at least one).
         max_new_tokens: ≥ 1.
         sampling: temperature / top-k / top-p, passed as ``generate`` keyword arguments
             (``SamplingConfig.generate_kwargs``; top_k = 0 overrides transformers' default 50).
         L: ``num_assistant_tokens`` ≥ 1 (constant schedule).
-        seed: ``torch.manual_seed`` before the call (transformers samples from the global RNG).
+        seed: any Python int; ``torch.manual_seed(engine.generator_seed(seed))`` before the
+            call (transformers samples from the global RNG).
         eos_token_ids: ids that stop the generation.
     Returns:
-        GenerationResult with method "hf_assisted", target_calls = target forward calls,
-        taus empty (transformers does not report them).
+        GenerationResult with method "hf_assisted", target_calls = iterations (target forward
+        calls), taus = kept τ per iteration, taus_raw = τ before truncation.
     Raises:
-        ValueError: empty prompt, max_new_tokens < 1, L < 1.
+        ValueError: empty prompt, max_new_tokens < 1, L < 1, seed not an integer.
+    Not thread-safe: ``_speculative_sampling`` is wrapped in transformers' module during the call.
     """
+    from transformers.generation import utils as generation_utils
+
     max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
     L = check_positive(L, "L")
+    gen_seed = generator_seed(seed)
     sampling = sampling or SamplingConfig()
     device = next(target.parameters()).device
     ids = torch.as_tensor(prompt_ids, dtype=torch.int64).reshape(1, -1).to(device)
@@ -52,19 +92,20 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
     eos = sorted(int(e) for e in eos_token_ids)
     config = draft.generation_config
     saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
-    calls = [0]
-    hook = target.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    log = _IterationLog()
+    original = generation_utils._speculative_sampling
     try:
         config.num_assistant_tokens, config.num_assistant_tokens_schedule = L, "constant"
-        torch.manual_seed(int(seed))
+        generation_utils._speculative_sampling = log.wrap(original)
+        torch.manual_seed(gen_seed)
         start, cpu_start = time.perf_counter(), time.process_time()
         out = target.generate(
             ids, attention_mask=torch.ones_like(ids), assistant_model=draft,
             max_new_tokens=max_new_tokens, eos_token_id=eos or None,
-            pad_token_id=eos[0] if eos else None, **sampling.generate_kwargs())
+            pad_token_id=eos[0] if eos else None, streamer=log, **sampling.generate_kwargs())
         wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
-        hook.remove()
+        generation_utils._speculative_sampling = original
         config.num_assistant_tokens, config.num_assistant_tokens_schedule = saved
     tokens = out[0, ids.shape[1]:].tolist()
     stop_reason = "max_new_tokens"
@@ -72,5 +113,13 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
         if token in eos_token_ids:
             tokens, stop_reason = tokens[: i + 1], "eos"
             break
-    return GenerationResult("hf_assisted", tokens, int(ids.shape[1]), calls[0], [], 1, L, wall,
-                            peak_rss_bytes(), stop_reason, cpu)
+    taus_raw = log.taus_raw
+    if len(taus_raw) != len(log.emitted):  # not the sampling path: τ = emitted − 1
+        taus_raw = [max(e - 1, 0) for e in log.emitted]
+    taus, left = [], len(tokens)
+    for tau, emitted in zip(taus_raw, log.emitted):
+        kept = min(emitted, left)  # 0 only after the cut (transformers stops at EOS too)
+        taus.append(kept_tau(tau, kept))
+        left -= kept
+    return GenerationResult("hf_assisted", tokens, int(ids.shape[1]), len(log.emitted), taus,
+                            1, L, wall, peak_rss_bytes(), stop_reason, cpu, taus_raw)

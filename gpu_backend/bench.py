@@ -16,12 +16,14 @@ Measurement protocol (the machine is shared, so absolute times drift):
   emit the same number of tokens; the token counts can differ when a sampled EOS ends a run
   early);
 - reported numbers are **medians over prompts**: block efficiency (tokens / target calls),
-  speedup ratio, tokens/s, mean τ, acceptance rate (= mean τ / L), and the largest peak RSS;
+  speedup ratio, tokens/s, mean τ (draft tokens kept in the output per target call, after
+  truncation at EOS / max_new_tokens: ``engine.GenerationResult.taus``), acceptance rate
+  (= mean τ / L), and the largest peak RSS;
 - the speedup ratio is also given in CPU time (tokens per CPU second of the process, all
   threads), which other jobs on a shared machine disturb less than wall time.
 
-For ``hf_assisted`` the target calls are counted with a forward hook and mean τ is derived as
-block efficiency − 1 (transformers reports no per-iteration τ).
+``hf_assisted`` is counted by the same definitions (``gpu_backend.assisted``: one target call
+per iteration, kept τ per iteration), so every column has one meaning for every method.
 """
 
 from __future__ import annotations
@@ -272,9 +274,6 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
             result = run_one(pair, s, ids, config, config.seed + p_idx)
             record = {"prompt": p_idx, **asdict(s), **result.metrics()}
             record["method"] = s.method
-            if s.method == "hf_assisted":
-                record["mean_accepted"] = result.block_efficiency - 1.0
-                record["acceptance_rate"] = record["mean_accepted"] / s.L
             runs.append(record)
             bar.update(1)
     bar.close()

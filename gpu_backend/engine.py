@@ -26,23 +26,41 @@ selected path is gathered back (``kv.keep_positions``).
 
 Draft and target logits go through the same ``sampling.probabilities`` (temperature, top-k,
 top-p, float32 softmax).  All randomness comes from one seeded ``torch.Generator`` (draft
-tokens, and one verifier seed per iteration), so a run is reproducible.  The loop reads the
-verdict back to the host once per iteration (τ, selected draft, emitted tokens); the packed
-layout also reads each depth's K draft tokens on the host to build the tree (free on CPU; on
-a GPU the batched layout avoids these reads).
+tokens, and one verifier seed per iteration), so a run is reproducible; any Python int is a
+seed (``generator_seed``).  The loop reads the verdict back to the host once per iteration
+(τ, selected draft, emitted tokens, and an "every row finite" flag); the packed layout also
+reads each depth's K draft tokens on the host to build the tree (free on CPU; on a GPU the
+batched layout avoids these reads).
+
+What the engine refuses or raises (all ``ValueError``, one line, naming the model):
+- at construction, a draft or target whose cache cannot be cut back exactly
+  (``check_model``: sliding-window layers whose window can bind, recurrent / convolution /
+  hybrid states, any other cache layer than transformers' full ``DynamicLayer``);
+- during a generation, a non-finite probability row (NaN / inf logits) of either model
+  (``NonFiniteError``, naming the iteration, draft and depth or row), raised after the
+  iteration's read and before any token of that iteration is emitted; no token is ever drawn
+  from such a row (``sampling.sampleable``).
+
+Metrics (``GenerationResult``): τ of an iteration counts the draft tokens it *kept* in the
+output (after truncation at the first EOS or at ``max_new_tokens``); the verifier's τ before
+truncation is ``taus_raw``.  Mean τ, acceptance rate and per-position acceptance derive from the
+kept τ, so that they count only tokens the generation returns; transformers' assisted
+generation (``gpu_backend.assisted``) is counted by the same definitions.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
+import numbers
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from .kv import cache_length, keep_positions, keep_row, new_cache, widen
+from .kv import cache_length, keep_positions, keep_row, new_cache, rollback_problem, widen
 from .memory import peak_rss_bytes
-from .sampling import SamplingConfig, probabilities
+from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from .stack import ModificationStack
 from .tree import DraftTree, attention_mask_for
 
@@ -71,7 +89,11 @@ class GenerationResult:
         prompt_tokens: prompt length in tokens.
         target_calls: target forward calls after the prompt (AR: one per token; speculative:
             one per iteration).
-        taus: τ of each iteration (before truncation); empty for AR.
+        taus: kept τ of each iteration: the draft tokens of that iteration that are in
+            ``tokens`` (the verifier's τ, cut by the truncation at the first EOS or at
+            ``max_new_tokens``: min(τ, tokens the iteration kept)); empty for AR.
+        taus_raw: the verifier's τ of each iteration, before truncation (drafts accepted but
+            possibly never returned); empty for AR.
         K, L: drafts and block length (AR: 1, 0).
         wall_time_s: seconds, prompt processing included.
         cpu_time_s: CPU seconds of the process over the same span (all threads): on a shared
@@ -92,6 +114,7 @@ class GenerationResult:
     peak_rss_bytes: int
     stop_reason: str
     cpu_time_s: float = float("nan")
+    taus_raw: list[int] = field(default_factory=list)
 
     @property
     def new_tokens(self) -> int:
@@ -104,18 +127,20 @@ class GenerationResult:
 
     @property
     def mean_accepted(self) -> float:
-        """Mean τ over iterations (accepted draft tokens per target call)."""
+        """Mean kept τ over iterations (draft tokens returned per target call); block
+        efficiency = mean τ + the fraction of iterations whose correction/bonus token was
+        kept, i.e. mean τ + 1 without truncation."""
         return sum(self.taus) / len(self.taus) if self.taus else float("nan")
 
     @property
     def acceptance_rate(self) -> float:
-        """Mean τ / L: the fraction of a block's L positions accepted, averaged over
-        iterations (not accepted / (K·L): only one draft's tokens can be kept)."""
+        """Mean kept τ / L: the fraction of a block's L positions accepted and returned,
+        averaged over iterations (not accepted / (K·L): only one draft's tokens can be kept)."""
         return self.mean_accepted / self.L if self.taus and self.L else float("nan")
 
     @property
     def per_position_acceptance(self) -> list[float]:
-        """Entry i-1 = fraction of iterations with τ ≥ i, i = 1..L."""
+        """Entry i-1 = fraction of iterations with kept τ ≥ i, i = 1..L (sums to mean τ)."""
         if not self.taus:
             return []
         n = len(self.taus)
@@ -164,7 +189,8 @@ class IterationRecord:
 
 @dataclass
 class _State:
-    """One generation's mutable state: caches, context, RNG, reused draft buffers.
+    """One generation's mutable state: caches, context, RNG, reused draft buffers
+    (``draft_ok`` bool [K, L]: which draft rows are finite, ``sampling.finite_rows``).
 
     ``d_len``: positions of the context held by the draft's cache (its pending tokens are
     ``context[d_len:]``).  The target's cache always holds the context minus its last token.
@@ -176,6 +202,7 @@ class _State:
     gen: torch.Generator
     draft_tokens: torch.Tensor
     draft_probs: torch.Tensor
+    draft_ok: torch.Tensor
     d_len: int = 0
 
 
@@ -184,6 +211,59 @@ def check_positive(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return value
+
+
+class NonFiniteError(ValueError):
+    """A model produced a non-finite probability row (NaN or inf logits) on the engine path;
+    the message names the model (draft or target) and the position.  Nothing drawn from or
+    after that row was emitted."""
+
+
+def check_model(model, role: str) -> None:
+    """Refuse a model whose KV cache the engine cannot cut back exactly (``kv.rollback_problem``).
+
+    Args:
+        model: a transformers causal LM.
+        role: "draft" or "target" (named in the message).
+    Raises:
+        ValueError: one line, "<role> model (<class>) cannot be used by the speculative
+            engine: <reason>" (sliding window attention, recurrent / convolution / hybrid
+            state, or another cache layer type than full attention).
+    """
+    problem = rollback_problem(model.config, bool(getattr(model, "_is_stateful", False)))
+    if problem is not None:
+        raise ValueError(f"{role} model ({type(model).__name__}) cannot be used by the "
+                         f"speculative engine: {problem}")
+
+
+def generator_seed(seed) -> int:
+    """The ``torch.Generator`` seed of a user seed: any Python int → [0, 2^64).
+
+    The first 8 bytes of SHA-256 of the seed's decimal text (sign included), so that distinct
+    ints (negative ones and ints beyond 64 bits too) give distinct 64-bit seeds (``manual_seed``
+    itself folds −1 onto 2^64 − 1 and refuses ≥ 2^64).  torch's CPU generator (Mersenne
+    Twister) keeps only the low 32 bits of its seed, so on CPU two distinct seeds share a
+    stream with probability 2^-32 (no longer for structured pairs such as s and s + 2^32); a
+    CUDA generator (Philox) keeps all 64.
+
+    Raises:
+        ValueError: ``seed`` is not an integer (bool, float, str, ...), naming ``seed``.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    digest = hashlib.sha256(b"spectr-gbv seed %d" % int(seed)).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def seeded_generator(seed, device) -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with ``generator_seed(seed)``."""
+    return torch.Generator(device=device).manual_seed(generator_seed(seed))
+
+
+def kept_tau(tau: int, kept: int) -> int:
+    """Draft tokens an iteration returned: its first τ emitted tokens are draft tokens, so of
+    ``kept`` returned tokens min(τ, kept) are (the correction/bonus token comes last)."""
+    return min(tau, kept)
 
 
 def eos_token_ids(model, tokenizer=None) -> frozenset[int]:
@@ -236,6 +316,50 @@ def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.multinomial(probs, 1, replacement=True, generator=gen)[:, 0]
 
 
+def _draw_draft(state: "_State", i: int) -> torch.Tensor:
+    """Flag the K draft rows of depth ``i`` (finite or not) and draw one token from each;
+    a non-finite row is replaced by a placeholder (``sampling.sampleable``), never sampled."""
+    ok = finite_rows(state.draft_probs[:, i])
+    state.draft_ok[:, i] = ok
+    return _sample(sampleable(state.draft_probs[:, i], ok), state.gen)
+
+
+@dataclass
+class _FiniteFlags:
+    """Which rows of one iteration are finite: draft bool [K, L], target bool [K, L+1] (raw),
+    modified bool [K, L+1] or None (the rows after Algorithm 2, when any were modified)."""
+
+    draft: torch.Tensor
+    target: torch.Tensor
+    modified: torch.Tensor | None
+
+    def all(self) -> torch.Tensor:
+        """bool 0-d tensor on the device: every row finite (no sync)."""
+        flag = self.draft.all() & self.target.all()
+        return flag & self.modified.all() if self.modified is not None else flag
+
+    def check(self, iteration: int, n: int) -> None:
+        """Raise ``NonFiniteError`` naming the first non-finite row (reads the flags: call
+        it only once a problem is known, or where the loop synchronises anyway).
+
+        Args:
+            iteration: 0-based iteration index; n: tokens emitted before it.
+        """
+        where = f"at iteration {iteration} (after {n} emitted tokens)"
+        for who, flags, what in (("draft model", self.draft, "depth"),
+                                 ("target model", self.target, "row"),
+                                 ("Algorithm 2's modified target (target model)", self.modified,
+                                  "row")):
+            if flags is None or bool(flags.all()):
+                continue
+            k, i = (int(v) for v in (~flags).nonzero()[0])
+            detail = (f"depth {i}" if what == "depth" else
+                      f"row {i} (rows 0..{flags.shape[1] - 1}; the last is the bonus row)")
+            raise NonFiniteError(f"{who} gave a non-finite probability row (NaN or inf "
+                                 f"logits) {where}, draft {k}, {detail}; no token of this "
+                                 f"iteration was emitted")
+
+
 def _prompt_tensor(prompt_ids) -> torch.Tensor:
     ids = torch.as_tensor(prompt_ids, dtype=torch.int64).reshape(-1)
     if ids.numel() == 0:
@@ -269,8 +393,9 @@ class SpeculativeEngine:
             Both hand the verifier the same rows (up to float rounding).
         share_prefixes: with "packed", drafts with a common prefix share its nodes.
     Raises:
-        ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, or
-            a vocabulary mismatch between draft and target.
+        ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
+            vocabulary mismatch between draft and target, or a draft or target whose cache
+            cannot be cut back (``check_model``: sliding window, recurrent or hybrid state).
     """
 
     def __init__(self, target, draft, rule: str = DEFAULT_RULE, K: int = DEFAULT_K,
@@ -289,6 +414,8 @@ class SpeculativeEngine:
         self.L = check_positive(L, "L")
         if rule in SINGLE_DRAFT_RULES and K != 1 and verifier is None:
             raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
+        check_model(target, "target")
+        check_model(draft, "draft")
         self.V = check_same_vocabulary(draft, target)
         self.target, self.draft = target, draft
         self.rule = rule
@@ -307,27 +434,36 @@ class SpeculativeEngine:
         Args:
             prompt_ids: token ids (list or 1-D int tensor), at least one.
             max_new_tokens: ≥ 1; the last iteration's output is truncated to it.
-            seed: seed of the run's ``torch.Generator``.
+            seed: any Python int (negative, or beyond 64 bits, too): the run's
+                ``torch.Generator`` is seeded with ``generator_seed(seed)``, a 64-bit hash, so
+                that distinct ints give distinct streams (on CPU, torch's generator keeps 32 of
+                those bits: a chance collision per pair of 2^-32).  The same seed gives the
+                same generation.
             on_iteration: optional callable receiving an ``IterationRecord`` per iteration
                 (copies tensors: for tests and diagnostics, not for timing).
         Returns:
             GenerationResult (tokens stop after the first EOS id, which is kept).
         Raises:
-            ValueError: empty prompt, max_new_tokens < 1.
+            ValueError: empty prompt, max_new_tokens < 1, seed not an integer.
+            NonFiniteError (a ValueError): a draft or target probability row is not finite
+                (NaN / inf logits); the message names the model, iteration, draft and depth
+                or row.  Raised before any token of that iteration is emitted.
         """
         max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
         K, L, V, dev = self.K, self.L, self.V, self.device
         ids = _prompt_tensor(prompt_ids).to(dev)
-        gen = torch.Generator(device=dev).manual_seed(int(seed))
+        gen = seeded_generator(seed, dev)
         start, cpu_start = time.perf_counter(), time.process_time()
         state = _State(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
                        torch.empty(K, L, dtype=torch.int64, device=dev),
-                       torch.empty(K, L, V, dtype=torch.float32, device=dev))
+                       torch.empty(K, L, V, dtype=torch.float32, device=dev),
+                       torch.ones(K, L, dtype=torch.bool, device=dev))
         if ids.numel() > 1:  # the target's cache holds the context minus its last token
             self.target(ids[None, :-1], cache=state.t_cache, use_cache=True, logits_to_keep=1)
         stack = ModificationStack(L)
         out: list[int] = []
         taus: list[int] = []
+        taus_raw: list[int] = []
         stop_reason = "max_new_tokens"
         while len(out) < max_new_tokens:
             n, n_ctx = len(out), len(state.context)
@@ -339,6 +475,12 @@ class SpeculativeEngine:
             draft_tokens, draft_probs = state.draft_tokens, state.draft_probs
             # 3. Algorithm 2's modified rows
             target_probs, trace = stack.modify(n, draft_tokens, draft_probs, target_raw)
+            # one reduction per row, read with the verdict below (no extra host sync)
+            finite = _FiniteFlags(state.draft_ok, finite_rows(target_raw),
+                                  finite_rows(target_probs) if target_probs is not target_raw
+                                  else None)
+            if self.validate:  # the verifier's own checks would fire first, unnamed
+                finite.check(len(taus), n)
             # 4. verify
             seeds = torch.randint(0, 2**62, (1,), generator=gen, device=dev)
             verdict = self.verifier(draft_tokens[None], draft_probs[None], target_probs[None],
@@ -346,9 +488,12 @@ class SpeculativeEngine:
             mod = verdict.modification
             active = mod.active[:1].to(torch.int64) if mod is not None else verdict.tau.new_zeros(1)
             head = torch.cat([verdict.tau[:1], verdict.selected[:1], verdict.num_emitted[:1],
-                              active, verdict.tokens[0]]).tolist()  # the iteration's host sync
-            tau, selected, num_emitted, is_active = head[:4]
-            emitted = head[4:4 + num_emitted]
+                              active, finite.all().reshape(1).to(torch.int64),
+                              verdict.tokens[0]]).tolist()  # the iteration's host sync
+            tau, selected, num_emitted, is_active, all_finite = head[:5]
+            if not all_finite:
+                finite.check(len(taus), n)  # raises, naming the model and the row
+            emitted = head[5:5 + num_emitted]
             # 5. cut back: keep the selected draft (any when τ = 0: they share the context)
             row = max(selected, 0)
             if tree is not None:
@@ -365,14 +510,17 @@ class SpeculativeEngine:
                 on_iteration(IterationRecord(n, list(state.context), draft_tokens.clone(),
                                              draft_probs.clone(), target_raw.clone(),
                                              target_probs.clone(), verdict, list(emitted)))
-            taus.append(tau)
             state.context.extend(emitted)
-            if self._emit(out, emitted, max_new_tokens):
+            before = len(out)
+            hit_eos = self._emit(out, emitted, max_new_tokens)
+            taus_raw.append(tau)
+            taus.append(kept_tau(tau, len(out) - before))
+            if hit_eos:
                 stop_reason = "eos"
                 break
         return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, K, L,
                                 time.perf_counter() - start, peak_rss_bytes(), stop_reason,
-                                time.process_time() - cpu_start)
+                                time.process_time() - cpu_start, taus_raw)
 
     def _first_draft_row(self, state: "_State") -> None:
         """Feed the draft its pending tokens (batch 1) and draw the K first draft tokens."""
@@ -380,9 +528,11 @@ class SpeculativeEngine:
         pending = torch.tensor([state.context[state.d_len:]], dtype=torch.int64, device=dev)
         logits = self.draft(pending, cache=state.d_cache, use_cache=True, logits_to_keep=1).logits
         p_first = probabilities(logits[:, -1], self.draft_sampling)
+        ok = finite_rows(p_first)
+        state.draft_ok[:, 0] = ok
         state.draft_probs[:, 0] = p_first
-        state.draft_tokens[:, 0] = torch.multinomial(p_first, self.K, replacement=True,
-                                                     generator=state.gen)[0]
+        state.draft_tokens[:, 0] = torch.multinomial(sampleable(p_first, ok), self.K,
+                                                     replacement=True, generator=state.gen)[0]
 
     def _draft_and_score_batched(self, state: "_State") -> torch.Tensor:
         """K cache rows: the draft's cache repeated after the first row, the K blocks drafted
@@ -395,7 +545,7 @@ class SpeculativeEngine:
         for i in range(1, L):
             logits = self.draft(tokens[:, i - 1:i], cache=state.d_cache, use_cache=True).logits
             probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
-            tokens[:, i] = _sample(probs[:, i], state.gen)
+            tokens[:, i] = _draw_draft(state, i)
         widen(state.t_cache, K)
         last = torch.full((K, 1), state.context[-1], dtype=torch.int64, device=dev)
         logits = self.target(torch.cat([last, tokens], dim=1), cache=state.t_cache,
@@ -424,7 +574,7 @@ class SpeculativeEngine:
                                 use_cache=True).logits[0]
             rows = probabilities(logits, self.draft_sampling)
             probs[:, i] = rows[torch.tensor(nodes, device=dev) - first]
-            tokens[:, i] = _sample(probs[:, i], state.gen)
+            tokens[:, i] = _draw_draft(state, i)
             new, nodes = tree.add_depth(tokens[:, i].tolist())
             node_tokens += new
         N = tree.num_nodes
@@ -464,19 +614,23 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
         prompt_ids: token ids (at least one).
         max_new_tokens: ≥ 1.
         sampling: temperature / top-k / top-p (``sampling.probabilities``).
-        seed: seed of the run's ``torch.Generator``.
+        seed: any Python int; the run's ``torch.Generator`` is seeded with
+            ``generator_seed(seed)`` (as ``SpeculativeEngine.generate``).
         eos_token_ids: ids that stop the generation (kept in the output).
     Returns:
         GenerationResult with method "ar", K = 1, L = 0, block efficiency 1.
     Raises:
-        ValueError: empty prompt, max_new_tokens < 1.
+        ValueError: empty prompt, max_new_tokens < 1, seed not an integer.
+        NonFiniteError (a ValueError): the target's probability row is not finite (NaN / inf
+            logits), naming the target model and the new token's index; nothing is sampled
+            from that row.
     """
     max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
     sampling = sampling or SamplingConfig()
     eos = frozenset(int(e) for e in eos_token_ids)
     dev = _model_device(target)
     ids = _prompt_tensor(prompt_ids).to(dev)
-    gen = torch.Generator(device=dev).manual_seed(int(seed))
+    gen = seeded_generator(seed, dev)
     start, cpu_start = time.perf_counter(), time.process_time()
     cache = new_cache(target)
     pending = ids[None]
@@ -485,8 +639,13 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     while len(out) < max_new_tokens:
         logits = target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits
         p = probabilities(logits[:, -1], sampling)
-        pending = _sample(p, gen)[:, None]
-        token = int(pending)
+        ok = finite_rows(p)
+        pending = _sample(sampleable(p, ok), gen)[:, None]
+        token, finite = torch.cat([pending[0], ok.to(torch.int64)]).tolist()  # one sync
+        if not finite:
+            raise NonFiniteError(f"target model gave a non-finite probability row (NaN or inf "
+                                 f"logits) for new token {len(out)} (after {len(out)} emitted "
+                                 f"tokens); nothing was sampled from it")
         out.append(token)
         if token in eos:
             stop_reason = "eos"

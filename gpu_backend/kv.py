@@ -5,11 +5,61 @@ draft's tokens, and afterwards keeps one row cut back to the accepted prefix.  t
 provides each step (``batch_repeat_interleave``, ``batch_select_indices``, ``crop`` with a
 negative count); this module only fixes the conventions (lengths in tokens, one row kept)
 so that the engine never reaches into the layers' tensors.
+
+Only caches that can be cut back exactly are usable (``rollback_problem``): every layer a plain
+``DynamicLayer`` (full attention), or a sliding-window layer whose window can never bind.  A
+binding window drops positions that a cut-back would need (transformers raises "crop was
+called ..." at the first crop) and the packed layout's tree mask ignores it; a recurrent or
+convolution state (Mamba, LFM2, hybrid layers) cannot be rewound, nor fed a token tree.
 """
 
 from __future__ import annotations
 
 import torch
+
+
+def rollback_problem(config, stateful: bool = False) -> str | None:
+    """Why the engine could not cut back a cache built for ``config``, or None when it can.
+
+    Decided from the cache transformers itself builds (``DynamicCache(config=config)``, whose
+    layer types come from ``config.layer_types`` or, without them, ``sliding_window`` /
+    ``attention_chunk_size``): e.g. Qwen2 configs carry ``sliding_window`` with
+    ``use_sliding_window=False``, and transformers builds full layers for them.
+
+    Args:
+        config: a transformers model config (the text config is used for multimodal ones).
+        stateful: the model class's ``_is_stateful`` (recurrent models such as Mamba, RWKV,
+            Jamba: transformers refuses assisted generation for them too).
+    Returns:
+        None, or a short reason (no trailing period) naming the first offending layer.
+    """
+    from transformers import DynamicCache
+    from transformers.cache_utils import (DynamicLayer, DynamicSlidingWindowLayer,
+                                          LinearAttentionCacheLayerMixin)
+
+    if stateful:
+        return "it is a stateful (recurrent) model, whose state cannot be cut back"
+    try:
+        cache = DynamicCache(config=config)  # what new_cache builds
+    except Exception as err:  # noqa: BLE001 - any failure means: not a cache we can handle
+        return f"transformers cannot build a DynamicCache for its config ({err})"
+    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    limit = getattr(text, "max_position_embeddings", None)
+    for i, layer in enumerate(cache.layers):
+        name = type(layer).__name__
+        if isinstance(layer, LinearAttentionCacheLayerMixin):
+            return (f"layer {i} keeps a recurrent / convolution state ({name}: linear-attention, "
+                    f"conv or hybrid layer), which cannot be cut back")
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            window = int(layer.sliding_window)
+            if limit is None or window < int(limit):
+                return (f"layer {i} uses sliding window attention (window {window} < "
+                        f"max_position_embeddings {limit}): the window drops positions a "
+                        f"cut-back needs and the packed layout's tree mask ignores it")
+            continue  # the window never binds: the layer behaves as a full one
+        if type(layer) is not DynamicLayer:
+            return f"layer {i} has a {name} cache, which the engine cannot cut back"
+    return None
 
 
 def new_cache(model):
@@ -82,6 +132,8 @@ def keep_positions(cache, positions: list[int]) -> None:
         head += 1
     tail = torch.tensor(positions[head:], dtype=torch.int64)
     for layer in cache.layers:
+        if hasattr(layer, "cumulative_length"):  # a sliding layer whose window never binds
+            layer.cumulative_length = n
         if not isinstance(getattr(layer, "keys", None), torch.Tensor):
             raise TypeError(f"cannot gather positions of a {type(layer).__name__} cache layer")
         tail_dev = tail.to(layer.keys.device)

@@ -7,6 +7,12 @@ one function, ``probabilities``, which applies transformers' own warpers in tran
 order (temperature, then top-k, then top-p; ``GenerationMixin._get_logits_processor``), so
 that the engine, the autoregressive baseline and ``generate(..., do_sample=True)`` sample from
 the same law, then a float32 softmax.
+
+Non-finite logits are never sampled: a NaN or +inf logit (or a row of −inf) makes the whole
+softmax row non-finite, ``finite_rows`` flags such rows with one reduction per row (on the
+device, no host sync), and ``sampleable`` hands the sampler a harmless uniform row in their
+place, so that the caller can raise after its next read instead of drawing from NaN (CPU
+``torch.multinomial`` would raise its own unnamed error; CUDA's may not check at all).
 """
 
 from __future__ import annotations
@@ -91,3 +97,26 @@ def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
         if config.uses_top_p:
             scores = TopPLogitsWarper(top_p=config.top_p)(None, scores)
     return torch.softmax(scores, dim=-1).reshape(shape)
+
+
+def finite_rows(probs: torch.Tensor) -> torch.Tensor:
+    """Which rows of a probability tensor are usable.
+
+    Args:
+        probs: float [..., V], rows from ``probabilities``.
+    Returns:
+        bool [...]: True where the row is finite.  One sum per row: a softmax row is finite
+        everywhere or nowhere (one NaN or +inf logit, or all logits −inf, makes every entry
+        NaN), so the row sum is finite iff the row is.
+    """
+    return torch.isfinite(probs.sum(-1))
+
+
+def sampleable(probs: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """``probs`` [..., V] with the rows where ``ok`` [...] is False replaced by uniform rows.
+
+    A token drawn from a replaced row is a placeholder: the caller must raise (naming the model
+    and position) before emitting anything drawn after it.  Out of place.
+    """
+    uniform = torch.full_like(probs[..., :1], 1.0 / probs.shape[-1])
+    return torch.where(ok.unsqueeze(-1), probs, uniform)
