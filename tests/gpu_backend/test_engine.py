@@ -288,6 +288,10 @@ def test_metrics_are_consistent(models):
     assert sum(acc) == pytest.approx(r.mean_accepted)
     # every iteration but the truncated last one emitted τ + 1 tokens
     assert sum(t + 1 for t in r.taus[:-1]) < 40 <= sum(t + 1 for t in r.taus)
+    # τ counts kept draft tokens: only the truncated last iteration can differ from the raw τ
+    assert r.taus[:-1] == r.taus_raw[:-1]
+    last_kept = r.new_tokens - sum(t + 1 for t in r.taus[:-1])
+    assert r.taus[-1] == min(r.taus_raw[-1], last_kept)
     assert r.peak_rss_bytes > 0 and r.wall_time_s > 0 and r.cpu_time_s > 0
     ar = autoregressive_generate(target, PROMPT, 12, SamplingConfig(1.0))
     assert ar.block_efficiency == 1.0 and ar.target_calls == 12

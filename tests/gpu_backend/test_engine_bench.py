@@ -75,6 +75,9 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
     assert len(result.runs) == 2 * len(settings(config))
     for run in result.runs:
         assert run["block_efficiency"] == pytest.approx(run["new_tokens"] / run["target_calls"])
+        if run["method"] != "ar":  # one definition of mean τ (kept draft tokens) per column
+            assert run["mean_accepted"] <= run["block_efficiency"] <= run["mean_accepted"] + 1 + 1e-12
+            assert run["acceptance_rate"] == pytest.approx(run["mean_accepted"] / run["L"])
     json.dumps(result.rows)
     text = bench.to_markdown(result, "spectr-gbv bench --test")
     assert "| method | K | L | T |" in text and "Sweep over K" in text and "Sweep over T" in text
