@@ -58,7 +58,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kv import cache_length, keep_positions, keep_row, new_cache, rollback_problem, widen
+from .kv import (cache_length, keep_positions, keep_row, new_cache, rollback_problem,
+                 sliding_window_limit, widen)
 from .memory import peak_rss_bytes
 from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from .stack import ModificationStack
@@ -416,6 +417,10 @@ class SpeculativeEngine:
             raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
         check_model(target, "target")
         check_model(draft, "draft")
+        # accepted sliding windows never bind below max_position_embeddings; a generation
+        # beyond that must still fit (checked per generation)
+        self._windows = [(role, w) for role, m in (("target", target), ("draft", draft))
+                         if (w := sliding_window_limit(m.config)) is not None]
         self.V = check_same_vocabulary(draft, target)
         self.target, self.draft = target, draft
         self.rule = rule
@@ -444,7 +449,9 @@ class SpeculativeEngine:
         Returns:
             GenerationResult (tokens stop after the first EOS id, which is kept).
         Raises:
-            ValueError: empty prompt, max_new_tokens < 1, seed not an integer.
+            ValueError: empty prompt, max_new_tokens < 1, seed not an integer, or a
+                generation that could outgrow an accepted model's sliding window (one of at
+                least ``max_position_embeddings`` positions).
             NonFiniteError (a ValueError): a draft or target probability row is not finite
                 (NaN / inf logits); the message names the model, iteration, draft and depth
                 or row.  Raised before any token of that iteration is emitted.
@@ -452,6 +459,12 @@ class SpeculativeEngine:
         max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
         K, L, V, dev = self.K, self.L, self.V, self.device
         ids = _prompt_tensor(prompt_ids).to(dev)
+        # the most positions a cache holds: the context, the last token and every tree node
+        most = ids.numel() + max_new_tokens + K * L + 1
+        for role, window in self._windows:
+            if most > window:
+                raise ValueError(f"{role} model's sliding window ({window}) is too short for "
+                                 f"this generation (up to {most} positions)")
         gen = seeded_generator(seed, dev)
         start, cpu_start = time.perf_counter(), time.process_time()
         state = _State(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,

@@ -62,6 +62,19 @@ def rollback_problem(config, stateful: bool = False) -> str | None:
     return None
 
 
+def sliding_window_limit(config) -> int | None:
+    """The smallest sliding window of the cache transformers builds for ``config`` (None when
+    it has no sliding layer).  ``rollback_problem`` accepts only windows of at least
+    ``max_position_embeddings``; a longer generation must still fit in it (the engine checks
+    it per generation: the layer keeps only its last window − 1 positions)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicSlidingWindowLayer
+
+    windows = [int(layer.sliding_window) for layer in DynamicCache(config=config).layers
+               if isinstance(layer, DynamicSlidingWindowLayer)]
+    return min(windows) if windows else None
+
+
 def new_cache(model):
     """An empty ``DynamicCache`` for ``model`` (its config decides the layer types)."""
     from transformers import DynamicCache

@@ -88,6 +88,9 @@ def test_a_window_that_never_binds_is_accepted_and_exact():
                         torch.testing.assert_close(rec.target_probs_raw[k, i],
                                                    probabilities(logits, sampling),
                                                    atol=1e-5, rtol=0)
+    # beyond max_position_embeddings the window would bind: refused per generation
+    with pytest.raises(ValueError, match=r"target model's sliding window \(256\) is too short"):
+        engine.generate(PROMPT, 256 - len(PROMPT) - 6, seed=1)
 
 
 def test_recurrent_and_hybrid_caches_are_refused(models):
