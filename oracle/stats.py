@@ -299,11 +299,16 @@ class GTestResult:
         zero_cell_violations: tuple of outcomes with probability 0 (or absent from the law)
             that have a positive count.
         detectable_tv: :func:`detectable_tv` (n, alpha, 0.99, n_cells=n_cells_after_merge),
-            on the pooled partition; ``inf`` when dof = 0.
+            on the pooled partition; ``inf`` when dof = 0.  It covers deviations seen on the
+            pooled cells only: mass moved between cells of one pooled group is invisible to the
+            test.  For the whole law use ``detectable_tv_law``.
         min_expected: pooling threshold used.
         merged_mass: total law probability of the cells that were pooled.
         reason: empty when the test ran normally, otherwise why it failed or is uninformative.
-        observed, expected: float64 arrays [n_cells_after_merge] of pooled counts and n·p.
+        observed, expected: float64 arrays [n_cells_after_merge] of pooled counts and their
+            expected counts (given the rare cells' count, when there are rare cells).
+        rare_observed, rare_expected: count and expected count n·p of the rare cells (cells too
+            small to form a pooled group, tested apart by a binomial tail; 0 when none).
     """
 
     statistic: float
@@ -320,13 +325,28 @@ class GTestResult:
     reason: str = ""
     observed: np.ndarray = field(default=None, repr=False, compare=False)
     expected: np.ndarray = field(default=None, repr=False, compare=False)
+    rare_observed: int = 0
+    rare_expected: float = 0.0
+
+    @property
+    def detectable_tv_law(self) -> float:
+        """Smallest TV deviation of the whole (unpooled) law detected with power 0.99:
+        ``detectable_tv + merged_mass``.
+
+        Guarantee: for any alternative law P', TV(P', P) ≤ TV_pooled(P', P) + Σ_groups
+        min(P(g), P'(g)) ≤ TV_pooled + merged_mass (inside a pooled group g at most the
+        group's mass can be moved between its cells), so TV(P', P) ≥ detectable_tv +
+        merged_mass implies TV_pooled ≥ detectable_tv, which the test detects with power 0.99.
+        """
+        return self.detectable_tv + self.merged_mass
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         s = (f"G-test {verdict}: G={self.statistic:.6g}, dof={self.dof}, "
              f"p={self.pvalue:.4g}, alpha={self.alpha:g}, n={self.n}, "
              f"cells={self.n_cells_after_merge} (pooled mass {self.merged_mass:.3g}), "
-             f"detectable TV={self.detectable_tv:.4g} at power 0.99")
+             f"detectable TV={self.detectable_tv:.4g} at power 0.99 on the pooled cells, "
+             f"{self.detectable_tv_law:.4g} on the whole law")
         if self.zero_cell_violations:
             shown = ", ".join(repr(o) for o in self.zero_cell_violations[:5])
             more = len(self.zero_cell_violations) - 5
@@ -337,16 +357,22 @@ class GTestResult:
         return s
 
 
-def _pool_cells(probs: np.ndarray, n: int, min_expected: float) -> list[list[int]]:
-    """Groups of cell indices such that each group has n·p ≥ min_expected (when n ≥ it).
+def _pool_cells(probs: np.ndarray, n: int, min_expected: float) -> tuple[list[list[int]], list[int]]:
+    """Groups of cell indices such that each group has n·p ≥ min_expected, and the rare rest.
 
     Scheme (depends on the law and n only, never on the counts, so the null distribution
     is untouched): cells with n·p ≥ min_expected stay alone; the others are sorted by
     probability (ties in law order) and pooled greedily, smallest first, closing a group
     as soon as its expected count reaches min_expected.  A final group that stays below is
-    joined to the last closed pooled group, or, if none closed, to the alone-standing cell
-    of smallest expected count.  If even that is impossible (n·Σp < min_expected) every
-    cell ends up in one group.  Each cell lands in exactly one group: no mass is dropped.
+    joined to the last closed pooled group; if none closed it is returned apart as the *rare*
+    cells (n·Σp < min_expected), which ``gtest`` tests on their own (an exact binomial tail)
+    instead of hiding them inside a large cell, where mass moved between the large cell and
+    the rare ones would be invisible.  If there is no other group (n·Σp < min_expected for the
+    whole law) every cell ends up in one group.  Each cell lands in exactly one place: no mass
+    is dropped.
+
+    Returns:
+        (groups, rare): lists of cell indices; ``rare`` may be empty.
     """
     expected = n * probs
     large = [i for i in range(len(probs)) if expected[i] >= min_expected]
@@ -362,15 +388,15 @@ def _pool_cells(probs: np.ndarray, n: int, min_expected: float) -> list[list[int
         if acc >= min_expected:
             pooled.append(current)
             current, acc = [], 0.0
+    rare: list[int] = []
     if current:
         if pooled:
             pooled[-1].extend(current)
         elif groups:
-            j = min(range(len(groups)), key=lambda g: expected[groups[g][0]])
-            groups[j].extend(current)
+            rare = current
         else:
             pooled.append(current)
-    return groups + pooled
+    return groups + pooled, rare
 
 
 def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
@@ -380,7 +406,10 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
     ``min_expected`` are pooled by a rule that depends only on the law and n (see
     ``_pool_cells``: smallest first, greedily, each pooled group reaching ``min_expected``;
     no mass dropped), then ``scipy.stats.power_divergence(..., lambda_="log-likelihood")``
-    is applied with dof = cells − 1.  Any positive count on an outcome with probability 0,
+    is applied with dof = cells − 1.  Small cells too rare to form a group of their own
+    (n·Σp < min_expected, e.g. outcomes of probability 1e-16 from rounding) are tested apart:
+    their total count against the exact binomial upper tail, the other groups by the G-test
+    given that count, each at α/2; ``pvalue`` is then min(1, 2·min of the two).  Any positive count on an outcome with probability 0,
     or absent from ``law``, fails outright (p-value 0, statistic inf).
 
     Args:
@@ -412,31 +441,50 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
     probs = np.array([law[o] for o in support], dtype=np.float64)
     obs_cells = np.array([counts.get(o, 0) for o in support], dtype=np.float64)
 
-    groups = _pool_cells(probs, n, min_expected)
+    groups, rare = _pool_cells(probs, n, min_expected)
+    # Rare cells (module doc of _pool_cells): an exact upper binomial tail for their count, and
+    # the G-test on the other groups conditional on that count (a multinomial given its total
+    # is again multinomial, with the probabilities renormalised), each at alpha/2 (Bonferroni).
+    p_rare_mass = math.fsum(probs[rare]) if rare else 0.0
+    o_rare = int(obs_cells[rare].sum()) if rare else 0
+    alpha_g = alpha / 2.0 if rare else alpha
+    n_g = n - o_rare
     observed = np.array([obs_cells[g].sum() for g in groups], dtype=np.float64)
-    expected = np.array([n * math.fsum(probs[g]) for g in groups], dtype=np.float64)
-    merged_mass = math.fsum(probs[i] for g in groups if len(g) > 1 for i in g)
+    expected = np.array([n_g * math.fsum(probs[g]) / (1.0 - p_rare_mass) for g in groups], dtype=np.float64)
+    merged_mass = math.fsum(probs[i] for g in groups if len(g) > 1 for i in g) + p_rare_mass
     n_cells = len(groups)
     dof = n_cells - 1
-    tv = detectable_tv(n, alpha, 0.99, n_cells=n_cells) if dof >= 1 else math.inf
+    tv = detectable_tv(max(n_g, 1), alpha_g, 0.99, n_cells=n_cells) if dof >= 1 else math.inf
+    p_rare = float(stats.binom.sf(o_rare - 1, n, p_rare_mass)) if rare and o_rare > 0 else 1.0
 
     common = dict(dof=dof, n=n, alpha=alpha, n_cells_after_merge=n_cells,
                   zero_cell_violations=violations, detectable_tv=tv,
                   min_expected=min_expected, merged_mass=merged_mass,
-                  observed=observed, expected=expected)
+                  observed=observed, expected=expected, rare_observed=o_rare,
+                  rare_expected=n * p_rare_mass)
     if violations:
         total_bad = sum(counts[o] for o in violations)
         return GTestResult(statistic=math.inf, pvalue=0.0, passed=False,
                            reason=(f"{total_bad} count(s) on {len(violations)} "
                                    "zero-probability outcome(s)"), **common)
-    if dof == 0:
+    if dof == 0 and not rare:
         return GTestResult(statistic=0.0, pvalue=1.0, passed=True,
                            reason="one cell after pooling: the test has no information",
                            **common)
-    res = stats.power_divergence(observed, expected, ddof=0, lambda_="log-likelihood")
-    statistic, pvalue = float(res.statistic), float(res.pvalue)
-    return GTestResult(statistic=statistic, pvalue=pvalue, passed=pvalue >= alpha,
-                       **common)
+    if dof >= 1 and n_g >= 1:
+        res = stats.power_divergence(observed, expected, ddof=0, lambda_="log-likelihood")
+        # a perfect fit can give G = −3e-11 from rounding, whose χ² tail scipy returns as NaN
+        statistic = max(float(res.statistic), 0.0)
+        p_g = float(stats.chi2.sf(statistic, dof))
+    else:
+        statistic, p_g = 0.0, 1.0
+    if not rare:
+        return GTestResult(statistic=statistic, pvalue=p_g, passed=p_g >= alpha, **common)
+    pvalue = min(1.0, 2.0 * min(p_g, p_rare))
+    reason = (f"rare cells (mass {p_rare_mass:.3g}, expected count {n * p_rare_mass:.3g}) observed "
+              f"{o_rare} times, binomial tail p = {p_rare:.3g}") if p_rare < alpha / 2.0 else ""
+    return GTestResult(statistic=statistic, pvalue=pvalue, passed=p_g >= alpha / 2.0 and p_rare >= alpha / 2.0,
+                       reason=reason, **common)
 
 
 def counts_from_samples(samples: Iterable[Hashable]) -> dict:
@@ -502,6 +550,18 @@ class ConditionalGTestResult:
     min_pvalue: float
     pvalue: float
     passed: bool
+
+    @property
+    def detectable_tv_law(self) -> float:
+        """Smallest TV deviation of the whole (unpooled) law detected with power 0.99:
+        ``detectable_tv + merged_mass``.
+
+        Guarantee: for any alternative law P', TV(P', P) ≤ TV_pooled(P', P) + Σ_groups
+        min(P(g), P'(g)) ≤ TV_pooled + merged_mass (inside a pooled group g at most the
+        group's mass can be moved between its cells), so TV(P', P) ≥ detectable_tv +
+        merged_mass implies TV_pooled ≥ detectable_tv, which the test detects with power 0.99.
+        """
+        return self.detectable_tv + self.merged_mass
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
@@ -733,6 +793,18 @@ class MeanTestResult:
     high: float
     n: int
     variance_source: str
+
+    @property
+    def detectable_tv_law(self) -> float:
+        """Smallest TV deviation of the whole (unpooled) law detected with power 0.99:
+        ``detectable_tv + merged_mass``.
+
+        Guarantee: for any alternative law P', TV(P', P) ≤ TV_pooled(P', P) + Σ_groups
+        min(P(g), P'(g)) ≤ TV_pooled + merged_mass (inside a pooled group g at most the
+        group's mass can be moved between its cells), so TV(P', P) ≥ detectable_tv +
+        merged_mass implies TV_pooled ≥ detectable_tv, which the test detects with power 0.99.
+        """
+        return self.detectable_tv + self.merged_mass
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"

@@ -45,7 +45,8 @@ def test_exit_zero_json_and_markdown_when_everything_passes(tmp_path, capsys):
     assert all(keys <= set(r) for r in rows)
     kinds = {r["kind"] for r in rows}
     assert kinds == {"lossless", "conformance", "planted"}
-    assert all(r["N"] == 30000 and r["alpha"] == 1e-6 and 0 < r["detectable_delta"] < 0.1 for r in rows)
+    assert all(r["N"] == 30000 and r["alpha"] == 1e-6 and 0 < r["detectable_delta_pooled"] < 0.1 for r in rows)
+    assert all(r["detectable_delta"] == r["detectable_delta_pooled"] + r["pooled_mass"] for r in rows)
     lossless = [r for r in rows if r["kind"] != "planted"]
     assert all(r["passed"] and r["caught"] is None and r["p_value"] >= 1e-6 for r in lossless)
     planted = {r["rule"]: r for r in rows if r["kind"] == "planted"}

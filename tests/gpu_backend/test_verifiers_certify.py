@@ -68,7 +68,7 @@ def test_certify_toy_cases(rule):
     for r in report.results:
         assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
         assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
-        assert r.detectable_tv < 0.015 and r.zero_cell_violations == 0
+        assert r.detectable_tv < 0.015 and r.zero_cell_violations == 0  # whole law: no pooled mass here
 
 
 LARGE = [(rule, "float32") for rule in CERTIFIED_HERE] + [("kseq_gbv", "bfloat16"), ("spectr_gbv_fixed", "bfloat16")]
@@ -80,7 +80,10 @@ def test_certify_random_rows_V4096(rule, dtype):
     r = report.results[0]
     assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
     assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
-    assert r.detectable_tv < 0.03 and r.zero_cell_violations == 0
+    # the G-test's bound on its pooled cells; the whole-law guarantee adds the pooled mass
+    # (outcomes of expected count < 5: measured 0.7-4.3 % of the mass at V = 4,096, N = 2e5)
+    assert r.detectable_tv_pooled < 0.03 and r.zero_cell_violations == 0
+    assert r.detectable_tv == r.detectable_tv_pooled + r.pooled_mass and r.detectable_tv < 0.075
 
 
 def test_certify_law_level_planted_case():

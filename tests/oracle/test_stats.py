@@ -116,12 +116,32 @@ def test_pooling_hand_example_keeps_mass_and_n():
     assert r.detectable_tv == detectable_tv(100, 0.05, n_cells=4)
 
 
-def test_pooling_leftover_joins_smallest_standalone_cell():
-    # n = 100: expected 90, 6, 4; the lone small cell (4) joins the cell of expected 6.
+def test_pooling_leftover_is_tested_apart_as_rare_cells():
+    # n = 100: expected 90, 6, 4; the lone small cell (4) closes no group: it is tested on its
+    # own (binomial tail P(X >= 5 | 100, 0.04)), the other two by the G-test given the 95
+    # samples outside it (expected 95·0.9/0.96, 95·0.06/0.96), each at alpha/2.
     r = gtest([88, 7, 5], [0.9, 0.06, 0.04], 0.05)
-    np.testing.assert_allclose(r.expected, [90, 10], atol=1e-12)
-    np.testing.assert_array_equal(r.observed, [88, 12])
-    assert r.merged_mass == pytest.approx(0.1, abs=1e-15)
+    np.testing.assert_allclose(r.expected, [95 * 0.9 / 0.96, 95 * 0.06 / 0.96], rtol=1e-12)
+    np.testing.assert_array_equal(r.observed, [88, 7])
+    assert r.merged_mass == pytest.approx(0.04, abs=1e-15)
+    g = stats.power_divergence([88, 7], [95 * 0.9 / 0.96, 95 * 0.06 / 0.96], lambda_="log-likelihood")
+    p_rare = stats.binom.sf(4, 100, 0.04)
+    assert r.statistic == pytest.approx(g.statistic, abs=1e-12)
+    assert r.pvalue == pytest.approx(min(1.0, 2 * min(g.pvalue, p_rare)), rel=1e-12)
+    assert r.detectable_tv == detectable_tv(95, 0.025, n_cells=2)
+    assert r.detectable_tv_law == r.detectable_tv + r.merged_mass
+
+
+def test_mass_moved_into_rounding_noise_cells_is_caught():
+    """A large cell and two outcomes of probability ~1e-16 (rounding noise of an exact law):
+    before the rare cells were tested apart they were pooled into the large cell, and a
+    sampler putting 7.9 % of its mass on them instead passed (pooled mass 0.079 invisible)."""
+    law = {"a": 0.0785 - 2e-16, "b": 1e-16, "c": 1e-16, "d": 0.5, "e": 0.4215}
+    n = 200_000
+    honest = gtest({"a": 15_700, "d": 100_000, "e": 84_300}, law, 1e-6)
+    assert honest.passed and honest.merged_mass == pytest.approx(2e-16, abs=1e-18)
+    moved = gtest({"b": 15_700, "d": 100_000, "e": 84_300}, law, 1e-6)
+    assert not moved.passed and "rare cells" in moved.reason
 
 
 def test_one_cell_left_is_reported_as_uninformative():
@@ -146,8 +166,9 @@ def test_pooling_never_drops_mass_or_samples(weights, n, min_expected, seed):
     counts = np.random.default_rng(seed).multinomial(n, p)
     r = gtest(counts, p, 0.05, min_expected=min_expected)
     assert r.n == n
-    assert r.observed.sum() == n
-    assert r.expected.sum() == pytest.approx(n, rel=1e-12)
+    assert r.observed.sum() + r.rare_observed == n
+    assert r.expected.sum() == pytest.approx(n - r.rare_observed, rel=1e-12)
+    assert r.rare_expected < min_expected
     assert r.n_cells_after_merge <= int((p > 0).sum())
     assert 0.0 <= r.merged_mass <= 1.0 + 1e-12
     if n >= min_expected:
