@@ -17,7 +17,9 @@ import platform
 import statistics
 import time
 
-SINGLE = ("sd", "bv", "gbv")
+from reference.rules import registry
+
+SINGLE = registry.names(single_draft=True)
 
 
 def _timed(rule: str, V: int, K: int, L: int, queue) -> None:

@@ -37,11 +37,12 @@ import time
 import torch
 
 from gpu_backend.verifiers import VERIFIERS, get_verifier
+from reference.rules import registry
 from gpu_backend.verifiers.noise import make_noise, race_groups, seeded_exponentials
 
 V_REAL = 151_936
 TARGET_FORWARD_MS = 170.0
-SINGLE_DRAFT = ("sd", "bv", "gbv")
+SINGLE_DRAFT = registry.names(single_draft=True)
 FULL_GRID = dict(K=(1, 3, 7), L=(4, 8, 12), B=(1, 16))
 QUICK_GRID = dict(K=(1, 3, 7), L=(4, 12), B=(1,))
 

@@ -37,15 +37,31 @@ from datetime import datetime, timezone
 
 import torch
 
-from .engine import (DEFAULT_K, DEFAULT_L, SINGLE_DRAFT_RULES, GenerationResult,
+from reference.rules import registry
+
+from .engine import (DEFAULT_K, DEFAULT_L, GenerationResult,
                      SpeculativeEngine, autoregressive_generate, eos_token_ids)
 from .memory import reset_peak_rss
 from .sampling import SamplingConfig
 
-METHODS = ("ar", "sd", "spectr", "bv", "gbv", "spectr_gbv", "kseq_gbv", "kseq_bv", "traversal",
-           "hf_assisted")
-# Methods that run at K = 1 whatever the K asked for.
-K1_METHODS = frozenset({"ar", "hf_assisted"} | SINGLE_DRAFT_RULES)
+
+
+def default_methods() -> tuple[str, ...]:
+    """The benchmark's default methods: our AR, every registered rule marked ``bench`` (the
+    registry, in its order), and transformers' assisted generation."""
+    return ("ar",) + registry.names(bench=True) + ("hf_assisted",)
+
+
+def runs_at_K1(method: str) -> bool:
+    """Methods that run at K = 1 whatever the K asked for: AR, assisted generation and the
+    single-draft rules."""
+    return method in ("ar", "hf_assisted") or (method in registry.names() and registry.is_single_draft(method))
+
+
+def _color(method: str) -> str:
+    """A stable matplotlib colour per method (its place in the default set)."""
+    methods = default_methods()
+    return f"C{methods.index(method) % 10 if method in methods else 9}"
 SWEEPS = ("none", "K", "L", "T")
 SWEEP_VALUES = {"K": (1, 2, 3, 4, 5, 6, 7), "L": tuple(range(2, 13)), "T": (0.1, 0.4, 0.7)}
 
@@ -59,7 +75,7 @@ class BenchConfig:
         ValueError: unknown method or sweep, K/L/prompts/max_new_tokens < 1, bad sampling values.
     """
 
-    methods: tuple = METHODS
+    methods: tuple = field(default_factory=default_methods)
     dataset: str = "humaneval"
     prompts: int = 10
     max_new_tokens: int = 64
@@ -122,7 +138,7 @@ def settings(config: BenchConfig) -> dict[Setting, set[str]]:
     def add(method, K, L, T, sweep):
         if method == "ar":
             K, L = 1, 0
-        elif method in K1_METHODS:
+        elif runs_at_K1(method):
             K = 1
         out.setdefault(Setting(method, K, L, T), set()).add(sweep)
 
@@ -424,10 +440,10 @@ def write_plots(rows: list[dict], folder: str) -> list[str]:
             for ax, idx in ((axes[0], 1), (axes[1], 2)):
                 if len(pts) == 1 and sweep == "K":  # a K = 1 method: a reference line
                     ax.axhline(pts[0][idx], linestyle="--", linewidth=1, label=m,
-                               color=f"C{list(METHODS).index(m) if m in METHODS else 9}")
+                               color=_color(m))
                 else:
                     ax.plot([p[0] for p in pts], [p[idx] for p in pts], marker="o", label=m,
-                            color=f"C{list(METHODS).index(m) if m in METHODS else 9}")
+                            color=_color(m))
         axes[0].set_ylabel("block efficiency (tokens / target call)")
         axes[1].set_ylabel("speedup ratio vs autoregressive")
         axes[1].axhline(1.0, color="black", linewidth=0.8)
@@ -461,7 +477,7 @@ def write_bar_plot(rows: list[dict], folder: str) -> str:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key, label in ((axes[0], "block_efficiency", "block efficiency (tokens / target call)"),
                            (axes[1], "speedup_ratio", "speedup ratio vs autoregressive")):
-        colors = [f"C{list(METHODS).index(r['method']) if r['method'] in METHODS else 9}" for r in main]
+        colors = [_color(r["method"]) for r in main]
         ax.bar(range(len(main)), [r[key] for r in main], color=colors)
         ax.set_xticks(range(len(main)), names, fontsize=8, rotation=30, ha="right")
         ax.set_ylabel(label)

@@ -25,7 +25,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     from reference.cli_args import (dtype_name, nonneg_int, output_dir, output_file, positive_float,
                                     positive_int, seed_int)
 
-    from .engine import DEFAULT_K, DEFAULT_L
+    from .defaults import DEFAULT_K, DEFAULT_L
 
     p.add_argument("--methods", nargs="+", default=None,
                    help="ar sd spectr bv gbv spectr_gbv kseq_gbv kseq_bv traversal hf_assisted (default: "
@@ -67,12 +67,10 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 # -- checks shared by generate, bench and report (no model is loaded) --------------------------
 
 def known_rules() -> tuple[str, ...]:
-    """The verifier names the engine can run (``gpu_backend.verifiers``, else the reference's)."""
-    try:
-        from .verifiers import VERIFIERS
-    except ImportError:
-        from reference.rules import RULES as VERIFIERS
-    return tuple(VERIFIERS)
+    """The rule names the engine can run: the registry's (reference.rules.registry)."""
+    from reference.rules import registry
+
+    return registry.names()
 
 
 def embedded_names() -> dict[str, str]:
@@ -110,12 +108,12 @@ def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: methods, dataset, sampling, models, memory of the rows."""
     from reference.cli_args import UsageError, check_engine_memory, first_line
 
-    from .bench import METHODS, SWEEP_VALUES
-    from .engine import DEFAULT_K, DEFAULT_L
+    from .bench import SWEEP_VALUES, default_methods
+    from .defaults import DEFAULT_K, DEFAULT_L
     from .prompts import BUILTIN_SOURCES, load_prompts
 
     if args.methods is not None:
-        known = list(dict.fromkeys(METHODS + known_rules()))
+        known = list(dict.fromkeys(default_methods() + known_rules()))
         unknown = [m for m in args.methods if m not in known]
         if unknown:
             raise UsageError(f"--methods: unknown method(s) {', '.join(unknown)}; known: {', '.join(known)}")
@@ -180,15 +178,15 @@ def load_models(target: str, draft: str | None, dtype: str):
 
 def config_from_args(args: argparse.Namespace):
     """BenchConfig from parsed arguments (``--quick`` overrides prompts and tokens)."""
-    from .bench import METHODS, SWEEP_VALUES, BenchConfig
-    from .engine import DEFAULT_K, DEFAULT_L
+    from .bench import SWEEP_VALUES, BenchConfig, default_methods
+    from .defaults import DEFAULT_K, DEFAULT_L
 
     sweeps = ("none", "K", "L", "T") if "all" in args.sweep else tuple(args.sweep)
     K = args.K or [DEFAULT_K]
     L = args.L or [DEFAULT_L]
     T = args.temperature or [0.7]
     config = BenchConfig(
-        methods=tuple(args.methods or METHODS), dataset=args.dataset, prompts=args.prompts,
+        methods=tuple(args.methods or default_methods()), dataset=args.dataset, prompts=args.prompts,
         max_new_tokens=args.max_new_tokens, K=K[0], L=L[0], temperature=T[0],
         top_k=args.top_k, top_p=args.top_p, sweeps=sweeps,
         K_values=tuple(K) if len(K) > 1 else SWEEP_VALUES["K"],

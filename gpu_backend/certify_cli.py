@@ -3,13 +3,13 @@
     spectr-gbv certify [--rules R,…] [--quick] [--json FILE] [--markdown FILE]
                        [--samples N] [--alpha A] [--seed S] [--device D] [--threads T]
 
-Every rule of ``gpu_backend.verifiers.VERIFIERS`` (or the ``--rules`` subset) is run by
+Every rule of the registry (``reference.rules.registry``; or the ``--rules`` subset) is run by
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
 joint outcome (τ, accepted prefix, emitted token), of the law of τ, of the emitted token given
 (τ, prefix), and the mean of τ against the exact E[τ], each at α/4) on the cases of
 gpu_backend/certify_suite.py.  Three kinds of row:
 
-* ``lossless`` — a rule of ``reference.rules.LOSSLESS_RULES``: fixed-draft cases against the
+* ``lossless`` — a rule registered as lossless (``reference.rules.registry``): fixed-draft cases against the
   reference rule's exact law given the drafts (toy V = 3 float32 and V = 4 bfloat16; random rows
   at V = 4,096 in float32, and in the full run also in bfloat16; the issue-7 rules kseq_bv,
   traversal and mdbv take their own distinctive toy and V = 4,096 cases instead of the generic
@@ -206,13 +206,15 @@ def parse_rules(text: str | None, known: tuple[str, ...]) -> list[str]:
 def plan(rules: list[str], quick: bool) -> list[Entry]:
     """The entries for ``rules``: per rule its fixed cases, then the law-level and planted ones."""
     from oracle.certify_cases import lossless_against_target, released_rule_against_target
-    from reference.rules import LOSSLESS_RULES
+    from reference.rules import registry
 
     from . import certify_suite as suite
 
+    lossless = registry.names(lossless=True)
+
     entries: list[Entry] = []
     for rule in rules:
-        kind = "lossless" if rule in LOSSLESS_RULES else "conformance"
+        kind = "lossless" if rule in lossless else "conformance"
         single = suite.is_single_draft(rule)
         ref = f"{rule} exact law"
         entries.append(Entry(kind, rule, ref, "toy", lambda r=rule, s=single: suite.toy_cases(r, s)))
@@ -227,7 +229,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
             for dt in dtypes:
                 entries.append(Entry(kind, rule, ref, "rows",
                                      lambda r=rule, d=dt, s=single: [suite.large_case(r, d, s)]))
-        if rule in LOSSLESS_RULES:
+        if rule in lossless:
             entries.append(Entry(kind, rule, "target first-token law", "law",
                                  lambda r=rule, s=single: [lossless_against_target(r, 1 if s else 2, 2)]))
     for planted in suite.PLANTED.values():
@@ -430,10 +432,10 @@ def check(args: argparse.Namespace) -> None:
 
     from reference.cli_args import UsageError, first_line
 
-    from .verifiers import VERIFIERS
+    from reference.rules import registry
 
     try:
-        args.rule_list = parse_rules(args.rules, tuple(VERIFIERS))
+        args.rule_list = parse_rules(args.rules, registry.names())
     except ValueError as err:
         raise UsageError(str(err)) from None
     try:

@@ -100,8 +100,10 @@ def torch_backend(dtype: torch.dtype, device: str | torch.device = "cpu",
 # -- cases -------------------------------------------------------------------------------------
 
 def is_single_draft(rule: str) -> bool:
-    """Whether the registered verifier ``rule`` takes K = 1 only."""
-    return bool(getattr(_verifiers.get_verifier(rule), "single_draft", False))
+    """Whether the registered rule ``rule`` takes K = 1 only (reference.rules.registry)."""
+    from reference.rules import registry
+
+    return registry.is_single_draft(rule)
 
 
 def bf16_exact(rows: np.ndarray) -> np.ndarray:

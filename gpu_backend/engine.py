@@ -58,6 +58,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from reference.rules import registry
+
 from .kv import (cache_length, keep_positions, keep_row, new_cache, rollback_problem,
                  sliding_window_limit, widen)
 from .memory import peak_rss_bytes
@@ -65,14 +67,8 @@ from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from .stack import ModificationStack
 from .tree import DraftTree, attention_mask_for
 
-# Chosen by measurement on the benchmark machine: the lossless rule with the most tokens per
-# target call on the real models (benchmarks/RESULTS.md, "Findings").
-DEFAULT_RULE = "spectr"
-DEFAULT_K = 2
-DEFAULT_L = 4
+from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
 
-# Rules defined for one draft only (SPEC.md §2.1, §2.3, §2.4).
-SINGLE_DRAFT_RULES = frozenset({"sd", "bv", "gbv"})
 
 # End-of-text tokens stopped on besides the model's configured EOS: Qwen's GGUF generation
 # config lists only <|im_end|>, but the model also ends documents with <|endoftext|>.
@@ -413,7 +409,7 @@ class SpeculativeEngine:
 
         self.K = check_positive(K, "K")
         self.L = check_positive(L, "L")
-        if rule in SINGLE_DRAFT_RULES and K != 1 and verifier is None:
+        if verifier is None and rule in registry.names(single_draft=True) and K != 1:
             raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
         check_model(target, "target")
         check_model(draft, "draft")

@@ -9,7 +9,9 @@ def register(subparsers) -> None:
     from reference.cli_args import (dtype_name, nonneg_int, positive_float, positive_int, seed_int,
                                     top_p_value)
 
-    from .engine import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+    from reference.rules import registry
+
+    from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
 
     p = subparsers.add_parser(
         "generate",
@@ -20,9 +22,11 @@ def register(subparsers) -> None:
     )
     p.add_argument("--prompt", required=True, help="the user message (chat template applied)")
     p.add_argument("--rule", default=DEFAULT_RULE,
-                   help=f"verification rule (default {DEFAULT_RULE}); 'ar' for plain sampling")
+                   help=f"verification rule (default {DEFAULT_RULE}); 'ar' for plain sampling; "
+                   f"{registry.help_text()}")
     p.add_argument("--K", type=positive_int, default=None,
-                   help=f"drafts per iteration (default {DEFAULT_K}; 1 for sd, bv, gbv)")
+                   help=f"drafts per iteration (default {DEFAULT_K}; 1 for "
+                   f"{', '.join(registry.names(single_draft=True))})")
     p.add_argument("--L", type=positive_int, default=DEFAULT_L, help=f"block length (default {DEFAULT_L})")
     p.add_argument("--temperature", type=positive_float, default=0.7, help="T > 0 (default 0.7)")
     p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
@@ -43,16 +47,19 @@ def check(args: argparse.Namespace) -> None:
     from reference.cli_args import UsageError, check_engine_memory
 
     from .bench_cli import check_models, known_rules
-    from .engine import DEFAULT_K, SINGLE_DRAFT_RULES
+    from reference.rules import registry
+
+    from .defaults import DEFAULT_K
 
     if not args.prompt.strip():
         raise UsageError("--prompt must not be empty")
     rules = ("ar",) + known_rules()
     if args.rule not in rules:
         raise UsageError(f"--rule: unknown rule {args.rule!r}; known: {', '.join(rules)}")
-    if args.rule in SINGLE_DRAFT_RULES and args.K not in (None, 1):
+    single = args.rule != "ar" and registry.is_single_draft(args.rule)
+    if single and args.K not in (None, 1):
         raise UsageError(f"--K must be 1 for the single-draft rule {args.rule!r}, got {args.K}")
-    args.K_resolved = args.K if args.K is not None else (1 if args.rule in SINGLE_DRAFT_RULES else DEFAULT_K)
+    args.K_resolved = args.K if args.K is not None else (1 if single else DEFAULT_K)
     V, known = check_models(args.target, args.draft if args.rule != "ar" else None)
     if args.rule != "ar":
         check_engine_memory(args.K_resolved, args.L, V, known, "--K/--L")

@@ -6,10 +6,10 @@ from __future__ import annotations
 from reference.decode import Decoder, DecodeState
 from reference.models import ContextFree, Mixture, RandomModel, ToyModel
 from reference.randomness import SamplingSource
+from reference.rules import registry
 
 from .certify import FirstTokenCase, FixedCase
 
-SINGLE_DRAFT = ("sd", "bv", "gbv")
 
 
 def fixed_case(name: str, rule: str, draft: ToyModel, target: ToyModel, K: int, L: int, seed: int,
@@ -46,7 +46,7 @@ def standard_cases(rules, quick: bool = False, dtypes=("float32", "bfloat16"), l
     """
     cases = []
     for rule in rules:
-        Ks = (1,) if rule in SINGLE_DRAFT else (2, 3)
+        Ks = (1,) if registry.is_single_draft(rule) else (2, 3)
         toy_grid = [(2, Ks[0], 2, 11), (3, Ks[-1], 3, 12), (4, Ks[0], 3, 13)]
         if quick:
             toy_grid = toy_grid[1:2]
@@ -70,6 +70,6 @@ def released_rule_against_target(K: int = 2, L: int = 2) -> FirstTokenCase:
 
 def lossless_against_target(rule: str, K: int = 2, L: int = 2) -> FirstTokenCase:
     """A lossless rule on the same law-level check: must pass."""
-    K = 1 if rule in SINGLE_DRAFT else K
+    K = registry.default_K(rule, K)
     return FirstTokenCase(f"{rule} vs target law, toy K={K} L={L}", rule,
                           ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), K, L)

@@ -13,15 +13,18 @@ import math
 
 import numpy as np
 
-from reference.rules import GreedyBlockVerification, SpecTrGBV, get_rule
+from reference.rules import GreedyBlockVerification, SpecTrGBV, get_rule, registry
 
 from . import quantities as Q
 from .instances import Instance, fixed_instances, random_instance, toy
 
 LOSSLESS_TOL = 1e-12
-LOSSLESS_RULES = ("sd", "spectr", "bv", "gbv", "kseq_gbv", "kseq_bv", "traversal", "mdbv")
 NON_MODIFYING_BASELINES = ("spectr", "kseq_bv", "traversal")
-SINGLE = ("sd", "bv", "gbv")
+
+
+def _usable(rules, inst: Instance) -> list[str]:
+    """The rules of ``rules`` that run on ``inst`` (single-draft rules only at K = 1)."""
+    return [r for r in rules if inst.K == 1 or not registry.is_single_draft(r)]
 
 
 def _grid(mode: str, Ks=(1, 2, 3), Ls=(1, 2, 3), quick_budget: int = 27, budget: int = 729):
@@ -78,13 +81,13 @@ def _gbv_vs_B(inst: Instance) -> float:
 
 
 def _lossless_rules_vs_B(inst: Instance) -> float:
-    rules = [r for r in LOSSLESS_RULES if inst.K == 1 or r not in SINGLE]
+    rules = _usable(registry.names(lossless=True), inst)
     best = max([Q.program(inst, "global_ot")] + [Q.e_tau(inst, r) for r in rules])
     return max(best - Q.bound_B(inst), 0.0)
 
 
 def _rules_vs_global_ot(inst: Instance) -> float:
-    rules = [r for r in LOSSLESS_RULES if inst.K == 1 or r not in SINGLE]
+    rules = _usable(registry.names(lossless=True), inst)
     return max(0.0, max(Q.e_tau(inst, r) for r in rules) - Q.program(inst, "global_ot"))
 
 
@@ -149,7 +152,7 @@ def _relative_gap_to_lp(rule: str):
 
 def _above_lp(rules):
     def measure(inst: Instance) -> float:
-        usable = [r for r in rules if inst.K == 1 or r not in SINGLE]
+        usable = _usable(rules, inst)
         return max(0.0, max(Q.e_tau(inst, r) for r in usable) - Q.program(inst, "no_modification"))
     return measure
 

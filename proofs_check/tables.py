@@ -4,12 +4,11 @@ carried across iterations (issue 5, claims 10 and 11)."""
 
 from __future__ import annotations
 
-from reference.rules import RULES
+from reference.rules import registry
 
 from . import quantities as Q
 from .instances import Instance, random_instance, toy
 
-SINGLE = ("sd", "bv", "gbv")
 
 
 def _fmt(x: float) -> str:
@@ -18,14 +17,12 @@ def _fmt(x: float) -> str:
 
 def multi_rules() -> list[str]:
     """Multi-draft rules in the registry, lossless ones first, the released variants last."""
-    names = [n for n in RULES if n not in SINGLE]
+    names = list(registry.names(single_draft=False))
     return sorted(names, key=lambda n: (n.startswith("spectr_gbv"), n))
 
 
 def lossless_rules() -> list[str]:
-    from reference.rules import LOSSLESS_RULES
-
-    return [n for n in RULES if n in LOSSLESS_RULES]
+    return list(registry.names(lossless=True))
 
 
 def ordering_instances(mode: str) -> list[Instance]:
@@ -40,11 +37,11 @@ def ordering_instances(mode: str) -> list[Instance]:
 def ordering_table(mode: str) -> str:
     """E[τ] of one iteration per rule, with B(K, L), the no-modification LP and the global OT."""
     rules = multi_rules()
-    head = ["instance", "SD (K=1)", "BV (K=1)", "GBV (K=1)"] + rules + ["B(K,L)", "no-mod LP", "global OT"]
+    head = ["instance"] + [f"{r.upper()} (K=1)" for r in registry.names(single_draft=True)] + rules + ["B(K,L)", "no-mod LP", "global OT"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for inst in ordering_instances(mode):
         one = inst.with_K(1)
-        row = [str(inst)] + [_fmt(Q.e_tau(one, r)) for r in SINGLE]
+        row = [str(inst)] + [_fmt(Q.e_tau(one, r)) for r in registry.names(single_draft=True)]
         row += [_fmt(Q.e_tau(inst, r)) for r in rules]
         row += [_fmt(Q.bound_B(inst)), _fmt(Q.program(inst, "no_modification")), _fmt(Q.program(inst, "global_ot"))]
         lines.append("| " + " | ".join(row) + " |")
@@ -69,7 +66,7 @@ def generation_table(mode: str) -> str:
              "|---|---|---|---|---|---|---|"]
     for inst in generation_instances(mode):
         for r in rules:
-            run = inst.with_K(1) if r in SINGLE else inst
+            run = inst.with_K(1) if registry.is_single_draft(r) else inst
             cells = [_fmt(Q.gen(run, r, m * inst.L).tokens_per_call) for m in (2, 3, 4)]
             lossy = "" if r in lossless_rules() else " (lossy)"
             lines.append(f"| {inst} | {r}{lossy} | {run.K} | {_fmt(Q.e_tau(run, r) + 1)} | " + " | ".join(cells) + " |")

@@ -10,11 +10,8 @@
     noise         (uniforms float64 [B, K, L+1] in (0, 1], exponentials float64 [B, V] > 0),
                   the conventions of reference.randomness.MatchedSource
 
-Registry names and parameters (as reference/rules/__init__.py):
-    sd, spectr, bv, gbv (algorithm2=True), spectr_gbv (residual="released", algorithm2=False),
-    spectr_gbv_fixed (residual="consistent", algorithm2=True), kseq_gbv (algorithm2=True),
-    kseq_bv, traversal, mdbv (issue 7: multi-draft rules that never modify later targets;
-    mdbv plans each row on the host and costs seconds per iteration at V = 151,936).
+Names, torch classes and parameters come from the one registry, reference.rules.registry
+(e.g. gbv with algorithm2=True, spectr_gbv with residual="released", algorithm2=False).
 ``get_verifier(name, **params)`` overrides the parameters, e.g.
 ``get_verifier("spectr_gbv", residual="consistent")`` or ``get_verifier("gbv", algorithm2=False)``.
 
@@ -24,6 +21,10 @@ tolerances: gpu_backend/verifiers/batch.py; noise: noise.py; ρ*: kseq.py.
 """
 
 from __future__ import annotations
+
+import importlib
+
+from reference.rules import registry
 
 from .base import Verifier
 from .batch import BatchModification, BatchVerdict
@@ -37,38 +38,49 @@ from .spectr import SpecTr
 from .spectr_gbv import SpecTrGBV
 from .traversal import TraversalVerification
 
-_FACTORIES = {
-    "sd": (TokenVerification, {}),
-    "spectr": (SpecTr, {}),
-    "bv": (BlockVerification, {}),
-    "gbv": (GreedyBlockVerification, {"algorithm2": True}),
-    "spectr_gbv": (SpecTrGBV, {"residual": "released", "algorithm2": False}),
-    "spectr_gbv_fixed": (SpecTrGBV, {"residual": "consistent", "algorithm2": True}),
-    "kseq_gbv": (KSeqGBV, {"algorithm2": True}),
-    "kseq_bv": (KSeqBV, {}),
-    "traversal": (TraversalVerification, {}),
-    "mdbv": (MultiDraftBlockVerification, {}),
-}
+def _torch_class(path) -> type:
+    """The class of a registry ``torch`` entry: "module:Class", or the class itself."""
+    if isinstance(path, type):
+        return path
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
 
-VERIFIERS: tuple[str, ...] = tuple(_FACTORIES)
+
+def _check_registry() -> None:
+    """Every registered rule has its torch class, and that class agrees with the registry on
+    single_draft and modifies_targets (import-time check: the backends cannot drift apart)."""
+    for spec in registry.specs():
+        cls = _torch_class(spec.torch)
+        if not (isinstance(cls, type) and issubclass(cls, Verifier)):
+            raise ImportError(f"rule {spec.name!r}: {spec.torch} is not a Verifier subclass")
+        made = cls(**spec.params)
+        for attr in ("single_draft", "modifies_targets"):
+            if bool(getattr(made, attr, False)) != getattr(spec, attr):
+                raise ImportError(f"rule {spec.name!r}: {spec.torch} disagrees with the registry on {attr}")
+
+
+_check_registry()
+
+
+def __getattr__(name: str):
+    if name == "VERIFIERS":  # live: a rule registered later is listed too
+        return registry.names()
+    raise AttributeError(name)
 
 
 def get_verifier(name: str, **params) -> Verifier:
-    """The batched verifier registered under ``name``, with its default parameters overridden
-    by ``params``.
+    """The batched verifier registered under ``name`` (reference.rules.registry), with its
+    default parameters overridden by ``params``.
 
     Raises:
         ValueError: unknown name (the message lists the known ones) or unknown parameter.
     """
-    try:
-        cls, defaults = _FACTORIES[name]
-    except KeyError:
-        raise ValueError(f"unknown rule {name!r}; known rules: {', '.join(VERIFIERS)}") from None
-    unknown = set(params) - set(defaults)
+    spec = registry.spec(name)
+    unknown = set(params) - set(spec.params)
     if unknown:
-        raise ValueError(f"rule {name!r} takes parameters {sorted(defaults) or 'none'}, "
+        raise ValueError(f"rule {name!r} takes parameters {sorted(spec.params) or 'none'}, "
                          f"got {sorted(unknown)}")
-    return cls(**{**defaults, **params})
+    return _torch_class(spec.torch)(**{**spec.params, **params})
 
 
 def verify(rule, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=None,

@@ -1,6 +1,9 @@
-"""The reference verification rules, one module each, and the name → rule registry."""
+"""The reference verification rules, one module each; ``RULES`` maps the names of
+``registry`` (the one list of rules, with their properties) to reference Rule objects."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from .base import Block, Rule
 from .bv import BlockVerification
@@ -12,27 +15,33 @@ from .sd import TokenVerification
 from .spectr import SpecTr
 from .spectr_gbv import SpecTrGBV
 from .traversal import TraversalVerification
+from . import registry
 
 
-def _registry() -> dict[str, Rule]:
-    return {
-        "sd": TokenVerification(),
-        "spectr": SpecTr(),
-        "bv": BlockVerification(),
-        "gbv": GreedyBlockVerification(algorithm2=True),
-        "spectr_gbv": SpecTrGBV(residual="released", algorithm2=False),
-        "spectr_gbv_fixed": SpecTrGBV(residual="consistent", algorithm2=True),
-        "kseq_gbv": KSeqGBV(algorithm2=True),
-        "kseq_bv": KSeqBV(),
-        "traversal": TraversalVerification(),
-        "mdbv": MultiDraftBlockVerification(),
-    }
+class _Rules(Mapping):
+    """name → reference Rule, live over ``registry`` (a rule registered later appears; each
+    Rule is built once per spec)."""
+
+    def __init__(self):
+        self._built: dict = {}
+
+    def __getitem__(self, name: str) -> Rule:
+        s = registry.spec(name) if name in registry.names() else None
+        if s is None:
+            raise KeyError(name)
+        hit = self._built.get(name)
+        if hit is None or hit[0] is not s:
+            hit = self._built[name] = (s, s.reference())
+        return hit[1]
+
+    def __iter__(self):
+        return iter(registry.names())
+
+    def __len__(self) -> int:
+        return len(registry.names())
 
 
-RULES: dict[str, Rule] = _registry()
-
-# Rules that the project certifies as lossless (the released SpecTr-GBV variants are not).
-LOSSLESS_RULES = ("sd", "spectr", "bv", "gbv", "kseq_gbv", "kseq_bv", "traversal", "mdbv")
+RULES: Mapping[str, Rule] = _Rules()
 
 
 def get_rule(name: str) -> Rule:
@@ -41,12 +50,10 @@ def get_rule(name: str) -> Rule:
     Raises:
         ValueError: unknown name (the message lists the known ones).
     """
-    try:
-        return RULES[name]
-    except KeyError:
-        raise ValueError(f"unknown rule {name!r}; known rules: {', '.join(RULES)}") from None
+    registry.spec(name)  # the ValueError naming the known rules
+    return RULES[name]
 
 
-__all__ = ["Block", "Rule", "RULES", "LOSSLESS_RULES", "get_rule", "BlockVerification",
+__all__ = ["Block", "Rule", "RULES", "get_rule", "registry", "BlockVerification",
            "GreedyBlockVerification", "KSeqGBV", "KSeqBV", "MultiDraftBlockVerification",
            "TraversalVerification", "TokenVerification", "SpecTr", "SpecTrGBV"]

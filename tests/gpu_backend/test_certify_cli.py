@@ -14,13 +14,13 @@ import json
 import pytest
 import torch
 
-import gpu_backend.verifiers as verifiers
 import spectr_gbv_cli
 from gpu_backend import certify_cli
 from gpu_backend.certify_suite import PLANTED, FirstFailureBV, UnscaledSpecTr, torch_backend
 from gpu_backend.verifiers.bv import BlockVerification
 from oracle.certify import certify_case
 from oracle.certify_cases import lossless_against_target, released_rule_against_target
+from reference.rules import registry
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 
 N = "5000"
@@ -78,7 +78,7 @@ class RaisingBV(BlockVerification):
 ], ids=["bv-first-failure", "spectr-rho1", "bv-raises"])
 def test_nonzero_exit_when_a_lossless_rule_is_wrong(rule, wrong, verdict, monkeypatch, tmp_path, capsys):
     """The registry's rule replaced by a wrong one (the registry is read when the CLI runs)."""
-    monkeypatch.setitem(verifiers._FACTORIES, rule, (wrong, {}))
+    monkeypatch.setitem(registry._SPECS, rule, dataclasses.replace(registry.spec(rule), torch=wrong, params={}))
     js = tmp_path / "c.json"
     code, out, _ = certify(["--rules", rule, "--quick", "--samples", N, "--json", str(js)], capsys)
     assert code == 1
@@ -136,7 +136,7 @@ def test_report_certify_part_gets_the_markdown(monkeypatch, tmp_path):
     """``spectr-gbv report`` runs ``certify --quick --markdown FILE`` and embeds the file."""
     from gpu_backend.report_cli import certify_part
 
-    monkeypatch.setattr(verifiers, "VERIFIERS", ("sd",))
+    monkeypatch.setattr(registry, "_SPECS", {"sd": registry.spec("sd")})
     monkeypatch.setattr(certify_cli, "QUICK_N", {k: 3000 for k in certify_cli.QUICK_N})
     part = certify_part(str(tmp_path))
     assert part.status == "passed", part.body
@@ -148,7 +148,7 @@ def test_plan_covers_every_registered_rule_and_planted_defect():
     """--quick still covers every registered rule (toy and V = 4,096 rows) and every planted
     defect; the full plan adds bfloat16 rows and the issue-7 rules' distinctive cases.
     (Only the plan is built: no case is run.)"""
-    rules = list(verifiers.VERIFIERS)
+    rules = list(registry.names())
     for quick in (True, False):
         entries = certify_cli.plan(rules, quick)
         for rule in rules:

@@ -54,7 +54,7 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
                          T_values=(0.6, 0.9), warmup=True, dataset="random")
     result = run_bench(config, pair=pair, prompt_ids=[PROMPT, PROMPT[::-1]], progress=False)
     main = {r["method"]: r for r in result.rows if r["sweep"] == "none"}
-    assert set(main) == set(bench.METHODS)
+    assert set(main) == set(bench.default_methods())
     for r in result.rows:
         for key in ("method", "dataset", "K", "L", "temperature", "block_efficiency",
                     "speedup_ratio", "tokens_per_second", "mean_accepted"):

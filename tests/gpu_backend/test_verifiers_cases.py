@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from reference.randomness import MatchedSource
-from reference.rules import RULES
+from reference.rules import RULES, registry
 from reference.rules.gbv import GreedyBlockVerification as RefGBV
 from reference.rules.spectr_gbv import SpecTrGBV as RefSpecTrGBV
 
@@ -52,7 +52,7 @@ RULE_VARIANTS = (
     ("spectr_gbv_fixed", {}),
     ("kseq_gbv", {}),
 )
-SINGLE_DRAFT = ("sd", "bv", "gbv")
+SINGLE_DRAFT = registry.names(single_draft=True)
 
 
 def variant_id(name: str, params: dict) -> str:

@@ -25,12 +25,12 @@ from proofs_check.instances import random_instance
 from reference.decode import generate
 from reference.exact import generation_law
 from reference.randomness import SamplingSource
-from reference.rules import RULES
+from reference.rules import RULES, registry
 
 DELTA = 0.02
 ALPHA = 1e-6
 POWER = 0.99
-SINGLE = {"sd", "bv", "gbv"}
+SINGLE = registry.names(single_draft=True)
 
 
 def _n_for(law: dict) -> int:

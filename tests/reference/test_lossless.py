@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from planted_rules import FirstFailureBV, SharedUniformBV
 from proofs_check.instances import fixed_instances, instances, random_instance
 from reference.exact import generation_law, target_law, total_variation
-from reference.rules import RULES, GreedyBlockVerification
+from reference.rules import RULES, GreedyBlockVerification, registry
 
-SINGLE = ("sd", "bv", "gbv")
+SINGLE = registry.names(single_draft=True)
 MULTI = ("spectr", "kseq_gbv")
 TOL = 1e-12
 

@@ -18,10 +18,10 @@ import pytest
 from oracle.certify import exact_verdict_law
 from oracle.certify_cases import fixed_case, toy_models
 from reference.exact import total_variation
-from reference.rules import RULES, get_rule
+from reference.rules import RULES, get_rule, registry
 from reference.ties import ATOL, RTOL, better, descending_order, tied
 
-SINGLE = {"sd", "bv", "gbv"}
+SINGLE = registry.names(single_draft=True)
 # The released SpecTr-GBV's residual q·(1 − m^K) (or q·(1 − m)^K), m = min(1, p/q), vanishes as
 # p → q and is normalised: it has no limit there, so at p = q (draft = target) rounding decides
 # it whatever the order rules do (test_released_residual_has_no_limit_at_p_equal_q).
