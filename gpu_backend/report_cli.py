@@ -2,25 +2,24 @@
 markdown report.
 
 Parts, each run even when an earlier one failed:
-1. ``spectr-gbv prove --quick`` (proofs_check): the papers' claims checked numerically.  A
+1. ``prove --quick`` (proofs_check.cli.prove): the papers' claims checked numerically.  A
    claim verdict "fails" is a finding about a paper, not a failure of the part; the part fails
-   when the command cannot run or exits non-zero.
-2. ``spectr-gbv certify`` (gpu_backend.certify_cli, the torch verifiers against the oracle),
-   with ``--quick`` when it takes it; the part fails on a non-zero exit status.
+   when it cannot run.
+2. ``certify --quick`` (gpu_backend.certify_cli.certify_rules, every registered torch verifier
+   against the oracle); the part fails unless every case is as expected.
 3. A short benchmark (``gpu_backend.bench``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
    T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
    It fails when it cannot run or when the peak RSS reaches 8 GB; the performance targets are
    reported (met / not met) but a few prompts are too noisy to fail on them.
 
-A part whose command is not installed is reported as "not available" and counts as not
-passed.  Exit status: 0 when every part passed, 1 otherwise.
+Each part calls its library directly (no sub-process, no parsing of command output); a part
+whose library is not installed raises ``PartUnavailable`` and is reported as "not available",
+which counts as not passed.  Exit status: 0 when every part passed, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import os
 import sys
 import time
@@ -79,41 +78,26 @@ class Part:
         return self.status == "passed"
 
 
-def run_subcommand(candidates: list[list[str]]) -> tuple[str, int | None, str]:
-    """Run a ``spectr-gbv`` sub-command in this process.
+class PartUnavailable(RuntimeError):
+    """A part's library (or one of its dependencies) is not installed."""
 
-    Args:
-        candidates: argument lists tried in order; the first one the parser accepts runs
-            (e.g. with ``--quick``, then without).
-    Returns:
-        (status, exit code, captured stdout + stderr); status "not available" when the
-        sub-command's module is missing or no candidate parses, "error" on an exception.
-    """
-    import spectr_gbv_cli
 
-    parser = spectr_gbv_cli.build_parser()
-    args = None
-    for argv in candidates:
-        try:
-            with contextlib.redirect_stderr(io.StringIO()):
-                args = parser.parse_args(argv)
-            break
-        except SystemExit:
-            continue
-    if args is None:
-        return "not available", None, f"none of {candidates} is accepted by the installed CLI"
-    if getattr(args.func, "__name__", "") == "run" and args.func.__module__ == "spectr_gbv_cli":
-        return "not available", None, "module not installed"
-    out = io.StringIO()
+def _run_part(name: str, body) -> Part:
+    """Run ``body()`` → (status, text).  A missing module (``ModuleNotFoundError``, raised as
+    ``PartUnavailable``) is "not available"; any other exception is "failed" with its
+    traceback (one part's failure must not stop the others)."""
+    start = time.perf_counter()
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            code = spectr_gbv_cli.run_parsed(args)  # its checks first; a bad argument exits 2
-    except Exception:  # a part's failure must not stop the others
-        return "error", None, out.getvalue() + traceback.format_exc()
-    text = out.getvalue()
-    if "unavailable" in text and code == 2:
-        return "not available", code, text
-    return "ran", code, text
+        try:
+            status, text = body()
+        except ModuleNotFoundError as exc:
+            raise PartUnavailable(f"{exc.name} not installed; install the project with its extras: "
+                                  "pip install torch==2.13.0 -e '.[all]'") from None
+    except PartUnavailable as exc:
+        status, text = "not available", str(exc)
+    except Exception:
+        status, text = "failed", _tail(traceback.format_exc())
+    return Part(name, status, time.perf_counter() - start, text)
 
 
 def _tail(text: str, lines: int = 60) -> str:
@@ -122,33 +106,33 @@ def _tail(text: str, lines: int = 60) -> str:
 
 
 def prove_part(out_dir: str) -> Part:
-    start = time.perf_counter()
-    md = os.path.join(out_dir, "prove.md")
-    status, code, text = run_subcommand([["prove", "--quick", "--markdown", md]])
-    seconds = time.perf_counter() - start
-    if status == "ran" and code == 0 and os.path.isfile(md):
-        with open(md) as fh:
-            body = fh.read().split("\n", 1)[1]  # drop its top-level title
-        return Part("prove --quick", "passed", seconds, body)
-    return Part("prove --quick", "failed" if status in ("ran", "error") else status, seconds,
-                f"exit status {code}\n\n{_tail(text)}")
+    """``prove --quick`` through proofs_check.cli (its markdown also written to prove.md)."""
+    def body():
+        from proofs_check.cli import markdown, prove
+
+        text = markdown(prove("quick"), "spectr-gbv prove --quick")
+        with open(os.path.join(out_dir, "prove.md"), "w") as fh:
+            fh.write(text)
+        return "passed", text.split("\n", 1)[1]  # drop its top-level title
+
+    return _run_part("prove --quick", body)
 
 
 def certify_part(out_dir: str) -> Part:
-    start = time.perf_counter()
-    md = os.path.join(out_dir, "certify.md")
-    status, code, text = run_subcommand([["certify", "--quick", "--markdown", md],
-                                         ["certify", "--quick"], ["certify"]])
-    seconds = time.perf_counter() - start
-    body = ""
-    if os.path.isfile(md):
-        with open(md) as fh:
-            body = fh.read() + "\n\n"
-    body += _tail(text)
-    if status == "ran":
-        return Part("certify", "passed" if code == 0 else "failed", seconds,
-                    f"exit status {code}\n\n{body}")
-    return Part("certify", "failed" if status == "error" else status, seconds, body)
+    """``certify --quick`` over every registered rule through gpu_backend.certify_cli (its
+    markdown also written to certify.md); failed unless every case is as expected."""
+    def body():
+        from reference.rules import registry
+
+        from . import certify_cli
+
+        cert = certify_cli.certify_rules(list(registry.names()), quick=True)
+        text = certify_cli.markdown(cert, "spectr-gbv certify --quick")
+        with open(os.path.join(out_dir, "certify.md"), "w") as fh:
+            fh.write(text)
+        return ("passed" if cert.ok else "failed"), text
+
+    return _run_part("certify", body)
 
 
 def bench_part(args, out_dir: str) -> Part:

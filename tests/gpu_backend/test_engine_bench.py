@@ -129,11 +129,19 @@ def test_report_targets_and_skipped_parts(tmp_path):
     assert "NOT PASSED" in text and "| certify | skipped |" in text
 
 
-def test_report_subcommand_runner_reports_missing_commands():
-    from gpu_backend.report_cli import run_subcommand
+def test_report_part_with_a_missing_library_is_not_available():
+    """A part whose library is missing is "not available" (a typed error, no text scraping);
+    any other exception is "failed" with its traceback."""
+    from gpu_backend.report_cli import _run_part
 
-    status, code, text = run_subcommand([["nosuchcommand"]])
-    assert status == "not available" and code is None
+    def missing():
+        import spectr_gbv_no_such_module  # noqa: F401
+
+    part = _run_part("x", missing)
+    assert part.status == "not available" and "spectr_gbv_no_such_module not installed" in part.body
+    part = _run_part("y", lambda: 1 / 0)
+    assert part.status == "failed" and "ZeroDivisionError" in part.body
+    assert _run_part("z", lambda: ("passed", "ok")).body == "ok"
 
 
 def test_sweep_only_settings_run_on_the_first_sweep_prompts(pair):
