@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The full benchmark behind benchmarks/RESULTS.md and benchmarks/results.json (issue 6).
+# The full benchmark behind benchmarks/RESULTS.md and benchmarks/results.json.
 # Run on an idle machine (one busy core makes 2-thread torch 10-15x slower here), from the
 # repository root, with the project installed (scripts/install.sh):
 #     bash benchmarks/full_bench.sh            # ~50 min on the 2-core benchmark machine

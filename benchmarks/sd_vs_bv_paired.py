@@ -1,4 +1,4 @@
-"""Paired real-model check of block efficiency SD ≤ BV (issue 6: a violation is a bug).
+"""Paired real-model check of block efficiency SD ≤ BV (a violation is a bug).
 
 The benchmark's block efficiencies of SD and BV come from different samples and differ by
 noise of the same size as the expected gap.  Here both rules are scored on the SAME drafted

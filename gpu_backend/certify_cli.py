@@ -11,7 +11,7 @@ gpu_backend/certify_suite.py.  Three kinds of row:
 
 * ``lossless`` — a rule registered as lossless (``reference.rules.registry``): fixed-draft cases against the
   reference rule's exact law given the drafts (toy V = 3 float32 and V = 4 bfloat16; random rows
-  at V = 4,096 in float32, and in the full run also in bfloat16; the issue-7 rules kseq_bv,
+  at V = 4,096 in float32, and in the full run also in bfloat16; the non-modifying rules kseq_bv,
   traversal and mdbv take their own distinctive toy and V = 4,096 cases instead of the generic
   V = 4,096 ones, as in the tests: MDBV's reference law costs 10-50 s per case there), plus the
   law-level check (fresh toy drafts every sample, the first emitted token against the target's
@@ -19,7 +19,7 @@ gpu_backend/certify_suite.py.  Three kinds of row:
   (gbv, spectr_gbv_fixed, kseq_gbv) are checked on one iteration's (τ, prefix, token), as the
   reference computes it; their modification record is not part of the outcome.
 * ``conformance`` — a registered rule the reference does not list as lossless (spectr_gbv, the
-  released SpecTr-GBV, and spectr_gbv_fixed: SPEC.md §2.5, lossy for K ≥ 2 with either
+  released SpecTr-GBV, and spectr_gbv_fixed: docs/rules.md §2.5, lossy for K ≥ 2 with either
   residual): the same fixed-draft cases against its OWN exact law.  Must pass.
 * ``planted`` — wrong rules that must be caught: the planted torch variants of
   certify_suite.PLANTED (shared uniform in BV, first-failure stopping in BV and GBV, ρ = 1 in
@@ -219,7 +219,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
         ref = f"{rule} exact law"
         entries.append(Entry(kind, rule, ref, "toy", lambda r=rule, s=single: suite.toy_cases(r, s)))
         if rule in suite.TOY_SEED:
-            # the issue-7 rules are certified on their own cases (as in the tests): no
+            # the non-modifying rules are certified on their own cases (as in the tests): no
             # large_case, whose seed scan computes MDBV's exact law at V = 4,096 (10-50 s each)
             # on three degenerate seeds first
             entries.append(Entry(kind, rule, ref, "toy", lambda r=rule: suite.distinctive_cases(r)[:1]))
@@ -239,7 +239,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
     if "spectr_gbv" in rules:
         entries.append(Entry("planted", "spectr_gbv", "target first-token law", "law_planted",
                              lambda: [released_rule_against_target(2, 2)],
-                             "released SpecTr-GBV against the target law (SPEC.md §2.5)"))
+                             "released SpecTr-GBV against the target law (docs/rules.md §2.5)"))
     if "spectr_gbv_fixed" in rules:
         def fixed_vs_target():
             case = released_rule_against_target(2, 2)
@@ -249,7 +249,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
         entries.append(Entry("planted", "spectr_gbv_fixed", "target first-token law", "law_planted",
                              fixed_vs_target,
                              "SpecTr-GBV with the consistent residual and Algorithm 2 against the "
-                             "target law (also lossy: SPEC.md §2.5)"))
+                             "target law (also lossy: docs/rules.md §2.5)"))
     return entries
 
 

@@ -10,7 +10,7 @@ reference rule's exact law given them):
   * ``large_case``: random peaked rows at V = 4,096 (oracle.certify_cases.large_models(4096, 21)),
     K = 2, L = 2 (K = 1 single-draft; SpecTr at L = 1: beyond depth 1 its ρ* is solved per
     row, ~0.3 ms per row at V = 4,096 on this CPU);
-  * ``distinctive_case``: the issue-7 rules' cases (toy V = 3 seeds ``TOY_SEED``, rows V = 4,096
+  * ``distinctive_case``: the non-modifying rules' cases (toy V = 3 seeds ``TOY_SEED``, rows V = 4,096
     seed 29), checked to be at TV ≥ 0.05 from the other multi-draft rules.
 bfloat16 cases use rows exact in bfloat16 that sum to exactly 1 (``bf16_exact``), and every case
 is drawn with a seed where no value of τ has probability above 0.99 (``nondegenerate_case``):
@@ -24,7 +24,7 @@ against the correct rule's exact law; the certification must catch each.
   * ``planted_spectr_rho1`` / ``planted_kseq_gbv_rho1``: K-SEQ (SpecTr) / K-SEQ-GBV with
     ρ = 1 instead of ρ* at K = 2;
 and the law-level one (``released_rule_against_target``): the released SpecTr-GBV against the
-target's first-token law at K = L = 2 (SPEC.md §2.5).  The changes are made by swapping one
+target's first-token law at K = L = 2 (docs/rules.md §2.5).  The changes are made by swapping one
 module-level helper of the rule's module for the duration of ``decide`` (not thread-safe; the
 certification runs one verification at a time).
 """
@@ -190,7 +190,7 @@ def tv_distance(a: dict, b: dict) -> float:
     return 0.5 * sum(abs(a.get(o, 0.0) - b.get(o, 0.0)) for o in set(a) | set(b))
 
 
-# The issue-7 rules' cases (tests/gpu_backend/test_verifiers_new_rules.py): seeds chosen by
+# The non-modifying rules' cases (tests/gpu_backend/test_verifiers_new_rules.py): seeds chosen by
 # scanning so that the rule's law is at TV ≥ 0.05 from each of DISTINCT_FROM.
 DISTINCT_FROM = ("kseq_bv", "traversal", "spectr")
 TOY_SEED = {"kseq_bv": 14, "traversal": 14, "mdbv": 15}  # MDBV accepts the whole block of seed 14
@@ -219,7 +219,7 @@ def distinctive_case(name, rule, models, K, L, seed, others=(), check: bool = Tr
 
 
 def distinctive_cases(rule: str, check: bool = False) -> list[FixedCase]:
-    """The toy (V = 3, K = L = 3) and rows (V = 4,096, K = L = 2) cases of an issue-7 rule
+    """The toy (V = 3, K = L = 3) and rows (V = 4,096, K = L = 2) cases of a non-modifying rule
     (empty for the other rules)."""
     if rule not in TOY_SEED:
         return []

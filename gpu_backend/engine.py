@@ -1,7 +1,7 @@
 """Speculative decoding on real transformers models, and the autoregressive baseline.
 
 One iteration of ``SpeculativeEngine`` (Leviathan et al. 2023; SpecTr, Sun et al. 2023;
-SpecTr-GBV, Lin et al. 2026 — SPEC.md §1–§3):
+SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
 
 1. **Draft.** The draft model's KV cache holds the context; its pending tokens (usually one,
    two after a bonus) give the first draft row, then the K drafts of L tokens are grown
@@ -11,7 +11,7 @@ SpecTr-GBV, Lin et al. 2026 — SPEC.md §1–§3):
    scores the last context token and every draft token: ``target_probs [K, L+1, V]`` (row L
    is the bonus row).
 3. **Modify.** Rows still inside a live Algorithm 2 window are replaced by the layered
-   modified target (``gpu_backend.stack``; SPEC.md §3).
+   modified target (``gpu_backend.stack``; docs/rules.md §3).
 4. **Verify.** The verifier (``gpu_backend.verifiers`` contract, batch of one) returns τ, the
    selected draft, the emitted tokens and, for greedy rules, a modification record.
 5. **Cut back.** Both caches keep the selected draft's accepted tokens on top of the context;
@@ -119,7 +119,7 @@ class GenerationResult:
 
     @property
     def block_efficiency(self) -> float:
-        """Emitted tokens per target call (SPEC.md §1); 1 for AR."""
+        """Emitted tokens per target call (docs/rules.md §1); 1 for AR."""
         return self.new_tokens / self.target_calls if self.target_calls else float("nan")
 
     @property

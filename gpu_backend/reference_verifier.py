@@ -21,7 +21,7 @@ import torch
 
 @dataclass
 class ReferenceModification:
-    """Algorithm 2's records of a batch (SPEC.md §3), as in the torch verifiers' contract.
+    """Algorithm 2's records of a batch (docs/rules.md §3), as in the torch verifiers' contract.
 
     Attributes:
         kind: "excess" or "spectr_gbv" (the same for every batch element: one rule).
@@ -40,7 +40,7 @@ class ReferenceModification:
     active: torch.Tensor
 
     def weights(self, log_q_joint: torch.Tensor, log_p_joint: torch.Tensor) -> torch.Tensor:
-        """w(z) from log joints (SPEC.md §3; reference/verdict.py ``Modification.weights``).
+        """w(z) from log joints (docs/rules.md §3; reference/verdict.py ``Modification.weights``).
 
         Args:
             log_q_joint, log_p_joint: float64 [..., V], log joints of z·x under the window's

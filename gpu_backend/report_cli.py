@@ -168,7 +168,7 @@ def bench_part(args, out_dir: str) -> Part:
 
 
 def targets(rows: dict, peak_gb: float) -> list[tuple[str, str, bool]]:
-    """The benchmark targets of issue 6 as (name, value, met) triples."""
+    """The benchmark's speedup and block-efficiency targets as (name, value, met) triples."""
     def get(method, key):
         return rows[method][key] if method in rows else float("nan")
 

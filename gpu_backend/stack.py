@@ -1,7 +1,7 @@
 """Algorithm 2's stack of modified targets, carried across iterations on real-model rows.
 
 A greedy rule (GBV, SpecTr-GBV, K-SEQ-GBV) leaves the positions of its window after the
-emitted tokens with a modified target q̃(x | s) ∝ w(s, x) (SPEC.md §3).  Windows stack: each
+emitted tokens with a modified target q̃(x | s) ∝ w(s, x) (docs/rules.md §3).  Windows stack: each
 holds the log joints, from its start, of the tokens emitted since then under its own target
 (the effective target beneath it) and under the draft.  At a new iteration the target rows
 handed to the verifier are, for positions still inside a live window, the layered modified
@@ -91,7 +91,7 @@ class ModificationStack:
             (target rows, trace): ``target_probs`` itself when no window is live, else a copy
             (same dtype) whose first R rows are the layered modified rows; the trace is what
             ``advance`` needs (None when no window is live).
-        Source: SPEC.md §3; reference/decode.py ``Decoder._layers``.
+        Source: docs/rules.md §3; reference/decode.py ``Decoder._layers``.
         """
         R = self.rows_modified(n)
         if R <= 0:
@@ -142,7 +142,7 @@ class ModificationStack:
             modification: the verdict's modification record (batch of one).
             active: whether it opened a window; its log joints are read from
                 ``modification.log_q_joint[0]`` and ``.log_p_joint[0]``.
-        Source: SPEC.md §3; reference/decode.py ``Decoder.advance``.
+        Source: docs/rules.md §3; reference/decode.py ``Decoder.advance``.
         """
         n_new = n + len(emitted)
         tau = len(emitted) - 1

@@ -2,10 +2,11 @@
 
 Every function here takes block laws as dense float64 arrays: ``p_block`` and ``q_block`` of
 shape (V,)*L hold the joint law of a draft block and of a target block given the same
-context (entry [z_1, …, z_L] is p(z) resp. q(z), SPEC.md §1).  Sub-block laws p(z), |z| = i,
+context (entry [z_1, …, z_L] is p(z) resp. q(z), docs/rules.md §1).  Sub-block laws p(z), |z| = i,
 are the prefix marginals of the block laws.
 
-Sources: SPEC.md §2.4 (GBV), §2.6 (K-SEQ-GBV), §4 (B(K, L), α*); Lin et al., SpecTr-GBV,
+Sources: docs/rules.md §2.4 (GBV), §2.6 (K-SEQ-GBV); docs/bounds.md §1–§2
+(B(K, L), α*); Lin et al., SpecTr-GBV,
 arXiv 2604.25925 (B); Hu et al., ICLR 2025, arXiv 2502.18779 (α*).
 """
 
@@ -95,13 +96,13 @@ def prefix_marginals(block: np.ndarray) -> list[np.ndarray]:
 
 
 def _min_ratio(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """m(z) = min(1, p(z)/q(z)), 1 where q(z) = 0 (SPEC.md §1); no division by zero."""
+    """m(z) = min(1, p(z)/q(z)), 1 where q(z) = 0 (docs/rules.md §1); no division by zero."""
     safe_q = np.where(q > 0, q, 1.0)
     return np.where(q > 0, np.minimum(1.0, p / safe_q), 1.0)
 
 
 def bound_B(p_block: np.ndarray, q_block: np.ndarray, K: int) -> float:
-    """B(K, L) = Σ_{i≤L} Σ_{|z|=i} q(z)·[1 − (1 − m(z))^K]   (SPEC.md §4; SpecTr-GBV's bound
+    """B(K, L) = Σ_{i≤L} Σ_{|z|=i} q(z)·[1 − (1 − m(z))^K]   (docs/bounds.md §1; SpecTr-GBV's bound
     over conditionally independent couplings).
 
     Args:
@@ -121,7 +122,7 @@ def bound_B(p_block: np.ndarray, q_block: np.ndarray, K: int) -> float:
 
 
 def expected_tau_gbv(p_block: np.ndarray, q_block: np.ndarray) -> float:
-    """GBV's expected accepted length E[τ] = Σ_{i≤L} Σ_{|z|=i} min(p(z), q(z))  (SPEC.md §2.4).
+    """GBV's expected accepted length E[τ] = Σ_{i≤L} Σ_{|z|=i} min(p(z), q(z))  (docs/rules.md §2.4).
 
     Args:
         p_block, q_block: float arrays of shape (V,)*L.
@@ -136,7 +137,7 @@ def expected_tau_gbv(p_block: np.ndarray, q_block: np.ndarray) -> float:
 
 def expected_tau_kseq_gbv(p_block: np.ndarray, q_block: np.ndarray, K: int) -> float:
     """K-SEQ-GBV's expected accepted length E[τ] = Σ_{i≤L} Σ_{|z|=i} min(ρ*·p(z), q(z))
-    (SPEC.md §2.6), with ρ* = reference.kseq.rho_star(p_1, q_1, K) of K-SEQ on the first
+    (docs/rules.md §2.6), with ρ* = reference.kseq.rho_star(p_1, q_1, K) of K-SEQ on the first
     position's marginals p_1, q_1.
 
     Args:
@@ -168,7 +169,7 @@ def _check_position_pair(p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.n
 
 def alpha_star(p: np.ndarray, q: np.ndarray, K: int) -> float:
     """Optimal acceptance probability of K i.i.d. drafts at ONE position (Hu et al., ICLR 2025,
-    arXiv 2502.18779; SPEC.md §4):
+    arXiv 2502.18779; docs/bounds.md §2):
 
         α* = max over couplings of (X^1..X^K i.i.d. p, Y ~ q) of P(Y ∈ {X^1..X^K})
            = min_{H ⊆ Ω} [ q(H) + 1 − p(H)^K ].
@@ -182,7 +183,7 @@ def alpha_star(p: np.ndarray, q: np.ndarray, K: int) -> float:
     in that order, so φ(t) = min q is piecewise linear with breakpoints at the prefix masses;
     on each piece φ(t) − t^K is concave, so its minimum sits at a breakpoint, i.e. at a prefix.
     (Equivalently H^c is a prefix of the tokens sorted by q/p decreasing, the form in which
-    SPEC.md §4 states it.)  ``alpha_star_brute_force`` checks this over all 2^V subsets.
+    docs/bounds.md §2 states it.)  ``alpha_star_brute_force`` checks this over all 2^V subsets.
 
     Args:
         p: float array [V], draft law at the position.

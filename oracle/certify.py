@@ -17,7 +17,7 @@ Two kinds of case:
   This certifies that the backend implements the same rule as the reference.
 * ``FirstTokenCase`` — fresh drafts from a toy draft model for every sample; the law of the
   first emitted token is compared with the target's.  Every lossless rule passes; the released
-  SpecTr-GBV fails (SPEC.md §2.5) — the planted case that a law-level check must catch.
+  SpecTr-GBV fails (docs/rules.md §2.5) — the planted case that a law-level check must catch.
 
 Each case is one family of four tests at α/4 each (Bonferroni), so a correct backend fails a
 case with probability ≤ α.  Each result states N, α and δ, the smallest total-variation

@@ -62,7 +62,7 @@ def standard_cases(rules, quick: bool = False, dtypes=("float32", "bfloat16"), l
 
 
 def released_rule_against_target(K: int = 2, L: int = 2) -> FirstTokenCase:
-    """The released SpecTr-GBV checked against the target's law (SPEC.md §5 toy): must fail,
+    """The released SpecTr-GBV checked against the target's law (the toy of docs/toy.md): must fail,
     P(first = a) = 4125/13328 instead of 1/3 at K = L = 2."""
     return FirstTokenCase(f"spectr_gbv vs target law, toy K={K} L={L}", "spectr_gbv",
                           ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), K, L, expect_pass=False)

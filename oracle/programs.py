@@ -1,4 +1,4 @@
-"""cvxpy programs that bound what one speculative-decoding iteration can accept (SPEC.md §4).
+"""cvxpy programs that bound what one speculative-decoding iteration can accept (docs/bounds.md §4).
 
 All programs take the block laws of one iteration as dense float64 arrays: ``p_block`` and
 ``q_block`` of shape (V,)*L, the joint law of a draft block and of a target block given the
@@ -344,7 +344,7 @@ def cic_program(
     time_limit: float | None = None,
     return_coupling: bool = True,
 ) -> ProgramResult:
-    """The CIC program (SPEC.md §4; SpecTr-GBV's "conditionally independent couplings").
+    """The CIC program (docs/bounds.md §4.1; SpecTr-GBV's "conditionally independent couplings").
 
     Variables: one single-draft coupling π(x, s) ≥ 0 of a draft block x ~ p_block and a
     target block s ~ q_block (both marginals fixed).  At each depth i the K drafts' match
@@ -385,7 +385,7 @@ def cic_block_program(
     time_limit: float | None = None,
     return_coupling: bool = True,
 ) -> ProgramResult:
-    """The block-conditioned CIC program (SPEC.md §4, "a stricter reading").
+    """The block-conditioned CIC program (docs/bounds.md §4.2, "a stricter reading").
 
     Same coupling π(x, s) as ``cic_program``, but the K drafts' matches are independent given
     the whole target block s:
@@ -419,7 +419,7 @@ def global_ot(
     time_limit: float | None = None,
     return_coupling: bool = True,
 ) -> ProgramResult:
-    """Global block optimal transport (SPEC.md §4): the most any lossless K-draft rule can
+    """Global block optimal transport (docs/bounds.md §4.3): the most any lossless K-draft rule can
     accept in one iteration, modifications of later targets allowed.
 
     LP over couplings π(x^1, …, x^K, s) ≥ 0 of K i.i.d. draft blocks (marginal
@@ -429,7 +429,7 @@ def global_ot(
 
     Any lossless rule induces such a coupling of its drafts with its first L emitted tokens,
     with τ ≤ max_k LCP.  K = 1 gives B(1, L) (the GBV value; LCP is an ultrametric-type
-    profit), L = 1 gives α* (``oracle.bounds.alpha_star``).  Toy (SPEC.md §5): 8/9 at
+    profit), L = 1 gives α* (``oracle.bounds.alpha_star``).  Toy (docs/toy.md): 8/9 at
     (K, L) = (2, 1), 134/81 at (2, 2).
 
     Args:
@@ -539,7 +539,7 @@ def no_modification_lp(
     time_limit: float | None = None,
     return_coupling: bool = True,
 ) -> ProgramResult:
-    """The no-modification LP (SPEC.md §4): the most a lossless K-draft rule can accept in
+    """The no-modification LP (docs/bounds.md §4.4): the most a lossless K-draft rule can accept in
     one iteration when later iterations run on the plain target.
 
     Variables π(x^1..x^K, s, t) ≥ 0 with t ∈ {0..L} the accepted length, t ≤ max_k LCP(x^k, s),
@@ -565,7 +565,7 @@ def no_modification_lp(
     law-of-(t, s) form on small cases and checks equality.)
 
     K = 1 gives BV's E[τ] (Sun et al., ICLR 2025, Algorithm 2 / Theorem 2; toy L = 2: 11/9);
-    toy K = L = 2 gives 131/81 (SPEC.md §5).
+    toy K = L = 2 gives 131/81 (docs/toy.md).
 
     Args:
         p_block, q_block: float arrays of shape (V,)*L.

@@ -1,10 +1,10 @@
-"""The claims of the papers (issue 5), each a measure of deviation on an instance.
+"""The claims of the papers, each a measure of deviation on an instance.
 
 Sources: Leviathan et al. 2023 / Chen et al. 2023 (token verification); Sun et al., SpecTr,
 NeurIPS 2023 (K-SEQ, its (1 − 1/e) guarantee); Sun et al., Block Verification, ICLR 2025 (BV,
 Theorem 2: optimal among verifiers that leave later iterations untouched); Lin et al.,
 SpecTr-GBV, arXiv 2604.25925 (Theorem 3.2 losslessness, Lemma 4.1 CIC bound, Theorems 4.3 /
-5.3 attainment); Hu et al., ICLR 2025 (α*); this project's K-SEQ-GBV (SPEC.md §2.6).
+5.3 attainment); Hu et al., ICLR 2025 (α*); this project's K-SEQ-GBV (docs/rules.md §2.6).
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def build_claims() -> list:
     sd_src = "Leviathan et al. 2023, Alg. 1; Chen et al. 2023"
     spectr_src = "Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3, Thm. 2)"
     bv_src = "Sun et al., Block Verification, ICLR 2025, Alg. 2, Thm. 1–2"
-    gbv_src = "SpecTr-GBV (Lin et al. 2026), GBV baseline with Alg. 2; SPEC.md §2.4"
+    gbv_src = "SpecTr-GBV (Lin et al. 2026), GBV baseline with Alg. 2; docs/rules.md §2.4"
     paper = "Lin et al., SpecTr-GBV, arXiv 2604.25925"
     ids += [
         lossless_claim("1", "sd", "Token verification is lossless.", sd_src),
@@ -196,7 +196,7 @@ def build_claims() -> list:
         Claim("4b", "GBV's E[τ] equals B(1, L), the single-draft per-iteration optimum.", gbv_src,
               _gbv_vs_B, 1e-12, _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,)), examples=80, quick_examples=20),
         lossless_claim("4c", GreedyBlockVerification(algorithm2=False),
-                       "Without Algorithm 2, GBV is not lossless.", gbv_src + "; SPEC.md §3", Ks=(1,),
+                       "Without Algorithm 2, GBV is not lossless.", gbv_src + "; docs/rules.md §3", Ks=(1,),
                        existential=True, note="existential: a witness with TV > 1e-12 is shown"),
         lossless_claim("5a", SpecTrGBV("released", False),
                        "SpecTr-GBV (released: 1 − m^K residual, no Algorithm 2) is lossless for K ≥ 2.", paper + ", Thm. 3.2; released code", Ks=(2, 3)),
@@ -215,7 +215,7 @@ def build_claims() -> list:
               _fixed((2, 2), Ks=(2,), Ls=(2,), quick_budget=1, budget=1),
               dict(Vs=(2,), Ks=(2,), Ls=(2,), budget=16), existential=True,
               note="existential: a witness where the block-conditioned optimum < B"),
-        Claim("6c", "B(K, L) ≤ the global block OT optimum.", paper + ", Lemma 4.1 vs SPEC.md §4",
+        Claim("6c", "B(K, L) ≤ the global block OT optimum.", paper + ", Lemma 4.1 vs docs/bounds.md §4.3",
               lambda inst: max(Q.bound_B(inst) - Q.program(inst, "global_ot"), 0.0), 1e-7,
               _fixed((2, 1), (2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
@@ -233,15 +233,15 @@ def build_claims() -> list:
         Claim("8b", "B(K, L) → L as K → ∞ when supp q ⊆ supp p (checked at K = 10^9 where min m(z) ≥ 1e-6).", paper, _B_limit, 1e-6,
               _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,), Ls=(1, 2, 3, 4), Vs=(2, 3, 4)),
               examples=100, quick_examples=30),
-        Claim("8c", "B(1, L) equals GBV's exact E[τ].", paper + "; SPEC.md §4", _gbv_vs_B, 1e-12,
+        Claim("8c", "B(1, L) equals GBV's exact E[τ].", paper + "; docs/bounds.md §1", _gbv_vs_B, 1e-12,
               _fixed((1, 1), (1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,)), examples=40, quick_examples=10),
-        lossless_claim("9a", "kseq_gbv", "K-SEQ-GBV is lossless.", "SPEC.md §2.6 (this project)"),
-        Claim("9b", "K-SEQ-GBV reduces to GBV at K = 1 (identical iteration law).", "SPEC.md §2.6",
+        lossless_claim("9a", "kseq_gbv", "K-SEQ-GBV is lossless.", "docs/rules.md §2.6 (this project)"),
+        Claim("9b", "K-SEQ-GBV reduces to GBV at K = 1 (identical iteration law).", "docs/rules.md §2.6",
               _iter_law_tv("kseq_gbv", "gbv"), 1e-12, _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,))),
-        Claim("9c", "K-SEQ-GBV reduces to K-SEQ at L = 1 (identical iteration law).", "SPEC.md §2.6",
+        Claim("9c", "K-SEQ-GBV reduces to K-SEQ at L = 1 (identical iteration law).", "docs/rules.md §2.6",
               _iter_law_tv("kseq_gbv", "spectr"), 1e-12, _fixed((2, 1), (3, 1), Ls=(1,)),
               dict(Vs=(2, 3, 4), Ks=(1, 2, 3), Ls=(1,), budget=64)),
-        Claim("9d", "K-SEQ-GBV's E[τ] = Σ_{i≤L} Σ_{|z|=i} min(ρ*·p(z), q(z)).", "SPEC.md §2.6",
+        Claim("9d", "K-SEQ-GBV's E[τ] = Σ_{i≤L} Σ_{|z|=i} min(ρ*·p(z), q(z)).", "docs/rules.md §2.6",
               _kseq_gbv_formula, 1e-12, _fixed((2, 2), (3, 2)), _space(729), examples=40, quick_examples=10),
         Claim("10a", "SD ≤ BV ≤ GBV in E[τ] of one iteration.", bv_src + "; " + gbv_src,
               _order("sd", "bv", "gbv"), 1e-12, _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,)),
@@ -252,7 +252,7 @@ def build_claims() -> list:
         Claim("10c", "Released SpecTr-GBV ≥ SpecTr in E[τ] of one iteration (reported).", paper,
               _order("spectr", "spectr_gbv"), 1e-12, _fixed((2, 2), (3, 2), Ks=(2, 3)), _space(729, Ks=(2, 3)),
               examples=40, quick_examples=10),
-        Claim("10d", "No implemented lossless rule exceeds the global block OT optimum in E[τ].", "SPEC.md §4",
+        Claim("10d", "No implemented lossless rule exceeds the global block OT optimum in E[τ].", "docs/bounds.md §4.3",
               _rules_vs_global_ot, 1e-7, _fixed((2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
         Claim("11a", "Over a whole generation GBV (Alg. 2 carried) needs no more target calls than BV to emit N = 2L, 3L, 4L tokens.",
@@ -265,8 +265,8 @@ def build_claims() -> list:
               _fixed((2, 2), Ks=(2,), Ls=(2,), quick_budget=1, budget=16),
               dict(Vs=(2,), Ks=(2,), Ls=(1, 2), budget=16), examples=20, quick_examples=3),
     ]
-    # issue 7: multi-draft rules that leave later iterations untouched
-    i7 = "issue 7 (this project)"
+    # multi-draft rules that leave later iterations untouched (docs/rules.md §2.8–§2.10)
+    i7 = "proofs_check/NON_MODIFYING_RULES.md (this project)"
     tv_src = "Weng et al., Traversal Verification, NeurIPS 2025, arXiv 2505.12398 (on K i.i.d. drafts)"
     ids += [
         lossless_claim("12a", "kseq_bv", "K-SEQ-BV is lossless (no modification of later targets).", i7),
@@ -278,17 +278,17 @@ def build_claims() -> list:
         Claim("12e", "K-SEQ-BV reduces to K-SEQ at L = 1 (identical iteration law).", i7,
               _iter_law_tv("kseq_bv", "spectr"), 1e-12, _fixed((2, 1), (3, 1), Ls=(1,)),
               dict(Vs=(2, 3, 4), Ks=(1, 2, 3), Ls=(1,), budget=64)),
-        Claim("12f", "No rule that leaves later targets untouched exceeds the no-modification LP.", "SPEC.md §4; " + i7,
+        Claim("12f", "No rule that leaves later targets untouched exceeds the no-modification LP.", "docs/bounds.md §4.4; " + i7,
               _above_lp(("bv", "sd") + NON_MODIFYING_BASELINES + ("mdbv",)), 1e-7,
               _fixed((2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
         Claim("12g", "MDBV ≥ max(SpecTr, K-SEQ-BV, Traversal) in E[τ] on every instance.", i7,
               _below_best_baseline("mdbv"), 1e-12, _with_known(_fixed((2, 2), (3, 2), Ks=(2, 3)), MDBV_SWEEP_LOSSES),
               _space(729, Ks=(2, 3)),
-              examples=60, quick_examples=10, note="goal of issue 7; known exception: random V=3 K=2 L=2 seed=5925"),
+              examples=60, quick_examples=10, note="goal for the rules that never modify later targets; known exception: random V=3 K=2 L=2 seed=5925"),
         Claim("12h", "MDBV is within 2 % of the no-modification LP in E[τ].", i7,
               _relative_gap_to_lp("mdbv"), 0.02, _fixed((2, 2), (3, 2), Ks=(2, 3), Ls=(2,), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(2, 3), Ls=(2,), budget=81), examples=25, quick_examples=4,
-              note="goal of issue 7; deviation = relative gap to the LP (absolute where the LP < 1e-3)"),
+              note="goal for the rules that never modify later targets; deviation = relative gap to the LP (absolute where the LP < 1e-3)"),
     ]
     return ids

@@ -55,7 +55,7 @@ def prove(mode: str = "quick", claim_ids: list[str] | None = None, tables: bool 
             progress(result)
     if tables:
         verdicts.tables["E[τ] of one iteration (reported, not asserted)"] = ordering_table(mode)
-        verdicts.tables["Issue 7: MDBV against the other multi-draft rules over fuzzed instances"] = win_loss_table(mode)
+        verdicts.tables["MDBV against the other multi-draft rules over fuzzed instances"] = win_loss_table(mode)
         verdicts.tables["Whole generation: tokens per target call, exact (Algorithm 2 carried)"] = generation_table(mode)
     verdicts.seconds = time.perf_counter() - start
     return verdicts
@@ -74,7 +74,7 @@ def markdown(verdicts, command: str) -> str:
         f"({platform.machine()}, Python {platform.python_version()}), {verdicts.mode} mode, "
         f"{verdicts.seconds:.0f} s in all.",
         "",
-        "Each claim is measured on fixed instances (the toy of SPEC.md §5 and seeded prefix-dependent "
+        "Each claim is measured on fixed instances (the toy of docs/toy.md and seeded prefix-dependent "
         "models) and then by a hypothesis search over prefix-dependent models (V ∈ {2, 3, 4}, K ∈ {1, 2, 3}, "
         "L ∈ {1, 2, 3}, peaked to flat rows, p = q, disjoint supports, zero-probability tokens); a failing "
         "instance is shrunk to a small counterexample.  Deviation: how far an instance is from the claim "

@@ -1,4 +1,4 @@
-"""Instances on which claims are checked: the toy of SPEC.md §5, fixed seeds, and
+"""Instances on which claims are checked: the toy of docs/toy.md, fixed seeds, and
 hypothesis strategies over prefix-dependent toy models (peaked to flat rows, p = q, disjoint
 supports, zero-probability tokens).  Hypothesis shrinks a failing instance towards small V, K,
 L and simple models, so that a failing claim reports a small counterexample.
@@ -69,7 +69,7 @@ class Instance:
 
 
 def toy(K: int, L: int) -> Instance:
-    """SPEC.md §5: Ω = {a, b}, p = (2/3, 1/3), q = (1/3, 2/3), context-free."""
+    """docs/toy.md: Ω = {a, b}, p = (2/3, 1/3), q = (1/3, 2/3), context-free."""
     return Instance(ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), K, L, f"toy K={K} L={L}")
 
 

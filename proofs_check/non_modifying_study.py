@@ -1,10 +1,10 @@
-"""Study of the multi-draft rules that leave later iterations untouched (issue 7).
+"""Study of the multi-draft rules that leave later iterations untouched (docs/rules.md §2.8–§2.10).
 
 Regenerates the tables of proofs_check/NON_MODIFYING_RULES.md:
 
 1. Exact E[τ] of one iteration (reference.exact.expected_tau, the law of the rule's own code)
    for SpecTr, K-SEQ-BV, Traversal Verification and MDBV, against the no-modification LP and
-   the global block OT (oracle.programs), on the toy of SPEC.md §5 and on fuzzed
+   the global block OT (oracle.programs), on the toy of docs/toy.md and on fuzzed
    prefix-dependent instances: V ∈ {2, 3}, K ∈ {2, 3}, L ∈ {2, 3}, Dirichlet concentrations
    from peaked (0.1) to flat (30), and rows with zero-probability tokens (zero_prob 0.3).
    Win/loss counts of MDBV against each rule, and its gap to the LP in % (1 − E[τ]/LP).

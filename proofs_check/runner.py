@@ -26,7 +26,7 @@ class Claim:
     """One claim of the papers as a numerical check.
 
     Attributes:
-        id: number in issue 5 (sub-claims "5a", "5b", …).
+        id: the claim's number (sub-claims "5a", "5b", …).
         claim: the statement checked.
         source: paper and theorem/lemma/algorithm number.
         measure: instance → deviation ≥ 0 (0 when the claim holds exactly on it).
@@ -53,7 +53,7 @@ class Claim:
 
 @dataclass
 class ClaimResult:
-    """The verdict table's row (JSON keys of issue 5)."""
+    """The verdict table's row (its JSON keys)."""
 
     id: str
     claim: str

@@ -1,6 +1,6 @@
 """Reported (not asserted) tables: E[τ] of every rule and oracle on the same instances, and
 the whole-generation comparison — exact expected target calls to emit N tokens, Algorithm 2
-carried across iterations (issue 5, claims 10 and 11)."""
+carried across iterations (claims 10 and 11)."""
 
 from __future__ import annotations
 
@@ -93,7 +93,7 @@ def fuzzed_instances(mode: str) -> list[Instance]:
 
 def win_loss_table(mode: str, rule: str = "mdbv",
                    others=("spectr", "kseq_bv", "traversal", "kseq_gbv")) -> str:
-    """Issue 7: E[τ] of ``rule`` against each other rule over seeded fuzzed instances (wins /
+    """E[τ] of ``rule`` against each other rule over seeded fuzzed instances (wins /
     ties / losses at 1e-12), and the gap of every rule to the no-modification LP."""
     insts = fuzzed_instances(mode)
     lp = [Q.program(i, "no_modification") for i in insts]

@@ -1,7 +1,7 @@
 """The speculative-decoding loop on toy models, with Algorithm 2's stack of modified targets.
 
 One iteration: K i.i.d. draft blocks of L tokens from the draft model, verified against the
-*effective* target — the target model seen through every live modification window (SPEC.md
+*effective* target — the target model seen through every live modification window (docs/rules.md
 §3).  A greedy rule's verdict opens a window: the positions of its block after the emitted
 tokens are generated from ``q̃(x | s) ∝ w(s, x)``, w a function of the joints of the window's
 own target (the effective target beneath it) and of the draft, counted from the window's start.
@@ -140,7 +140,7 @@ class Decoder:
 
     # -- one iteration --------------------------------------------------------------------
     def block_inputs(self, state: DecodeState, drafts: list[tuple[int, ...]]):
-        """The verifier's inputs for the given draft blocks (DESIGN.md contract).
+        """The verifier's inputs for the given draft blocks (docs/design.md §2 contract).
 
         Returns:
             draft_tokens int64 [K, L], draft_probs float64 [K, L, V], target_probs [K, L+1, V].

@@ -4,7 +4,7 @@ One position, k i.i.d. candidates drawn from the draft ``p``, target ``q``:
 candidate j is accepted with probability ``min(1, q(x_j) / (ρ·p(x_j)))`` and, when none is
 accepted, the residual is ``(q − ρ·p)_+``.  The rule is lossless exactly when ρ solves
 
-    1 − (1 − β(ρ))^k = ρ · β(ρ),          β(ρ) = Σ_x min(p(x), q(x)/ρ)        (SPEC.md §2.2)
+    1 − (1 − β(ρ))^k = ρ · β(ρ),          β(ρ) = Σ_x min(p(x), q(x)/ρ)        (docs/rules.md §2.2)
 
 which has a root in [1, k].  Shared by every rule that runs K-SEQ (spectr, kseq_gbv, kseq_bv).
 """
@@ -65,7 +65,7 @@ def _rho_star(p: np.ndarray, q: np.ndarray, k: int) -> float:
         is returned.
     Raises:
         ValueError: if k < 1 or the shapes of p and q differ.
-    Source: SpecTr (Sun et al., 2023), K-SEQ, the equation 1 − (1 − β)^k = ρβ; SPEC.md §2.2.
+    Source: SpecTr (Sun et al., 2023), K-SEQ, the equation 1 − (1 − β)^k = ρβ; docs/rules.md §2.2.
     """
     if k == 1:
         return 1.0

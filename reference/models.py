@@ -56,7 +56,7 @@ class ToyModel(ABC):
     def _conditional(self, prefix: Prefix) -> np.ndarray: ...
 
     def joint(self, block: Iterable[int], context: Iterable[int] = ()) -> float:
-        """Joint probability Π_j P(block_j | context, block_<j)  (SPEC.md §1).
+        """Joint probability Π_j P(block_j | context, block_<j)  (docs/rules.md §1).
 
         Args:
             block: token ids of the sub-block z.

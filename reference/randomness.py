@@ -5,7 +5,7 @@ Every rule asks its source for ``coin(h, key)`` (a Bernoulli with success probab
 categorical proportional to non-negative weights; each iteration draws once, the correction or
 the bonus, after drafting).  The same rule code
 then either samples (``SamplingSource``) or has its exact law computed (``enumerate_law``),
-so the law the tests check is the law of the code that samples (DESIGN.md).
+so the law the tests check is the law of the code that samples (docs/design.md §2.3).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def check_positive_int(value: int, name: str) -> int:
 def check_iteration_inputs(
     draft_tokens: np.ndarray, draft_probs: np.ndarray, target_probs: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Validate one iteration's inputs against the verifier contract of DESIGN.md.
+    """Validate one iteration's inputs against the verifier contract of docs/design.md §2.
 
     Args:
         draft_tokens: int [K, L], token ids of the K draft blocks.

@@ -1,7 +1,7 @@
 """What a verifier returns: the Verdict, and the modification record of greedy rules.
 
 A greedy rule (GBV, SpecTr-GBV, K-SEQ-GBV) leaves the window positions after its emitted
-tokens with a modified target (SpecTr-GBV Algorithm 2; SPEC.md §3):
+tokens with a modified target (SpecTr-GBV Algorithm 2; docs/rules.md §3):
 ``q̃(x | s_≤j) ∝ w(s_≤j, x)`` where ``w`` is a function of the joint probabilities of the
 window's target and of the draft, counted from the window's start.  The record carries that
 function (``kind`` and its parameters) and the joints of the emitted tokens, from which the
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# kind "excess":      w(z) = (q(z) − ρ·p(z))_+        GBV (ρ = 1), K-SEQ-GBV (SPEC.md §2.4, §2.6)
-# kind "spectr_gbv":  w(z) = q(z)·(1 − m(z))^K        SpecTr-GBV, m = min(1, p/q)  (SPEC.md §2.5)
+# kind "excess":      w(z) = (q(z) − ρ·p(z))_+        GBV (ρ = 1), K-SEQ-GBV (docs/rules.md §2.4, §2.6)
+# kind "spectr_gbv":  w(z) = q(z)·(1 − m(z))^K        SpecTr-GBV, m = min(1, p/q)  (docs/rules.md §2.5)
 MODIFICATION_KINDS = ("excess", "spectr_gbv")
 
 
@@ -87,7 +87,7 @@ class Verdict:
 
 
 def min_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    """m = min(1, num/den), with m = 1 where den = 0 (SPEC.md §1); float64, never NaN."""
+    """m = min(1, num/den), with m = 1 where den = 0 (docs/rules.md §1); float64, never NaN."""
     num = np.asarray(num, dtype=np.float64)
     den = np.asarray(den, dtype=np.float64)
     safe = np.where(den > 0, den, 1.0)

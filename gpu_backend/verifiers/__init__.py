@@ -1,4 +1,4 @@
-"""Batched torch verifiers with the reference's contract (DESIGN.md; SPEC.md §2-§3).
+"""Batched torch verifiers with the reference's contract (docs/design.md §2.2; docs/rules.md §2–§3).
 
     verify(rule, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=None,
            validate=True) -> BatchVerdict

@@ -1,6 +1,6 @@
 """The batched verifier contract: inputs, validation, derived joints, and the BatchVerdict.
 
-DESIGN.md "The verifier contract" with a leading batch axis B:
+docs/design.md §2 "The verifier contract" with a leading batch axis B:
 
     draft_tokens  int   [B, K, L]
     draft_probs   float [B, K, L, V]     p(· | c, X^(k)_<i)
@@ -36,7 +36,7 @@ MODIFICATION_KINDS = ("excess", "spectr_gbv")
 
 @dataclass
 class BatchModification:
-    """Algorithm 2's record for each batch row (SPEC.md §3; reference/verdict.py Modification).
+    """Algorithm 2's record for each batch row (docs/rules.md §3; reference/verdict.py Modification).
 
     Attributes:
         kind: "excess" (w = (q − ρ·p)_+; GBV, K-SEQ-GBV) or "spectr_gbv" (w = q·(1 − m)^K,
@@ -71,7 +71,7 @@ class BatchModification:
                 this record's ρ[b]); -inf allowed (probability 0), NaN not.
         Returns:
             float64 tensor of the same shape; -inf where w = 0.  Never NaN.
-        Source: reference/verdict.py Modification.weights; SPEC.md §2.4-§2.6, §3.
+        Source: reference/verdict.py Modification.weights; docs/rules.md §2.4-§2.6, §3.
         """
         lq = log_q_joint.to(torch.float64)
         lp = log_p_joint.to(torch.float64)

@@ -1,11 +1,11 @@
-"""GBV — greedy block verification, single draft, batched (SPEC.md §2.4).
+"""GBV — greedy block verification, single draft, batched (docs/rules.md §2.4).
 
     i < L: h_i = 1 − (p(z) − q(z))_+ / (p(z) − Σ_x min(p(z,x), q(z,x))),  z = X_≤i   (0/0 → 1)
     h_L = min(1, q(X_≤L)/p(X_≤L))
     τ = the last i with η_i ≤ h_i;  correction ∝ (q(z,·) − p(z,·))_+ at z = X_≤τ;  τ = L: bonus
     Algorithm 2 record w(z) = (q(z) − p(z))_+ (kind "excess", ρ = 1).
 
-The helpers take a scale ρ (q → q/ρ in every formula) and serve K-SEQ-GBV (SPEC.md §2.6).
+The helpers take a scale ρ (q → q/ρ in every formula) and serve K-SEQ-GBV (docs/rules.md §2.6).
 Dividing numerator and denominator by p(z) makes h a function of r = q(z)/(ρ·p(z)) alone,
 
     h_i = 1 − (1 − r)_+ / (1 − Σ_x min(p(x|z), r·q(x|z)))     (= 1 when r ≥ 1),

@@ -1,4 +1,4 @@
-"""Batched ρ* of K-SEQ (SpecTr, Sun et al. 2023, arXiv 2310.15141; SPEC.md §2.2).
+"""Batched ρ* of K-SEQ (SpecTr, Sun et al. 2023, arXiv 2310.15141; docs/rules.md §2.2).
 
 One position, k i.i.d. candidates from the draft p, target q, β(ρ) = Σ_x min(p(x), q(x)/ρ).
 ρ* ∈ [1, k] is the root of 1 − (1 − β)^k = ρβ, taken on the valid side 1 − (1 − β)^k ≤ ρβ, as
@@ -82,7 +82,7 @@ def rho_star(p: torch.Tensor, q: torch.Tensor, k, *, bins: int | None = None,
         float64 [N], ρ* ∈ [1, k], on the valid side, within (k − 1)·bins^-levels of the root.
         When p and q are the same row repeated (stride 0 along N, e.g. expanded Monte-Carlo
         inputs) and k is an int, the row is solved once (metadata check, no synchronisation).
-    Source: SpecTr (Sun et al., NeurIPS 2023), K-SEQ, 1 − (1 − β)^k = ρβ; SPEC.md §2.2;
+    Source: SpecTr (Sun et al., NeurIPS 2023), K-SEQ, 1 − (1 − β)^k = ρβ; docs/rules.md §2.2;
         reference/kseq.py rho_star.
     """
     N, V = p.shape

@@ -1,9 +1,9 @@
 """K-SEQ-BV: K-SEQ over whole blocks with block verification per draft, no modification, batched.
 
-Issue 7, rule 1 (this project's construction); port of reference/rules/kseq_bv.py, whose
+docs/rules.md §2.8 (this project's construction); port of reference/rules/kseq_bv.py, whose
 docstring has the derivation.  SpecTr's K-SEQ (Sun et al., NeurIPS 2023, arXiv 2310.15141,
 Algorithm 3) over whole blocks, each draft in turn getting a BV attempt (Sun et al., ICLR 2025,
-arXiv 2403.10444, Algorithm 2; SPEC.md §2.3) whose first ratio is divided by ρ:
+arXiv 2403.10444, Algorithm 2; docs/rules.md §2.3) whose first ratio is divided by ρ:
 
     ρ = ρ* of K-SEQ on the window's first position (k = K; K = 1 → ρ = 1)
     per draft k:  p_0 = 1,  p_1 = min(1, q(X_1)/(ρ·p(X_1))),  p_i = min(1, p_{i-1}·q(X_i|·)/p(X_i|·))
@@ -70,7 +70,7 @@ def bv_acceptance(batch: PreparedBatch, rho: torch.Tensor) -> tuple[torch.Tensor
 
 
 class KSeqBV(Verifier):
-    """K-SEQ-BV (issue 7, rule 1): lossless, leaves later iterations untouched.
+    """K-SEQ-BV (docs/rules.md §2.8): lossless, leaves later iterations untouched.
 
     Contract: gpu_backend.verifiers (module doc).  Source: reference/rules/kseq_bv.py.
     """

@@ -1,6 +1,6 @@
 """K-SEQ-GBV: a lossless multi-draft block verifier (this project's reconstruction), batched.
 
-SPEC.md §2.6: ρ = ρ* of K-SEQ on the window's first position (k = K); each draft in turn gets
+docs/rules.md §2.6: ρ = ρ* of K-SEQ on the window's first position (k = K); each draft in turn gets
 a GBV attempt against q/ρ; the first draft that accepts at least one token wins:
 
     for k = 1..K: GBV on X^(k) with q(z) → q(z)/ρ;  if τ_k ≥ 1: acc = X^(k)_≤τ_k; stop

@@ -1,6 +1,6 @@
 """MDBV — multi-draft block verification on the merged draft tree, batched decide, per-row plan.
 
-Port of reference/rules/mdbv.py (issue 7, rule 3; derivation and losslessness argument there and
+Port of reference/rules/mdbv.py (docs/rules.md §2.10; derivation and losslessness argument there and
 in proofs_check/NON_MODIFYING_RULES.md §3.3).  Every node z of the merged tree (_tree.py) gets a
 budget w(z) and runs S(z): a selection law over its children ("which child wins", the better of
 class-K-SEQ over every cut and count-priority, marginal A(x) ≤ w·q(x)), the drafted children
@@ -406,7 +406,7 @@ def plan(batch: PreparedBatch):
 
 
 class MultiDraftBlockVerification(Verifier):
-    """MDBV (issue 7, rule 3) on the merged draft tree; see the module doc.
+    """MDBV (docs/rules.md §2.10) on the merged draft tree; see the module doc.
 
     Contract: gpu_backend.verifiers (module doc), except that ``plan`` synchronises once per
     batch row (host-side numpy, module doc).  Source: reference/rules/mdbv.py.

@@ -1,7 +1,7 @@
 """SpecTr K-SEQ over a block of K i.i.d. drafts, token by token, batched.
 
 Sun et al., *SpecTr*, NeurIPS 2023, arXiv 2310.15141 (K-SEQ, their Algorithm 3, applied
-position by position over the draft tree); SPEC.md §2.2.  At depth d the k drafts still
+position by position over the draft tree); docs/rules.md §2.2.  At depth d the k drafts still
 carrying the accepted prefix ("alive") propose their d-th tokens; candidate j (index order) is
 accepted with probability min(1, q(x_j)/(ρ*·p(x_j))) (coin (j, d+1)), ρ* the K-SEQ root for k
 candidates on the rows of the lowest alive draft (the lead); the drafts carrying the accepted

@@ -1,7 +1,7 @@
 """SpecTr-GBV Algorithm 1, as released by the authors, batched — NOT lossless for K ≥ 2.
 
 Lin, Sheng, Cai, Zhou, *SpecTr-GBV*, arXiv 2604.25925 (EMNLP 2026), Algorithm 1, as in their
-public code (junemily/SpecTr-GBV, src/engine.py); SPEC.md §2.5.  With
+public code (junemily/SpecTr-GBV, src/engine.py); docs/rules.md §2.5.  With
 F(z) = q(z)·[1 − (1 − m(z))^K], m(z) = min(1, p(z)/q(z)), μ(z) = 1 − (1 − p(z))^K:
 
     h(z) = [F(z) − Σ_x F(z,x)] / [μ(z) − Σ_x F(z,x) + 1e-20]     |z| < L

@@ -2,7 +2,7 @@
 
 Source: Weng, Hu, Chen, Liu, Mei, Qiu, Tian, Shi, *Traversal Verification for Speculative Tree
 Decoding*, NeurIPS 2025, arXiv 2505.12398; the rule as re-derived and checked in
-reference/rules/traversal.py (issue 7, rule 2), which this module ports.  Notation: every node X
+reference/rules/traversal.py (docs/rules.md §2.9), which this module ports.  Notation: every node X
 carries the target and draft rows of its children M_b(·|X), M_s(·|X) and an acceptance
 probability p_α(X):
 

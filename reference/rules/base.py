@@ -1,4 +1,4 @@
-"""The verifier contract of DESIGN.md, shared by every reference rule.
+"""The verifier contract of docs/design.md §2.1, shared by every reference rule.
 
 A rule is split in two so that one implementation serves both sampling and exact enumeration:
 ``prepare`` validates one iteration's inputs and computes everything deterministic (joint
@@ -90,7 +90,7 @@ def draw_residual(source: Source, weights: np.ndarray, fallback: np.ndarray) -> 
 
 
 class Rule(ABC):
-    """Base class of the reference verifiers (the contract of DESIGN.md).
+    """Base class of the reference verifiers (the contract of docs/design.md §2.1).
 
     Subclasses set ``name`` and ``single_draft`` and implement ``plan`` and ``decide``.
     ``modifies_targets`` says whether the rule (with its parameters) returns Algorithm 2
@@ -132,7 +132,7 @@ class Rule(ABC):
         """The random part of the rule: coins and draws from ``source``."""
 
     def verify(self, draft_tokens, draft_probs, target_probs, source: Source) -> Verdict:
-        """One verification (DESIGN.md contract): ``decide(prepare(inputs), source)``."""
+        """One verification (docs/design.md §2.1 contract): ``decide(prepare(inputs), source)``."""
         return self.decide(self.prepare(draft_tokens, draft_probs, target_probs), source)
 
     def __repr__(self) -> str:

@@ -1,7 +1,7 @@
 """Block verification (BV), single draft.
 
 Sun et al., *Block Verification Accelerates Speculative Decoding*, ICLR 2025,
-arXiv 2403.10444, Algorithm 2; SPEC.md §2.3:
+arXiv 2403.10444, Algorithm 2; docs/rules.md §2.3:
 
     p_0 = 1,  p_i = min(1, p_{i-1}·q(X_i|·)/p(X_i|·))
     i < L: Z_i = Σ_x (p_i·q(x|X_≤i) − p(x|X_≤i))_+,  h_i = Z_i/(Z_i + 1 − p_i)   (0/0 → 1)

@@ -1,6 +1,6 @@
 """Greedy block verification (GBV), single draft — the paper's "GBV" baseline.
 
-SPEC.md §2.4 (the K = 1 case of SpecTr-GBV's released code), with the sub-block joints
+docs/rules.md §2.4 (the K = 1 case of SpecTr-GBV's released code), with the sub-block joints
 p(z), q(z) counted from the window's start:
 
     i < L: h_i = 1 − (p(z) − q(z))_+ / (p(z) − Σ_x min(p(z,x), q(z,x))),  z = X_≤i   (0/0 → 1)
@@ -9,10 +9,10 @@ p(z), q(z) counted from the window's start:
 
 Per iteration P(τ ≥ i, X_≤i = z) = min(p(z), q(z)), the single-draft optimum, but the
 positions after the emitted tokens must then be generated from the modified target
-w(z) = (q(z) − p(z))_+ (Algorithm 2, SPEC.md §3); without it the rule is not lossless.
+w(z) = (q(z) − p(z))_+ (Algorithm 2, docs/rules.md §3); without it the rule is not lossless.
 
 ``greedy_acceptance`` takes a scale ρ (q replaced by q/ρ in every formula) and is shared with
-K-SEQ-GBV (SPEC.md §2.6).
+K-SEQ-GBV (docs/rules.md §2.6).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def greedy_acceptance(block: Block, k: int, rho: float = 1.0) -> np.ndarray:
         rho: scale ρ ≥ 1 (1 for GBV; ρ* of K-SEQ for K-SEQ-GBV).
     Returns:
         float64 [L+1] with h[i] in [0, 1] for i = 1..L (h[0] unused, set to 1).
-    Source: SPEC.md §2.4 (GBV), §2.6 (scaled target).
+    Source: docs/rules.md §2.4 (GBV), §2.6 (scaled target).
     """
     L = block.L
     # h is a function of the ratio r = q(z)/(ρ·p(z)) alone (divide the formula by p(z)), which

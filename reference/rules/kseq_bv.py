@@ -1,9 +1,9 @@
 """K-SEQ-BV: K-SEQ over whole blocks with block verification per draft, no modification.
 
-A construction of this project (issue 7; verified here with the exact engine, not taken on
+A construction of this project (docs/rules.md §2.8; verified here with the exact engine, not taken on
 trust).  SpecTr's K-SEQ (Sun et al., NeurIPS 2023, arXiv 2310.15141, Algorithm 3) applied to
 whole blocks, each draft in turn getting a BV attempt (Sun et al., ICLR 2025, arXiv 2403.10444,
-Algorithm 2; SPEC.md §2.3) whose first ratio is divided by ρ; the first draft that accepts at
+Algorithm 2; docs/rules.md §2.3) whose first ratio is divided by ρ; the first draft that accepts at
 least one token wins:
 
     ρ = ρ* of K-SEQ on the window's first position (k = K; K = 1 → ρ = 1)
@@ -45,11 +45,11 @@ def bv_acceptance(block: Block, k: int, rho: float = 1.0) -> tuple[np.ndarray, n
     Args:
         block: prepared inputs (draft k's rows dp[k], tp[k], tokens[k]).
         k: draft index.
-        rho: scale ρ ≥ 1 of the first position (1: plain BV, SPEC.md §2.3).
+        rho: scale ρ ≥ 1 of the first position (1: plain BV, docs/rules.md §2.3).
     Returns:
         (weight, h), float64 [L+1] each: weight[i] = p_i (weight[0] = 1); h[i] for i = 1..L
         (h[0] unused, 1).
-    Source: Sun et al., ICLR 2025, Algorithm 2; SPEC.md §2.3; issue 7 (the ρ scale).
+    Source: Sun et al., ICLR 2025, Algorithm 2; docs/rules.md §2.3; §2.8 (the ρ scale).
     """
     L = block.L
     x = block.tokens[k]
@@ -68,7 +68,7 @@ def bv_acceptance(block: Block, k: int, rho: float = 1.0) -> tuple[np.ndarray, n
 
 
 class KSeqBV(Rule):
-    """K-SEQ-BV (issue 7, rule 1); lossless, leaves later iterations untouched."""
+    """K-SEQ-BV (docs/rules.md §2.8); lossless, leaves later iterations untouched."""
 
     name = "kseq_bv"
     modifies_targets = False

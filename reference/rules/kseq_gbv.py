@@ -1,6 +1,6 @@
 """K-SEQ-GBV: a lossless multi-draft block verifier (this project's reconstruction).
 
-SPEC.md §2.6 — K-SEQ (SpecTr) applied to whole blocks, each draft in turn getting a GBV
+docs/rules.md §2.6 — K-SEQ (SpecTr) applied to whole blocks, each draft in turn getting a GBV
 attempt against the scaled target q/ρ; the first draft that accepts at least one token wins:
 
     ρ = ρ* of K-SEQ on the window's first position (k = K; K = 1 → ρ = 1)

@@ -1,10 +1,10 @@
 """MDBV — multi-draft block verification on the merged draft tree, no modification.
 
-A construction of this project (issue 7, rule 3); lossless by construction (argument below)
+A construction of this project (docs/rules.md §2.10); lossless by construction (argument below)
 and checked with the exact engine (tests/reference/test_new_rules.py).  It uses every draft
 at every depth, like SpecTr (Sun et al., NeurIPS 2023, arXiv 2310.15141), and decides each
 prefix jointly with its subtree, like BV (Sun et al., ICLR 2025, arXiv 2403.10444, Algorithm 2;
-SPEC.md §2.3).  Derivation, study and numbers: proofs_check/NON_MODIFYING_RULES.md.
+docs/rules.md §2.3).  Derivation, study and numbers: proofs_check/NON_MODIFYING_RULES.md.
 
 The K drafts are merged into a prefix tree (as for Traversal Verification): a node z of depth
 i carries m(z) drafts (its multiplicity) and is named (k, i), k the lowest draft carrying it;
@@ -26,7 +26,7 @@ S(z), depth i < L, rows p = p(·|z), q = q(·|z), m = m(z), scaled target w·q:
        a uniformly random marked draft of the first class that has one.  Per class
        e(x) = min(1, w·q(x)/(κ·p(x))), κ the smallest value on the valid side of
            (1 − c)^m − (1 − c − s)^m ≤ κ·s,   s = Σ_{x∈C} p(x)e(x),  c = marked mass before C
-       (K-SEQ's ρ* equation, SPEC.md §2.2, per class), so that
+       (K-SEQ's ρ* equation, docs/rules.md §2.2, per class), so that
            A(x) = p(x)e(x)·[(1 − c)^m − (1 − c − s)^m]/s ≤ min(κ·p(x), w·q(x)).
     b. count-priority: tokens in the same q/p order; the first drafted token not yet declined
        is selected with a probability β_x(k) that depends on how many drafts k carry it,
@@ -138,7 +138,7 @@ def _rest_class(pp, wq, ratio, Pp, Sq, j, free, m) -> float:
     Returns the smallest κ (to bisection resolution) with
         free^m − (free − s(κ))^m ≤ κ·s(κ),   s(κ) = Σ_{t ≥ j} min(pp[t], wq[t]/κ).
     The upper end m·free^(m−1) is always valid (the left side is concave in s with that slope
-    at 0).  The caller re-checks the result with the exactly summed s.  Source: SPEC.md §2.2
+    at 0).  The caller re-checks the result with the exactly summed s.  Source: docs/rules.md §2.2
     (K-SEQ's ρ*), restricted to the class.
     """
     n = len(pp)
@@ -432,7 +432,7 @@ def plan_nodes(tokens: np.ndarray, dp: np.ndarray, tp: np.ndarray, mechanism,
 
 
 class MultiDraftBlockVerification(Rule):
-    """MDBV (issue 7, rule 3): per-node selection (class-K-SEQ or count-priority) over the merged
+    """MDBV (docs/rules.md §2.10): per-node selection (class-K-SEQ or count-priority) over the merged
     draft tree, BV-style budgets, subtrees shared by the drafts that carry them."""
 
     name = "mdbv"

@@ -1,6 +1,6 @@
 """Token verification (speculative sampling), single draft.
 
-Leviathan et al. 2023, Algorithm 1; Chen et al. 2023.  SPEC.md §2.1:
+Leviathan et al. 2023, Algorithm 1; Chen et al. 2023.  docs/rules.md §2.1:
 accept X_i with probability min(1, q(X_i)/p(X_i)); at the first rejection emit a correction
 ∝ (q − p)_+ from that position; if all L are accepted, a bonus token from q(· | X_≤L).
 """

@@ -1,7 +1,7 @@
 """SpecTr K-SEQ over a block of K i.i.d. drafts, token by token.
 
 Sun et al., *SpecTr*, NeurIPS 2023, arXiv 2310.15141 (K-SEQ, their Algorithm 3, applied
-position by position over the draft tree); SPEC.md §2.2.  At depth d the k drafts that still
+position by position over the draft tree); docs/rules.md §2.2.  At depth d the k drafts that still
 carry the accepted prefix propose their d-th tokens (i.i.d. from p given the prefix); candidate
 j is accepted with probability min(1, q(x_j)/(ρ*·p(x_j))) in index order, ρ* the root of
 1 − (1 − β(ρ))^k = ρβ(ρ); the drafts carrying the accepted token go one level deeper.  No

@@ -1,7 +1,7 @@
 """SpecTr-GBV Algorithm 1, as released by the authors — NOT lossless for K ≥ 2.
 
 Lin, Sheng, Cai, Zhou, *SpecTr-GBV*, arXiv 2604.25925 (EMNLP 2026), Algorithm 1, as in their
-public code (junemily/SpecTr-GBV, src/engine.py); SPEC.md §2.5.  With
+public code (junemily/SpecTr-GBV, src/engine.py); docs/rules.md §2.5.  With
 F(z) = q(z)·[1 − (1 − m(z))^K], m(z) = min(1, p(z)/q(z)), μ(z) = 1 − (1 − p(z))^K:
 
     h(z) = [F(z) − Σ_x F(z,x)] / [μ(z) − Σ_x F(z,x)]     |z| < L
@@ -14,7 +14,7 @@ The released code divides by (denominator + 1e-20); kept here, with the result c
 Residual: the released ``q(acc,x)·(1 − m(acc,x)^K)`` or the F-consistent
 ``q(acc,x)·(1 − m(acc,x))^K`` (``residual="consistent"``).  Algorithm 2 is not in the
 released code; ``algorithm2=True`` adds the consistent reconstruction w(z) = q(z)(1 − m(z))^K.
-Exact enumeration shows the rule is lossy for K ≥ 2 under every combination (SPEC.md §2.5).
+Exact enumeration shows the rule is lossy for K ≥ 2 under every combination (docs/rules.md §2.5).
 """
 
 from __future__ import annotations

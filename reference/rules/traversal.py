@@ -4,7 +4,7 @@ Source: Weng, Hu, Chen, Liu, Mei, Qiu, Tian, Shi, *Traversal Verification for Sp
 Decoding*, NeurIPS 2025, arXiv 2505.12398 (abstract and §1 read from arxiv.org/html/2505.12398v2;
 the update rules as re-implemented in the public code brian030128/subspec_v2,
 specdecodes/models/utils/traversal_verification.py, which follows the paper's pseudo-code; the
-rule below was re-derived and checked here, not copied).  Issue 7, rule 2.
+rule below was re-derived and checked here, not copied).  See docs/rules.md §2.9.
 
 Notation of the paper: M_b = target, M_s = draft; every tree node X carries the rows
 M_b(·|X), M_s(·|X) of its children and an acceptance probability p_α(X).

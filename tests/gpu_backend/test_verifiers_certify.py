@@ -12,7 +12,7 @@ Every registry rule on
     SpecTr-GBV (fixed) only: the bfloat16 path (renormalisation in prepare) is the same for every
     rule, and each V = 4,096 case costs 10-25 s on this shared 2-core CPU.
   * the law-level planted case of oracle.certify_cases: the released SpecTr-GBV must be caught
-    against the target's first-token law (SPEC.md §2.5), K-SEQ-GBV must pass it.
+    against the target's first-token law (docs/rules.md §2.5), K-SEQ-GBV must pass it.
 N = 2·10^5 samples per case at α = 1e-6 (Bonferroni over the case's four tests); the smallest
 total-variation deviation detected with power 0.99 is printed per case.  Inputs are one case
 expanded over the batch (zero-stride views), 4,096-row chunks (512 at V = 4,096).
@@ -87,7 +87,7 @@ def test_certify_random_rows_V4096(rule, dtype):
 
 
 def test_certify_law_level_planted_case():
-    """Fresh toy drafts every sample, first emitted token against the target (SPEC.md §2.5):
+    """Fresh toy drafts every sample, first emitted token against the target (docs/rules.md §2.5):
     the released SpecTr-GBV is caught (P(first = a) = 4125/13328, not 1/3), K-SEQ-GBV passes."""
     report = run([released_rule_against_target(2, 2), lossless_against_target("kseq_gbv", 2, 2)],
                  torch.float64, chunk=4096)

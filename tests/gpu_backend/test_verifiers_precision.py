@@ -87,7 +87,7 @@ def tiny_block(V: int, K: int, L: int, ratio: float, p_token: float = 1e-25):
 
 
 def exact_gbv_h(tokens, dp, tp, k, rho=1):
-    """GBV's h on draft k (SPEC.md §2.4, q → q/ρ) in 60-digit arithmetic."""
+    """GBV's h on draft k (docs/rules.md §2.4, q → q/ρ) in 60-digit arithmetic."""
     mp.dps = 60
     L = tokens.shape[1]
     pz = qz = mpf(1)

@@ -1,4 +1,4 @@
-"""Closed forms of oracle.bounds against SPEC.md §5 exact toy values and brute force."""
+"""Closed forms of oracle.bounds against docs/toy.md exact toy values and brute force."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def random_pair(V, L, seed, concentration=0.7, zero_prob=0.0):
     return p, q
 
 
-# SPEC.md §5
+# docs/toy.md
 TOY_B = {
     (1, 1): F(2, 3), (1, 2): F(4, 3), (1, 3): F(50, 27),
     (2, 1): F(5, 6), (2, 2): F(19, 12), (2, 3): F(485, 216),

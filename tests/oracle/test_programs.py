@@ -1,4 +1,4 @@
-"""oracle.programs: the cvxpy programs against SPEC.md §5 toy values, the closed forms of
+"""oracle.programs: the cvxpy programs against docs/toy.md toy values, the closed forms of
 oracle.bounds, an independent BV enumeration, and literal dense re-statements of the LPs."""
 
 from __future__ import annotations
@@ -37,12 +37,12 @@ def optimum(result):
 
 
 # ---------------------------------------------------------------------------------------
-# Independent references (written here from SPEC.md, sharing no code with oracle.programs)
+# Independent references (written here from docs/, sharing no code with oracle.programs)
 # ---------------------------------------------------------------------------------------
 
 
 def bv_expected_tau(p_block, q_block):
-    """E[τ] of BV (SPEC.md §2.3, Sun et al. Algorithm 2) by enumerating the draft block."""
+    """E[τ] of BV (docs/rules.md §2.3, Sun et al. Algorithm 2) by enumerating the draft block."""
     L = p_block.ndim
     V = p_block.shape[0]
     Pp = [np.ones(())] + prefix_marginals(p_block)
@@ -70,7 +70,7 @@ def bv_expected_tau(p_block, q_block):
 
 
 def literal_lp(p_block, q_block, K, no_modification):
-    """The LPs exactly as SPEC.md §4 words them: dense variables π(x^1..x^K, s, t) over
+    """The LPs exactly as docs/bounds.md §4.3–§4.4 word them: dense variables π(x^1..x^K, s, t) over
     ordered draft tuples and the full vocabulary, t ≤ max_k LCP(x^k, s); with
     ``no_modification`` the law of (t, s) must factor as g_t(s_≤t+1)·q(s_>t+1 | s_≤t+1)."""
     V, L = p_block.shape[0], p_block.ndim
@@ -111,7 +111,7 @@ def literal_lp(p_block, q_block, K, no_modification):
 
 
 # ---------------------------------------------------------------------------------------
-# Toy values (SPEC.md §5)
+# Toy values (docs/toy.md)
 # ---------------------------------------------------------------------------------------
 
 
@@ -129,7 +129,7 @@ def test_cic_toy_exact_values():
 
 
 def test_cic_block_toy_value():
-    # SPEC.md §4: "≈ 1.55 < 19/12".  The value is 31/20: at K = 2 the program is a convex QP,
+    # docs/bounds.md §4.2: below 19/12.  The value is 31/20: at K = 2 the program is a convex QP,
     # which HiGHS solves by active set to machine precision.
     p, q = toy(2)
     assert optimum(cic_block_program(p, q, 2)) == pytest.approx(31 / 20, abs=CONIC_TOL)
@@ -138,7 +138,7 @@ def test_cic_block_toy_value():
 
 
 TOY_LP = {
-    # (program, K, L): exact value.  SPEC.md §5 rows; K = 1 rows: B(1, L) = GBV and BV.
+    # (program, K, L): exact value.  docs/toy.md rows; K = 1 rows: B(1, L) = GBV and BV.
     (global_ot, 1, 1): F(2, 3),
     (global_ot, 1, 2): F(4, 3),
     (global_ot, 1, 3): F(50, 27),
@@ -162,7 +162,7 @@ def test_lp_toy_exact(program, K, L, symmetric):
     )
 
 
-# Values found by this module on the toy (not in SPEC.md); pinned so that a change shows.
+# Values found by this module on the toy (also listed in docs/toy.md §1); pinned so that a change shows.
 # Each is also reproduced by literal_lp in test_lp_equals_literal_statement.
 TOY_LP_FOUND = {
     (global_ot, 3, 2): F(1351, 729),

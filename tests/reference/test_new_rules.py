@@ -3,7 +3,7 @@ Verification on the merged draft tree, and MDBV (reference/rules/{kseq_bv,traver
 
 Everything here is exact (reference.exact enumerates the rules' own code): losslessness of the
 first N ≥ L + 2 emitted tokens on prefix-dependent models, the reductions (K = 1 → BV with an
-identical iteration law; L = 1 → K-SEQ for K-SEQ-BV only), the toy values of SPEC.md §5, and
+identical iteration law; L = 1 → K-SEQ for K-SEQ-BV only), the toy values of docs/toy.md, and
 E[τ] against SpecTr, the other rules and the no-modification LP (oracle.programs).  The rules
 are not registered yet (reference/rules/__init__.py is not this file's owner's), so they are
 instantiated directly.
@@ -156,7 +156,7 @@ def test_mdbv_at_least_kseq_at_L1(inst):
 
 
 # ---------------------------------------------------------------------------------------------
-# Toy values (SPEC.md §5: Ω = {a, b}, p = (2/3, 1/3), q = (1/3, 2/3))
+# Toy values (docs/toy.md: Ω = {a, b}, p = (2/3, 1/3), q = (1/3, 2/3))
 # ---------------------------------------------------------------------------------------------
 
 TOY = [

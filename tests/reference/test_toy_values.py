@@ -1,4 +1,4 @@
-"""Every exact value of SPEC.md §5 on the toy: Ω = {a, b}, p = (2/3, 1/3), q = (1/3, 2/3)."""
+"""Every exact value of docs/toy.md on the toy: Ω = {a, b}, p = (2/3, 1/3), q = (1/3, 2/3)."""
 
 from fractions import Fraction
 
@@ -31,7 +31,7 @@ def test_expected_tau_matches_spec_table(rule, K, L, value):
     got = expected_tau(RULES[rule], P, Q, K, L)
     if isinstance(value, Fraction):
         assert got == pytest.approx(float(value), abs=1e-12)
-    else:  # SPEC gives six decimals
+    else:  # docs/toy.md gives six decimals
         assert got == pytest.approx(value, abs=5e-7)
 
 
@@ -55,7 +55,7 @@ def test_rho_star_closed_form():
 
 
 def test_released_spectr_gbv_first_token_defect():
-    """SPEC §2.5: released rule, K = L = 2: P(first token = a) = 4125/13328, not 1/3."""
+    """docs/rules.md §2.5: released rule, K = L = 2: P(first token = a) = 4125/13328, not 1/3."""
     law = iteration_law(RULES["spectr_gbv"], Decoder(P, Q, 2, 2))
     p_a = sum(pr for v, pr in law.items() if v.tokens[0] == 0)
     assert p_a == pytest.approx(4125 / 13328, abs=1e-12)
@@ -71,7 +71,7 @@ def test_spectr_gbv_lossy_first_token_every_variant(residual, algorithm2):
 
 
 def test_gbv_without_algorithm2_second_token_defect():
-    """SPEC §3: without Algorithm 2, GBV at L = 2 gives P(b, a) = 1/3 instead of 2/9."""
+    """docs/rules.md §3: without Algorithm 2, GBV at L = 2 gives P(b, a) = 1/3 instead of 2/9."""
     wrong = generation_law(GreedyBlockVerification(algorithm2=False), P, Q, 1, 2, 2).token_law
     right = generation_law(RULES["gbv"], P, Q, 1, 2, 2).token_law
     assert wrong[(1, 0)] == pytest.approx(1 / 3, abs=1e-12)
@@ -79,7 +79,7 @@ def test_gbv_without_algorithm2_second_token_defect():
 
 
 def test_spectr_gbv_k1_equals_gbv():
-    """SPEC §2.4: GBV is the K = 1 case of the released SpecTr-GBV code (same law to 1e-12;
+    """docs/rules.md §2.4: GBV is the K = 1 case of the released SpecTr-GBV code (same law to 1e-12;
     branches of probability ~1e-17 may exist in one and not the other through rounding)."""
     for L in (1, 2, 3):
         la, lb = {}, {}
