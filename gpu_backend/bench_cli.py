@@ -22,8 +22,8 @@ def register(subparsers) -> None:
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The benchmark options (shared with ``spectr-gbv report``)."""
-    from reference.cli_args import (dtype_name, nonneg_int, output_dir, output_file, positive_float,
-                                    positive_int, seed_int)
+    from reference.cli_args import (add_json_flag, dtype_name, nonneg_int, output_dir, output_file,
+                                    positive_float, positive_int, seed_int)
 
     from .defaults import DEFAULT_K, DEFAULT_L
 
@@ -56,7 +56,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode prompts without the chat template")
     p.add_argument("--no-warmup", action="store_true")
-    p.add_argument("--json", dest="json_file", type=output_file, default=None, help="write summary rows as JSON")
+    add_json_flag(p, "the summary rows")
     p.add_argument("--runs-json", type=output_file, default=None, help="write every run's record as JSON")
     p.add_argument("--markdown", type=output_file, default=None, help="write the tables as markdown")
     p.add_argument("--plots", type=output_dir, default=None, help="folder for PNG plots")
@@ -207,11 +207,11 @@ def set_threads(threads: int | None) -> None:
 
 
 def write_outputs(result, args, command: str) -> None:
+    from reference.cli_args import write_json
+
     from .bench import to_markdown, write_plots
 
-    if args.json_file:
-        with open(args.json_file, "w") as fh:
-            json.dump(result.rows, fh, indent=1)
+    write_json(args.json_file, result.rows)
     if args.runs_json:
         with open(args.runs_json, "w") as fh:
             json.dump({"meta": result.meta, "runs": result.runs}, fh, indent=1)
@@ -236,6 +236,8 @@ def run(args: argparse.Namespace) -> int:
     pair = load_models(config.target, config.draft, config.dtype)
     command = "spectr-gbv " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     result = run_bench(config, pair=pair)
-    print(to_markdown(result, command))
+    from reference.cli_args import text_stream
+
+    print(to_markdown(result, command), file=text_stream(args))
     write_outputs(result, args, command)
     return 0

@@ -50,7 +50,6 @@ added to δ from 2026-11-30), beside another job using the second core.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -72,7 +71,7 @@ def register(subparsers) -> None:
         "detectable TV, the p-value and the verdict.  Exit status 0 only when every lossless rule "
         "passes and every planted wrong rule is caught.",
     )
-    from reference.cli_args import output_file, positive_int, seed_int, unit_interval_open
+    from reference.cli_args import add_json_flag, output_file, positive_int, seed_int, unit_interval_open
 
     p.add_argument("--rules", default=None,
                    help="comma-separated registered rules (default: all); planted wrong rules run "
@@ -88,8 +87,7 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="cpu", help="torch device of the verifiers (default cpu)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch intra-op threads (default 1: small batched ops are faster on one)")
-    p.add_argument("--json", dest="json_file", type=output_file, default=None,
-                   help="write the rows as JSON to FILE")
+    add_json_flag(p, "the rows")
     p.add_argument("--markdown", type=output_file, default=None, help="write the report as markdown to FILE")
     p.set_defaults(func=run, check=check)
 
@@ -449,6 +447,8 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from reference.cli_args import text_stream, write_json
+
     if getattr(args, "rule_list", None) is None:  # check() not run (a direct call)
         check(args)
     rules, device = args.rule_list, args.torch_device
@@ -460,13 +460,12 @@ def run(args: argparse.Namespace) -> int:
               f"δ={row.detectable_delta:.4f}  {row.seconds:.1f}s{extra}", file=sys.stderr, flush=True)
 
     cert = certify_rules(rules, args.quick, args.samples, args.alpha, args.seed, str(device), progress)
-    print(text_table(cert.rows))
-    print()
-    print(summary(cert))
+    out = text_stream(args)
+    print(text_table(cert.rows), file=out)
+    print(file=out)
+    print(summary(cert), file=out)
     command = _command(args)
-    if args.json_file:
-        with open(args.json_file, "w") as fh:
-            json.dump([r.to_json() for r in cert.rows], fh, indent=1)
+    write_json(args.json_file, [r.to_json() for r in cert.rows])
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(markdown(cert, command))

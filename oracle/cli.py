@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import DEFAULT_MAX_VARIABLES, existing_file, positive_float, positive_int
+    from reference.cli_args import (DEFAULT_MAX_VARIABLES, add_json_flag, existing_file, positive_float,
+                                    positive_int)
 
     p = subparsers.add_parser(
         "oracle",
@@ -26,7 +26,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-variables", type=positive_int, default=DEFAULT_MAX_VARIABLES,
                    help="refuse when a program's estimated number of variables (or a block law's V^L "
                    f"entries) exceeds this (default {DEFAULT_MAX_VARIABLES:,})")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(p, "one JSON object with the oracle values")
     p.set_defaults(func=run, check=check)
 
 
@@ -96,7 +96,7 @@ def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference.cli_args import UsageError
+    from reference.cli_args import UsageError, text_stream, write_json
 
     if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
         check(args)
@@ -104,13 +104,12 @@ def run(args: argparse.Namespace) -> int:
         values = oracle_values(args.draft_model, args.target_model, args.K, args.L, args.time_limit)
     except ValueError as exc:
         raise UsageError(f"--draft {args.draft} / --target {args.target}: {exc}") from None
-    if args.json:
-        print(json.dumps(values))
-        return 0
-    print(f"K={args.K}  L={args.L}   (accepted tokens per iteration)")
+    write_json(args.json_file, values, indent=None)
+    out = text_stream(args)
+    print(f"K={args.K}  L={args.L}   (accepted tokens per iteration)", file=out)
     for key in ("bound_B", "cic_optimum", "cic_block_optimum", "global_ot_optimum", "no_modification_optimum",
                 "alpha_star"):
         if values[key] is not None:
-            print(f"{key:26s} {values[key]:.10f}")
-    print(f"solver status: {values['status']}")
+            print(f"{key:26s} {values[key]:.10f}", file=out)
+    print(f"solver status: {values['status']}", file=out)
     return 0

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from datetime import datetime, timezone
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import output_file
+    from reference.cli_args import add_json_flag, output_file
 
     p = subparsers.add_parser(
         "prove",
@@ -21,8 +20,7 @@ def register(subparsers) -> None:
     )
     p.add_argument("--quick", action="store_true", help="few instances (under 2 minutes)")
     p.add_argument("--claims", default=None, help="comma-separated claim ids (default: all)")
-    p.add_argument("--json", dest="json_file", type=output_file, default=None,
-                   help="write the results as JSON to FILE")
+    add_json_flag(p, "the results")
     p.add_argument("--markdown", type=output_file, default=None, help="write the verdict table as markdown to FILE")
     p.add_argument("--no-tables", action="store_true", help="skip the reported E[tau] and generation tables")
     p.set_defaults(func=run, check=check)
@@ -100,25 +98,27 @@ def markdown(verdicts, command: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from reference.cli_args import text_stream, write_json
+
     mode = "quick" if args.quick else "full"
     if args.claims is not None and getattr(args, "claim_ids", None) is None:  # check() not run
         check(args)
     ids = args.claim_ids if args.claims is not None else None
 
+    out = text_stream(args)
+
     def progress(r):
         print(f"{r.id:>4}  {r.verdict:5s}  dev {r.worst_deviation:9.3g}  n={r.instances:3d}  "
-              f"{r.seconds:6.1f}s  {r.claim}", flush=True)
+              f"{r.seconds:6.1f}s  {r.claim}", flush=True, file=out)
 
     verdicts = prove(mode, ids, tables=not args.no_tables, progress=progress)
     for title, table in verdicts.tables.items():
-        print(f"\n{title}\n{table}")
+        print(f"\n{title}\n{table}", file=out)
     print(f"\n{len(verdicts.results)} claims checked in {verdicts.seconds:.0f} s "
           f"({sum(r.verdict == 'holds' for r in verdicts.results)} hold, "
-          f"{sum(r.verdict == 'fails' for r in verdicts.results)} fail)")
+          f"{sum(r.verdict == 'fails' for r in verdicts.results)} fail)", file=out)
     command = "spectr-gbv prove" + (" --quick" if args.quick else "")
-    if args.json_file:
-        with open(args.json_file, "w") as fh:
-            json.dump([r.to_json() for r in verdicts.results], fh, indent=1)
+    write_json(args.json_file, [r.to_json() for r in verdicts.results])
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(markdown(verdicts, command))

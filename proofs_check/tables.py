@@ -61,7 +61,7 @@ def generation_table(mode: str) -> str:
     Single-draft rules run at K = 1, the others at the instance's K.  E[τ] + 1 of the first
     iteration is shown beside it: the greedy rules' first-iteration lead need not survive.
     """
-    rules = [r for r in RULES if r in lossless_rules()] + [r for r in RULES if r not in lossless_rules()]
+    rules = list(registry.names(lossless=True)) + list(registry.names(lossless=False))
     lines = ["| instance | rule | K | E[τ]+1 (1st iteration) | " + " | ".join(f"N={m}L" for m in (2, 3, 4)) + " |",
              "|---|---|---|---|---|---|---|"]
     for inst in generation_instances(mode):

@@ -9,7 +9,7 @@ import time
 
 
 def register(subparsers) -> None:
-    from .cli_args import DEFAULT_MAX_OUTCOMES, existing_file, positive_int
+    from .cli_args import DEFAULT_MAX_OUTCOMES, add_json_flag, existing_file, positive_int
     from .rules import RULES
 
     p = subparsers.add_parser(
@@ -30,7 +30,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-outcomes", type=positive_int, default=DEFAULT_MAX_OUTCOMES,
                    help="refuse when the estimated enumeration (draft configurations over all decode "
                    f"states, plus target sequences) exceeds this (default {DEFAULT_MAX_OUTCOMES:,})")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_flag(p, "one JSON object with the exact values")
     p.set_defaults(func=run, check=check)
 
 
@@ -85,7 +85,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli_args import UsageError
+    from .cli_args import UsageError, text_stream, write_json
     from .exact import expected_tau, generation_law, target_law, total_variation
     from .rules import get_rule
 
@@ -115,13 +115,13 @@ def run(args: argparse.Namespace) -> int:
         "tokens_per_target_call": gen.tokens_per_call,
         "seconds": seconds,
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"rule {args.rule}  K={args.K}  L={args.L}")
-        print(f"E[tau] (one iteration)          {e_tau:.12f}")
-        print(f"block efficiency E[tau] + 1     {e_tau + 1:.12f}")
-        print(f"TV(first {n_tokens} tokens, target)   {tv:.3e}   ({'lossless' if tv <= 1e-12 else 'NOT lossless'} at 1e-12)")
-        print(f"expected target calls for {n_tokens} tokens  {gen.expected_target_calls:.12f}"
-              f"  ({gen.tokens_per_call:.6f} tokens per call)")
+    write_json(args.json_file, result, indent=None)
+    out = text_stream(args)
+    print(f"rule {args.rule}  K={args.K}  L={args.L}", file=out)
+    print(f"E[tau] (one iteration)          {e_tau:.12f}", file=out)
+    print(f"block efficiency E[tau] + 1     {e_tau + 1:.12f}", file=out)
+    print(f"TV(first {n_tokens} tokens, target)   {tv:.3e}   "
+          f"({'lossless' if tv <= 1e-12 else 'NOT lossless'} at 1e-12)", file=out)
+    print(f"expected target calls for {n_tokens} tokens  {gen.expected_target_calls:.12f}"
+          f"  ({gen.tokens_per_call:.6f} tokens per call)", file=out)
     return 0

@@ -187,6 +187,42 @@ def output_file(text: str) -> str:
     return text
 
 
+def json_destination(text: str) -> str:
+    """``--json``'s value: "-" (stdout) or a file to write (``output_file``)."""
+    return text if text == "-" else output_file(text)
+
+
+def add_json_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    """The same ``--json [FILE]`` on every sub-command: FILE gets ``what`` as JSON; ``-`` or no
+    FILE prints the JSON on stdout, and the text report then goes to stderr."""
+    parser.add_argument("--json", dest="json_file", nargs="?", const="-", default=None,
+                        type=json_destination, metavar="FILE",
+                        help=f"write {what} as JSON to FILE; '-' or no FILE: to stdout (the text "
+                        "report then goes to stderr)")
+
+
+def write_json(dest: str | None, obj, indent: int | None = 1) -> None:
+    """Write ``obj`` as JSON to ``dest`` ("-": stdout; None: nowhere)."""
+    import json
+    import sys
+
+    if dest is None:
+        return
+    if dest == "-":
+        json.dump(obj, sys.stdout, indent=indent)
+        sys.stdout.write("\n")
+        return
+    with open(dest, "w") as fh:
+        json.dump(obj, fh, indent=indent)
+
+
+def text_stream(args: argparse.Namespace):
+    """Where a sub-command prints its text report: stderr when its JSON goes to stdout."""
+    import sys
+
+    return sys.stderr if getattr(args, "json_file", None) == "-" else sys.stdout
+
+
 def output_dir(text: str) -> str:
     """A folder to write into (created if missing): not an existing file, and its nearest
     existing ancestor is a writable folder."""

@@ -68,3 +68,16 @@ def test_console_script_installed():
                           "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json"),
                           "--json"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["expected_accepted"] == pytest.approx(11 / 9, abs=1e-12)
+
+
+@pytest.mark.parametrize("dest", ["", "-", "file"])
+def test_json_means_the_same_on_every_form(dest, capsys, tmp_path):
+    """``--json`` / ``--json -``: the JSON alone on stdout, the text on stderr; ``--json FILE``:
+    the JSON in FILE and the text on stdout (the same convention as prove, certify, bench)."""
+    flag = ["--json"] + ([] if dest == "" else ["-"] if dest == "-" else [str(tmp_path / "e.json")])
+    assert main(["exact", "--rule", "bv", "--K", "1", "--L", "2", *flag,
+                 "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json")]) == 0
+    out, err = capsys.readouterr()
+    text, blob = (out, (tmp_path / "e.json").read_text()) if dest == "file" else (err, out)
+    assert json.loads(blob)["expected_accepted"] == pytest.approx(11 / 9, abs=1e-12)
+    assert "E[tau] (one iteration)" in text
