@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import sys
+import zlib
 
 
 def register(subparsers) -> None:
@@ -23,7 +24,7 @@ def register(subparsers) -> None:
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The benchmark options (shared with ``spectr-gbv report``)."""
     from reference.cli_args import (add_json_flag, dtype_name, nonneg_int, output_dir, output_file,
-                                    positive_float, positive_int, seed_int)
+                                    positive_int, seed_int, temperature_value)
 
     from .defaults import DEFAULT_K, DEFAULT_L
 
@@ -39,9 +40,9 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--L", nargs="+", type=positive_int, default=None,
                    help=f"L of the main point (first value, default {DEFAULT_L}); more values "
                    "replace the L sweep's")
-    p.add_argument("--temperature", nargs="+", type=positive_float, default=None,
-                   help="T of the main point (first value, default 0.7); more values replace "
-                   "the T sweep's")
+    p.add_argument("--temperature", nargs="+", type=temperature_value, default=None,
+                   help="T of the main point (first value, default 0.7; each >= 1e-4); more values "
+                   "replace the T sweep's")
     p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus mass in (0, 1]")
     p.add_argument("--sweep", nargs="+", default=["none"], choices=["none", "K", "L", "T", "all"],
@@ -104,6 +105,19 @@ def check_top_p(top_p: float | None) -> None:
         raise UsageError(f"--top-p must be in (0, 1], got {top_p}")
 
 
+def check_temperatures(temperatures) -> None:
+    """Every temperature of the run (``--temperature`` values and the T sweep's) at least
+    ``MIN_TEMPERATURE`` (the flag's type checks the given ones; this covers the sweep's too)."""
+    from reference.cli_args import MIN_TEMPERATURE, UsageError
+
+    from .bench import SWEEP_VALUES
+
+    for T in list(temperatures or []) + list(SWEEP_VALUES["T"]):
+        if not T >= MIN_TEMPERATURE:
+            raise UsageError(f"--temperature must be >= {MIN_TEMPERATURE:g} (logits / T must stay finite "
+                             f"in float32), got {T}")
+
+
 def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: methods, dataset, sampling, models, memory of the rows."""
     from reference.cli_args import UsageError, check_engine_memory, first_line
@@ -132,10 +146,21 @@ def check(args: argparse.Namespace) -> None:
                              f"(or a built-in set: {sets})")
     try:
         prompts = load_prompts(args.dataset, n_prompts)
-    except (OSError, ValueError, UnicodeDecodeError) as err:
-        raise UsageError(f"--dataset {args.dataset}: {first_line(err)}") from None
+    except RecursionError:
+        raise UsageError(f"--dataset {args.dataset}: nested too deeply to parse") from None
+    except (OSError, ValueError, UnicodeDecodeError, EOFError, zlib.error) as err:
+        # gzip.BadGzipFile is an OSError; a gzip file cut short raises EOFError
+        what = "the compressed file is cut short or corrupt: " if isinstance(err, (EOFError, zlib.error)) else ""
+        raise UsageError(f"--dataset {args.dataset}: {what}{first_line(err) or type(err).__name__}") from None
     if not prompts:
         raise UsageError(f"--dataset {args.dataset}: no prompts in it")
+    for i, prompt in enumerate(prompts, start=1):
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise UsageError(f"--dataset {args.dataset}: prompt {i} is not valid UTF-8 text (character "
+                             f"{err.start} is {prompt[err.start]!r}, a lone surrogate)") from None
+    check_temperatures(args.temperature)
     V, known_vocab = check_models(args.target, args.draft)
     sweeps = ("none", "K", "L", "T") if "all" in args.sweep else tuple(args.sweep)
     Ks = list(args.K or [DEFAULT_K]) + (list(SWEEP_VALUES["K"]) if "K" in sweeps and not args.quick else [])

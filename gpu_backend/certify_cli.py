@@ -71,7 +71,8 @@ def register(subparsers) -> None:
         "detectable TV, the p-value and the verdict.  Exit status 0 only when every lossless rule "
         "passes and every planted wrong rule is caught.",
     )
-    from reference.cli_args import add_json_flag, output_file, positive_int, seed_int, unit_interval_open
+    from reference.cli_args import (add_json_flag, int_at_least, output_file, positive_int, seed_int,
+                                    unit_interval_open)
 
     p.add_argument("--rules", default=None,
                    help="comma-separated registered rules (default: all); planted wrong rules run "
@@ -79,7 +80,7 @@ def register(subparsers) -> None:
     p.add_argument("--quick", action="store_true",
                    help="smaller N and fewer cases (every rule and planted defect still covered; "
                    "under 5 minutes on 2 CPU cores)")
-    p.add_argument("--samples", type=positive_int, default=None,
+    p.add_argument("--samples", type=int_at_least(2, " (the mean test needs 2 samples)"), default=None,
                    help=f"N for every case (default {FULL_N}; --quick: per kind, see the docs)")
     p.add_argument("--alpha", type=unit_interval_open, default=DEFAULT_ALPHA,
                    help=f"false-alarm rate per case, in (0, 1) (default {DEFAULT_ALPHA:g})")
@@ -438,10 +439,35 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(str(err)) from None
     try:
         device = torch.device(args.device)
-        torch.empty(0, device=device)
     except (RuntimeError, AssertionError, ValueError) as err:
         raise UsageError(f"--device {args.device!r} is not usable: {first_line(err)}") from None
+    why = device_unusable(device, torch)
+    if why is None:
+        try:
+            torch.empty(0, device=device)
+        except (RuntimeError, AssertionError, ValueError) as err:
+            why = first_line(err)
+    if why is not None:
+        raise UsageError(f"--device {args.device!r} is not usable: {why}")
     args.torch_device = device
+
+
+def device_unusable(device, torch) -> str | None:
+    """Why ``device`` cannot run the verifiers (None when it can): only cpu, cuda[:N] and mps,
+    when torch reports them available (``meta`` has no data; other backends are untested)."""
+    if device.type == "cpu":
+        return None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            return "torch reports no CUDA device available"
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            return f"cuda:{device.index} does not exist ({count} CUDA device(s))"
+        return None
+    if device.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        return None if mps is not None and mps.is_available() else "torch reports MPS not available"
+    return f"device type {device.type!r} is not supported (use cpu, cuda[:N] or mps)"
 
 
 def run(args: argparse.Namespace) -> int:

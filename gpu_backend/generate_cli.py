@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import (dtype_name, nonneg_int, positive_float, positive_int, seed_int,
+    from reference.cli_args import (dtype_name, nonneg_int, positive_int, seed_int, temperature_value,
                                     top_p_value)
 
     from reference.rules import registry
@@ -28,7 +28,8 @@ def register(subparsers) -> None:
                    help=f"drafts per iteration (default {DEFAULT_K}; 1 for "
                    f"{', '.join(registry.names(single_draft=True))})")
     p.add_argument("--L", type=positive_int, default=DEFAULT_L, help=f"block length (default {DEFAULT_L})")
-    p.add_argument("--temperature", type=positive_float, default=0.7, help="T > 0 (default 0.7)")
+    p.add_argument("--temperature", type=temperature_value, default=0.7,
+                   help="T >= 1e-4 (default 0.7; smaller T overflows float32 logits / T)")
     p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
     p.add_argument("--top-p", type=top_p_value, default=None, help="nucleus mass in (0, 1]")
     p.add_argument("--max-new-tokens", type=positive_int, default=128)
@@ -44,7 +45,7 @@ def register(subparsers) -> None:
 def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: prompt, rule, K against single-draft rules, the models, and
     the memory of one iteration's probability rows."""
-    from reference.cli_args import UsageError, check_engine_memory
+    from reference.cli_args import UsageError, check_engine_memory, check_utf8_text
 
     from .bench_cli import check_models, known_rules
     from reference.rules import registry
@@ -53,6 +54,7 @@ def check(args: argparse.Namespace) -> None:
 
     if not args.prompt.strip():
         raise UsageError("--prompt must not be empty")
+    check_utf8_text("--prompt", args.prompt)
     rules = ("ar",) + known_rules()
     if args.rule not in rules:
         raise UsageError(f"--rule: unknown rule {args.rule!r}; known: {', '.join(rules)}")

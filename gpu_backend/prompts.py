@@ -58,6 +58,8 @@ def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[str]:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}, line {line_no}: not valid JSON ({err})") from None
+            except RecursionError:
+                raise ValueError(f"{path}, line {line_no}: nested too deeply to parse") from None
             if not isinstance(record, dict):
                 raise ValueError(f"{path}, line {line_no}: expected a JSON object, got "
                                  f"{type(record).__name__}")

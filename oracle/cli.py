@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 
 def register(subparsers) -> None:
@@ -96,7 +97,7 @@ def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference.cli_args import UsageError, text_stream, write_json
+    from reference.cli_args import UsageError, json_safe, text_stream, write_json
 
     if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
         check(args)
@@ -104,12 +105,33 @@ def run(args: argparse.Namespace) -> int:
         values = oracle_values(args.draft_model, args.target_model, args.K, args.L, args.time_limit)
     except ValueError as exc:
         raise UsageError(f"--draft {args.draft} / --target {args.target}: {exc}") from None
-    write_json(args.json_file, values, indent=None)
+    # strict JSON: an optimum not reached (NaN) is null, never a bare NaN
+    write_json(args.json_file, json_safe(values), indent=None, allow_nan=False)
     out = text_stream(args)
     print(f"K={args.K}  L={args.L}   (accepted tokens per iteration)", file=out)
     for key in ("bound_B", "cic_optimum", "cic_block_optimum", "global_ot_optimum", "no_modification_optimum",
                 "alpha_star"):
         if values[key] is not None:
-            print(f"{key:26s} {values[key]:.10f}", file=out)
+            shown = f"{values[key]:.10f}" if math.isfinite(values[key]) else "not reached"
+            print(f"{key:26s} {shown}", file=out)
     print(f"solver status: {values['status']}", file=out)
+    unsolved = not_reached(values)
+    if unsolved:
+        hint = (f"; --time-limit {args.time_limit:g} may be too small" if args.time_limit is not None
+                else "")
+        which = ", ".join(f"{k} (status {values['status'][k]})" for k in unsolved)
+        print(f"spectr-gbv oracle: not solved to optimality, optimum reported as null: {which}{hint}",
+              file=sys.stderr)
+        return 1
     return 0
+
+
+def not_reached(values: dict) -> list[str]:
+    """The programs of ``oracle_values`` whose optimum was not reached (the programs report a
+    NaN optimum unless the solver's status is optimal or optimal_inaccurate)."""
+    out = []
+    for name in values["status"]:
+        optimum = values.get(f"{name}_optimum")
+        if not (isinstance(optimum, (int, float)) and math.isfinite(optimum)):
+            out.append(name)
+    return out

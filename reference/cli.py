@@ -49,7 +49,10 @@ def load_model_arg(flag: str, path: str):
         raise UsageError(f"{flag} {path}: not valid JSON ({exc})") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{flag} {path}: cannot read ({exc})") from None
-    except ValueError as exc:
+    except RecursionError:
+        raise UsageError(f"{flag} {path}: nested too deeply to parse (a model file is an object of "
+                         "flat lists)") from None
+    except (ValueError, OverflowError, TypeError) as exc:
         raise UsageError(f"{flag} {path}: {exc}") from None
 
 

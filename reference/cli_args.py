@@ -6,7 +6,7 @@ flag (and the file), exit status 2, no traceback, before any model is loaded:
 
 * ``CliParser``: an ``argparse.ArgumentParser`` whose ``error`` prints that one line (argparse's
   own errors: unknown flag, missing value, invalid choice, a ``type=`` callable refusing).
-* ``type=`` callables (``positive_int``, ``nonneg_int``, ``seed_int``, ``positive_float``,
+* ``type=`` callables (``positive_int``, ``nonneg_int``, ``int_at_least``, ``seed_int``, ``positive_float``, ``temperature_value``,
   ``unit_interval_open``, ``top_p_value``, ``existing_file``, ``output_file``, ``output_dir``):
   the per-flag range checks, declared with the flag.
 * ``UsageError``: raised by a sub-command's ``check(args)`` (cross-flag checks, file contents,
@@ -92,20 +92,33 @@ class CliParser(argparse.ArgumentParser):
 
 # -- type= callables ----------------------------------------------------------------------------
 
+def echo(text: str, limit: int = 20) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters (``'999…'``)."""
+    text = str(text)
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + "…"
+
+
+# int() refuses more digits than this (sys.get_int_max_str_digits); no flag needs near as many
+MAX_INT_DIGITS = 4000
+
+
 def _int(text: str) -> int:
+    digits = text.strip().lstrip("+-").replace("_", "")
+    if digits.isdigit() and len(digits) > MAX_INT_DIGITS:
+        raise argparse.ArgumentTypeError(f"is too large ({len(digits):,} digits), got {echo(text)}")
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be an integer, got {echo(text)}") from None
 
 
 def _float(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number, got {echo(text)}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {echo(text)}")
     return value
 
 
@@ -131,6 +144,58 @@ def seed_int(text: str) -> int:
     if not 0 <= value < SEED_LIMIT:
         raise argparse.ArgumentTypeError(f"must be an integer in [0, 2^63), got {value}")
     return value
+
+
+def int_at_least(minimum: int, why: str = ""):
+    """A ``type=`` callable: an integer >= ``minimum`` (``why`` is added to the refusal)."""
+    def parse(text: str) -> int:
+        value = _int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}{why}, got {value}")
+        return value
+
+    parse.__name__ = f"int_at_least_{minimum}"
+    return parse
+
+
+# Temperatures below this are refused: the engine divides float32 logits by T, and logits of
+# order 10 divided by T < 1e-4 leave float32's range quickly (T = 1e-39 gives inf/NaN rows).
+MIN_TEMPERATURE = 1e-4
+
+
+def temperature_value(text: str) -> float:
+    """A sampling temperature: a finite number >= ``MIN_TEMPERATURE``."""
+    value = _float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if value < MIN_TEMPERATURE:
+        raise argparse.ArgumentTypeError(
+            f"must be >= {MIN_TEMPERATURE:g} (logits / T must stay finite in float32), got {echo(text)}")
+    return value
+
+
+def check_utf8_text(flag: str, text: str) -> None:
+    """Refuse text that does not encode as UTF-8 (e.g. lone surrogates from invalid bytes in argv).
+
+    Raises:
+        UsageError: ``FLAG must be valid UTF-8 text`` with the position.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise UsageError(f"{flag} must be valid UTF-8 text (character {err.start} is "
+                         f"{text[err.start]!r}, not encodable)") from None
+
+
+def json_safe(obj):
+    """``obj`` with every non-finite float (NaN, ±inf) replaced by None, for strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    return obj
 
 
 def positive_float(text: str) -> float:
@@ -201,19 +266,21 @@ def add_json_flag(parser: argparse.ArgumentParser, what: str) -> None:
                         "report then goes to stderr)")
 
 
-def write_json(dest: str | None, obj, indent: int | None = 1) -> None:
-    """Write ``obj`` as JSON to ``dest`` ("-": stdout; None: nowhere)."""
+def write_json(dest: str | None, obj, indent: int | None = 1, allow_nan: bool = True) -> None:
+    """Write ``obj`` as JSON to ``dest`` ("-": stdout; None: nowhere).  ``allow_nan=False``:
+    a NaN or infinity raises ValueError instead of being written as invalid JSON (map them with
+    ``json_safe`` first)."""
     import json
     import sys
 
     if dest is None:
         return
     if dest == "-":
-        json.dump(obj, sys.stdout, indent=indent)
+        json.dump(obj, sys.stdout, indent=indent, allow_nan=allow_nan)
         sys.stdout.write("\n")
         return
     with open(dest, "w") as fh:
-        json.dump(obj, fh, indent=indent)
+        json.dump(obj, fh, indent=indent, allow_nan=allow_nan)
 
 
 def text_stream(args: argparse.Namespace):
@@ -334,6 +401,9 @@ def exact_outcomes(draft, target, K: int, L: int, n_tokens: int) -> tuple[float,
     Per decode state the engine enumerates every configuration of K draft blocks: at most
     b^(K·L) with b the largest draft-row support (≤ V); the decode states are at most the
     emitted prefixes of length < N, Σ_{n<N} V^n; the target law has at most V^N sequences.
+    Each configuration carries its decode state's prefix (up to N tokens), whose rows the table
+    models look up suffix by suffix, so the generation DP's work is counted as configurations ×
+    states × N (with V = 1 there is one state per length, but N = 10^4 tokens takes hours).
     Each configuration also enumerates the rule's coins, so the real work is larger still.
     """
     V = int(target.vocab_size)
@@ -341,9 +411,10 @@ def exact_outcomes(draft, target, K: int, L: int, n_tokens: int) -> tuple[float,
     per_state = K * L * math.log10(b) if b > 1 else 0.0
     states = n_tokens * math.log10(V) - math.log10(V - 1) if V > 1 else math.log10(n_tokens)
     target_seqs = n_tokens * math.log10(max_row_support(target)) if max_row_support(target) > 1 else 0.0
-    total = _log10_sum(per_state + states, target_seqs)
+    total = _log10_sum(per_state + states + math.log10(n_tokens), target_seqs)
     how = (f"up to {format_log10(per_state)} draft configurations (b^(K·L), b = {b}) in each of up to "
-           f"{format_log10(states)} decode states, and {format_log10(target_seqs)} target sequences")
+           f"{format_log10(states)} decode states, each carrying a prefix of up to N = {n_tokens:,} tokens, "
+           f"and {format_log10(target_seqs)} target sequences")
     return total, how
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -257,13 +258,46 @@ class Tempered(ToyModel):
 def load_model_file(path: str | Path) -> TableModel:
     """Read a model file ``{"vocab_size": V, "conditionals": {"": [...], "0,1": [...]}}``.
 
-    Keys are comma-separated token ids of the prefix ("" for the empty prefix).
+    Keys are comma-separated token ids of the prefix ("" for the empty prefix), in canonical
+    form (ASCII decimal, no spaces, signs or leading zeros: ``parse_prefix_key``), each listed once.
     Raises:
-        ValueError: on a malformed file (names the field and the problem).
+        ValueError: on a malformed file (names the field and the problem), a key listed twice,
+            a non-canonical key, or a number too large for a float.
+        RecursionError: on JSON nested too deeply for the parser.
     """
-    with open(path) as fh:
-        obj = json.load(fh)
+    with open(path, encoding="utf-8") as fh:
+        obj = json.load(fh, object_pairs_hook=_no_duplicate_keys)
     return model_from_json(obj, source=str(path))
+
+
+def _no_duplicate_keys(pairs: list) -> dict:
+    """``json`` object hook: refuse an object that lists the same key twice."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key!r} is listed twice in one object")
+        out[key] = value
+    return out
+
+
+# A canonical prefix key: comma-separated ASCII decimal token ids, no spaces, no leading zeros.
+PREFIX_KEY = re.compile(r"^(0|[1-9][0-9]*)(,(0|[1-9][0-9]*))*$")
+
+
+def parse_prefix_key(key: str) -> Prefix:
+    """The prefix of a model-file key ("" → (), "0,12" → (0, 12)).
+
+    Raises:
+        ValueError: a key that is not canonical ("00", " 1", "١", "-1", "1,,2"): two different
+            keys must never name the same prefix.
+    """
+    if key == "":
+        return ()
+    if not isinstance(key, str) or not PREFIX_KEY.match(key):
+        raise ValueError(f"conditionals key {str(key)[:40]!r} is not a prefix key: comma-separated "
+                         "token ids in ASCII decimal without spaces, signs or leading zeros ('' for "
+                         "the empty prefix)")
+    return tuple(int(t) for t in key.split(","))
 
 
 def model_from_json(obj: dict, source: str = "model") -> TableModel:
@@ -280,14 +314,20 @@ def model_from_json(obj: dict, source: str = "model") -> TableModel:
                          f"got {type(obj['conditionals']).__name__}")
     conds = {}
     for key, row in obj["conditionals"].items():
-        try:
-            prefix = tuple(int(t) for t in key.split(",")) if key.strip() else ()
-        except ValueError:
-            raise ValueError(f"{source}: conditionals key {key!r} is not a comma-separated list of token ids")
+        prefix = parse_prefix_key(key)
+        if prefix in conds:  # cannot happen with canonical keys; kept as the invariant
+            raise ValueError(f"{source}: conditionals key {key!r} names the prefix {prefix} twice")
         if not isinstance(row, list) or not all(
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in row):
             raise ValueError(f"conditionals[{prefix}] must be a list of {V} numbers, got {row!r:.60}")
-        conds[prefix] = row
+        values = []
+        for x in row:
+            try:
+                values.append(float(x))
+            except OverflowError:
+                raise ValueError(f"conditionals[{prefix}]: entry {len(values)} is an integer too large "
+                                 "for a float (more than 308 digits)") from None
+        conds[prefix] = values
     return TableModel(V, conds)
 
 

@@ -79,6 +79,26 @@ def files(tmp_path):
     paths["empty"].write_text("\n")
     paths["txt"] = tmp_path / "prompts.txt"
     paths["txt"].write_text("hello\n")
+    paths["bignum"] = tmp_path / "bignum.json"  # an integer of 400 digits: too large for a float
+    paths["bignum"].write_text('{"vocab_size":2,"conditionals":{"":[1,0],"1":[1' + "0" * 400 + ',0]}}')
+    paths["deep"] = tmp_path / "deep.json"
+    paths["deep"].write_text("[" * 100_000 + "]" * 100_000)
+    paths["deepl"] = tmp_path / "deep.jsonl"
+    paths["deepl"].write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    paths["dupkey"] = tmp_path / "dupkey.json"
+    paths["dupkey"].write_text('{"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "": [0.7, 0.3]}}')
+    for name, key in (("key00", "00"), ("keyspace", " 0 "), ("keyarabic", "\u0661")):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps({"vocab_size": 2, "conditionals": {
+            "": [0.5, 0.5], "0": [0.5, 0.5], key: [0.7, 0.3]}}))
+    import gzip
+    whole = gzip.compress(b'{"prompt": "hello"}\n' * 200)
+    paths["truncgz"] = tmp_path / "trunc.jsonl.gz"
+    paths["truncgz"].write_bytes(whole[: len(whole) // 2])
+    paths["surrogate"] = tmp_path / "surrogate.jsonl"
+    paths["surrogate"].write_text('{"prompt": "\\udcff"}\n')
+    paths["v1"] = tmp_path / "v1.json"
+    paths["v1"].write_text(json.dumps({"vocab_size": 1, "conditionals": {"": [1.0]}}))
     paths["dir"] = tmp_path
     paths["missing_dir"] = tmp_path / "no" / "such"
     return {k: str(v) for k, v in paths.items()}
@@ -115,7 +135,31 @@ CASES = [
       str(EXAMPLES / "toy_target.json")], ["--draft {norows}:", "conditionals must be an object"]),
     (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{v3}", "--target",
       str(EXAMPLES / "toy_target.json")], ["--draft {v3}", "--target", "V = 3"]),
+    # model files: numbers too large for a float, nesting too deep, keys listed twice or not canonical
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{bignum}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {bignum}:", "too large for a float"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", str(EXAMPLES / "toy_draft.json"),
+      "--target", "{bignum}"], ["--target {bignum}:", "too large for a float"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{deep}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {deep}:", "nested too deeply"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{dupkey}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {dupkey}:", "key '' is listed twice"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{key00}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {key00}:", "key '00' is not a prefix key"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{keyspace}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {keyspace}:", "key ' 0 ' is not a prefix key"]),
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--draft", "{keyarabic}", "--target",
+      str(EXAMPLES / "toy_target.json")], ["--draft {keyarabic}:", "is not a prefix key"]),
+    # V = 1: one decode state per length, but each carries a prefix of up to N tokens
+    (["exact", "--rule", "bv", "--K", "1", "--L", "2", "--tokens", "10000", "--draft", "{v1}", "--target",
+      "{v1}"], ["--K 1 --L 2 (N = 10000 tokens, V = 1)", "--max-outcomes"]),
+    # huge integers: "too large", the value cut short
+    (["exact", "--rule", "sd", "--K", "9" * 5000, "--L", "2", *TOY], ["--K is too large (5,000 digits)", "…"]),
     # oracle
+    (["oracle", "--K", "2", "--L", "2", "--draft", "{bignum}", "--target", str(EXAMPLES / "toy_target.json")],
+     ["--draft {bignum}:", "too large for a float"]),
+    (["oracle", "--K", "2", "--L", "2", "--draft", str(EXAMPLES / "toy_draft.json"), "--target", "{deep}"],
+     ["--target {deep}:", "nested too deeply"]),
     (["oracle", "--K", "1000", "--L", "2", *TOY], ["--K 1000", "--max-variables", "variables"]),
     (["oracle", "--K", "2", "--L", "30", *TOY], ["--L 30", "V^L", "--max-variables"]),
     (["oracle", "--K", "2", "--L", "2", "--time-limit", "0", *TOY], ["--time-limit must be > 0"]),
@@ -135,7 +179,10 @@ CASES = [
     (["prove", "--json", "{dir}"], ["--json", "is a folder"]),
     # certify
     (["certify", "--rules", "bv,nosuch"], ["--rules", "nosuch", "registered rules"]),
-    (["certify", "--samples", "0"], ["--samples must be >= 1"]),
+    (["certify", "--samples", "0"], ["--samples must be >= 2"]),
+    (["certify", "--samples", "1"], ["--samples must be >= 2", "mean test"]),
+    (["certify", "--device", "meta"], ["--device 'meta' is not usable"]),
+    (["certify", "--device", "cuda:99"], ["--device 'cuda:99' is not usable"]),
     (["certify", "--alpha", "0"], ["--alpha must lie in (0, 1)"]),
     (["certify", "--alpha", "1"], ["--alpha must lie in (0, 1)"]),
     (["certify", "--threads", "0"], ["--threads must be >= 1"]),
@@ -166,6 +213,9 @@ CASES = [
     (["generate", "--prompt", "hi", "--temperature", "0"], ["--temperature must be > 0"]),
     (["generate", "--prompt", "hi", "--temperature", "-1"], ["--temperature must be > 0"]),
     (["generate", "--prompt", "hi", "--temperature", "inf"], ["--temperature must be a finite number"]),
+    (["generate", "--prompt", "hi", "--temperature", "1e-39"], ["--temperature must be >= 0.0001", "float32"]),
+    (["generate", "--prompt", "caf\udce9"], ["--prompt must be valid UTF-8 text"]),
+    (["generate", "--prompt", "hi", "--max-new-tokens", "9" * 5000], ["--max-new-tokens is too large", "…"]),
     (["generate", "--prompt", "hi", "--top-p", "0"], ["--top-p must be in (0, 1]"]),
     (["generate", "--prompt", "hi", "--top-p", "1.5"], ["--top-p must be in (0, 1]"]),
     (["generate", "--prompt", "hi", "--top-k", "-1"], ["--top-k must be >= 0"]),
@@ -185,6 +235,10 @@ CASES = [
     (["bench", "--L", "0"], ["--L must be >= 1, got 0"]),
     (["bench", "--K", "100000"], ["--K", "GB", "memory available"]),
     (["bench", "--temperature", "0.7", "0"], ["--temperature must be > 0"]),
+    (["bench", "--temperature", "0.7", "1e-39"], ["--temperature must be >= 0.0001", "float32"]),
+    (["bench", "--dataset", "{truncgz}"], ["--dataset {truncgz}:", "cut short"]),
+    (["bench", "--dataset", "{deepl}"], ["--dataset {deepl}:", "line 1", "nested too deeply"]),
+    (["bench", "--dataset", "{surrogate}"], ["--dataset {surrogate}:", "prompt 1 is not valid UTF-8"]),
     (["bench", "--prompts", "0"], ["--prompts must be >= 1"]),
     (["bench", "--max-new-tokens", "-3"], ["--max-new-tokens must be >= 1"]),
     (["bench", "--sweep-prompts", "0"], ["--sweep-prompts must be >= 1"]),

@@ -101,7 +101,9 @@ def test_missed_planted_rule_fails(monkeypatch, tmp_path, capsys):
 @pytest.mark.parametrize("argv,message", [
     (["--rules", "bv,no_such_rule"], "unknown rule(s) no_such_rule; registered rules: sd, "),
     (["--rules", " , "], "at least one rule"),
-    (["--samples", "0"], "--samples must be >= 1"),
+    (["--samples", "0"], "--samples must be >= 2"),
+    (["--samples", "1"], "--samples must be >= 2 (the mean test needs 2 samples)"),
+    (["--device", "meta"], "--device 'meta' is not usable"),
     (["--alpha", "1.5"], "--alpha must lie in (0, 1)"),
     (["--threads", "0"], "--threads must be >= 1"),
     (["--device", "nonsense"], "--device 'nonsense' is not usable"),

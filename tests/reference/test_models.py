@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from reference.models import ContextFree, RandomModel, TableModel, Tempered, load_model_file
+from reference.models import ContextFree, RandomModel, TableModel, Tempered, load_model_file, model_from_json
 
 
 def test_table_longest_suffix_fallback():
@@ -52,3 +52,50 @@ def test_model_file_round_trip(tmp_path):
     back = load_model_file(path)
     for prefix in [(), (0,), (2, 1), (1, 2, 0, 1)]:
         assert np.array_equal(back.conditional(prefix), m.conditional(prefix))
+
+
+@pytest.mark.parametrize("key", ["00", "01", " 0 ", "0 ", "\u0661", "-0", "+1", "1,,0", "1,", ",1", "1.0", " "])
+def test_model_file_refuses_non_canonical_keys(key, tmp_path):
+    """Two keys that parse to the same prefix ("0", "00", " 0 ", Arabic "١") would silently
+    overwrite each other: only canonical keys are accepted."""
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "0": [0.5, 0.5],
+                                                                  key: [0.7, 0.3]}}))
+    with pytest.raises(ValueError, match="is not a prefix key"):
+        load_model_file(path)
+
+
+def test_model_file_refuses_a_key_listed_twice(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text('{"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "0": [0.5, 0.5], "0": [0.7, 0.3]}}')
+    with pytest.raises(ValueError, match="key '0' is listed twice"):
+        load_model_file(path)
+
+
+def test_model_file_canonical_keys_parse():
+    m = model_from_json({"vocab_size": 11, "conditionals": {
+        "": [1 / 11] * 11, "0": [1.0] + [0.0] * 10, "10,0": [0.0] * 10 + [1.0]}})
+    assert set(m.table) == {(), (0,), (10, 0)}
+
+
+def test_model_file_number_too_large_for_a_float_is_a_value_error(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text('{"vocab_size":2,"conditionals":{"":[1,0],"1":[1' + "0" * 400 + ',0]}}')
+    with pytest.raises(ValueError, match="too large for a float"):
+        load_model_file(path)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ('{"vocab_size":2,"conditionals":{"":[1,0],"1":[1' + "0" * 400 + ',0]}}', "too large for a float"),
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "00": [0.5, 0.5]}}', "not a prefix key"),
+])
+def test_load_model_arg_names_flag_and_file(text, needle, tmp_path):
+    from reference.cli import load_model_arg
+    from reference.cli_args import UsageError
+
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    with pytest.raises(UsageError) as err:
+        load_model_arg("--target", str(path))
+    assert str(err.value).startswith(f"--target {path}: ") and needle in str(err.value)

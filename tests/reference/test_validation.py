@@ -99,7 +99,7 @@ def test_models_reject_bad_rows_and_prefixes():
         TableModel(2, {(0,): [0.5, 0.5]})
     with pytest.raises(ValueError, match="token id 2 outside"):
         TableModel(2, {(): [0.5, 0.5], (2,): [0.5, 0.5]})
-    with pytest.raises(ValueError, match="not a comma-separated list"):
+    with pytest.raises(ValueError, match="is not a prefix key"):
         model_from_json({"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "a": [0.5, 0.5]}})
     with pytest.raises(ValueError, match="prefix: token id 5 outside"):
         RandomModel(2, 0).conditional((5,))
