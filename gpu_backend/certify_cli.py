@@ -143,15 +143,21 @@ class Row:
         return None if self.expect_pass else not self.passed
 
     @property
+    def informative(self) -> bool:
+        """A passing row certifies something only if its detectable δ is below 1 (at δ ≥ 1 no
+        deviation is guaranteed to be detected, e.g. with a few dozen samples)."""
+        return not (self.expect_pass and not self.detectable_delta < 1.0)
+
+    @property
     def ok(self) -> bool:
-        return self.error is None and self.passed == self.expect_pass
+        return self.error is None and self.passed == self.expect_pass and self.informative
 
     @property
     def verdict(self) -> str:
         if self.error is not None:
             return "ERROR"
         if self.expect_pass:
-            return "PASS" if self.passed else "FAIL"
+            return ("PASS" if self.informative else "VACUOUS") if self.passed else "FAIL"
         return "CAUGHT" if not self.passed else "MISSED"
 
     def to_json(self) -> dict:

@@ -44,6 +44,7 @@ from oracle.certify_cases import fixed_case, large_models, toy_models
 from reference.rules import get_rule
 
 from . import verifiers as _verifiers
+from .seeds import generator_seed
 from .verifiers import bv as _bv
 from .verifiers import gbv as _gbv
 from .verifiers import kseq_gbv as _kseq_gbv
@@ -65,7 +66,8 @@ def torch_backend(dtype: torch.dtype, device: str | torch.device = "cpu",
     Rule names are looked up in ``factories`` (name → zero-argument constructor), then in
     ``PLANTED``, then with ``gpu_backend.verifiers.get_verifier`` (read at call time, so a
     patched registry is used).  Zero-stride numpy views stay zero-stride tensors (one row
-    converted, then expanded); row b of the chunk with seed s gets the seed s·2^32 + b.
+    converted, then expanded); row b of the chunk with seed s gets the seed h(s) + b, h a
+    62-bit hash (``engine.generator_seed``), so distinct seeds give distinct streams.
     """
     device = torch.device(device)
     cache: dict = {}
@@ -89,7 +91,10 @@ def torch_backend(dtype: torch.dtype, device: str | torch.device = "cpu",
         if rule not in cache:
             cache[rule] = make(rule)
         B = draft_tokens.shape[0]
-        seeds = torch.arange(B, dtype=torch.int64, device=device) + (int(seed) << 32)
+        # a 62-bit hash of the call's seed as the base of the rows' seeds: seed << 32 wrapped in
+        # int64, so --seed 0 and --seed 2**32 once drew the same samples
+        base = generator_seed(seed) >> 2
+        seeds = torch.arange(B, dtype=torch.int64, device=device) + base
         out = cache[rule](tensor(draft_tokens), tensor(draft_probs, dtype),
                           tensor(target_probs, dtype), seeds=seeds, validate=False)
         return out.tau.cpu().numpy(), out.tokens.cpu().numpy()

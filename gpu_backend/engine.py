@@ -50,7 +50,6 @@ generation (``gpu_backend.assisted``) is counted by the same definitions.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import numbers
 import time
@@ -68,6 +67,7 @@ from .stack import ModificationStack
 from .tree import DraftTree, attention_mask_for
 
 from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
+from .seeds import generator_seed  # noqa: E402  (re-exported)
 
 
 # End-of-text tokens stopped on besides the model's configured EOS: Qwen's GGUF generation
@@ -204,10 +204,11 @@ class _State:
 
 
 def check_positive(value, name: str) -> int:
-    """``value`` as an int ≥ 1, else ValueError naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """``value`` (any integer type, numpy's too; not bool) as an int ≥ 1, else ValueError naming
+    ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return value
+    return int(value)
 
 
 class NonFiniteError(ValueError):
@@ -231,25 +232,6 @@ def check_model(model, role: str) -> None:
     if problem is not None:
         raise ValueError(f"{role} model ({type(model).__name__}) cannot be used by the "
                          f"speculative engine: {problem}")
-
-
-def generator_seed(seed) -> int:
-    """The ``torch.Generator`` seed of a user seed: any Python int → [0, 2^64).
-
-    The first 8 bytes of SHA-256 of the seed's decimal text (sign included), so that distinct
-    ints (negative ones and ints beyond 64 bits too) give distinct 64-bit seeds (``manual_seed``
-    itself folds −1 onto 2^64 − 1 and refuses ≥ 2^64).  torch's CPU generator (Mersenne
-    Twister) keeps only the low 32 bits of its seed, so on CPU two distinct seeds share a
-    stream with probability 2^-32 (no longer for structured pairs such as s and s + 2^32); a
-    CUDA generator (Philox) keeps all 64.
-
-    Raises:
-        ValueError: ``seed`` is not an integer (bool, float, str, ...), naming ``seed``.
-    """
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    digest = hashlib.sha256(b"spectr-gbv seed %d" % int(seed)).digest()
-    return int.from_bytes(digest[:8], "little")
 
 
 def seeded_generator(seed, device) -> torch.Generator:
@@ -357,10 +339,32 @@ class _FiniteFlags:
                                  f"iteration was emitted")
 
 
-def _prompt_tensor(prompt_ids) -> torch.Tensor:
-    ids = torch.as_tensor(prompt_ids, dtype=torch.int64).reshape(-1)
+def _prompt_tensor(prompt_ids, V: int) -> torch.Tensor:
+    """``prompt_ids`` (a sequence or tensor of integer token ids) as int64 [T], checked.
+
+    Raises:
+        ValueError: empty, not integers (floats are not silently truncated), or an id outside
+            [0, V) (an embedding lookup out of range is an IndexError on CPU and a device-side
+            assert on CUDA), naming ``prompt_ids``.
+    """
+    if isinstance(prompt_ids, torch.Tensor):
+        if prompt_ids.is_floating_point() or prompt_ids.is_complex() or prompt_ids.dtype == torch.bool:
+            raise ValueError(f"prompt_ids must be integer token ids, got a {prompt_ids.dtype} tensor")
+        ids = prompt_ids.to(torch.int64).reshape(-1)
+    else:
+        flat = list(prompt_ids)
+        if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in flat):
+            bad = next(t for t in flat if isinstance(t, bool) or not isinstance(t, numbers.Integral))
+            raise ValueError(f"prompt_ids must be integer token ids, got {bad!r}")
+        if any(not 0 <= int(t) < V for t in flat):
+            bad = next(int(t) for t in flat if not 0 <= int(t) < V)
+            raise ValueError(f"prompt_ids: token id {bad} outside [0, {V})")
+        ids = torch.tensor([int(t) for t in flat], dtype=torch.int64)
     if ids.numel() == 0:
         raise ValueError("prompt_ids must hold at least one token")
+    if bool((ids < 0).any()) or bool((ids >= V).any()):
+        bad = int(ids[(ids < 0) | (ids >= V)][0])
+        raise ValueError(f"prompt_ids: token id {bad} outside [0, {V})")
     return ids
 
 
@@ -454,7 +458,7 @@ class SpeculativeEngine:
         """
         max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
         K, L, V, dev = self.K, self.L, self.V, self.device
-        ids = _prompt_tensor(prompt_ids).to(dev)
+        ids = _prompt_tensor(prompt_ids, V).to(dev)
         # the most positions a cache holds: the context, the last token and every tree node
         most = ids.numel() + max_new_tokens + K * L + 1
         for role, window in self._windows:
@@ -629,7 +633,8 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     Returns:
         GenerationResult with method "ar", K = 1, L = 0, block efficiency 1.
     Raises:
-        ValueError: empty prompt, max_new_tokens < 1, seed not an integer.
+        ValueError: empty prompt, a prompt id that is not an integer in [0, V), max_new_tokens
+            < 1, seed not an integer.
         NonFiniteError (a ValueError): the target's probability row is not finite (NaN / inf
             logits), naming the target model and the new token's index; nothing is sampled
             from that row.
@@ -638,7 +643,9 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     sampling = sampling or SamplingConfig()
     eos = frozenset(int(e) for e in eos_token_ids)
     dev = _model_device(target)
-    ids = _prompt_tensor(prompt_ids).to(dev)
+    from .weights import vocab_size
+
+    ids = _prompt_tensor(prompt_ids, vocab_size(target)).to(dev)
     gen = seeded_generator(seed, dev)
     start, cpu_start = time.perf_counter(), time.process_time()
     cache = new_cache(target)

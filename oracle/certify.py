@@ -289,15 +289,18 @@ def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: flo
     Args:
         verify: the backend's batched verifier (module doc).
         case: FixedCase or FirstTokenCase.
-        n_samples: N ≥ 1.  alpha: case-level false-alarm rate in (0, 1).  chunk: rows per call.
+        n_samples: N ≥ 2.  alpha: case-level false-alarm rate in (0, 1).  chunk: rows per call, ≥ 1.
         seed: base seed; chunk c uses seed + c.
     Returns:
         CaseResult.
     Raises:
-        ValueError: on malformed backend output (τ outside [0, L], token ids outside [0, V)).
+        ValueError: n_samples < 2 or chunk < 1; malformed backend output (τ outside [0, L],
+            token ids outside [0, V)).
     """
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 2:
+        raise ValueError(f"n_samples must be an integer >= 2 (the mean test needs two), got {n_samples!r}")
+    if isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1:
+        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     samples: list[Outcome] = []

@@ -193,6 +193,25 @@ def test_autoregressive_baseline_raises_the_same_kind_of_error():
         autoregressive_generate(late, PROMPT, 4)
 
 
+@pytest.mark.parametrize("prompt,message", [
+    ([V], rf"prompt_ids: token id {V} outside \[0, {V}\)"),
+    ([-1], rf"prompt_ids: token id -1 outside \[0, {V}\)"),
+    ([5.7, 3.2], "prompt_ids must be integer token ids, got 5.7"),
+    ([2**63], rf"prompt_ids: token id {2**63} outside"),
+    (torch.tensor([1.0, 2.0]), "prompt_ids must be integer token ids, got a torch.float32 tensor"),
+    (torch.tensor([0, V]), rf"prompt_ids: token id {V} outside"),
+    ([], "at least one token"),
+])
+def test_prompt_ids_are_checked_before_any_forward(models, prompt, message):
+    """Out-of-range or non-integer prompt ids: a ValueError naming prompt_ids (not an embedding
+    IndexError, a CUDA device assert, or a silent truncation of 5.7 to 5)."""
+    target, draft = models
+    with pytest.raises(ValueError, match=message):
+        SpeculativeEngine(target, draft, rule="sd", K=1, L=2).generate(prompt, 2)
+    with pytest.raises(ValueError, match=message):
+        autoregressive_generate(target, prompt, 2)
+
+
 # -- seeds -----------------------------------------------------------------------------------
 
 SEED_PAIRS = [(1, 1 + 2**32), (2, 2**40 + 2), (-1, 2**32 - 1), (0, 2**64), (5, -5)]
