@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     out = text_stream(args)
     print(f"rule {args.rule}  K={args.K}  L={args.L}", file=out)
     print(f"E[tau] (one iteration)          {e_tau:.12f}", file=out)
-    print(f"block efficiency E[tau] + 1     {e_tau + 1:.12f}", file=out)
+    print(f"block efficiency E[tau] + 1     {e_tau + 1:.12f}   (tokens per target call, one iteration)", file=out)
     print(f"TV(first {n_tokens} tokens, target)   {tv:.3e}   "
           f"({'lossless' if tv <= 1e-12 else 'NOT lossless'} at 1e-12)", file=out)
     print(f"expected target calls for {n_tokens} tokens  {gen.expected_target_calls:.12f}"
