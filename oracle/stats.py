@@ -557,18 +557,6 @@ class ConditionalGTestResult:
     pvalue: float
     passed: bool
 
-    @property
-    def detectable_tv_law(self) -> float:
-        """Smallest TV deviation of the whole (unpooled) law detected with power 0.99:
-        ``detectable_tv + merged_mass``.
-
-        Guarantee: for any alternative law P', TV(P', P) ≤ TV_pooled(P', P) + Σ_groups
-        min(P(g), P'(g)) ≤ TV_pooled + merged_mass (inside a pooled group g at most the
-        group's mass can be moved between its cells), so TV(P', P) ≥ detectable_tv +
-        merged_mass implies TV_pooled ≥ detectable_tv, which the test detects with power 0.99.
-        """
-        return self.detectable_tv + self.merged_mass
-
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         failed = [k for k, r in self.conditional.items() if not r.passed]
@@ -799,18 +787,6 @@ class MeanTestResult:
     high: float
     n: int
     variance_source: str
-
-    @property
-    def detectable_tv_law(self) -> float:
-        """Smallest TV deviation of the whole (unpooled) law detected with power 0.99:
-        ``detectable_tv + merged_mass``.
-
-        Guarantee: for any alternative law P', TV(P', P) ≤ TV_pooled(P', P) + Σ_groups
-        min(P(g), P'(g)) ≤ TV_pooled + merged_mass (inside a pooled group g at most the
-        group's mass can be moved between its cells), so TV(P', P) ≥ detectable_tv +
-        merged_mass implies TV_pooled ≥ detectable_tv, which the test detects with power 0.99.
-        """
-        return self.detectable_tv + self.merged_mass
 
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
