@@ -34,9 +34,11 @@ class Verifier(ABC):
             noise: (uniforms float64 [B, K, L+1] in (0, 1], exponentials float64 [B, V] > 0),
                 explicit noise with the conventions of reference.randomness.MatchedSource.
             validate: value checks of the inputs (synchronise); False for the engine's hot path.
-                Unvalidated malformed inputs still give τ ∈ [0, L] and token ids in [0, V)
-                (then -1), but the Algorithm 2 joints are NaN where the inputs hold NaN or
-                negative probabilities.
+                Unvalidated malformed probabilities still give τ ∈ [0, L] and token ids in
+                [0, V) (then -1), but the Algorithm 2 joints are NaN where the inputs hold NaN
+                or negative probabilities.  Draft token ids outside [0, V) are not covered: the
+                row gathers index with them (an IndexError on CPU, a device-side assert on
+                CUDA); the shape checks run either way, the id range only with validation.
         Returns:
             BatchVerdict on the inputs' device.
         Raises:
