@@ -41,7 +41,7 @@ import torch
 
 from oracle.certify import FixedCase, exact_verdict_law
 from oracle.certify_cases import fixed_case, large_models, toy_models
-from reference.rules import get_rule
+from reference.rules import get_rule, registry
 
 from . import verifiers as _verifiers
 from .seeds import generator_seed
@@ -103,13 +103,6 @@ def torch_backend(dtype: torch.dtype, device: str | torch.device = "cpu",
 
 
 # -- cases -------------------------------------------------------------------------------------
-
-def is_single_draft(rule: str) -> bool:
-    """Whether the registered rule ``rule`` takes K = 1 only (reference.rules.registry)."""
-    from reference.rules import registry
-
-    return registry.is_single_draft(rule)
-
 
 def bf16_exact(rows: np.ndarray) -> np.ndarray:
     """Rows of multiples of 2^-s with at most 8 significant bits (s = 8 for V ≤ 16, else 16),
@@ -175,7 +168,7 @@ def nondegenerate_case(name, rule, models, K, L, first_seed, backend_dtype="floa
 def toy_cases(rule: str, single_draft: bool | None = None) -> list[FixedCase]:
     """V = 3 (K = 3, L = 3) in float32 and V = 4 (K = 2, L = 2) in bfloat16 (K = 1 if
     single-draft)."""
-    single = is_single_draft(rule) if single_draft is None else single_draft
+    single = registry.is_single_draft(rule) if single_draft is None else single_draft
     return [nondegenerate_case(f"{rule} toy V={V} K={K} L={L} {dt}", rule, toy_models(V, seed), K, L, seed,
                                backend_dtype=dt)
             for V, K, L, seed, dt in ((3, 1 if single else 3, 3, 12, "float32"),
@@ -184,7 +177,7 @@ def toy_cases(rule: str, single_draft: bool | None = None) -> list[FixedCase]:
 
 def large_case(rule: str, dtype: str, single_draft: bool | None = None) -> FixedCase:
     """Random rows at V = 4,096, K = 2 (1 single-draft), L = 2 (SpecTr: L = 1), ``dtype``."""
-    single = is_single_draft(rule) if single_draft is None else single_draft
+    single = registry.is_single_draft(rule) if single_draft is None else single_draft
     K = 1 if single else 2
     L = 1 if rule == "spectr" else 2
     return nondegenerate_case(f"{rule} rows V={LARGE_V} K={K} L={L} {dtype}", rule,

@@ -13,8 +13,8 @@ Parts, each run even when an earlier one failed:
    reported (met / not met) but a few prompts are too noisy to fail on them.
 
 Each part calls its library directly (no sub-process, no parsing of command output); a part
-whose library is not installed raises ``PartUnavailable`` and is reported as "not available",
-which counts as not passed.  Exit status: 0 when every part passed, 1 otherwise.
+whose library is not installed (``ModuleNotFoundError``) is reported as "not available", which
+counts as not passed.  Exit status: 0 when every part passed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -78,23 +78,16 @@ class Part:
         return self.status == "passed"
 
 
-class PartUnavailable(RuntimeError):
-    """A part's library (or one of its dependencies) is not installed."""
-
-
 def _run_part(name: str, body) -> Part:
-    """Run ``body()`` → (status, text).  A missing module (``ModuleNotFoundError``, raised as
-    ``PartUnavailable``) is "not available"; any other exception is "failed" with its
-    traceback (one part's failure must not stop the others)."""
+    """Run ``body()`` → (status, text).  A missing module (``ModuleNotFoundError`` from the
+    part's imports) is "not available"; any other exception is "failed" with its traceback
+    (one part's failure must not stop the others)."""
     start = time.perf_counter()
     try:
-        try:
-            status, text = body()
-        except ModuleNotFoundError as exc:
-            raise PartUnavailable(f"{exc.name} not installed; install the project with its extras: "
-                                  "pip install torch==2.13.0 -e '.[all]'") from None
-    except PartUnavailable as exc:
-        status, text = "not available", str(exc)
+        status, text = body()
+    except ModuleNotFoundError as exc:
+        status, text = "not available", (f"{exc.name} not installed; install the project with its "
+                                         "extras: pip install torch==2.13.0 -e '.[all]'")
     except Exception:
         status, text = "failed", _tail(traceback.format_exc())
     return Part(name, status, time.perf_counter() - start, text)

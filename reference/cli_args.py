@@ -222,13 +222,19 @@ def top_p_value(text: str) -> float:
     return value
 
 
-def existing_file(text: str) -> str:
-    """A path to an existing readable file."""
+def _file_path(text: str) -> str:
+    """``text`` with ~ expanded, refused when empty or a folder (ArgumentTypeError)."""
     if not text:
         raise argparse.ArgumentTypeError("must name a file, got ''")
     path = os.path.expanduser(text)
     if os.path.isdir(path):
         raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    return path
+
+
+def existing_file(text: str) -> str:
+    """A path to an existing readable file."""
+    path = _file_path(text)
     if not os.path.isfile(path):
         raise argparse.ArgumentTypeError(f"no such file: {text}")
     if not os.access(path, os.R_OK):
@@ -239,11 +245,7 @@ def existing_file(text: str) -> str:
 def output_file(text: str) -> str:
     """A file to write at the end of a run: its folder must exist and be writable, and the path
     must not be a folder (checked now, not after a long run)."""
-    if not text:
-        raise argparse.ArgumentTypeError("must name a file, got ''")
-    path = os.path.expanduser(text)
-    if os.path.isdir(path):
-        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    path = _file_path(text)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise argparse.ArgumentTypeError(f"cannot write {text}: folder {folder} does not exist")

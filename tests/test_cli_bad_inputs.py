@@ -1,6 +1,6 @@
 """Every ``spectr-gbv`` sub-command refuses bad arguments and files with ONE line on stderr
 naming the flag (and the file), exit status 2 and no traceback, before any model is loaded or
-any enumeration, program or claim check starts (issue 11, deliverable 5).
+any enumeration, program or claim check starts.
 
 The invocations run in-process through ``spectr_gbv_cli.main``; the model loaders, the exact
 engine, the oracle programs, the claim runner, the certification and the benchmark are

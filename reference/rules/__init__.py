@@ -26,9 +26,10 @@ class _Rules(Mapping):
         self._built: dict = {}
 
     def __getitem__(self, name: str) -> Rule:
-        s = registry.spec(name) if name in registry.names() else None
-        if s is None:
-            raise KeyError(name)
+        try:
+            s = registry.spec(name)
+        except ValueError:
+            raise KeyError(name) from None
         hit = self._built.get(name)
         if hit is None or hit[0] is not s:
             hit = self._built[name] = (s, s.reference())

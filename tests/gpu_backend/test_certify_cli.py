@@ -148,7 +148,7 @@ def test_report_certify_part_gets_the_markdown(monkeypatch, tmp_path):
 
 def test_plan_covers_every_registered_rule_and_planted_defect():
     """--quick still covers every registered rule (toy and V = 4,096 rows) and every planted
-    defect; the full plan adds bfloat16 rows and the issue-7 rules' distinctive cases.
+    defect; the full plan adds bfloat16 rows and the non-modifying multi-draft rules' distinctive cases.
     (Only the plan is built: no case is run.)"""
     rules = list(registry.names())
     for quick in (True, False):

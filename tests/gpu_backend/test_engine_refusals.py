@@ -1,4 +1,4 @@
-"""What the engine refuses or raises, its seeds, and its metric definitions (issue 11).
+"""What the engine refuses or raises, its seeds, and its metric definitions.
 
 Small random transformers models built from configs (no downloads, seconds): models whose cache
 cannot be cut back are refused at construction; NaN logits raise, naming the model, instead of
@@ -22,24 +22,10 @@ from gpu_backend.engine import (  # noqa: E402
 )
 from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
 
-from test_engine import PROMPT, V, perturbed, random_lm  # noqa: E402
+from test_engine import PROMPT, V, models, one_thread, perturbed, random_lm  # noqa: E402,F401  (fixtures)
 
 SMALL = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def models():
-    target = random_lm(1)
-    return target, perturbed(target, 2)
 
 
 def mistral(sliding_window: int, max_positions: int = 512):

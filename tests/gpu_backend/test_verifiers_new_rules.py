@@ -1,4 +1,4 @@
-"""The batched ports of the issue-7 rules (kseq_bv, traversal, mdbv) against the reference.
+"""The batched ports of the non-modifying multi-draft rules (kseq_bv, traversal, mdbv) against the reference.
 
 * Matched noise: the same uniforms (coin (k, i) succeeds iff u <= h) and exponentials (race
   argmax log w − log E) go to the port (noise=...) and, row by row, to the reference rule

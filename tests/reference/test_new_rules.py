@@ -1,4 +1,4 @@
-"""Issue 7: the multi-draft rules that leave later iterations untouched — K-SEQ-BV, Traversal
+"""The multi-draft rules that leave later iterations untouched — K-SEQ-BV, Traversal
 Verification on the merged draft tree, and MDBV (reference/rules/{kseq_bv,traversal,mdbv}.py).
 
 Everything here is exact (reference.exact enumerates the rules' own code): losslessness of the
