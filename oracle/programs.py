@@ -193,6 +193,48 @@ def _expand_to_ordered(
     return dense.reshape((V,) * (L * K) + (V,) * L + extra)
 
 
+def _all_pairs(M: int, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a_idx, b_idx) of every pair (a, b) in [0, M) x [0, m), variable v = a*m + b."""
+    return np.repeat(np.arange(M), m), np.tile(np.arange(m), M)
+
+
+@dataclass(frozen=True)
+class _Drafts:
+    """The K drafts of the LPs, indexed by multiset (or ordered tuple) of support blocks.
+
+    Attributes:
+        tuples, perms: as ``_draft_multisets``; M = tuples.shape[0] rows.
+        mass: float [M], probability Π_k p(x^k) of each row, times its number of orderings.
+        best: int [M, m], max_k LCP(x^k, s) for each row and target support block s.
+        K, symmetric: the instance's draft count and indexing.
+    """
+
+    tuples: np.ndarray
+    perms: np.ndarray
+    mass: np.ndarray
+    best: np.ndarray
+    K: int
+    symmetric: bool
+
+    @property
+    def M(self) -> int:
+        return self.tuples.shape[0]
+
+    def expand(self, sym: np.ndarray, blocks: _Blocks) -> np.ndarray:
+        """``_expand_to_ordered`` of a solution sym [M, m, ...]."""
+        return _expand_to_ordered(sym, self.tuples, self.perms, blocks, self.K, self.symmetric)
+
+
+def _drafts(blocks: _Blocks, K: int, symmetric: bool) -> _Drafts:
+    tuples, perms = _draft_multisets(blocks.n, K, symmetric)
+    mass = perms * np.prod(blocks.p[blocks.xs][tuples], axis=1)
+    lcp = blocks.lcp()
+    best = lcp[tuples[:, 0]]
+    for j in range(1, K):
+        np.maximum(best, lcp[tuples[:, j]], out=best)
+    return _Drafts(tuples, perms, mass, best, K, symmetric)
+
+
 # ---------------------------------------------------------------------------------------
 # Solving
 # ---------------------------------------------------------------------------------------
@@ -262,31 +304,82 @@ def _check_flags(**flags):
             raise ValueError(f"{name} must be a bool, got {v!r}")
 
 
+def _setup(K, p_block, q_block, **flags) -> tuple[int, _Blocks]:
+    """Validated K (first), bool flags, then the block pair: the checks every program makes."""
+    K = _check_K(K)
+    _check_flags(**flags)
+    return K, _Blocks(p_block, q_block)
+
+
+def _marginal_constraints(A: sp.spmatrix, blocks: _Blocks, draft_mass: np.ndarray):
+    """(rows, rhs) of the marginal equalities ``A @ x == rhs`` from the full [M + m, #vars]
+    matrix of a transport program: draft rows = draft_mass, target rows = q on its support.
+    The last target row is dropped: it is implied, since both marginals sum to 1."""
+    return A[:-1], np.concatenate([draft_mass, blocks.q[blocks.ss][:-1]])
+
+
+@dataclass(frozen=True)
+class _Solution:
+    """What a program reports of its solve: status, solver used, solver seconds, optimum (NaN
+    when not solved) and the variable's value (None when not solved)."""
+
+    status: str
+    solver: str
+    solve_seconds: float | None
+    optimum: float
+    x: np.ndarray | None
+
+
+def _run(problem: cp.Problem, x: cp.Variable, solver: str, opts: dict, time_limit: float | None,
+         fallback: str | None) -> _Solution:
+    status, solve_s, used = _solve(problem, solver, opts, time_limit, fallback)
+    if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
+        return _Solution(status, used, solve_s, float("nan"), None)
+    return _Solution(status, used, solve_s, float(problem.value), np.asarray(x.value))
+
+
+def _solve_lp(c: np.ndarray, A: sp.spmatrix, rhs: np.ndarray, solver: str, solver_opts: dict | None,
+              time_limit: float | None) -> _Solution:
+    """maximise c @ x subject to A @ x == rhs, x ≥ 0 (HiGHS by default, LP_SOLVER_OPTS, with
+    the LP_FALLBACK_SOLVER retry)."""
+    x = cp.Variable(c.size, nonneg=True)
+    problem = cp.Problem(cp.Maximize(c @ x), [A @ x == rhs])
+    opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
+    return _run(problem, x, solver, opts, time_limit, LP_FALLBACK_SOLVER)
+
+
+def _result(name: str, t0: float, blocks: _Blocks, K: int, sol: _Solution, coupling,
+            n_variables: int, n_constraints: int) -> ProgramResult:
+    return ProgramResult(
+        name=name,
+        optimum=sol.optimum,
+        coupling=coupling,
+        status=sol.status,
+        solver=sol.solver,
+        seconds=time.perf_counter() - t0,
+        solve_seconds=sol.solve_seconds,
+        n_variables=n_variables,
+        n_constraints=n_constraints,
+        K=K,
+        L=blocks.L,
+        V=blocks.V,
+    )
+
+
 # ---------------------------------------------------------------------------------------
 # CIC programs
 # ---------------------------------------------------------------------------------------
 
 
-def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, return_coupling):
-    t0 = time.perf_counter()
-    K = _check_K(K)
-    _check_flags(return_coupling=return_coupling)
-    blk = _Blocks(p_block, q_block)
-    n, m, L = blk.n, blk.m, blk.L
-    # variables π(xs[a], ss[b]), v = a*m + b
-    a_idx = np.repeat(np.arange(n), m)
-    b_idx = np.tile(np.arange(m), n)
-    A = _transport_rows(blk, n, a_idx, b_idx)
-    keep = np.ones(n + m, dtype=bool)
-    keep[-1] = False  # the last target row is implied: both marginals sum to 1
-    A = A[keep]
-    rhs = np.concatenate([blk.p[blk.xs], blk.q[blk.ss]])[keep]
+def _match_fractions(blk: _Blocks, a_idx: np.ndarray, b_idx: np.ndarray, per_block: bool):
+    """(C, w): c = C @ π stacks, depth by depth, the match fractions c_i(z) (per_block: c_i(s))
+    of the coupling variables π(xs[a_idx], ss[b_idx]); w the weights q(z) (or q(s)).
 
-    # c = C @ π stacks, depth by depth, the match fractions c_i(z) (or c_i(s)); w the weights
-    # q(z) (or q(s)).  Cells with q = 0 carry no term: their weight is 0 and their match mass
-    # is forced to 0 by the target marginal, so they are left out rather than divided by 0.
+    Cells with q = 0 carry no term: their weight is 0 and their match mass is forced to 0 by
+    the target marginal, so they are left out rather than divided by 0.
+    """
     C_parts, w_parts = [], []
-    for d in range(1, L + 1):
+    for d in range(1, blk.L + 1):
         px = blk.prefix(blk.xs, d)[a_idx]
         ps = blk.prefix(blk.ss, d)[b_idx]
         match = np.flatnonzero(px == ps)
@@ -299,11 +392,20 @@ def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, 
             rows = rows_all[b_idx[match]]
             weight = qd[zs]
         C_parts.append(
-            sp.csr_matrix((1.0 / weight[rows], (rows, match)), shape=(weight.size, n * m))
+            sp.csr_matrix((1.0 / weight[rows], (rows, match)), shape=(weight.size, a_idx.size))
         )
         w_parts.append(weight)
-    C = sp.vstack(C_parts).tocsr()
-    w = np.concatenate(w_parts)
+    return sp.vstack(C_parts).tocsr(), np.concatenate(w_parts)
+
+
+def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, return_coupling):
+    t0 = time.perf_counter()
+    K, blk = _setup(K, p_block, q_block, return_coupling=return_coupling)
+    n, m = blk.n, blk.m
+    # variables π(xs[a], ss[b]), v = a*m + b
+    a_idx, b_idx = _all_pairs(n, m)
+    A, rhs = _marginal_constraints(_transport_rows(blk, n, a_idx, b_idx), blk, blk.p[blk.xs])
+    C, w = _match_fractions(blk, a_idx, b_idx, per_block)
 
     x = cp.Variable(n * m, nonneg=True)
     shortfall = 1.0 - C @ x  # 1 − c ≥ 0 holds at every feasible point
@@ -311,27 +413,13 @@ def _cic(name, p_block, q_block, K, per_block, solver, solver_opts, time_limit, 
     problem = cp.Problem(objective, [A @ x == rhs])
     opts = CONIC_SOLVER_OPTS if solver_opts is None and solver == "CLARABEL" else (solver_opts or {})
     fallback = CIC_FALLBACK_SOLVER if solver != CIC_FALLBACK_SOLVER else None
-    status, solve_s, used = _solve(problem, solver, opts, time_limit, fallback)
-    solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
+    sol = _run(problem, x, solver, opts, time_limit, fallback)
     coupling = None
-    if solved and return_coupling:
+    if sol.x is not None and return_coupling:
         dense = np.zeros((blk.N, blk.N))
-        dense[np.ix_(blk.xs, blk.ss)] = np.asarray(x.value).reshape(n, m)
-        coupling = dense.reshape((blk.V,) * (2 * L))
-    return ProgramResult(
-        name=name,
-        optimum=float(problem.value) if solved else float("nan"),
-        coupling=coupling,
-        status=status,
-        solver=used,
-        seconds=time.perf_counter() - t0,
-        solve_seconds=solve_s,
-        n_variables=n * m,
-        n_constraints=A.shape[0],
-        K=K,
-        L=L,
-        V=blk.V,
-    )
+        dense[np.ix_(blk.xs, blk.ss)] = sol.x.reshape(n, m)
+        coupling = dense.reshape((blk.V,) * (2 * blk.L))
+    return _result(name, t0, blk, K, sol, coupling, n * m, A.shape[0])
 
 
 def cic_program(
@@ -456,60 +544,28 @@ def global_ot(
         draft blocks), M + |supp q| − 1 equality rows.
     """
     t0 = time.perf_counter()
-    K = _check_K(K)
-    _check_flags(symmetric=symmetric, return_coupling=return_coupling)
-    blk = _Blocks(p_block, q_block)
-    m = blk.m
-    tuples, perms = _draft_multisets(blk.n, K, bool(symmetric))
-    M = tuples.shape[0]
-    lcp = blk.lcp()
-    best = lcp[tuples[:, 0]]
-    for j in range(1, K):
-        np.maximum(best, lcp[tuples[:, j]], out=best)
-    p_support = blk.p[blk.xs]
-    mass = perms * np.prod(p_support[tuples], axis=1)
-
+    K, blk = _setup(K, p_block, q_block, symmetric=symmetric, return_coupling=return_coupling)
+    drafts = _drafts(blk, K, bool(symmetric))
+    M, m = drafts.M, blk.m
     if solver == "POT":
-        sym, value, status, solve_s = _global_ot_pot(mass, blk.q[blk.ss], best, solver_opts)
-        n_rows, used = M + m, solver
+        sol = _global_ot_pot(drafts.mass, blk.q[blk.ss], drafts.best, solver_opts)
+        n_rows = M + m
     else:
-        a_idx = np.repeat(np.arange(M), m)
-        b_idx = np.tile(np.arange(m), M)
-        A = _transport_rows(blk, M, a_idx, b_idx)[:-1]  # the last target row is implied
-        rhs = np.concatenate([mass, blk.q[blk.ss][:-1]])
-        x = cp.Variable(M * m, nonneg=True)
-        problem = cp.Problem(cp.Maximize(best.ravel().astype(np.float64) @ x), [A @ x == rhs])
-        opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
-        status, solve_s, used = _solve(problem, solver, opts, time_limit, LP_FALLBACK_SOLVER)
-        ok = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
-        value = float(problem.value) if ok else float("nan")
-        sym = np.asarray(x.value).reshape(M, m) if ok else None
+        A, rhs = _marginal_constraints(_transport_rows(blk, M, *_all_pairs(M, m)), blk, drafts.mass)
+        sol = _solve_lp(drafts.best.ravel().astype(np.float64), A, rhs, solver, solver_opts, time_limit)
         n_rows = A.shape[0]
     coupling = None
-    if sym is not None and return_coupling:
-        coupling = _expand_to_ordered(sym, tuples, perms, blk, K, bool(symmetric))
-    return ProgramResult(
-        name="global_ot",
-        optimum=value,
-        coupling=coupling,
-        status=status,
-        solver=used,
-        seconds=time.perf_counter() - t0,
-        solve_seconds=solve_s,
-        n_variables=M * m,
-        n_constraints=n_rows,
-        K=K,
-        L=blk.L,
-        V=blk.V,
-    )
+    if sol.x is not None and return_coupling:
+        coupling = drafts.expand(sol.x.reshape(M, m), blk)
+    return _result("global_ot", t0, blk, K, sol, coupling, M * m, n_rows)
 
 
 def _global_ot_pot(mass, q_support, best, solver_opts):
     """Global OT as a transportation problem solved by POT's network simplex.
 
-    Returns (coupling [M, m] or None, optimum, status, solver seconds).  The status is
-    "optimal" when ot.emd reports result_code 1 (optimal), else "pot_result_code_<code>:
-    <warning>" with a NaN optimum.
+    Returns a ``_Solution`` (solver "POT", x the coupling [M, m]).  The status is "optimal"
+    when ot.emd reports result_code 1 (optimal), else "pot_result_code_<code>: <warning>",
+    with a NaN optimum and no coupling.
     """
     import ot  # optional dependency (package ``pot``)
 
@@ -519,8 +575,9 @@ def _global_ot_pot(mass, q_support, best, solver_opts):
     plan, log = ot.emd(mass, q_support, -best.astype(np.float64), log=True, **opts)
     seconds = time.perf_counter() - start
     if log.get("result_code") != 1:
-        return None, float("nan"), f"pot_result_code_{log.get('result_code')}: {log.get('warning')}", seconds
-    return plan, float(np.sum(plan * best)), cp.OPTIMAL, seconds
+        status = f"pot_result_code_{log.get('result_code')}: {log.get('warning')}"
+        return _Solution(status, "POT", seconds, float("nan"), None)
+    return _Solution(cp.OPTIMAL, "POT", seconds, float(np.sum(plan * best)), plan)
 
 
 # ---------------------------------------------------------------------------------------
@@ -554,15 +611,9 @@ def no_modification_lp(
     the block, so for t ∈ {L−1, L} the constraint is vacuous; it binds only for t ≤ L−2.
     (At L = 1 this LP is therefore global_ot.)
 
-    Formulation solved: for t ≤ L−2 the variables are γ_t(x, y) over emitted prefixes
-    y = s_≤t+1 with q(y) > 0, and π(x, s, t) = γ_t(x, s_≤t+1)·q(s)/q(s_≤t+1).  This is the
-    stronger "s_>t+1 independent of the drafts given (t, s_≤t+1)", which later iterations with
-    fresh drafts satisfy anyway; it has the same optimum as the law-of-(t, s) statement
-    because, for t ≤ L−1, the condition t ≤ max_k LCP(x^k, s) depends on s only through s_≤t,
-    so replacing the conditional law of s_>t+1 given (x, t, s_≤t+1) by q(· | s_≤t+1) keeps
-    every constraint and the objective.  The support restriction t ≤ max LCP is imposed by
-    creating no variable on forbidden cells.  (The test suite also solves the literal
-    law-of-(t, s) form on small cases and checks equality.)
+    Formulation solved: for t ≤ L−2, variables γ_t over (drafts, emitted prefix s_≤t+1); same
+    optimum as the law-of-(t, s) statement (``_no_modification_columns`` says why; the test
+    suite also solves the literal form on small cases and checks equality).
 
     K = 1 gives BV's E[τ] (Sun et al., ICLR 2025, Algorithm 2 / Theorem 2; toy L = 2: 11/9);
     toy K = L = 2 gives 131/81 (docs/toy.md).
@@ -583,18 +634,39 @@ def no_modification_lp(
             non-bool flag.
     """
     t0 = time.perf_counter()
-    K = _check_K(K)
-    _check_flags(symmetric=symmetric, return_coupling=return_coupling)
-    blk = _Blocks(p_block, q_block)
-    m, L, V = blk.m, blk.L, blk.V
-    tuples, perms = _draft_multisets(blk.n, K, bool(symmetric))
-    M = tuples.shape[0]
-    mass = perms * np.prod(blk.p[blk.xs][tuples], axis=1)
-    lcp = blk.lcp()
-    best = lcp[tuples[:, 0]]
-    for j in range(1, K):
-        np.maximum(best, lcp[tuples[:, j]], out=best)
+    K, blk = _setup(K, p_block, q_block, symmetric=symmetric, return_coupling=return_coupling)
+    drafts = _drafts(blk, K, bool(symmetric))
+    columns, c, layout = _no_modification_columns(blk, drafts)
+    A, rhs = _marginal_constraints(columns, blk, drafts.mass)
+    sol = _solve_lp(c, A, rhs, solver, solver_opts, time_limit)
+    coupling = None
+    if sol.x is not None and return_coupling:
+        coupling = drafts.expand(_no_modification_coupling(sol.x, layout, drafts.M, blk), blk)
+    return _result("no_modification", t0, blk, K, sol, coupling, c.size, A.shape[0])
 
+
+def _no_modification_columns(blk: _Blocks, drafts: _Drafts):
+    """The variables of the no-modification LP as columns of its marginal rows.
+
+    Formulation solved: for t ≤ L−2 the variables are γ_t(x, y) over emitted prefixes
+    y = s_≤t+1 with q(y) > 0, and π(x, s, t) = γ_t(x, s_≤t+1)·q(s)/q(s_≤t+1).  This is the
+    stronger "s_>t+1 independent of the drafts given (t, s_≤t+1)", which later iterations with
+    fresh drafts satisfy anyway; it has the same optimum as the law-of-(t, s) statement
+    because, for t ≤ L−1, the condition t ≤ max_k LCP(x^k, s) depends on s only through s_≤t,
+    so replacing the conditional law of s_>t+1 given (x, t, s_≤t+1) by q(· | s_≤t+1) keeps
+    every constraint and the objective.  The support restriction t ≤ max LCP is imposed by
+    creating no variable on forbidden cells.  (The test suite also solves the literal
+    law-of-(t, s) form on small cases and checks equality.)
+
+    Returns:
+        (A, c, layout): A the csr [M + m, #vars] marginal rows (drafts, then target blocks;
+        none dropped), c the objective (t of each column), layout one entry (kind, t, a_idx,
+        other, E) per block of columns: "prefix" (t ≤ L−2; other the emitted prefix of each
+        column, E [m, #prefixes] how γ_t spreads over the target blocks) or "block"
+        (t ∈ {L−1, L}; other the target block, E None).
+    """
+    M, K, tuples, best = drafts.M, drafts.K, drafts.tuples, drafts.best
+    m, L, V = blk.m, blk.L, blk.V
     blocks_A, blocks_c, layout = [], [], []
     # t ≤ L−2: variables γ_t(multiset a, emitted prefix y), |y| = t+1.
     for t in range(0, L - 1):
@@ -624,40 +696,19 @@ def no_modification_lp(
         blocks_A.append(_transport_rows(blk, M, a_idx, b_idx))
         blocks_c.append(np.full(a_idx.size, float(t)))
         layout.append(("block", t, a_idx, b_idx, None))
-    A = sp.hstack(blocks_A).tocsr()[:-1]  # the last target row is implied
-    c = np.concatenate(blocks_c)
-    rhs = np.concatenate([mass, blk.q[blk.ss][:-1]])
+    return sp.hstack(blocks_A).tocsr(), np.concatenate(blocks_c), layout
 
-    x = cp.Variable(c.size, nonneg=True)
-    problem = cp.Problem(cp.Maximize(c @ x), [A @ x == rhs])
-    opts = LP_SOLVER_OPTS if solver_opts is None and solver == "HIGHS" else (solver_opts or {})
-    status, solve_s, used = _solve(problem, solver, opts, time_limit, LP_FALLBACK_SOLVER)
-    solved = status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE)
-    coupling = None
-    if solved and return_coupling:
-        values = np.asarray(x.value)
-        sym = np.zeros((M, m, L + 1))
-        start = 0
-        for kind, t, a_idx, other, E in layout:
-            part = values[start : start + a_idx.size]
-            start += a_idx.size
-            if kind == "block":
-                sym[a_idx, other, t] = part
-            else:
-                gamma = sp.csr_matrix((part, (a_idx, other)), shape=(M, E.shape[1]))
-                sym[:, :, t] = (gamma @ E.T).toarray()
-        coupling = _expand_to_ordered(sym, tuples, perms, blk, K, bool(symmetric))
-    return ProgramResult(
-        name="no_modification",
-        optimum=float(problem.value) if solved else float("nan"),
-        coupling=coupling,
-        status=status,
-        solver=used,
-        seconds=time.perf_counter() - t0,
-        solve_seconds=solve_s,
-        n_variables=c.size,
-        n_constraints=A.shape[0],
-        K=K,
-        L=L,
-        V=V,
-    )
+
+def _no_modification_coupling(values: np.ndarray, layout, M: int, blk: _Blocks) -> np.ndarray:
+    """π(multiset a, target block b, t) as float [M, m, L+1] from the LP's solution."""
+    sym = np.zeros((M, blk.m, blk.L + 1))
+    start = 0
+    for kind, t, a_idx, other, E in layout:
+        part = values[start : start + a_idx.size]
+        start += a_idx.size
+        if kind == "block":
+            sym[a_idx, other, t] = part
+        else:
+            gamma = sp.csr_matrix((part, (a_idx, other)), shape=(M, E.shape[1]))
+            sym[:, :, t] = (gamma @ E.T).toarray()
+    return sym
