@@ -432,6 +432,35 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
             non-finite entries or not summing to 1, alpha outside (0, 1), min_expected ≤ 0.
     Source: Sokal & Rohlf, *Biometry* (G-test); power via the module doc.
     """
+    alpha, min_expected, law, counts, n = _gtest_inputs(counts, law, alpha, min_expected)
+    violations = _zero_cell_violations(counts, law)
+    cells = _pooled_cells(law, counts, n, min_expected)
+    # with rare cells the G-test runs at alpha/2 on the n_g samples outside them (Bonferroni)
+    alpha_g = alpha / 2.0 if cells.has_rare else alpha
+    tv = (detectable_tv(max(cells.n_g, 1), alpha_g, 0.99, n_cells=cells.n_cells)
+          if cells.dof >= 1 else math.inf)
+    common = dict(dof=cells.dof, n=n, alpha=alpha, n_cells_after_merge=cells.n_cells,
+                  zero_cell_violations=violations, detectable_tv=tv,
+                  min_expected=min_expected, merged_mass=cells.merged_mass,
+                  observed=cells.observed, expected=cells.expected,
+                  rare_observed=cells.rare_observed, rare_expected=n * cells.rare_mass)
+    if violations:
+        total_bad = sum(counts[o] for o in violations)
+        return GTestResult(statistic=math.inf, pvalue=0.0, passed=False,
+                           reason=(f"{total_bad} count(s) on {len(violations)} "
+                                   "zero-probability outcome(s)"), **common)
+    if cells.dof == 0 and not cells.has_rare:
+        return GTestResult(statistic=0.0, pvalue=1.0, passed=True,
+                           reason="one cell after pooling: the test has no information",
+                           **common)
+    statistic, p_g = _g_statistic(cells)
+    if not cells.has_rare:
+        return GTestResult(statistic=statistic, pvalue=p_g, passed=p_g >= alpha, **common)
+    return _with_rare_cells(statistic, p_g, cells, n, alpha, common)
+
+
+def _gtest_inputs(counts, law, alpha, min_expected):
+    """gtest's validated (alpha, min_expected, law, counts, n), checked in that order."""
     alpha = _check_alpha(alpha)
     min_expected = float(min_expected)
     if not (min_expected > 0.0) or not math.isfinite(min_expected):
@@ -441,56 +470,88 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
     n = sum(counts.values())
     if n < 1:
         raise ValueError(f"counts must total at least 1 (n >= 1), got n = {n}")
+    return alpha, min_expected, law, counts, n
 
-    violations = tuple(o for o, c in counts.items() if c > 0 and law.get(o, 0.0) == 0.0)
+
+def _zero_cell_violations(counts: dict, law: dict) -> tuple:
+    """The outcomes with a positive count and probability 0 (or absent from the law)."""
+    return tuple(o for o, c in counts.items() if c > 0 and law.get(o, 0.0) == 0.0)
+
+
+@dataclass(frozen=True)
+class _PooledCells:
+    """The cells gtest compares, from ``_pool_cells``.
+
+    Rare cells (module doc of _pool_cells) are tested apart: an exact upper binomial tail for
+    their count, and the G-test on the other groups conditional on that count (a multinomial
+    given its total is again multinomial, with the probabilities renormalised).
+
+    Attributes:
+        observed, expected: float64 [n_cells], pooled counts and their expected counts given
+            the rare cells' count (n_g samples over the law renormalised outside them).
+        merged_mass: law mass of the pooled groups of ≥ 2 cells plus the rare cells'.
+        n_g: samples outside the rare cells.
+        has_rare, rare_mass, rare_observed: whether there are rare cells, their total
+            probability and their total count (0.0 and 0 when none).
+    """
+
+    observed: np.ndarray
+    expected: np.ndarray
+    merged_mass: float
+    n_g: int
+    has_rare: bool
+    rare_mass: float
+    rare_observed: int
+
+    @property
+    def n_cells(self) -> int:
+        return self.observed.size
+
+    @property
+    def dof(self) -> int:
+        return self.n_cells - 1
+
+
+def _pooled_cells(law: dict, counts: dict, n: int, min_expected: float) -> _PooledCells:
     support = [o for o, p in law.items() if p > 0.0]
     probs = np.array([law[o] for o in support], dtype=np.float64)
     obs_cells = np.array([counts.get(o, 0) for o in support], dtype=np.float64)
-
     groups, rare = _pool_cells(probs, n, min_expected)
-    # Rare cells (module doc of _pool_cells): an exact upper binomial tail for their count, and
-    # the G-test on the other groups conditional on that count (a multinomial given its total
-    # is again multinomial, with the probabilities renormalised), each at alpha/2 (Bonferroni).
     p_rare_mass = math.fsum(probs[rare]) if rare else 0.0
     o_rare = int(obs_cells[rare].sum()) if rare else 0
-    alpha_g = alpha / 2.0 if rare else alpha
     n_g = n - o_rare
     observed = np.array([obs_cells[g].sum() for g in groups], dtype=np.float64)
     expected = np.array([n_g * math.fsum(probs[g]) / (1.0 - p_rare_mass) for g in groups], dtype=np.float64)
     merged_mass = math.fsum(probs[i] for g in groups if len(g) > 1 for i in g) + p_rare_mass
-    n_cells = len(groups)
-    dof = n_cells - 1
-    tv = detectable_tv(max(n_g, 1), alpha_g, 0.99, n_cells=n_cells) if dof >= 1 else math.inf
-    p_rare = float(stats.binom.sf(o_rare - 1, n, p_rare_mass)) if rare and o_rare > 0 else 1.0
+    return _PooledCells(observed, expected, merged_mass, n_g, bool(rare), p_rare_mass, o_rare)
 
-    common = dict(dof=dof, n=n, alpha=alpha, n_cells_after_merge=n_cells,
-                  zero_cell_violations=violations, detectable_tv=tv,
-                  min_expected=min_expected, merged_mass=merged_mass,
-                  observed=observed, expected=expected, rare_observed=o_rare,
-                  rare_expected=n * p_rare_mass)
-    if violations:
-        total_bad = sum(counts[o] for o in violations)
-        return GTestResult(statistic=math.inf, pvalue=0.0, passed=False,
-                           reason=(f"{total_bad} count(s) on {len(violations)} "
-                                   "zero-probability outcome(s)"), **common)
-    if dof == 0 and not rare:
-        return GTestResult(statistic=0.0, pvalue=1.0, passed=True,
-                           reason="one cell after pooling: the test has no information",
-                           **common)
-    if dof >= 1 and n_g >= 1:
-        res = stats.power_divergence(observed, expected, ddof=0, lambda_="log-likelihood")
+
+def _g_statistic(cells: _PooledCells) -> tuple[float, float]:
+    """(G, its χ²_dof p-value) on the pooled cells; (0, 1) with one cell or no sample left."""
+    if cells.dof >= 1 and cells.n_g >= 1:
+        res = stats.power_divergence(cells.observed, cells.expected, ddof=0, lambda_="log-likelihood")
         # a perfect fit can give G = −3e-11 from rounding, whose χ² tail scipy returns as NaN
         statistic = max(float(res.statistic), 0.0)
-        p_g = float(stats.chi2.sf(statistic, dof))
-    else:
-        statistic, p_g = 0.0, 1.0
-    if not rare:
-        return GTestResult(statistic=statistic, pvalue=p_g, passed=p_g >= alpha, **common)
+        return statistic, float(stats.chi2.sf(statistic, cells.dof))
+    return 0.0, 1.0
+
+
+def _rare_tail(rare_observed: int, n: int, rare_mass: float) -> float:
+    """P(Binomial(n, rare_mass) ≥ rare_observed): the rare cells' exact upper tail."""
+    return float(stats.binom.sf(rare_observed - 1, n, rare_mass)) if rare_observed > 0 else 1.0
+
+
+def _with_rare_cells(statistic: float, p_g: float, cells: _PooledCells, n: int, alpha: float,
+                     common: dict) -> GTestResult:
+    """The result when there are rare cells: the G-test and the rare cells' binomial tail each
+    at alpha/2, family p-value min(1, 2·min of the two)."""
+    p_rare = _rare_tail(cells.rare_observed, n, cells.rare_mass)
     pvalue = min(1.0, 2.0 * min(p_g, p_rare))
-    reason = (f"rare cells (mass {p_rare_mass:.3g}, expected count {n * p_rare_mass:.3g}) observed "
-              f"{o_rare} times, binomial tail p = {p_rare:.3g}") if p_rare < alpha / 2.0 else ""
-    return GTestResult(statistic=statistic, pvalue=pvalue, passed=p_g >= alpha / 2.0 and p_rare >= alpha / 2.0,
-                       reason=reason, **common)
+    reason = (f"rare cells (mass {cells.rare_mass:.3g}, expected count {n * cells.rare_mass:.3g}) "
+              f"observed {cells.rare_observed} times, binomial tail p = {p_rare:.3g}"
+              ) if p_rare < alpha / 2.0 else ""
+    return GTestResult(statistic=statistic, pvalue=pvalue,
+                       passed=p_g >= alpha / 2.0 and p_rare >= alpha / 2.0, reason=reason, **common)
 
 
 def counts_from_samples(samples: Iterable[Hashable]) -> dict:
@@ -603,6 +664,34 @@ def conditional_gtests(samples, law, condition: Callable[[Hashable], Hashable],
     Raises:
         ValueError: as :func:`gtest`; min_key_expected ≤ 0.
     """
+    alpha, law, counts, min_key_expected, n = _conditional_inputs(
+        samples, law, alpha, min_expected, min_key_expected)
+    split = _split_by_key(law, counts, condition)
+    eligible = [k for k, pk in split.key_law.items()
+                if n * pk >= min_key_expected
+                and sum(1 for p in split.law[k].values() if p > 0.0) >= 2]
+    n_tests = 1 + len(eligible)
+    alpha_each = alpha / n_tests
+
+    violations = _zero_cell_violations(counts, law)
+    marginal = gtest(dict(split.key_counts), split.key_law, alpha_each, min_expected)
+    conditional, untested = _per_key_gtests(split, eligible, alpha_each, min_expected)
+    pvalues = [marginal.pvalue] + [r.pvalue for r in conditional.values()]
+    if violations:
+        pvalues.append(0.0)
+    min_p = min(pvalues)
+    passed = (not violations) and marginal.passed and all(
+        r.passed for r in conditional.values())
+    return ConditionalGTestResult(
+        alpha=alpha, alpha_per_test=alpha_each, n_tests=n_tests, marginal=marginal,
+        conditional=conditional, untested_keys=tuple(untested),
+        zero_cell_violations=violations, min_pvalue=min_p,
+        pvalue=min(1.0, n_tests * min_p), passed=passed)
+
+
+def _conditional_inputs(samples, law, alpha, min_expected, min_key_expected):
+    """conditional_gtests' validated (alpha, law, counts, min_key_expected, n), checked in
+    that order."""
     alpha = _check_alpha(alpha)
     law = _as_law(law)
     counts = _as_counts(samples if isinstance(samples, Mapping)
@@ -615,7 +704,21 @@ def conditional_gtests(samples, law, condition: Callable[[Hashable], Hashable],
     n = sum(counts.values())
     if n < 1:
         raise ValueError(f"samples must hold at least one outcome (n >= 1), got n = {n}")
+    return alpha, law, counts, min_key_expected, n
 
+
+@dataclass(frozen=True)
+class _ByKey:
+    """A law and counts split by the key ``condition(outcome)``: the key law (``law_of``),
+    the law and the counts of the outcomes of each key, and the count of each key."""
+
+    key_law: dict
+    law: dict
+    counts: dict
+    key_counts: dict
+
+
+def _split_by_key(law: dict, counts: dict, condition) -> _ByKey:
     key_law = law_of(law, condition)
     by_key_law: dict = defaultdict(dict)
     for o, p in law.items():
@@ -626,40 +729,27 @@ def conditional_gtests(samples, law, condition: Callable[[Hashable], Hashable],
         k = condition(o)
         by_key_counts[k][o] = c
         key_counts[k] += c
+    return _ByKey(key_law, by_key_law, by_key_counts, key_counts)
 
-    eligible = [k for k, pk in key_law.items()
-                if n * pk >= min_key_expected
-                and sum(1 for p in by_key_law[k].values() if p > 0.0) >= 2]
-    n_tests = 1 + len(eligible)
-    alpha_each = alpha / n_tests
 
-    violations = tuple(o for o, c in counts.items() if c > 0 and law.get(o, 0.0) == 0.0)
-    marginal = gtest(dict(key_counts), key_law, alpha_each, min_expected)
+def _per_key_gtests(split: _ByKey, eligible: list, alpha_each: float, min_expected: float):
+    """(conditional, untested): the G-test of p(o | key) on each eligible key's samples, and
+    the eligible keys left untested (no sample, or one cell and no zero-cell violation)."""
     conditional: dict = {}
     untested = []
     for k in eligible:
-        nk = key_counts.get(k, 0)
+        nk = split.key_counts.get(k, 0)
         if nk < 1:
             untested.append(k)
             continue
-        pk = key_law[k]
-        cond_law = {o: p / pk for o, p in by_key_law[k].items()}
-        r = gtest(by_key_counts[k], cond_law, alpha_each, min_expected)
+        pk = split.key_law[k]
+        cond_law = {o: p / pk for o, p in split.law[k].items()}
+        r = gtest(split.counts[k], cond_law, alpha_each, min_expected)
         if r.dof == 0 and not r.zero_cell_violations:
             untested.append(k)
         else:
             conditional[k] = r
-    pvalues = [marginal.pvalue] + [r.pvalue for r in conditional.values()]
-    if violations:
-        pvalues.append(0.0)
-    min_p = min(pvalues)
-    passed = (not violations) and marginal.passed and all(
-        r.passed for r in conditional.values())
-    return ConditionalGTestResult(
-        alpha=alpha, alpha_per_test=alpha_each, n_tests=n_tests, marginal=marginal,
-        conditional=conditional, untested_keys=tuple(untested),
-        zero_cell_violations=violations, min_pvalue=min_p,
-        pvalue=min(1.0, n_tests * min_p), passed=passed)
+    return conditional, untested
 
 
 # ----------------------------------------------------------------------------- means
