@@ -50,7 +50,7 @@ def expected_taus(draft_tokens, draft_probs, target_probs) -> tuple[float, float
 
 def main() -> None:
 
-    from gpu_backend.bench import load_pair
+    from gpu_backend.model_pair import load_pair
     from gpu_backend.engine import SpeculativeEngine
     from gpu_backend.prompts import encode_prompt, load_prompts
     from gpu_backend.sampling import SamplingConfig

@@ -110,7 +110,7 @@ def check_temperatures(temperatures) -> None:
     ``MIN_TEMPERATURE`` (the flag's type checks the given ones; this covers the sweep's too)."""
     from reference.cli_args import MIN_TEMPERATURE, UsageError
 
-    from .bench import SWEEP_VALUES
+    from .bench_config import SWEEP_VALUES
 
     for T in list(temperatures or []) + list(SWEEP_VALUES["T"]):
         if not T >= MIN_TEMPERATURE:
@@ -122,7 +122,7 @@ def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: methods, dataset, sampling, models, memory of the rows."""
     from reference.cli_args import UsageError, check_engine_memory, first_line
 
-    from .bench import SWEEP_VALUES, default_methods
+    from .bench_config import SWEEP_VALUES, default_methods
     from .defaults import DEFAULT_K, DEFAULT_L
     from .prompts import BUILTIN_SOURCES, load_prompts
 
@@ -172,13 +172,13 @@ def load_models(target: str, draft: str | None, dtype: str):
     """Load the target (and the draft unless None), naming the flag of a model that fails.
 
     Returns:
-        ``bench.ModelPair`` (draft None when not asked for).
+        ``model_pair.ModelPair`` (draft None when not asked for).
     Raises:
         UsageError: ``--target SPEC: cannot load ...`` (one line), or a vocabulary mismatch.
     """
     from reference.cli_args import UsageError, first_line
 
-    from .bench import ModelPair
+    from .model_pair import ModelPair
     from .engine import eos_token_ids
     from .weights import MODEL_ALIASES, check_same_vocabulary, load_causal_lm
 
@@ -203,7 +203,7 @@ def load_models(target: str, draft: str | None, dtype: str):
 
 def config_from_args(args: argparse.Namespace):
     """BenchConfig from parsed arguments (``--quick`` overrides prompts and tokens)."""
-    from .bench import SWEEP_VALUES, BenchConfig, default_methods
+    from .bench_config import SWEEP_VALUES, BenchConfig, default_methods
     from .defaults import DEFAULT_K, DEFAULT_L
 
     sweeps = ("none", "K", "L", "T") if "all" in args.sweep else tuple(args.sweep)
@@ -234,7 +234,7 @@ def set_threads(threads: int | None) -> None:
 def write_outputs(result, args, command: str) -> None:
     from reference.cli_args import write_json
 
-    from .bench import to_markdown, write_plots
+    from .bench_render import to_markdown, write_plots
 
     write_json(args.json_file, result.rows)
     if args.runs_json:
@@ -251,7 +251,8 @@ def write_outputs(result, args, command: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from reference.cli_args import UsageError
 
-    from .bench import run_bench, to_markdown
+    from .bench_render import to_markdown
+    from .bench_run import run_bench
 
     try:
         config = config_from_args(args)

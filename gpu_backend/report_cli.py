@@ -7,7 +7,7 @@ Parts, each run even when an earlier one failed:
    when it cannot run.
 2. ``certify --quick`` (gpu_backend.certify_cli.certify_rules, every registered torch verifier
    against the oracle); the part fails unless every case is as expected.
-3. A short benchmark (``gpu_backend.bench``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
+3. A short benchmark (``gpu_backend.bench_run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
    T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
    It fails when it cannot run or when the peak RSS reaches 8 GB; the performance targets are
    reported (met / not met) but a few prompts are too noisy to fail on them.
@@ -131,8 +131,10 @@ def certify_part(out_dir: str) -> Part:
 def bench_part(args, out_dir: str) -> Part:
     start = time.perf_counter()
     try:
-        from .bench import BenchConfig, markdown_table, run_bench, write_bar_plot
         from .bench_cli import set_threads
+        from .bench_config import BenchConfig
+        from .bench_render import markdown_table, write_bar_plot
+        from .bench_run import run_bench
 
         set_threads(args.threads)
         config = BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens,

@@ -38,7 +38,7 @@ def _reached(what):
 def nothing_heavy_runs(monkeypatch):
     """No model load, enumeration, program, claim run, certification or benchmark may start;
     the hub is offline and the memory available is a fixed 64 GiB (deterministic refusals)."""
-    import gpu_backend.bench as bench
+    import gpu_backend.bench_run as bench_run
     import gpu_backend.certify_cli as certify_cli
     import gpu_backend.weights as weights
     import oracle.programs as programs
@@ -46,8 +46,8 @@ def nothing_heavy_runs(monkeypatch):
     import reference.exact as exact
 
     monkeypatch.setattr(weights, "load_causal_lm", _reached("a model load"))
-    monkeypatch.setattr(bench, "load_pair", _reached("a model load"))
-    monkeypatch.setattr(bench, "run_bench", _reached("the benchmark"))
+    # every model load goes through weights.load_causal_lm (model_pair.load_pair included)
+    monkeypatch.setattr(bench_run, "run_bench", _reached("the benchmark"))
     monkeypatch.setattr(exact, "iteration_law", _reached("the exact enumeration"))
     for name in ("cic_program", "cic_block_program", "global_ot", "no_modification_lp"):
         monkeypatch.setattr(programs, name, _reached(f"oracle program {name}"))

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import spectr_gbv_cli
-from gpu_backend import bench, certify_cli
-from gpu_backend.certify_suite import torch_backend
+from gpu_backend import bench_config, certify_cli
+from gpu_backend.certify_suite import suite_verifier
 from gpu_backend.verifiers import get_verifier
 from gpu_backend.verifiers.bv import BlockVerification as TorchBV
 from oracle.certify import certify_case
@@ -48,7 +48,7 @@ def test_builtin_registry_facts():
                                              "mdbv")
     assert registry.names(single_draft=True) == ("sd", "bv", "gbv")
     assert registry.names(modifies_targets=True) == ("gbv", "spectr_gbv_fixed", "kseq_gbv")
-    assert bench.default_methods() == ("ar", "sd", "spectr", "bv", "gbv", "spectr_gbv", "kseq_gbv", "kseq_bv",
+    assert bench_config.default_methods() == ("ar", "sd", "spectr", "bv", "gbv", "spectr_gbv", "kseq_gbv", "kseq_bv",
                                        "traversal", "hf_assisted")
 
 
@@ -74,9 +74,9 @@ def test_a_registered_rule_reaches_every_list(throwaway):
     assert NAME in RULES and isinstance(get_rule(NAME), ThrowawayRef)
     assert isinstance(get_verifier(NAME), ThrowawayTorch)
     assert NAME in tables.lossless_rules() and NAME not in tables.multi_rules()
-    assert NAME in bench.default_methods() and bench.runs_at_K1(NAME)
-    config = bench.BenchConfig(methods=("ar", NAME), K=3, L=2, sweeps=("none",))
-    assert all(s.K == 1 for s in bench.settings(config))
+    assert NAME in bench_config.default_methods() and bench_config.runs_at_K1(NAME)
+    config = bench_config.BenchConfig(methods=("ar", NAME), K=3, L=2, sweeps=("none",))
+    assert all(s.K == 1 for s in bench_config.settings(config))
     kinds = {(e.kind, e.size) for e in certify_cli.plan([NAME], quick=True)}
     assert {("lossless", "toy"), ("lossless", "rows"), ("lossless", "law")} <= kinds
     assert NAME in registry.help_text()
@@ -88,7 +88,7 @@ def test_a_registered_rule_is_proved_certified_and_run_by_the_cli(throwaway, tmp
     result = run_claim(claims.lossless_claim("x", NAME, "throwaway is lossless", "test", Ks=(1,)), "quick")
     assert result.verdict == "holds" and result.worst_deviation <= 1e-12
     toy = next(e for e in certify_cli.plan([NAME], quick=True) if e.size == "toy").build()[0]
-    r = certify_case(torch_backend(torch.float32), toy, 20_000, 1e-6, 4096)
+    r = certify_case(suite_verifier(toy.rule, torch.float32), toy, 20_000, 1e-6, 4096)
     assert r.verdict == "PASS", r
     code = spectr_gbv_cli.main(["exact", "--rule", NAME, "--K", "1", "--L", "2", "--json",
                                 "--draft", "examples/toy_draft.json", "--target", "examples/toy_target.json"])

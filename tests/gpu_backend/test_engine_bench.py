@@ -1,4 +1,4 @@
-"""gpu_backend.bench / bench_cli / report_cli plumbing on small random models (no downloads)."""
+"""gpu_backend.bench_config / bench_run / bench_render / bench_cli / report_cli plumbing on small random models (no downloads)."""
 
 import json
 
@@ -8,8 +8,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 
-from gpu_backend import bench  # noqa: E402
-from gpu_backend.bench import BenchConfig, ModelPair, Setting, run_bench, settings  # noqa: E402
+from gpu_backend import bench_render  # noqa: E402
+from gpu_backend.bench_config import SWEEP_VALUES, BenchConfig, Setting, default_methods, settings  # noqa: E402
+from gpu_backend.bench_run import run_bench  # noqa: E402
+from gpu_backend.model_pair import ModelPair  # noqa: E402
 
 from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
 
@@ -54,7 +56,7 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
                          T_values=(0.6, 0.9), warmup=True, dataset="random")
     result = run_bench(config, pair=pair, prompt_ids=[PROMPT, PROMPT[::-1]], progress=False)
     main = {r["method"]: r for r in result.rows if r["sweep"] == "none"}
-    assert set(main) == set(bench.default_methods())
+    assert set(main) == set(default_methods())
     for r in result.rows:
         for key in ("method", "dataset", "K", "L", "temperature", "block_efficiency",
                     "speedup_ratio", "tokens_per_second", "mean_accepted"):
@@ -79,10 +81,10 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
             assert run["mean_accepted"] <= run["block_efficiency"] <= run["mean_accepted"] + 1 + 1e-12
             assert run["acceptance_rate"] == pytest.approx(run["mean_accepted"] / run["L"])
     json.dumps(result.rows)
-    text = bench.to_markdown(result, "spectr-gbv bench --test")
+    text = bench_render.to_markdown(result, "spectr-gbv bench --test")
     assert "| method | K | L | T |" in text and "Sweep over K" in text and "Sweep over T" in text
-    paths = bench.write_plots(result.rows, str(tmp_path / "plots"))
-    paths.append(bench.write_bar_plot(result.rows, str(tmp_path / "plots")))
+    paths = bench_render.write_plots(result.rows, str(tmp_path / "plots"))
+    paths.append(bench_render.write_bar_plot(result.rows, str(tmp_path / "plots")))
     assert len(paths) == 4
     for path in paths:
         with open(path, "rb") as fh:
@@ -102,7 +104,7 @@ def test_bench_cli_arguments():
     config = bench_cli.config_from_args(args)
     assert config.sweeps == ("none", "K", "L", "T")
     assert (config.K, config.K_values, config.L, config.temperature) == (3, (3, 1, 5), 6, 0.4)
-    assert config.L_values == bench.SWEEP_VALUES["L"]
+    assert config.L_values == SWEEP_VALUES["L"]
     assert config.methods == ("ar", "kseq_gbv")
     quick = bench_cli.config_from_args(parser.parse_args(["bench", "--quick", "--sweep", "K"]))
     assert (quick.prompts, quick.max_new_tokens, quick.sweeps) == (2, 32, ("none",))
