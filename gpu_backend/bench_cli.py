@@ -169,36 +169,25 @@ def check(args: argparse.Namespace) -> None:
 
 
 def load_models(target: str, draft: str | None, dtype: str):
-    """Load the target (and the draft unless None), naming the flag of a model that fails.
+    """``model_pair.load_pair`` with its errors as one-line UsageErrors naming the flags.
 
     Returns:
         ``model_pair.ModelPair`` (draft None when not asked for).
     Raises:
-        UsageError: ``--target SPEC: cannot load ...`` (one line), or a vocabulary mismatch.
+        UsageError: ``--target SPEC: cannot load the model: ...`` (or ``--draft``), or
+            ``--draft D and --target T: ...`` when they do not fit together.
     """
     from reference.cli_args import UsageError, first_line
 
-    from .model_pair import ModelPair
-    from .engine import eos_token_ids
-    from .weights import MODEL_ALIASES, check_same_vocabulary, load_causal_lm
+    from .model_pair import ModelLoadError, load_pair
 
-    def load(flag: str, spec: str):
-        try:
-            return load_causal_lm(spec, dtype)
-        except (OSError, ValueError) as err:
-            raise UsageError(f"{flag} {spec}: cannot load the model: {first_line(err)}") from None
-
-    t_model, tokenizer = load("--target", target)
-    d_model = None
-    if draft is not None:
-        d_model, _ = load("--draft", draft)
-        try:
-            check_same_vocabulary(d_model, t_model)
-        except ValueError as err:
-            raise UsageError(f"--draft {draft} and --target {target}: {first_line(err)}") from None
-    return ModelPair(t_model, d_model, tokenizer, eos_token_ids(t_model, tokenizer),
-                     f"target {MODEL_ALIASES.get(target, target)}, "
-                     f"draft {MODEL_ALIASES.get(draft, draft)}, {dtype}")
+    try:
+        return load_pair(target, draft, dtype)
+    except ModelLoadError as err:
+        raise UsageError(f"--{err.role} {err.spec}: cannot load the model: "
+                         f"{first_line(err.__cause__)}") from None
+    except ValueError as err:
+        raise UsageError(f"--draft {draft} and --target {target}: {first_line(err)}") from None
 
 
 def config_from_args(args: argparse.Namespace):

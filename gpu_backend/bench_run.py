@@ -116,7 +116,9 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
     Returns:
         BenchResult.
     Raises:
-        ValueError: invalid config.
+        ValueError: invalid config; draft and target that do not fit together
+            (``model_pair.load_pair``, when ``pair`` is None).
+        ModelLoadError: a model cannot be loaded (``model_pair.load_pair``).
     """
     from tqdm.auto import tqdm
 
