@@ -34,6 +34,53 @@ class ModelLoadError(Exception):
         self.role, self.spec = role, spec
 
 
+_SPECIAL_IDS = ("eos_token_id", "bos_token_id", "pad_token_id", "unk_token_id")
+
+
+def _tokens_below(tokenizer, V: int) -> dict[int, str]:
+    """id → token string of the tokenizer's ``get_vocab()``, ids below ``V`` only."""
+    return {int(i): token for token, i in tokenizer.get_vocab().items() if int(i) < V}
+
+
+def check_same_tokenizer(draft_tokenizer, target_tokenizer, V: int, draft: str = "draft",
+                         target: str = "target") -> None:
+    """Check that draft and target share one tokenizer, not only the number of logits:
+    speculative decoding compares their probabilities id by id, so an id must stand for the
+    same string in both.
+
+    Compared: the ``get_vocab()`` mappings (token string → id) restricted to ids below ``V``
+    (ids from ``V`` up have no logit; an id below ``V`` that only one tokenizer has is a
+    difference), then the ``eos``/``bos``/``pad``/``unk`` token ids and the set of
+    ``all_special_ids``.
+
+    Args:
+        draft_tokenizer, target_tokenizer: objects with ``get_vocab()`` (transformers
+            tokenizers); the special-id attributes are read when present.
+        V: the shared number of logits (``weights.check_same_vocabulary``).
+        draft, target: the models' names, for the message.
+    Raises:
+        ValueError: the first token id below ``V`` whose string differs (or that only one of
+            them has), or the first special id that differs; the message names draft and
+            target.
+    """
+    what = f"the tokenizers of draft {draft} and target {target} differ"
+    d_tokens, t_tokens = _tokens_below(draft_tokenizer, V), _tokens_below(target_tokenizer, V)
+    if d_tokens != t_tokens:
+        i = min(i for i in d_tokens.keys() | t_tokens.keys() if d_tokens.get(i) != t_tokens.get(i))
+        d_tok, t_tok = (repr(m[i]) if i in m else "no token" for m in (d_tokens, t_tokens))
+        raise ValueError(f"{what} at token id {i:,}: {d_tok} in the draft's, {t_tok} in the "
+                         "target's; speculative decoding needs one tokenizer (the same id for "
+                         "the same string)")
+    for name in _SPECIAL_IDS:
+        d_id, t_id = getattr(draft_tokenizer, name, None), getattr(target_tokenizer, name, None)
+        if d_id != t_id:
+            raise ValueError(f"{what}: {name} is {d_id} in the draft's, {t_id} in the target's")
+    d_ids, t_ids = (sorted(set(getattr(tok, "all_special_ids", None) or ()))
+                    for tok in (draft_tokenizer, target_tokenizer))
+    if d_ids != t_ids:
+        raise ValueError(f"{what}: special token ids {d_ids} in the draft's, {t_ids} in the target's")
+
+
 def _load_one(role: str, spec: str, dtype: str):
     from .weights import load_causal_lm
 
@@ -57,7 +104,8 @@ def load_pair(target: str = "target", draft: str | None = "draft",
         ModelLoadError: a model cannot be loaded; it names the role and the spec, the
             loader's error is its ``__cause__``.
         ValueError: draft and target have different numbers of logits
-            (``weights.check_same_vocabulary``).
+            (``weights.check_same_vocabulary``) or different tokenizers
+            (``check_same_tokenizer``: the first differing token id or special id).
     """
     from .engine import eos_token_ids
     from .weights import MODEL_ALIASES, check_same_vocabulary
@@ -65,8 +113,9 @@ def load_pair(target: str = "target", draft: str | None = "draft",
     t_model, tokenizer = _load_one("target", target, dtype)
     d_model = None
     if draft is not None:
-        d_model, _ = _load_one("draft", draft, dtype)
-        check_same_vocabulary(d_model, t_model)
+        d_model, d_tokenizer = _load_one("draft", draft, dtype)
+        V = check_same_vocabulary(d_model, t_model)
+        check_same_tokenizer(d_tokenizer, tokenizer, V, draft, target)
     return ModelPair(t_model, d_model, tokenizer, eos_token_ids(t_model, tokenizer),
                      f"target {MODEL_ALIASES.get(target, target)}, "
                      f"draft {MODEL_ALIASES.get(draft, draft)}, {dtype}")
