@@ -50,7 +50,6 @@ generation (``gpu_backend.assisted``) is counted by the same definitions.
 
 from __future__ import annotations
 
-import importlib.util
 import numbers
 import time
 from dataclasses import dataclass, field
@@ -269,21 +268,16 @@ def eos_token_ids(model, tokenizer=None) -> frozenset[int]:
 
 
 def load_verifier(rule: str):
-    """The batched verifier for ``rule``: ``gpu_backend.verifiers.get_verifier`` when that
-    package is installed, else the numpy reference behind the same contract
-    (``gpu_backend.reference_verifier``, exact but slow).
+    """The batched verifier for ``rule`` (``gpu_backend.verifiers.get_verifier``, default
+    parameters).
 
     Raises:
         ValueError: unknown rule (from the factory).
     """
-    spec = importlib.util.find_spec("gpu_backend.verifiers")
-    if spec is not None and spec.origin is not None:  # a package with its __init__
-        from .verifiers import get_verifier
+    # imported on use: importing the verifiers builds every registered rule once
+    from .verifiers import get_verifier
 
-        return get_verifier(rule)
-    from .reference_verifier import ReferenceVerifier
-
-    return ReferenceVerifier(rule)
+    return get_verifier(rule)
 
 
 def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
