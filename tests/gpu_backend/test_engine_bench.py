@@ -1,4 +1,5 @@
-"""gpu_backend.bench_config / bench_run / bench_render / bench_cli / report_cli plumbing on small random models (no downloads)."""
+"""gpu_backend.bench_config / bench_run / bench_render / bench_cli / report_cli plumbing on
+small random models (no downloads)."""
 
 import json
 
