@@ -17,12 +17,11 @@ SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
 5. **Cut back.** Both caches keep the selected draft's accepted tokens on top of the context;
    the stack continues its windows over the emitted tokens.
 
-Two cache layouts give the same rows.  ``"batched"``: the caches are repeated into K rows
-(``batch_repeat_interleave``), the K drafts are a batch of K rows, and afterwards one row is
-kept (``batch_select_indices``) and cropped.  ``"packed"`` (default, faster on CPU): the caches
-stay one row; the drafts are fed as a token tree with a 4-D attention mask and per-node
-position ids (``gpu_backend.tree``), drafts with a common prefix share its nodes, and the
-selected path is gathered back (``kv.keep_positions``).
+Two cache layouts (``gpu_backend.layouts``) do steps 1–2 and 5 and give the same rows.
+``"batched"``: the caches are repeated into K rows, the K drafts are a batch of K rows, and
+afterwards one row is kept and cropped.  ``"packed"`` (default, faster on CPU): the caches
+stay one row; the drafts are fed as a token tree with a 4-D attention mask (drafts with a
+common prefix share its nodes), and the selected path is gathered back.
 
 Draft and target logits go through the same ``sampling.probabilities`` (temperature, top-k,
 top-p, float32 softmax).  All randomness comes from one seeded ``torch.Generator`` (draft
@@ -58,12 +57,11 @@ import torch
 
 from reference.rules import registry
 
-from .kv import (cache_length, keep_positions, keep_row, new_cache, rollback_problem,
-                 sliding_window_limit, widen)
+from .kv import new_cache, rollback_problem, sliding_window_limit
+from .layouts import BatchedLayout, DraftState, PackedLayout, sample_rows
 from .memory import peak_rss_bytes
 from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from .stack import ModificationStack
-from .tree import DraftTree, attention_mask_for
 
 from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
 from .seeds import generator_seed  # noqa: E402  (re-exported)
@@ -183,25 +181,6 @@ class IterationRecord:
     emitted: list[int] = field(default_factory=list)
 
 
-@dataclass
-class _State:
-    """One generation's mutable state: caches, context, RNG, reused draft buffers
-    (``draft_ok`` bool [K, L]: which draft rows are finite, ``sampling.finite_rows``).
-
-    ``d_len``: positions of the context held by the draft's cache (its pending tokens are
-    ``context[d_len:]``).  The target's cache always holds the context minus its last token.
-    """
-
-    t_cache: object
-    d_cache: object
-    context: list
-    gen: torch.Generator
-    draft_tokens: torch.Tensor
-    draft_probs: torch.Tensor
-    draft_ok: torch.Tensor
-    d_len: int = 0
-
-
 def check_positive(value, name: str) -> int:
     """``value`` (any integer type, numpy's too; not bool) as an int ≥ 1, else ValueError naming
     ``name``."""
@@ -278,23 +257,6 @@ def load_verifier(rule: str):
     from .verifiers import get_verifier
 
     return get_verifier(rule)
-
-
-def _sample(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """One token per row of ``probs`` [R, V] → int64 [R].
-
-    ``replacement=True`` draws from the same law for one sample, and on CPU it takes the
-    cumulative-sum path (~0.2 ms for V = 151,936) instead of the ~6 ms exponential race.
-    """
-    return torch.multinomial(probs, 1, replacement=True, generator=gen)[:, 0]
-
-
-def _draw_draft(state: "_State", i: int) -> torch.Tensor:
-    """Flag the K draft rows of depth ``i`` (finite or not) and draw one token from each;
-    a non-finite row is replaced by a placeholder (``sampling.sampleable``), never sampled."""
-    ok = finite_rows(state.draft_probs[:, i])
-    state.draft_ok[:, i] = ok
-    return _sample(sampleable(state.draft_probs[:, i], ok), state.gen)
 
 
 @dataclass
@@ -424,6 +386,9 @@ class SpeculativeEngine:
         self.verifier = verifier if verifier is not None else load_verifier(rule)
         self.validate = validate
         self.device = _model_device(target)
+        models = (target, draft, self.sampling, self.draft_sampling, self.K, self.L, self.device)
+        self._layout = (PackedLayout(*models, share_prefixes=self.share_prefixes)
+                        if layout == "packed" else BatchedLayout(*models))
 
     @torch.inference_mode()
     def generate(self, prompt_ids, max_new_tokens: int = 64, seed: int = 0,
@@ -461,10 +426,10 @@ class SpeculativeEngine:
                                  f"this generation (up to {most} positions)")
         gen = seeded_generator(seed, dev)
         start, cpu_start = time.perf_counter(), time.process_time()
-        state = _State(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
-                       torch.empty(K, L, dtype=torch.int64, device=dev),
-                       torch.empty(K, L, V, dtype=torch.float32, device=dev),
-                       torch.ones(K, L, dtype=torch.bool, device=dev))
+        state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
+                           torch.empty(K, L, dtype=torch.int64, device=dev),
+                           torch.empty(K, L, V, dtype=torch.float32, device=dev),
+                           torch.ones(K, L, dtype=torch.bool, device=dev))
         if ids.numel() > 1:  # the target's cache holds the context minus its last token
             self.target(ids[None, :-1], cache=state.t_cache, use_cache=True, logits_to_keep=1)
         stack = ModificationStack(L)
@@ -473,12 +438,9 @@ class SpeculativeEngine:
         taus_raw: list[int] = []
         stop_reason = "max_new_tokens"
         while len(out) < max_new_tokens:
-            n, n_ctx = len(out), len(state.context)
+            n = len(out)
             # 1-2. K drafts, scored by one target call
-            if self.layout == "packed":
-                target_raw, tree = self._draft_and_score_packed(state)
-            else:
-                target_raw, tree = self._draft_and_score_batched(state), None
+            target_raw = self._layout.draft_and_score(state)
             draft_tokens, draft_probs = state.draft_tokens, state.draft_probs
             # 3. Algorithm 2's modified rows
             target_probs, trace = stack.modify(n, draft_tokens, draft_probs, target_raw)
@@ -503,15 +465,7 @@ class SpeculativeEngine:
             emitted = head[5:5 + num_emitted]
             # 5. cut back: keep the selected draft (any when τ = 0: they share the context)
             row = max(selected, 0)
-            if tree is not None:
-                path = [n_ctx + node for node in tree.path(row, tau)]
-                keep_positions(state.t_cache, list(range(n_ctx)) + path)
-                state.d_len = n_ctx + min(tau, L - 1)
-                keep_positions(state.d_cache, list(range(n_ctx)) + path[: min(tau, L - 1)])
-            else:
-                keep_row(state.t_cache, row, K, n_ctx + tau)
-                state.d_len = min(cache_length(state.d_cache), n_ctx + tau)
-                keep_row(state.d_cache, row, K, state.d_len)
+            self._layout.cut_back(state, row, tau)
             stack.advance(n, emitted, row, trace, mod, bool(is_active))
             if on_iteration is not None:
                 on_iteration(IterationRecord(n, list(state.context), draft_tokens.clone(),
@@ -528,76 +482,6 @@ class SpeculativeEngine:
         return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, K, L,
                                 time.perf_counter() - start, peak_rss_bytes(), stop_reason,
                                 time.process_time() - cpu_start, taus_raw)
-
-    def _first_draft_row(self, state: "_State") -> None:
-        """Feed the draft its pending tokens (batch 1) and draw the K first draft tokens."""
-        dev = self.device
-        pending = torch.tensor([state.context[state.d_len:]], dtype=torch.int64, device=dev)
-        logits = self.draft(pending, cache=state.d_cache, use_cache=True, logits_to_keep=1).logits
-        p_first = probabilities(logits[:, -1], self.draft_sampling)
-        ok = finite_rows(p_first)
-        state.draft_ok[:, 0] = ok
-        state.draft_probs[:, 0] = p_first
-        state.draft_tokens[:, 0] = torch.multinomial(sampleable(p_first, ok), self.K,
-                                                     replacement=True, generator=state.gen)[0]
-
-    def _draft_and_score_batched(self, state: "_State") -> torch.Tensor:
-        """K cache rows: the draft's cache repeated after the first row, the K blocks drafted
-        as a batch of K rows, the target's cache repeated and K rows [c_last, X_1..X_L]
-        scored in one call.  Returns the target rows float32 [K, L+1, V]."""
-        K, L, dev = self.K, self.L, self.device
-        tokens, probs = state.draft_tokens, state.draft_probs
-        self._first_draft_row(state)
-        widen(state.d_cache, K)
-        for i in range(1, L):
-            logits = self.draft(tokens[:, i - 1:i], cache=state.d_cache, use_cache=True).logits
-            probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
-            tokens[:, i] = _draw_draft(state, i)
-        widen(state.t_cache, K)
-        last = torch.full((K, 1), state.context[-1], dtype=torch.int64, device=dev)
-        logits = self.target(torch.cat([last, tokens], dim=1), cache=state.t_cache,
-                             use_cache=True).logits
-        return probabilities(logits, self.sampling)
-
-    def _draft_and_score_packed(self, state: "_State"):
-        """One cache row: the K drafts grown as a token tree (``gpu_backend.tree``), each
-        depth's new nodes fed to the draft in one call, then the last context token and every
-        node scored by the target in one call.  Returns (target rows float32 [K, L+1, V],
-        the tree)."""
-        K, L, dev = self.K, self.L, self.device
-        tokens, probs = state.draft_tokens, state.draft_probs
-        n_ctx = len(state.context)
-        self._first_draft_row(state)
-        tree = DraftTree(K, share_prefixes=self.share_prefixes)
-        node_tokens = []
-        new, nodes = tree.add_depth(tokens[:, 0].tolist())
-        node_tokens += new
-        for i in range(1, L):
-            first, last = tree.depth_start[i - 1], tree.depth_start[i]
-            mask = attention_mask_for(self.draft, tree.mask(first, last, n_ctx), dev)
-            pos = torch.full((1, last - first), n_ctx + i - 1, dtype=torch.int64, device=dev)
-            logits = self.draft(torch.tensor([new], dtype=torch.int64, device=dev),
-                                attention_mask=mask, position_ids=pos, cache=state.d_cache,
-                                use_cache=True).logits[0]
-            rows = probabilities(logits, self.draft_sampling)
-            probs[:, i] = rows[torch.tensor(nodes, device=dev) - first]
-            tokens[:, i] = _draw_draft(state, i)
-            new, nodes = tree.add_depth(tokens[:, i].tolist())
-            node_tokens += new
-        N = tree.num_nodes
-        # query 0 is the last context token (it sees the cache and itself), then the nodes
-        mask = torch.zeros(1, 1, 1 + N, n_ctx + N, dtype=torch.bool)
-        mask[0, 0, 0, :n_ctx] = True
-        mask[:, :, 1:] = tree.mask(0, N, n_ctx)
-        depth = [d + 1 for d in range(L) for _ in range(tree.depth_start[d], tree.depth_start[d + 1])]
-        pos = torch.tensor([[n_ctx - 1] + [n_ctx - 1 + d for d in depth]], device=dev)
-        inp = torch.tensor([[state.context[-1]] + node_tokens], dtype=torch.int64, device=dev)
-        logits = self.target(inp, attention_mask=attention_mask_for(self.target, mask, dev),
-                             position_ids=pos, cache=state.t_cache, use_cache=True).logits[0]
-        rows = probabilities(logits, self.sampling)
-        index = torch.zeros(K, L + 1, dtype=torch.int64)
-        index[:, 1:] = torch.tensor(tree.node_of).T + 1
-        return rows[index.to(dev)], tree
 
     def _emit(self, out: list[int], emitted: list[int], max_new_tokens: int) -> bool:
         """Append ``emitted`` to ``out`` up to the limit; True when an EOS was emitted."""
@@ -650,7 +534,7 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
         logits = target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits
         p = probabilities(logits[:, -1], sampling)
         ok = finite_rows(p)
-        pending = _sample(sampleable(p, ok), gen)[:, None]
+        pending = sample_rows(sampleable(p, ok), gen)[:, None]
         token, finite = torch.cat([pending[0], ok.to(torch.int64)]).tolist()  # one sync
         if not finite:
             raise NonFiniteError(f"target model gave a non-finite probability row (NaN or inf "
