@@ -10,6 +10,7 @@ SpecTr-GBV, arXiv 2604.25925 (Theorem 3.2 losslessness, Lemma 4.1 CIC bound, The
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from reference.rules import GreedyBlockVerification, SpecTrGBV, get_rule, regist
 
 from . import quantities as Q
 from .instances import Instance, fixed_instances, random_instance, toy
+
+if TYPE_CHECKING:
+    from .runner import Claim
 
 LOSSLESS_TOL = 1e-12
 NON_MODIFYING_BASELINES = ("spectr", "kseq_bv", "traversal")
@@ -172,69 +176,95 @@ def _with_known(fixed, known):
     return with_known
 
 
+_SD_SRC = "Leviathan et al. 2023, Alg. 1; Chen et al. 2023"
+_SPECTR_SRC = "Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3, Thm. 2)"
+_BV_SRC = "Sun et al., Block Verification, ICLR 2025, Alg. 2, Thm. 1–2"
+_GBV_SRC = "SpecTr-GBV (Lin et al. 2026), GBV baseline with Alg. 2; docs/rules.md §2.4"
+_PAPER = "Lin et al., SpecTr-GBV, arXiv 2604.25925"
+_NON_MODIFYING_SRC = "proofs_check/NON_MODIFYING_RULES.md (this project)"
+_TRAVERSAL_SRC = "Weng et al., Traversal Verification, NeurIPS 2025, arXiv 2505.12398 (on K i.i.d. drafts)"
+
+
 def build_claims() -> list:
+    """Every claim, in verdict-table order (ids 1 … 12h)."""
+    return (_baseline_claims() + _spectr_gbv_claims() + _kseq_gbv_and_order_claims()
+            + _non_modifying_claims())
+
+
+def _baseline_claims() -> list:
+    """Claims 1–4: token verification, SpecTr's K-SEQ, BV and GBV."""
     from .runner import Claim
 
-    ids = []
-    sd_src = "Leviathan et al. 2023, Alg. 1; Chen et al. 2023"
-    spectr_src = "Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3, Thm. 2)"
-    bv_src = "Sun et al., Block Verification, ICLR 2025, Alg. 2, Thm. 1–2"
-    gbv_src = "SpecTr-GBV (Lin et al. 2026), GBV baseline with Alg. 2; docs/rules.md §2.4"
-    paper = "Lin et al., SpecTr-GBV, arXiv 2604.25925"
-    ids += [
-        lossless_claim("1", "sd", "Token verification is lossless.", sd_src),
-        lossless_claim("2a", "spectr", "SpecTr K-SEQ (over a block) is lossless.", spectr_src),
-        Claim("2b", "K-SEQ acceptance at one position is ≥ (1 − 1/e)·α* and ≤ α*.", spectr_src + "; Hu et al. ICLR 2025 (α*)",
+    return [
+        lossless_claim("1", "sd", "Token verification is lossless.", _SD_SRC),
+        lossless_claim("2a", "spectr", "SpecTr K-SEQ (over a block) is lossless.", _SPECTR_SRC),
+        Claim("2b", "K-SEQ acceptance at one position is ≥ (1 − 1/e)·α* and ≤ α*.", _SPECTR_SRC + "; Hu et al. ICLR 2025 (α*)",
               _spectr_alpha, 1e-9, _fixed((2, 1), (3, 1), Ks=(1, 2, 3, 4), Ls=(1,)),
               dict(Vs=(2, 3, 4), Ks=(1, 2, 3, 4), Ls=(1,), budget=4**4)),
-        lossless_claim("3a", "bv", "BV is lossless without modifying later targets.", bv_src),
+        lossless_claim("3a", "bv", "BV is lossless without modifying later targets.", _BV_SRC),
         Claim("3b", "At K = 1, BV's E[τ] equals the no-modification LP optimum (BV is optimal among verifiers that leave later iterations untouched).",
-              bv_src + " (Thm. 2)", _bv_vs_lp, 1e-7, _fixed((1, 2), (1, 3), Ks=(1,)), _space(81, Ks=(1,))),
-        Claim("3c", "BV ≥ token verification (E[τ]) on every instance.", bv_src, _order("sd", "bv"), 1e-12,
+              _BV_SRC + " (Thm. 2)", _bv_vs_lp, 1e-7, _fixed((1, 2), (1, 3), Ks=(1,)), _space(81, Ks=(1,))),
+        Claim("3c", "BV ≥ token verification (E[τ]) on every instance.", _BV_SRC, _order("sd", "bv"), 1e-12,
               _fixed((1, 2), Ks=(1,)), _space(729, Ks=(1,)), examples=80, quick_examples=20),
-        lossless_claim("4a", "gbv", "GBV with Algorithm 2 is lossless.", gbv_src),
-        Claim("4b", "GBV's E[τ] equals B(1, L), the single-draft per-iteration optimum.", gbv_src,
+        lossless_claim("4a", "gbv", "GBV with Algorithm 2 is lossless.", _GBV_SRC),
+        Claim("4b", "GBV's E[τ] equals B(1, L), the single-draft per-iteration optimum.", _GBV_SRC,
               _gbv_vs_B, 1e-12, _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,)), examples=80, quick_examples=20),
         lossless_claim("4c", GreedyBlockVerification(algorithm2=False),
-                       "Without Algorithm 2, GBV is not lossless.", gbv_src + "; docs/rules.md §3", Ks=(1,),
+                       "Without Algorithm 2, GBV is not lossless.", _GBV_SRC + "; docs/rules.md §3", Ks=(1,),
                        existential=True, note="existential: a witness with TV > 1e-12 is shown"),
+    ]
+
+
+def _spectr_gbv_claims() -> list:
+    """Claims 5–8: SpecTr-GBV's losslessness, the CIC programs and B(K, L)."""
+    from .runner import Claim
+
+    return [
         lossless_claim("5a", SpecTrGBV("released", False),
-                       "SpecTr-GBV (released: 1 − m^K residual, no Algorithm 2) is lossless for K ≥ 2.", paper + ", Thm. 3.2; released code", Ks=(2, 3)),
+                       "SpecTr-GBV (released: 1 − m^K residual, no Algorithm 2) is lossless for K ≥ 2.", _PAPER + ", Thm. 3.2; released code", Ks=(2, 3)),
         lossless_claim("5b", SpecTrGBV("released", True),
-                       "SpecTr-GBV (released residual, with Algorithm 2) is lossless for K ≥ 2.", paper + ", Thm. 3.2", Ks=(2, 3)),
+                       "SpecTr-GBV (released residual, with Algorithm 2) is lossless for K ≥ 2.", _PAPER + ", Thm. 3.2", Ks=(2, 3)),
         lossless_claim("5c", SpecTrGBV("consistent", False),
-                       "SpecTr-GBV ((1 − m)^K residual, no Algorithm 2) is lossless for K ≥ 2.", paper + ", Thm. 3.2", Ks=(2, 3)),
+                       "SpecTr-GBV ((1 − m)^K residual, no Algorithm 2) is lossless for K ≥ 2.", _PAPER + ", Thm. 3.2", Ks=(2, 3)),
         lossless_claim("5d", SpecTrGBV("consistent", True),
-                       "SpecTr-GBV ((1 − m)^K residual, with Algorithm 2) is lossless for K ≥ 2.", paper + ", Thm. 3.2, Alg. 2", Ks=(2, 3)),
-        Claim("6a", "The prefix-conditioned CIC program's optimum equals B(K, L).", paper + ", Lemma 4.1",
+                       "SpecTr-GBV ((1 − m)^K residual, with Algorithm 2) is lossless for K ≥ 2.", _PAPER + ", Thm. 3.2, Alg. 2", Ks=(2, 3)),
+        Claim("6a", "The prefix-conditioned CIC program's optimum equals B(K, L).", _PAPER + ", Lemma 4.1",
               lambda inst: abs(Q.program(inst, "cic") - Q.bound_B(inst)), 1e-6,
               _fixed((2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
-        Claim("6b", "The block-conditioned CIC program's optimum can fall below B(K, L).", paper + ", Lemma 4.1 (stricter reading)",
+        Claim("6b", "The block-conditioned CIC program's optimum can fall below B(K, L).", _PAPER + ", Lemma 4.1 (stricter reading)",
               lambda inst: Q.bound_B(inst) - Q.program(inst, "cic_block"), 1e-6,
               _fixed((2, 2), Ks=(2,), Ls=(2,), quick_budget=1, budget=1),
               dict(Vs=(2,), Ks=(2,), Ls=(2,), budget=16), existential=True,
               note="existential: a witness where the block-conditioned optimum < B"),
-        Claim("6c", "B(K, L) ≤ the global block OT optimum.", paper + ", Lemma 4.1 vs docs/bounds.md §4.3",
+        Claim("6c", "B(K, L) ≤ the global block OT optimum.", _PAPER + ", Lemma 4.1 vs docs/bounds.md §4.3",
               lambda inst: max(Q.bound_B(inst) - Q.program(inst, "global_ot"), 0.0), 1e-7,
               _fixed((2, 1), (2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
         Claim("6d", "B(K, L) bounds the E[τ] of every lossless rule (global OT and every implemented lossless rule ≤ B).",
-              paper + ", Thm. 4.3 (optimality)", _lossless_rules_vs_B, 1e-7,
+              _PAPER + ", Thm. 4.3 (optimality)", _lossless_rules_vs_B, 1e-7,
               _fixed((2, 1), (2, 2), Ks=(2,), Ls=(1, 2), quick_budget=1, budget=16),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4,
               note="fails at L = 1, K = 2 on the toy: α* = global OT = 8/9 > B = 5/6"),
-        Claim("7", "SpecTr-GBV attains B(K, L) (E[τ] of the released rule = B).", paper + ", Thm. 4.3 / 5.3",
+        Claim("7", "SpecTr-GBV attains B(K, L) (E[τ] of the released rule = B).", _PAPER + ", Thm. 4.3 / 5.3",
               lambda inst: abs(Q.e_tau(inst, "spectr_gbv") - Q.bound_B(inst)), 1e-9,
               _fixed((2, 2), Ks=(1, 2, 3)), _space(729), examples=40, quick_examples=10),
-        Claim("8a", "B(K, L) is non-decreasing in K (K = 1..7).", paper, _B_monotone, 1e-12,
+        Claim("8a", "B(K, L) is non-decreasing in K (K = 1..7).", _PAPER, _B_monotone, 1e-12,
               _fixed((1, 2), Ks=(1,)), _space(729, Ks=(1,), Ls=(1, 2, 3, 4, 5), Vs=(2, 3, 4)),
               examples=100, quick_examples=30),
-        Claim("8b", "B(K, L) → L as K → ∞ when supp q ⊆ supp p (checked at K = 10^9 where min m(z) ≥ 1e-6).", paper, _B_limit, 1e-6,
+        Claim("8b", "B(K, L) → L as K → ∞ when supp q ⊆ supp p (checked at K = 10^9 where min m(z) ≥ 1e-6).", _PAPER, _B_limit, 1e-6,
               _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,), Ls=(1, 2, 3, 4), Vs=(2, 3, 4)),
               examples=100, quick_examples=30),
-        Claim("8c", "B(1, L) equals GBV's exact E[τ].", paper + "; docs/bounds.md §1", _gbv_vs_B, 1e-12,
+        Claim("8c", "B(1, L) equals GBV's exact E[τ].", _PAPER + "; docs/bounds.md §1", _gbv_vs_B, 1e-12,
               _fixed((1, 1), (1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,)), examples=40, quick_examples=10),
+    ]
+
+
+def _kseq_gbv_and_order_claims() -> list:
+    """Claims 9–11: K-SEQ-GBV, the E[τ] orderings and whole-generation comparisons."""
+    from .runner import Claim
+
+    return [
         lossless_claim("9a", "kseq_gbv", "K-SEQ-GBV is lossless.", "docs/rules.md §2.6 (this project)"),
         Claim("9b", "K-SEQ-GBV reduces to GBV at K = 1 (identical iteration law).", "docs/rules.md §2.6",
               _iter_law_tv("kseq_gbv", "gbv"), 1e-12, _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,))),
@@ -243,52 +273,55 @@ def build_claims() -> list:
               dict(Vs=(2, 3, 4), Ks=(1, 2, 3), Ls=(1,), budget=64)),
         Claim("9d", "K-SEQ-GBV's E[τ] = Σ_{i≤L} Σ_{|z|=i} min(ρ*·p(z), q(z)).", "docs/rules.md §2.6",
               _kseq_gbv_formula, 1e-12, _fixed((2, 2), (3, 2)), _space(729), examples=40, quick_examples=10),
-        Claim("10a", "SD ≤ BV ≤ GBV in E[τ] of one iteration.", bv_src + "; " + gbv_src,
+        Claim("10a", "SD ≤ BV ≤ GBV in E[τ] of one iteration.", _BV_SRC + "; " + _GBV_SRC,
               _order("sd", "bv", "gbv"), 1e-12, _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,)),
               examples=80, quick_examples=20),
         Claim("10b", "K-SEQ-GBV ≥ SpecTr in E[τ] of one iteration (not a theorem; reported).", "this project",
               _order("spectr", "kseq_gbv"), 1e-12, _fixed((2, 2), (3, 2), Ks=(2, 3)), _space(729, Ks=(2, 3)),
               examples=40, quick_examples=10),
-        Claim("10c", "Released SpecTr-GBV ≥ SpecTr in E[τ] of one iteration (reported).", paper,
+        Claim("10c", "Released SpecTr-GBV ≥ SpecTr in E[τ] of one iteration (reported).", _PAPER,
               _order("spectr", "spectr_gbv"), 1e-12, _fixed((2, 2), (3, 2), Ks=(2, 3)), _space(729, Ks=(2, 3)),
               examples=40, quick_examples=10),
         Claim("10d", "No implemented lossless rule exceeds the global block OT optimum in E[τ].", "docs/bounds.md §4.3",
               _rules_vs_global_ot, 1e-7, _fixed((2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
         Claim("11a", "Over a whole generation GBV (Alg. 2 carried) needs no more target calls than BV to emit N = 2L, 3L, 4L tokens.",
-              bv_src + " (Thm. 2) vs " + gbv_src, _generation_gap("gbv", "bv"), 1e-12,
+              _BV_SRC + " (Thm. 2) vs " + _GBV_SRC, _generation_gap("gbv", "bv"), 1e-12,
               _fixed((1, 2), Ks=(1,), Ls=(2,), quick_budget=4, budget=8),
               dict(Vs=(2,), Ks=(1,), Ls=(1, 2), budget=4), examples=20, quick_examples=3,
               note="decides the engine's default: see the whole-generation table"),
         Claim("11b", "Over a whole generation K-SEQ-GBV needs no more target calls than SpecTr to emit N = 2L, 3L, 4L tokens.",
-              "this project vs " + spectr_src, _generation_gap("kseq_gbv", "spectr"), 1e-12,
+              "this project vs " + _SPECTR_SRC, _generation_gap("kseq_gbv", "spectr"), 1e-12,
               _fixed((2, 2), Ks=(2,), Ls=(2,), quick_budget=1, budget=16),
               dict(Vs=(2,), Ks=(2,), Ls=(1, 2), budget=16), examples=20, quick_examples=3),
     ]
-    # multi-draft rules that leave later iterations untouched (docs/rules.md §2.8–§2.10)
-    i7 = "proofs_check/NON_MODIFYING_RULES.md (this project)"
-    tv_src = "Weng et al., Traversal Verification, NeurIPS 2025, arXiv 2505.12398 (on K i.i.d. drafts)"
-    ids += [
-        lossless_claim("12a", "kseq_bv", "K-SEQ-BV is lossless (no modification of later targets).", i7),
-        lossless_claim("12b", "traversal", "Traversal Verification on the merged tree of K i.i.d. drafts is lossless.", tv_src),
-        lossless_claim("12c", "mdbv", "MDBV is lossless (no modification of later targets).", i7 + "; reference/rules/mdbv.py"),
-        Claim("12d", "K-SEQ-BV, Traversal and MDBV reduce to BV at K = 1 (identical iteration law).", i7 + "; " + tv_src,
+
+
+def _non_modifying_claims() -> list:
+    """Claims 12: multi-draft rules that leave later iterations untouched (docs/rules.md
+    §2.8–§2.10)."""
+    from .runner import Claim
+
+    return [
+        lossless_claim("12a", "kseq_bv", "K-SEQ-BV is lossless (no modification of later targets).", _NON_MODIFYING_SRC),
+        lossless_claim("12b", "traversal", "Traversal Verification on the merged tree of K i.i.d. drafts is lossless.", _TRAVERSAL_SRC),
+        lossless_claim("12c", "mdbv", "MDBV is lossless (no modification of later targets).", _NON_MODIFYING_SRC + "; reference/rules/mdbv.py"),
+        Claim("12d", "K-SEQ-BV, Traversal and MDBV reduce to BV at K = 1 (identical iteration law).", _NON_MODIFYING_SRC + "; " + _TRAVERSAL_SRC,
               lambda inst: max(_iter_law_tv(r, "bv")(inst) for r in ("kseq_bv", "traversal", "mdbv")), 1e-12,
               _fixed((1, 2), (1, 3), Ks=(1,)), _space(729, Ks=(1,))),
-        Claim("12e", "K-SEQ-BV reduces to K-SEQ at L = 1 (identical iteration law).", i7,
+        Claim("12e", "K-SEQ-BV reduces to K-SEQ at L = 1 (identical iteration law).", _NON_MODIFYING_SRC,
               _iter_law_tv("kseq_bv", "spectr"), 1e-12, _fixed((2, 1), (3, 1), Ls=(1,)),
               dict(Vs=(2, 3, 4), Ks=(1, 2, 3), Ls=(1,), budget=64)),
-        Claim("12f", "No rule that leaves later targets untouched exceeds the no-modification LP.", "docs/bounds.md §4.4; " + i7,
+        Claim("12f", "No rule that leaves later targets untouched exceeds the no-modification LP.", "docs/bounds.md §4.4; " + _NON_MODIFYING_SRC,
               _above_lp(("bv", "sd") + NON_MODIFYING_BASELINES + ("mdbv",)), 1e-7,
               _fixed((2, 2), (3, 2), Ks=(1, 2, 3), Ls=(1, 2), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(1, 2, 3), Ls=(1, 2), budget=81), examples=25, quick_examples=4),
-        Claim("12g", "MDBV ≥ max(SpecTr, K-SEQ-BV, Traversal) in E[τ] on every instance.", i7,
+        Claim("12g", "MDBV ≥ max(SpecTr, K-SEQ-BV, Traversal) in E[τ] on every instance.", _NON_MODIFYING_SRC,
               _below_best_baseline("mdbv"), 1e-12, _with_known(_fixed((2, 2), (3, 2), Ks=(2, 3)), MDBV_SWEEP_LOSSES),
               _space(729, Ks=(2, 3)),
               examples=60, quick_examples=10, note="goal for the rules that never modify later targets; known exception: random V=3 K=2 L=2 seed=5925"),
-        Claim("12h", "MDBV is within 2 % of the no-modification LP in E[τ].", i7,
+        Claim("12h", "MDBV is within 2 % of the no-modification LP in E[τ].", _NON_MODIFYING_SRC,
               _relative_gap_to_lp("mdbv"), 0.02, _fixed((2, 2), (3, 2), Ks=(2, 3), Ls=(2,), quick_budget=9, budget=81),
               dict(Vs=(2, 3), Ks=(2, 3), Ls=(2,), budget=81), examples=25, quick_examples=4,
               note="goal for the rules that never modify later targets; deviation = relative gap to the LP (absolute where the LP < 1e-3)"),
     ]
-    return ids
