@@ -94,6 +94,85 @@ def walk_with_coins(batch: PreparedBatch, uniforms: torch.Tensor):
     return _walk(batch, uniforms)
 
 
+class _Path:
+    """State of the walk's current root-to-leaf path, one slot per depth (module doc).
+
+    Attributes (lists indexed by depth):
+        mb, ms: M_b, M_s rows [B, V] of the path's node at depths 0..L−1 (None until the walk
+            first reaches that depth).
+        ms_total: float64 [B], Σ of each slot's M_s.
+        dirty: bool [B] per depth 0..L−1, whether the slot's rows were updated since its node
+            was entered (a child of it was deleted).
+        alpha: float64 [B], p_α of the path's node at depths 0..L.
+        name: int64 [B], the path's node name at depths 0..L (−1: none yet below the root).
+    """
+
+    def __init__(self, batch: PreparedBatch):
+        B, _, L = batch.tokens.shape
+        device = batch.device
+        self.mb = [batch.tp[:, 0, 0]] + [None] * (L - 1)
+        self.ms = [batch.dp[:, 0, 0]] + [None] * (L - 1)
+        self.ms_total = [batch.dp[:, 0, 0].sum(dim=1).double()] + [None] * (L - 1)
+        self.dirty = [torch.zeros(B, dtype=torch.bool, device=device) for _ in range(L)]
+        self.alpha = [torch.ones(B, dtype=torch.float64, device=device) for _ in range(L + 1)]
+        self.name = [torch.zeros(B, dtype=torch.int64, device=device)] + \
+                    [torch.full((B,), -1, dtype=torch.int64, device=device) for _ in range(L)]
+
+    def enter(self, batch: PreparedBatch, go, own, tok, qk, pk):
+        """Move the path to a leaf's branch in the rows where ``go``: the nodes of ``own``
+        ([B, L+1] names) that are new get the init formula, from the (updated) slot above."""
+        L = len(self.mb)
+        b = batch_index(batch)
+        for i in range(1, L + 1):
+            name = own[:, i]
+            fresh = go & (self.name[i] != name)
+            x = tok[:, i - 1]
+            if self.mb[i - 1] is not None:
+                mb = torch.where(self.dirty[i - 1], self.mb[i - 1][b, x].double(), qk[:, i])
+                ms = torch.where(self.dirty[i - 1], self.ms[i - 1][b, x].double(), pk[:, i])
+            else:
+                mb, ms = qk[:, i], pk[:, i]
+            self.alpha[i] = torch.where(fresh, _ratio_alpha(self.alpha[i - 1], mb, ms), self.alpha[i])
+            self.name[i] = torch.where(fresh, name, self.name[i])
+            if i < L:
+                self.dirty[i] = self.dirty[i] & ~fresh
+                orig_mb = gather_rows(batch.tp, name, torch.full_like(name, i))
+                orig_ms = gather_rows(batch.dp, name, torch.full_like(name, i))
+                total = orig_ms.sum(dim=1).double()
+                if self.mb[i] is None:
+                    self.mb[i], self.ms[i], self.ms_total[i] = orig_mb, orig_ms, total
+                else:
+                    f = fresh.unsqueeze(1)
+                    self.mb[i] = torch.where(f, orig_mb, self.mb[i])
+                    self.ms[i] = torch.where(f, orig_ms, self.ms[i])
+                    self.ms_total[i] = torch.where(fresh, total, self.ms_total[i])
+
+    def delete(self, b, i: int, act, x):
+        """Delete the node at depth i (token x [B]) in the rows where ``act``: its parent's
+        M_b ← norm((p_α·M_b − M_s)_+) (kept when that mass S is 0), p_α ← S/(S + 1 − p_α),
+        M_s ← norm(M_s without x)."""
+        lam = self.alpha[i - 1]
+        mb, ms = self.mb[i - 1], self.ms[i - 1]
+        resid = (lam.to(mb.dtype).unsqueeze(1) * mb - ms).clamp_min_(0)
+        S = resid.sum(dim=1).double()  # in the work dtype, as batch.reduce_rows
+        new_mb = resid.div_(torch.where(S > 0, S, 1.0).to(mb.dtype).unsqueeze(1))
+        den = S + 1.0 - lam
+        new_alpha = torch.where(den > 0, S / torch.where(den > 0, den, 1.0), torch.ones_like(S))
+        # M_s without the deleted token, renormalised: its mass is the slot's tracked total
+        # minus that token's (one pass instead of copy, zero, sum and divide)
+        tot = self.ms_total[i - 1] - ms[b, x].double()
+        inv = torch.where(tot > 0, 1.0 / torch.where(tot > 0, tot, 1.0), torch.ones_like(tot))
+        new_ms = ms * inv.to(ms.dtype).unsqueeze(1)
+        new_ms[b, x] = 0
+        a = act.unsqueeze(1)
+        self.mb[i - 1] = torch.where(a & (S > 0).unsqueeze(1), new_mb, mb)  # S = 0: keep M_b
+        self.ms[i - 1] = torch.where(a, new_ms, ms)
+        self.alpha[i - 1] = torch.where(act, new_alpha, lam)
+        self.ms_total[i - 1] = torch.where(act, torch.where(tot > 0, torch.ones_like(tot), tot),
+                                           self.ms_total[i - 1])
+        self.dirty[i - 1] = self.dirty[i - 1] | act
+
+
 def _walk(batch: PreparedBatch, uniforms: torch.Tensor | None):
     B, K, L = batch.tokens.shape
     device = batch.device
@@ -101,14 +180,7 @@ def _walk(batch: PreparedBatch, uniforms: torch.Tensor | None):
     tree = merged_tree(batch.tokens)
     owner, visit = tree.owner, tree.visit
     q0, p0 = _node_scalars(batch, owner)
-    # state of the current path, one slot per depth 0..L−1 (rows) / 0..L (p_α, names)
-    slot_mb = [batch.tp[:, 0, 0]] + [None] * (L - 1)
-    slot_ms = [batch.dp[:, 0, 0]] + [None] * (L - 1)
-    ms_total = [batch.dp[:, 0, 0].sum(dim=1).double()] + [None] * (L - 1)  # Σ of each slot's M_s
-    dirty = [torch.zeros(B, dtype=torch.bool, device=device) for _ in range(L)]
-    alpha = [torch.ones(B, dtype=torch.float64, device=device) for _ in range(L + 1)]
-    path = [torch.zeros(B, dtype=torch.int64, device=device)] + \
-           [torch.full((B,), -1, dtype=torch.int64, device=device) for _ in range(L)]
+    path = _Path(batch)
     alpha_test = torch.zeros(B, K, L + 1, dtype=torch.float64, device=device)
     rows = [None] * (K * L + 1)
     with_coins = uniforms is not None
@@ -120,76 +192,33 @@ def _walk(batch: PreparedBatch, uniforms: torch.Tensor | None):
         vis = visit[b, k]  # [B, L+1]
         own = owner[b, k]
         tok = batch.tokens[b, k]  # [B, L]
-        qk, pk = q0[b, k], p0[b, k]
-        go = vis[:, L] & ~done  # the leaf's steps, if any, end at depth L
-        # move the path to this leaf's branch; new nodes get the init formula
-        for i in range(1, L + 1):
-            name = own[:, i]
-            fresh = go & (path[i] != name)
-            x = tok[:, i - 1]
-            if slot_mb[i - 1] is not None:
-                mb = torch.where(dirty[i - 1], slot_mb[i - 1][b, x].double(), qk[:, i])
-                ms = torch.where(dirty[i - 1], slot_ms[i - 1][b, x].double(), pk[:, i])
-            else:
-                mb, ms = qk[:, i], pk[:, i]
-            alpha[i] = torch.where(fresh, _ratio_alpha(alpha[i - 1], mb, ms), alpha[i])
-            path[i] = torch.where(fresh, name, path[i])
-            if i < L:
-                dirty[i] = dirty[i] & ~fresh
-                orig_mb = gather_rows(batch.tp, name, torch.full_like(name, i))
-                orig_ms = gather_rows(batch.dp, name, torch.full_like(name, i))
-                total = orig_ms.sum(dim=1).double()
-                if slot_mb[i] is None:
-                    slot_mb[i], slot_ms[i], ms_total[i] = orig_mb, orig_ms, total
-                else:
-                    f = fresh.unsqueeze(1)
-                    slot_mb[i] = torch.where(f, orig_mb, slot_mb[i])
-                    slot_ms[i] = torch.where(f, orig_ms, slot_ms[i])
-                    ms_total[i] = torch.where(fresh, total, ms_total[i])
+        # the leaf's steps, if any, end at depth L
+        path.enter(batch, vis[:, L] & ~done, own, tok, q0[b, k], p0[b, k])
         # the leaf's steps: test the node at depth i, then (all coins failing) delete it
         for i in range(L, 0, -1):
             act = vis[:, i]
             if with_coins:
                 name = own[:, i]
-                success = act & ~done & (uniforms[b, name, i] <= alpha[i])
+                success = act & ~done & (uniforms[b, name, i] <= path.alpha[i])
                 acc_depth = torch.where(success, i, acc_depth)
                 acc_name = torch.where(success, name, acc_name)
                 done = done | success
                 act = act & ~done
             else:
-                alpha_test[b, k, i] = alpha[i]
+                alpha_test[b, k, i] = path.alpha[i]
                 if i == L:
                     rows[c * L + i - 1] = gather_rows(batch.tp, own[:, L], torch.full_like(b, L))
                 else:
-                    rows[c * L + i - 1] = slot_mb[i]
-            lam = alpha[i - 1]
-            mb, ms = slot_mb[i - 1], slot_ms[i - 1]
-            resid = (lam.to(mb.dtype).unsqueeze(1) * mb - ms).clamp_min_(0)
-            S = resid.sum(dim=1).double()  # in the work dtype, as batch.reduce_rows
-            new_mb = resid.div_(torch.where(S > 0, S, 1.0).to(mb.dtype).unsqueeze(1))
-            den = S + 1.0 - lam
-            new_alpha = torch.where(den > 0, S / torch.where(den > 0, den, 1.0), torch.ones_like(S))
-            # M_s without the deleted token, renormalised: its mass is the slot's tracked total
-            # minus that token's (one pass instead of copy, zero, sum and divide)
-            x = tok[:, i - 1]
-            tot = ms_total[i - 1] - ms[b, x].double()
-            inv = torch.where(tot > 0, 1.0 / torch.where(tot > 0, tot, 1.0), torch.ones_like(tot))
-            new_ms = ms * inv.to(ms.dtype).unsqueeze(1)
-            new_ms[b, x] = 0
-            a = act.unsqueeze(1)
-            slot_mb[i - 1] = torch.where(a & (S > 0).unsqueeze(1), new_mb, mb)  # S = 0: keep M_b
-            slot_ms[i - 1] = torch.where(a, new_ms, ms)
-            alpha[i - 1] = torch.where(act, new_alpha, lam)
-            ms_total[i - 1] = torch.where(act, torch.where(tot > 0, torch.ones_like(tot), tot), ms_total[i - 1])
-            dirty[i - 1] = dirty[i - 1] | act
+                    rows[c * L + i - 1] = path.mb[i]
+            path.delete(b, i, act, tok[:, i - 1])
     if with_coins:
         tau = acc_depth
         row = acc_name
-        slots = torch.stack(slot_mb, dim=1)  # [B, L, V]: L copies instead of K·L + 1
+        slots = torch.stack(path.mb, dim=1)  # [B, L, V]: L copies instead of K·L + 1
         weights = slots[b, tau.clamp_max(L - 1)]
         bonus = gather_rows(batch.tp, row, torch.full_like(row, L))
         return tau, row, torch.where((tau == L).unsqueeze(1), bonus, weights)
-    rows[K * L] = slot_mb[0]
+    rows[K * L] = path.mb[0]
     return alpha_test, torch.stack(rows, dim=1), visit, owner, tree.pos
 
 
