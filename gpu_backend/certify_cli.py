@@ -310,11 +310,11 @@ def certify_rules(rules: list[str], quick: bool = False, n_samples: int | None =
 
     from oracle.certify import certify_case
 
-    from .certify_suite import torch_backend
+    from .certify_suite import suite_verifier
 
     start = time.perf_counter()
     out = Certification(mode=("quick" if quick else "full") + (f", N = {n_samples}" if n_samples else ""))
-    backends = {}
+    verifiers = {}
     j = 0
     for entry in plan(rules, quick):
         n = n_samples or (QUICK_N[entry.size] if quick else FULL_N)
@@ -330,11 +330,11 @@ def certify_rules(rules: list[str], quick: bool = False, n_samples: int | None =
             continue
         for case in cases:
             t0 = time.perf_counter()
-            dtype = getattr(torch, case.backend_dtype)
-            if dtype not in backends:
-                backends[dtype] = torch_backend(dtype, device)
+            key = (case.rule, case.backend_dtype)
             try:
-                result = certify_case(backends[dtype], case, n, alpha, CHUNK[entry.size],
+                if key not in verifiers:
+                    verifiers[key] = suite_verifier(case.rule, getattr(torch, case.backend_dtype), device)
+                result = certify_case(verifiers[key], case, n, alpha, CHUNK[entry.size],
                                       seed + 1_000_003 * j)
                 row = _row(entry, case, result)
             except Exception as err:

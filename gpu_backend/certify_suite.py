@@ -1,4 +1,4 @@
-"""The certification suite of the torch verifiers: cases, the torch adapter of oracle.certify and
+"""The certification suite of the torch verifiers: cases, the verifiers certified (``suite_verifier``) and
 the planted wrong rules.  Shared by ``spectr-gbv certify`` (gpu_backend/certify_cli.py) and the
 tests (tests/gpu_backend/test_verifiers_certify.py, test_verifiers_new_rules.py,
 test_certify_cli.py).
@@ -44,7 +44,7 @@ from oracle.certify_cases import fixed_case, large_models, toy_models
 from reference.rules import get_rule, registry
 
 from . import verifiers as _verifiers
-from .seeds import generator_seed
+from reference.exact import total_variation
 from .verifiers import bv as _bv
 from .verifiers import gbv as _gbv
 from .verifiers import kseq_gbv as _kseq_gbv
@@ -57,49 +57,18 @@ from .verifiers.spectr import SpecTr
 LARGE_V = 4096
 
 
-# -- the torch adapter -------------------------------------------------------------------------
+# -- verifiers ---------------------------------------------------------------------------------
 
-def torch_backend(dtype: torch.dtype, device: str | torch.device = "cpu",
-                  factories: dict[str, Callable[[], object]] | None = None):
-    """oracle.certify's BatchVerify over gpu_backend's verifiers, inputs cast to ``dtype``.
+def suite_verifier(rule: str, dtype: torch.dtype, device: str | torch.device = "cpu"):
+    """The torch verifier certified under ``rule``: a planted wrong rule of ``PLANTED`` or the
+    registered one (``gpu_backend.verifiers.get_verifier``, read at call time so a patched
+    registry is used), taking certification's numpy rows in ``dtype`` on ``device``.
 
-    Rule names are looked up in ``factories`` (name → zero-argument constructor), then in
-    ``PLANTED``, then with ``gpu_backend.verifiers.get_verifier`` (read at call time, so a
-    patched registry is used).  Zero-stride numpy views stay zero-stride tensors (one row
-    converted, then expanded); row b of the chunk with seed s gets the seed h(s) + b, h a
-    62-bit hash (``engine.generator_seed``), so distinct seeds give distinct streams.
+    Raises:
+        ValueError: unknown rule name.
     """
-    device = torch.device(device)
-    cache: dict = {}
-
-    def make(rule):
-        if factories and rule in factories:
-            return factories[rule]()
-        if rule in PLANTED:
-            return PLANTED[rule].factory()
-        return _verifiers.get_verifier(rule)
-
-    def tensor(a: np.ndarray, dt=None) -> torch.Tensor:
-        if a.shape[0] > 1 and a.strides[0] == 0:  # cast one row, then expand (casting an
-            t = torch.from_numpy(np.array(a[:1]))  # expanded tensor would materialise it)
-            t = t.to(device) if dt is None else t.to(device=device, dtype=dt)
-            return t.expand(a.shape)
-        t = torch.from_numpy(np.ascontiguousarray(a))
-        return t.to(device) if dt is None else t.to(device=device, dtype=dt)
-
-    def verify(rule, draft_tokens, draft_probs, target_probs, seed):
-        if rule not in cache:
-            cache[rule] = make(rule)
-        B = draft_tokens.shape[0]
-        # a 62-bit hash of the call's seed as the base of the rows' seeds: seed << 32 wrapped in
-        # int64, so --seed 0 and --seed 2**32 once drew the same samples
-        base = generator_seed(seed) >> 2
-        seeds = torch.arange(B, dtype=torch.int64, device=device) + base
-        out = cache[rule](tensor(draft_tokens), tensor(draft_probs, dtype),
-                          tensor(target_probs, dtype), seeds=seeds, validate=False)
-        return out.tau.cpu().numpy(), out.tokens.cpu().numpy()
-
-    return verify
+    made = PLANTED[rule].factory() if rule in PLANTED else _verifiers.get_verifier(rule)
+    return made.on(device, dtype)
 
 
 # -- cases -------------------------------------------------------------------------------------
@@ -184,10 +153,6 @@ def large_case(rule: str, dtype: str, single_draft: bool | None = None) -> Fixed
                               large_models(LARGE_V, 21), K, L, 22, backend_dtype=dtype)
 
 
-def tv_distance(a: dict, b: dict) -> float:
-    return 0.5 * sum(abs(a.get(o, 0.0) - b.get(o, 0.0)) for o in set(a) | set(b))
-
-
 # The non-modifying rules' cases (tests/gpu_backend/test_verifiers_new_rules.py): seeds chosen by
 # scanning so that the rule's law is at TV ≥ 0.05 from each of DISTINCT_FROM.
 DISTINCT_FROM = ("kseq_bv", "traversal", "spectr")
@@ -212,7 +177,7 @@ def distinctive_case(name, rule, models, K, L, seed, others=(), check: bool = Tr
         tl = tau_law(laws[rule], L)
         assert tl.max() <= 0.99, tl
         for other in others:
-            assert tv_distance(laws[rule], laws[other]) >= 0.05, (rule, other)
+            assert total_variation(laws[rule], laws[other]) >= 0.05, (rule, other)
     return case
 
 

@@ -1,12 +1,14 @@
-"""Certification of any backend's verifier against the reference's exact law.
+"""Certification of any verifier against the reference's exact law.
 
-A backend is certified through one batched callable,
+Any object with the batched contract (reference/contract.py) can be certified:
 
-    verify(rule, draft_tokens [B,K,L] int64, draft_probs [B,K,L,V], target_probs [B,K,L+1,V],
-           seed: int) -> (tau [B] int64, tokens [B, L+1] int64 padded with -1)
+    verdict = verifier(draft_tokens [B,K,L] int64, draft_probs [B,K,L,V],
+                       target_probs [B,K,L+1,V], seeds=int64 [B])
 
-(numpy in and out; inputs may be zero-stride broadcast views — an adapter for torch can
-``expand`` them without copying), which samples with the backend's own randomness.
+The harness hands numpy arrays (the rows of a fixed case are a zero-stride broadcast view
+along B: one row, B times) and reads ``verdict.tau`` and ``verdict.tokens`` (numpy arrays or
+tensors of any device).  Row b must draw its randomness from seeds[b] alone; the seeds of a
+chunk are consecutive integers from a 62-bit hash of (seed, chunk index).
 
 Two kinds of case:
 
@@ -35,21 +37,23 @@ import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
 from typing import Callable, Sequence
 
 import numpy as np
 
+from reference.contract import to_numpy
 from reference.decode import Decoder, DecodeState
 from reference.exact import draft_paths
 from reference.models import ToyModel
-from reference.randomness import SamplingSource, enumerate_law
+from reference.randomness import enumerate_law
 from reference.rules import Rule, get_rule
+from reference.seeds import generator_seed
 from reference.validation import check_iteration_inputs
 
 from .stats import conditional_gtests, counts_from_samples, gtest, law_of, mean_within_ci
 
 Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
-BatchVerify = Callable[[str, np.ndarray, np.ndarray, np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 
 def exact_verdict_law(rule: Rule, draft_tokens, draft_probs, target_probs) -> dict[Outcome, float]:
@@ -282,15 +286,46 @@ def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, 
     return joint, tau_law, cond, mean
 
 
-def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: float = 1e-6,
+def chunk_seeds(seed: int, chunk_index: int, B: int) -> np.ndarray:
+    """int64 [B]: the per-row seeds of one chunk, h(seed + chunk_index) + 0..B-1 with h a 62-bit
+    hash (``reference.seeds.generator_seed``), so distinct calls draw distinct streams."""
+    base = generator_seed(seed + chunk_index) >> 2
+    return np.arange(B, dtype=np.int64) + np.int64(base)
+
+
+def _run(verifier, draft_tokens, draft_probs, target_probs, seeds):
+    """One call of the contract; (τ, tokens) as numpy."""
+    out = verifier(draft_tokens, draft_probs, target_probs, seeds=seeds)
+    return to_numpy(out.tau), to_numpy(out.tokens)
+
+
+def verifier_for(verifier, case):
+    """The verifier of ``case``: ``verifier`` itself, or ``verifier[case.rule]`` for a mapping
+    from rule names to verifiers (several rules certified in one call).
+
+    Raises:
+        KeyError: a mapping without ``case.rule``.
+        TypeError: ``verifier`` is not callable.
+    """
+    if isinstance(verifier, Mapping):
+        if case.rule not in verifier:
+            raise KeyError(f"no verifier for rule {case.rule!r} (have {sorted(verifier)})")
+        verifier = verifier[case.rule]
+    if not callable(verifier):
+        raise TypeError(f"verifier must be callable with the batched contract, got {type(verifier).__name__}")
+    return verifier
+
+
+def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
                  chunk: int = 4096, seed: int = 0) -> CaseResult:
-    """Run one case: ``n_samples`` outcomes from ``verify`` in chunks, then the test family.
+    """Run one case: ``n_samples`` outcomes from ``verifier`` in chunks, then the test family.
 
     Args:
-        verify: the backend's batched verifier (module doc).
+        verifier: any object with the batched contract (module doc), or a mapping from rule
+            names to such objects (``case.rule`` is looked up).
         case: FixedCase or FirstTokenCase.
         n_samples: N ≥ 2.  alpha: case-level false-alarm rate in (0, 1).  chunk: rows per call, ≥ 1.
-        seed: base seed; chunk c uses seed + c.
+        seed: base seed; chunk c uses the row seeds ``chunk_seeds(seed, c, B)``.
     Returns:
         CaseResult.
     Raises:
@@ -301,6 +336,7 @@ def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: flo
         raise ValueError(f"n_samples must be an integer >= 2 (the mean test needs two), got {n_samples!r}")
     if isinstance(chunk, bool) or int(chunk) != chunk or chunk < 1:
         raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
+    verifier = verifier_for(verifier, case)
     start = time.perf_counter()
     rng = np.random.default_rng(seed)
     samples: list[Outcome] = []
@@ -314,7 +350,7 @@ def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: flo
         while done < n_samples:
             B = min(chunk, n_samples - done)
             batch = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
-            tau, tokens = verify(case.rule, *batch, seed + c)
+            tau, tokens = _run(verifier, *batch, chunk_seeds(seed, c, B))
             samples.extend(_outcomes(tau, tokens, L, case.V))
             done, c = done + B, c + 1
         exact_mean = sum(pr * o[0] for o, pr in law.items())
@@ -338,7 +374,7 @@ def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: flo
         while done < n_samples:
             B = min(chunk, n_samples - done)
             idx = rng.choice(len(probs), size=(B, case.K), p=probs)
-            tau, tokens = verify(case.rule, toks[idx], dps[idx], tps[idx], seed + c)
+            tau, tokens = _run(verifier, toks[idx], dps[idx], tps[idx], chunk_seeds(seed, c, B))
             outs = _outcomes(tau, tokens, case.L, case.V)
             firsts.extend(o[1][0] if o[0] > 0 else o[2] for o in outs)
             taus.extend(o[0] for o in outs)
@@ -354,48 +390,18 @@ def certify_case(verify: BatchVerify, case, n_samples: int = 200_000, alpha: flo
     raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
 
 
-def certify(verify: BatchVerify, cases: Sequence, n_samples: int = 200_000, alpha: float = 1e-6,
+def certify(verifier, cases: Sequence, n_samples: int = 200_000, alpha: float = 1e-6,
             chunk: int = 4096, seed: int = 0, progress: Callable[[CaseResult], None] | None = None
             ) -> CertificationReport:
-    """Certify a backend on ``cases`` (see ``certify_case``); ``progress`` is called after each."""
+    """Certify ``verifier`` (one object with the batched contract, or a mapping rule name →
+    verifier) on ``cases`` (see ``certify_case``); ``progress`` is called after each case."""
     report = CertificationReport()
     for j, case in enumerate(cases):
-        result = certify_case(verify, case, n_samples, alpha, chunk, seed + 1_000_003 * j)
+        result = certify_case(verifier, case, n_samples, alpha, chunk, seed + 1_000_003 * j)
         report.results.append(result)
         if progress is not None:
             progress(result)
     return report
-
-
-def reference_verify(rules: dict[str, Rule] | None = None) -> BatchVerify:
-    """The reference's own sampler as a batched backend (for testing the harness).
-
-    ``rules`` maps backend rule names to reference Rules (default: the registry).  Prepared
-    blocks are cached by the rows' bytes, since certification repeats few distinct inputs.
-    """
-
-    cache: dict = {}
-
-    def verify(rule_name, draft_tokens, draft_probs, target_probs, seed):
-        rule = (rules or {}).get(rule_name) or get_rule(rule_name)
-        src = SamplingSource(seed)
-        B, K, L = draft_tokens.shape
-        tau = np.empty(B, dtype=np.int64)
-        tokens = np.full((B, L + 1), -1, dtype=np.int64)
-        for b in range(B):
-            # toy cases repeat few distinct inputs: prepare each once
-            key = (rule_name, draft_tokens[b].tobytes(), draft_probs[b].tobytes(), target_probs[b].tobytes())
-            block = cache.get(key)
-            if block is None:
-                if len(cache) > 10_000:
-                    cache.clear()
-                block = cache[key] = rule.prepare(draft_tokens[b], draft_probs[b], target_probs[b])
-            v = rule.decide(block, src)
-            tau[b] = v.tau
-            tokens[b, : len(v.tokens)] = v.tokens
-        return tau, tokens
-
-    return verify
 
 
 def report_json(report: CertificationReport) -> str:

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# kind "excess":      w(z) = (q(z) − ρ·p(z))_+        GBV (ρ = 1), K-SEQ-GBV (docs/rules.md §2.4, §2.6)
-# kind "spectr_gbv":  w(z) = q(z)·(1 − m(z))^K        SpecTr-GBV, m = min(1, p/q)  (docs/rules.md §2.5)
-MODIFICATION_KINDS = ("excess", "spectr_gbv")
+from .contract import MODIFICATION_KINDS, modification_weights
+
+__all__ = ["MODIFICATION_KINDS", "Modification", "Verdict", "min_ratio"]
 
 
 @dataclass(frozen=True)
@@ -40,21 +40,18 @@ class Modification:
     p_joint: float
 
     def weights(self, q_joint: np.ndarray, p_joint: np.ndarray) -> np.ndarray:
-        """w(z) for arrays of joint probabilities.
+        """w(z) for arrays of joint probabilities (``reference.contract.modification_weights``).
 
         Args:
             q_joint, p_joint: float64 arrays of the same shape (e.g. [V]: the joints of z·x for
-                every next token x).
+                every next token x), ≥ 0.
         Returns:
-            float64 array of the same shape, non-negative.
+            float64 array of the same shape, non-negative, never NaN.
+        Raises:
+            ValueError: unknown ``kind``.
         """
-        q_joint = np.asarray(q_joint, dtype=np.float64)
-        p_joint = np.asarray(p_joint, dtype=np.float64)
-        if self.kind == "excess":
-            return np.maximum(q_joint - self.rho * p_joint, 0.0)
-        if self.kind == "spectr_gbv":
-            return q_joint * (1.0 - min_ratio(p_joint, q_joint)) ** self.K
-        raise ValueError(f"unknown modification kind {self.kind!r}")
+        return modification_weights(self.kind, self.K, self.rho, np.asarray(q_joint, dtype=np.float64),
+                                    np.asarray(p_joint, dtype=np.float64))
 
 
 @dataclass(frozen=True)

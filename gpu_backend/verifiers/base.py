@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from .batch import BatchVerdict, PreparedBatch, prepare
+from .batch import BatchVerdict, PreparedBatch, as_tensor, prepare
 from .noise import Noise, make_noise
 
 
@@ -21,13 +21,26 @@ class Verifier(ABC):
     name: str = ""
     single_draft: bool = False
     modifies_targets: bool = False
+    # where numpy inputs are placed (tensors are used where they are): see ``on``
+    input_device = None
+    input_dtype = None
+
+    def on(self, device=None, dtype=None) -> "Verifier":
+        """Place numpy inputs on ``device`` (default CPU) and cast their probability rows to
+        ``dtype`` (float64, float32 or bfloat16; default: the arrays' own dtype).  Tensor
+        inputs are used as given.  Returns ``self``, e.g. ``get_verifier("bv").on("cuda",
+        torch.bfloat16)`` to certify the bfloat16 path from numpy rows (oracle.certify).
+        """
+        self.input_device = device
+        self.input_dtype = dtype
+        return self
 
     def __call__(self, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=None,
                  validate: bool = True) -> BatchVerdict:
         """Verify B iterations at once.
 
         Args:
-            draft_tokens: int [B, K, L].
+            draft_tokens: int [B, K, L] (a tensor, or a numpy array: see ``on``).
             draft_probs: float64/float32/bfloat16 [B, K, L, V], p(· | c, X^(k)_<i).
             target_probs: same dtype [B, K, L+1, V], q(· | c, X^(k)_<i); row L = bonus row.
             seeds: int64 [B], per-row seeds (row b's randomness depends on seeds[b] alone).
@@ -45,6 +58,10 @@ class Verifier(ABC):
             ValueError: malformed inputs, naming the argument (batch.check_shapes,
                 batch.check_values, noise.make_noise); K ≠ 1 for a single-draft rule.
         """
+        dev, dt = self.input_device, self.input_dtype
+        draft_tokens = as_tensor(draft_tokens, "draft_tokens", dev)
+        draft_probs = as_tensor(draft_probs, "draft_probs", dev, dt)
+        target_probs = as_tensor(target_probs, "target_probs", dev, dt)
         batch = prepare(draft_tokens, draft_probs, target_probs, validate=validate,
                         single_draft=self.single_draft, rule_name=self.name)
         nz = make_noise(batch.B, batch.K, batch.L, batch.V, batch.device, batch.dtype,

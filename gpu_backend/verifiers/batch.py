@@ -1,4 +1,5 @@
-"""The batched verifier contract: inputs, validation, derived joints, and the BatchVerdict.
+"""The torch side of the batched verifier contract (reference/contract.py): input checks,
+the derived per-sub-block joints, and helpers that assemble the BatchVerdict.
 
 docs/design.md §2 "The verifier contract" with a leading batch axis B:
 
@@ -26,98 +27,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
+
+from reference.contract import BatchModification, BatchVerdict
 
 ROW_SUM_ATOL = {torch.float64: 1e-5, torch.float32: 1e-4, torch.bfloat16: 1e-2}
 SUPPORTED_DTYPES = tuple(ROW_SUM_ATOL)
-
-MODIFICATION_KINDS = ("excess", "spectr_gbv")
-
-
-@dataclass
-class BatchModification:
-    """Algorithm 2's record for each batch row (docs/rules.md §3; reference/verdict.py Modification).
-
-    Attributes:
-        kind: "excess" (w = (q − ρ·p)_+; GBV, K-SEQ-GBV) or "spectr_gbv" (w = q·(1 − m)^K,
-            m = min(1, p/q); SpecTr-GBV with Algorithm 2).
-        K: number of drafts (used by "spectr_gbv").
-        rho: float64 [B], the scale ρ of "excess" (1 for GBV and for "spectr_gbv").
-        log_q_joint: float64 [B], log of the target joint of the emitted tokens (accepted
-            prefix + correction) counted from the window start, under the target handed in.
-            -inf where not ``active``.
-        log_p_joint: float64 [B], the same under the draft; -inf where not ``active``.
-        active: bool [B], τ < L: the rows whose later window positions must use the modified
-            target (τ = L rows emitted a bonus and carry no modification, like the reference's
-            Verdict with modification None).
-    """
-
-    kind: str
-    K: int
-    rho: torch.Tensor
-    log_q_joint: torch.Tensor
-    log_p_joint: torch.Tensor
-    active: torch.Tensor
-
-    def _rho_like(self, x: torch.Tensor) -> torch.Tensor:
-        rho = self.rho.to(device=x.device, dtype=torch.float64)
-        return rho.reshape(rho.shape + (1,) * (x.dim() - 1))
-
-    def log_weights(self, log_q_joint: torch.Tensor, log_p_joint: torch.Tensor) -> torch.Tensor:
-        """log w(z) from the log joints of z (e.g. [B, V]: z = s·x for every next token x).
-
-        Args:
-            log_q_joint, log_p_joint: float tensors [B, ..., V] of the same shape (row b uses
-                this record's ρ[b]); -inf allowed (probability 0), NaN not.
-        Returns:
-            float64 tensor of the same shape; -inf where w = 0.  Never NaN.
-        Source: reference/verdict.py Modification.weights; docs/rules.md §2.4-§2.6, §3.
-        """
-        lq = log_q_joint.to(torch.float64)
-        lp = log_p_joint.to(torch.float64)
-        neg_inf = torch.tensor(float("-inf"), dtype=torch.float64, device=lq.device)
-        if self.kind == "excess":
-            # w = q·(1 − ρp/q)_+ ; d = log(ρp/q) < 0 where w > 0
-            d = torch.log(self._rho_like(lq)) + lp - lq
-        elif self.kind == "spectr_gbv":
-            # w = q·(1 − p/q)^K where p < q, else 0
-            d = lp - lq
-        else:
-            raise ValueError(f"unknown modification kind {self.kind!r}")
-        positive = (d < 0) & (lq > float("-inf"))
-        d_safe = torch.where(positive, d, torch.full_like(d, -1.0))
-        tail = torch.log(-torch.expm1(d_safe))  # log(1 − e^d), stable for d near 0 and −∞
-        if self.kind == "spectr_gbv":
-            tail = tail * self.K
-        return torch.where(positive, lq + tail, neg_inf)
-
-    def weights(self, log_q_joint: torch.Tensor, log_p_joint: torch.Tensor) -> torch.Tensor:
-        """w(z) = exp(log_weights(...)), float64, non-negative, never NaN (see ``log_weights``).
-
-        It underflows to 0 for joints below ~1e-308; normalise ``log_weights`` instead when the
-        joints can be that small (long windows).
-        """
-        return torch.exp(self.log_weights(log_q_joint, log_p_joint))
-
-
-@dataclass
-class BatchVerdict:
-    """The outcomes of B verifications (reference/verdict.py Verdict, batched).
-
-    Attributes:
-        tau: int64 [B], accepted draft tokens τ ∈ [0, L].
-        selected: int64 [B], the draft whose first τ tokens were emitted, -1 where τ = 0.
-        tokens: int64 [B, L+1], emitted tokens (τ accepted + correction or bonus), padded with -1.
-        num_emitted: int64 [B], τ + 1.
-        modification: BatchModification for greedy rules with Algorithm 2 on, else None.
-    """
-
-    tau: torch.Tensor
-    selected: torch.Tensor
-    tokens: torch.Tensor
-    num_emitted: torch.Tensor
-    modification: BatchModification | None = None
-
 
 @dataclass
 class PreparedBatch:
@@ -173,6 +89,27 @@ class PreparedBatch:
     @property
     def dtype(self) -> torch.dtype:
         return self.dp.dtype
+
+
+def as_tensor(x, name: str, device=None, dtype=None) -> torch.Tensor:
+    """A tensor from a tensor (returned as is) or a numpy array (converted to ``device``, and to
+    ``dtype`` when given), so that any caller of the contract may hand numpy arrays.
+
+    A numpy array that is one row broadcast along its first axis (stride 0, as certification
+    passes one case B times) becomes an expanded tensor: one row is converted, not B.
+
+    Raises:
+        ValueError: ``x`` is neither a tensor nor a numpy array (naming ``name``).
+    """
+    if isinstance(x, torch.Tensor):
+        return x
+    if not isinstance(x, np.ndarray):
+        raise ValueError(f"{name} must be a torch.Tensor or a numpy array, got {type(x).__name__}")
+    device = torch.device("cpu") if device is None else torch.device(device)
+    if x.ndim > 0 and x.shape[0] > 1 and x.strides[0] == 0:
+        return as_tensor(np.array(x[:1]), name, device, dtype).expand(x.shape)
+    t = torch.from_numpy(np.ascontiguousarray(x))
+    return t.to(device) if dtype is None else t.to(device=device, dtype=dtype)
 
 
 def check_shapes(draft_tokens, draft_probs, target_probs) -> tuple[int, int, int, int]:
@@ -307,9 +244,11 @@ def prepare(draft_tokens, draft_probs, target_probs, *, validate: bool = True,
     B, K, L, V = check_shapes(draft_tokens, draft_probs, target_probs)
     if single_draft and K != 1:
         raise ValueError(f"rule {rule_name!r} is single-draft: draft_tokens must have K = 1, got K = {K}")
-    if validate:
-        check_values(draft_tokens, draft_probs, target_probs)
     shared = B > 1 and all(t.stride(0) == 0 for t in (draft_tokens, draft_probs, target_probs))
+    if validate:
+        # one case expanded over the batch: its first row stands for all (no full-size reads)
+        check_values(*((t[:1] for t in (draft_tokens, draft_probs, target_probs)) if shared
+                       else (draft_tokens, draft_probs, target_probs)))
     tokens = draft_tokens.long()
     dp = _work_rows(draft_probs)
     tp = _work_rows(target_probs)

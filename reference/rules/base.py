@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..contract import BatchVerdict
 from ..randomness import Source
 from ..validation import check_iteration_inputs
 from ..verdict import Verdict
@@ -134,6 +135,20 @@ class Rule(ABC):
     def verify(self, draft_tokens, draft_probs, target_probs, source: Source) -> Verdict:
         """One verification (docs/design.md §2.1 contract): ``decide(prepare(inputs), source)``."""
         return self.decide(self.prepare(draft_tokens, draft_probs, target_probs), source)
+
+    def __call__(self, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=None,
+                 validate: bool = True) -> BatchVerdict:
+        """B verifications with the batched contract (reference/contract.py; numpy out):
+        ``reference.batched.verify_batch`` of this rule.  Shapes [B, K, L], [B, K, L, V],
+        [B, K, L+1, V]; seeds int [B] or noise (uniforms [B, K, L+1], exponentials [B, V]).
+
+        Raises:
+            ValueError: malformed inputs, naming the argument and the batch row.
+        """
+        from ..batched import verify_batch
+
+        return verify_batch(self, draft_tokens, draft_probs, target_probs, seeds=seeds,
+                            noise=noise, validate=validate)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -16,7 +16,7 @@ import torch
 
 import spectr_gbv_cli
 from gpu_backend import certify_cli
-from gpu_backend.certify_suite import PLANTED, FirstFailureBV, UnscaledSpecTr, torch_backend
+from gpu_backend.certify_suite import PLANTED, FirstFailureBV, UnscaledSpecTr, suite_verifier
 from gpu_backend.verifiers.bv import BlockVerification
 from oracle.certify import certify_case
 from oracle.certify_cases import lossless_against_target, released_rule_against_target
@@ -118,17 +118,17 @@ def test_every_planted_rule_is_caught_and_the_correct_rule_passes(name):
     """Each planted torch rule is caught on its case, and its base rule passes the same case."""
     planted = PLANTED[name]
     case = planted.case()
-    bad = certify_case(torch_backend(torch.float32), case, 5000, 1e-6, 16384)
+    bad = certify_case(suite_verifier(name, torch.float32), case, 5000, 1e-6, 16384)
     assert bad.verdict == "CAUGHT" and min(bad.pvalue_joint, bad.pvalue_tau) < 1e-40
     case.rule, case.expect_pass = planted.base, True
-    good = certify_case(torch_backend(torch.float32), case, 5000, 1e-6, 16384)
+    good = certify_case(suite_verifier(planted.base, torch.float32), case, 5000, 1e-6, 16384)
     assert good.verdict == "PASS"
 
 
 def test_law_level_cases():
     """The released rule is caught against the target's first-token law at K = L = 2 and a
     lossless multi-draft rule passes it (N = 5·10^4: TV 0.024 against a detectable 0.018)."""
-    backend = torch_backend(torch.float64)
+    backend = {r: suite_verifier(r, torch.float64) for r in ("spectr_gbv", "kseq_gbv")}
     released = certify_case(backend, released_rule_against_target(2, 2), 50_000, 1e-6, 4096)
     assert released.verdict == "CAUGHT"
     assert certify_case(backend, lossless_against_target("kseq_gbv", 2, 2), 50_000, 1e-6, 4096).verdict == "PASS"

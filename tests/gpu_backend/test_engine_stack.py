@@ -14,8 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_backend.reference_verifier import modification_from_reference  # noqa: E402
 from gpu_backend.stack import ModificationStack  # noqa: E402
+from reference.batched import batch_modification  # noqa: E402
+from reference.contract import BatchModification  # noqa: E402
 from reference.decode import Decoder, DecodeState  # noqa: E402
 from reference.models import RandomModel  # noqa: E402
 from reference.randomness import SamplingSource  # noqa: E402
@@ -50,7 +51,10 @@ def replay(rule_name, K, L, V, seed, iterations, concentration=0.7, zero_prob=0.
         if not np.array_equal(tp_ref, tp_raw):
             modified += 1
         verdict = rule.verify(tokens, dp_ref, tp_ref, source)
-        mod = modification_from_reference(verdict.modification)
+        mod = batch_modification([verdict.modification])
+        if mod is not None:  # the same record with torch fields, as a torch verifier returns it
+            mod = BatchModification(mod.kind, mod.K, *(torch.as_tensor(getattr(mod, f)) for f in
+                                                       ("rho", "log_q_joint", "log_p_joint", "active")))
         stack.advance(n, list(verdict.tokens), max(verdict.selected, 0), trace, mod, mod is not None)
         state = decoder.advance(state, verdict)
         decoder.clear_cache()

@@ -35,7 +35,7 @@ import pytest
 import torch
 
 # the cases and the torch adapter are shared with `spectr-gbv certify`
-from gpu_backend.certify_suite import large_case, toy_cases, torch_backend
+from gpu_backend.certify_suite import large_case, suite_verifier, toy_cases
 from gpu_backend.verifiers import VERIFIERS
 from oracle.certify import certify
 from oracle.certify_cases import lossless_against_target, released_rule_against_target
@@ -46,7 +46,8 @@ ALPHA = 1e-6
 
 
 def run(cases, dtype, chunk):
-    report = certify(torch_backend(dtype), cases, n_samples=N_SAMPLES, alpha=ALPHA, chunk=chunk)
+    verifiers = {c.rule: suite_verifier(c.rule, dtype) for c in cases}
+    report = certify(verifiers, cases, n_samples=N_SAMPLES, alpha=ALPHA, chunk=chunk)
     print("\n" + report.table())
     for r in report.results:
         print(f"{r.name}: N={r.n} alpha={r.alpha:g} detectable TV={r.detectable_tv:.4f} "

@@ -159,24 +159,28 @@ def test_modification_weights_match_the_reference():
         assert (w[ref == 0] == 0).all()
 
 
-def test_modification_log_weights_are_stable_for_tiny_joints():
-    """Joints of e^-2000 (a long window of unlikely tokens): log w exact, where w underflows."""
-    eps = 2.0**-30  # exactly representable next to 2000
-    lq = torch.tensor([[-2000.0, -2000.0, -2000.0, -3000.0]], dtype=torch.float64)
-    lp = torch.tensor([[-2000.5, -1999.0, -2000.0 - eps, float("-inf")]], dtype=torch.float64)
-    mp.dps = 50
-    expect = [mpf(-2000) + mp.log(1 - mp.exp(mpf(-0.5))), None, mpf(-2000) + mp.log(1 - mp.exp(-mpf(eps))), mpf(-3000)]
-    for kind, K, power in (("excess", 1, 1), ("spectr_gbv", 4, 4)):
-        mod = BatchModification(kind, K, torch.tensor([1.0], dtype=torch.float64), lq[:, 0], lp[:, 0],
-                                torch.tensor([True]))
-        lw = mod.log_weights(lq, lp)[0]
-        assert not torch.isnan(lw).any()
-        assert lw[1] == float("-inf")  # p > q: w = 0
-        assert float(lw[3]) == -3000.0  # p = 0: m = 0, w = q
-        for j in (0, 2):  # w = q·(1 − p/q)^power, to 1e-12 relative in log w
-            exact = float(mpf(-2000) + power * (expect[j] - mpf(-2000)))
-            assert abs(float(lw[j]) - exact) <= 1e-12 * abs(exact), (kind, j, float(lw[j]), exact)
-        assert (mod.weights(lq, lp) == 0).all()  # exp underflows, log_weights does not
+def test_modification_stack_rows_for_tiny_joints():
+    """A window whose joints are e^-2000 (a long window of unlikely tokens; exp underflows):
+    the stack shifts both log joints by one constant before w, which is homogeneous of degree
+    1, so its modified rows equal the exact ones computed on the rescaled joints (1e-12)."""
+    from gpu_backend.stack import ModificationStack, Window
+    from reference.contract import modification_weights
+
+    q = np.array([[0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4], [0.25] * 4, [0.25] * 4])
+    p = np.array([[0.1, 0.5, 0.2, 0.2], [0.3, 0.3, 0.2, 0.2], [0.25] * 4])
+    tokens = torch.tensor([[1, 2, 0]])
+    for kind, K in (("excess", 1), ("spectr_gbv", 3)):
+        mod = BatchModification(kind, K, torch.tensor([1.0], dtype=torch.float64),
+                                torch.tensor([-2000.0]), torch.tensor([-2000.5]), torch.tensor([True]))
+        stack = ModificationStack(3)
+        stack.windows = [Window(0, 3, mod, -2000.0, -2000.5)]
+        rows, trace = stack.modify(1, tokens, torch.tensor(p)[None], torch.tensor(q)[None])
+        assert trace is not None and stack.rows_modified(1) == 2
+        scale_p = np.exp(-0.5)  # the window's p/q joint ratio after the common shift
+        for i, (qz, pz) in enumerate(((1.0, 1.0), (q[0, 1], p[0, 1]))):
+            w = modification_weights(kind, K, 1.0, qz * q[i], scale_p * pz * p[i])
+            np.testing.assert_allclose(rows[0, i].numpy(), w / w.sum(), rtol=1e-12, atol=0)
+        np.testing.assert_array_equal(rows[0, 2:].numpy(), q[2:])  # past the window: raw rows
 
 
 def exact_rho(p, q, k):

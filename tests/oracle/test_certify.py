@@ -6,10 +6,11 @@ detectable TV (power 0.99) of each case is asserted below the deviation it must 
 import numpy as np
 import pytest
 
-from oracle.certify import certify, certify_case, exact_verdict_law, reference_verify
+from oracle.certify import certify, certify_case, exact_verdict_law
 from oracle.certify_cases import (fixed_case, lossless_against_target, released_rule_against_target,
                                   standard_cases, toy_models)
 from planted_rules import FirstFailureBV, SharedUniformBV
+from reference.contract import BatchVerdict
 from reference.rules import RULES
 
 N = 200_000
@@ -28,7 +29,7 @@ def test_exact_verdict_law_sums_to_one_and_matches_rule():
 def test_reference_sampler_certifies(rule):
     """The reference's own sampler passes against its exact law (toy V = 3 case, N = 2e5)."""
     case = [c for c in standard_cases([rule], dtypes=("float64",)) if "toy V=3" in c.name][0]
-    result = certify_case(reference_verify(), case, N, ALPHA)
+    result = certify_case(RULES, case, N, ALPHA)  # the reference rules are batched verifiers
     assert result.passed, result
     assert result.detectable_tv < 0.02
 
@@ -39,14 +40,14 @@ def test_planted_bv_caught(planted):
     draft, target = toy_models(3, 5)
     case = fixed_case("planted", planted.name, draft, target, 1, 3, seed=3, reference_rule="bv",
                       expect_pass=False, backend_dtype="float64")
-    result = certify_case(reference_verify({planted.name: planted}), case, N, ALPHA)
+    result = certify_case(planted, case, N, ALPHA)
     assert not result.passed and result.ok and result.verdict == "CAUGHT"
 
 
 def test_released_rule_caught_against_target_law_and_lossless_rule_passes():
     """First-token law at K = L = 2 on the toy: released SpecTr-GBV 4125/13328 vs 1/3 (TV
     0.024), detectable TV at N = 2e5 is 0.008."""
-    report = certify(reference_verify(), [released_rule_against_target(), lossless_against_target("kseq_gbv")],
+    report = certify(RULES, [released_rule_against_target(), lossless_against_target("kseq_gbv")],
                      N, ALPHA)
     released, lossless = report.results
     assert released.verdict == "CAUGHT" and released.detectable_tv < 0.01
@@ -59,9 +60,10 @@ def test_backend_output_checked():
     draft, target = toy_models(2, 1)
     case = fixed_case("c", "bv", draft, target, 1, 2, seed=0)
 
-    def bad(rule, t, d, q, seed):
+    def bad(t, d, q, *, seeds):
         B = t.shape[0]
-        return np.zeros(B, dtype=np.int64), np.full((B, 3), 7)
+        return BatchVerdict(np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64),
+                            np.full((B, 3), 7), np.ones(B, dtype=np.int64))
 
     with pytest.raises(ValueError, match="token id outside"):
         certify_case(bad, case, 10, ALPHA)
@@ -88,5 +90,5 @@ def test_deterministic_tau_passes_mean_test():
     from oracle.certify import FixedCase
 
     case = FixedCase("det", "sd", "sd", np.array([[0]]), dp, tp, backend_dtype="float64")
-    result = certify_case(reference_verify(), case, 20_000, ALPHA)
+    result = certify_case(RULES, case, 20_000, ALPHA)
     assert result.passed and result.mean_tau == 1.0
