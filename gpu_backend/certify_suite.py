@@ -1,5 +1,5 @@
 """The certification suite of the torch verifiers: cases, the verifiers certified (``suite_verifier``) and
-the planted wrong rules.  Shared by ``spectr-gbv certify`` (gpu_backend/certify_cli.py) and the
+the planted wrong rules.  Shared by ``spectr-gbv certify`` (gpu_backend/certification.py) and the
 tests (tests/gpu_backend/test_verifiers_certify.py, test_verifiers_new_rules.py,
 test_certify_cli.py).
 

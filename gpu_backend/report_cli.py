@@ -5,7 +5,7 @@ Parts, each run even when an earlier one failed:
 1. ``prove --quick`` (proofs_check.cli.prove): the papers' claims checked numerically.  A
    claim verdict "fails" is a finding about a paper, not a failure of the part; the part fails
    when it cannot run.
-2. ``certify --quick`` (gpu_backend.certify_cli.certify_rules, every registered torch verifier
+2. ``certify --quick`` (gpu_backend.certification.certify_rules, every registered torch verifier
    against the oracle); the part fails unless every case is as expected.
 3. A short benchmark (``gpu_backend.bench_run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
    T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
@@ -112,15 +112,15 @@ def prove_part(out_dir: str) -> Part:
 
 
 def certify_part(out_dir: str) -> Part:
-    """``certify --quick`` over every registered rule through gpu_backend.certify_cli (its
+    """``certify --quick`` over every registered rule through gpu_backend.certification (its
     markdown also written to certify.md); failed unless every case is as expected."""
     def body():
         from reference.rules import registry
 
-        from . import certify_cli
+        from . import certification
 
-        cert = certify_cli.certify_rules(list(registry.names()), quick=True)
-        text = certify_cli.markdown(cert, "spectr-gbv certify --quick")
+        cert = certification.certify_rules(list(registry.names()), quick=True)
+        text = certification.markdown(cert, "spectr-gbv certify --quick")
         with open(os.path.join(out_dir, "certify.md"), "w") as fh:
             fh.write(text)
         return ("passed" if cert.ok else "failed"), text

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import spectr_gbv_cli
-from gpu_backend import bench_config, certify_cli
+from gpu_backend import bench_config, certification
 from gpu_backend.certify_suite import suite_verifier
 from gpu_backend.verifiers import get_verifier
 from gpu_backend.verifiers.bv import BlockVerification as TorchBV
@@ -77,7 +77,7 @@ def test_a_registered_rule_reaches_every_list(throwaway):
     assert NAME in bench_config.default_methods() and bench_config.runs_at_K1(NAME)
     config = bench_config.BenchConfig(methods=("ar", NAME), K=3, L=2, sweeps=("none",))
     assert all(s.K == 1 for s in bench_config.settings(config))
-    kinds = {(e.kind, e.size) for e in certify_cli.plan([NAME], quick=True)}
+    kinds = {(e.kind, e.size) for e in certification.plan([NAME], quick=True)}
     assert {("lossless", "toy"), ("lossless", "rows"), ("lossless", "law")} <= kinds
     assert NAME in registry.help_text()
 
@@ -87,7 +87,7 @@ def test_a_registered_rule_is_proved_certified_and_run_by_the_cli(throwaway, tmp
     its toy case (N = 20,000, alpha = 1e-6), and ``spectr-gbv exact --rule`` runs it."""
     result = run_claim(claims.lossless_claim("x", NAME, "throwaway is lossless", "test", Ks=(1,)), "quick")
     assert result.verdict == "holds" and result.worst_deviation <= 1e-12
-    toy = next(e for e in certify_cli.plan([NAME], quick=True) if e.size == "toy").build()[0]
+    toy = next(e for e in certification.plan([NAME], quick=True) if e.size == "toy").build()[0]
     r = certify_case(suite_verifier(toy.rule, torch.float32), toy, 20_000, 1e-6, 4096)
     assert r.verdict == "PASS", r
     code = spectr_gbv_cli.main(["exact", "--rule", NAME, "--K", "1", "--L", "2", "--json",

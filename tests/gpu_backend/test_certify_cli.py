@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import spectr_gbv_cli
-from gpu_backend import certify_cli
+from gpu_backend import certification, certify_cli
 from gpu_backend.certify_suite import PLANTED, FirstFailureBV, UnscaledSpecTr, suite_verifier
 from gpu_backend.verifiers.bv import BlockVerification
 from oracle.certify import certify_case
@@ -139,7 +139,7 @@ def test_report_certify_part_gets_the_markdown(monkeypatch, tmp_path):
     from gpu_backend.report_cli import certify_part
 
     monkeypatch.setattr(registry, "_SPECS", {"sd": registry.spec("sd")})
-    monkeypatch.setattr(certify_cli, "QUICK_N", {k: 3000 for k in certify_cli.QUICK_N})
+    monkeypatch.setattr(certification, "QUICK_N", {k: 3000 for k in certification.QUICK_N})
     part = certify_part(str(tmp_path))
     assert part.status == "passed", part.body
     assert "| lossless | sd | toy V=3 K=1 L=3 float32 |" in part.body
@@ -152,12 +152,12 @@ def test_plan_covers_every_registered_rule_and_planted_defect():
     (Only the plan is built: no case is run.)"""
     rules = list(registry.names())
     for quick in (True, False):
-        entries = certify_cli.plan(rules, quick)
+        entries = certification.plan(rules, quick)
         for rule in rules:
             sizes = {e.size for e in entries if e.rule == rule and e.kind != "planted"}
             assert {"toy", "rows"} <= sizes, rule
         planted = {e.rule for e in entries if e.kind == "planted"}
         assert set(PLANTED) | {"spectr_gbv"} <= planted
-    quick_rows = [e for e in certify_cli.plan(rules, True) if e.size == "rows"]
-    full_rows = [e for e in certify_cli.plan(rules, False) if e.size == "rows"]
+    quick_rows = [e for e in certification.plan(rules, True) if e.size == "rows"]
+    full_rows = [e for e in certification.plan(rules, False) if e.size == "rows"]
     assert len(full_rows) > len(quick_rows) == len(rules)
