@@ -416,61 +416,18 @@ class SpeculativeEngine:
                 or row.  Raised before any token of that iteration is emitted.
         """
         max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
-        K, L, V, dev = self.K, self.L, self.V, self.device
-        ids = _prompt_tensor(prompt_ids, V).to(dev)
-        # the most positions a cache holds: the context, the last token and every tree node
-        most = ids.numel() + max_new_tokens + K * L + 1
-        for role, window in self._windows:
-            if most > window:
-                raise ValueError(f"{role} model's sliding window ({window}) is too short for "
-                                 f"this generation (up to {most} positions)")
-        gen = seeded_generator(seed, dev)
+        ids = _prompt_tensor(prompt_ids, self.V).to(self.device)
+        self._check_windows(ids.numel() + max_new_tokens)
+        gen = seeded_generator(seed, self.device)
         start, cpu_start = time.perf_counter(), time.process_time()
-        state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
-                           torch.empty(K, L, dtype=torch.int64, device=dev),
-                           torch.empty(K, L, V, dtype=torch.float32, device=dev),
-                           torch.ones(K, L, dtype=torch.bool, device=dev))
-        if ids.numel() > 1:  # the target's cache holds the context minus its last token
-            self.target(ids[None, :-1], cache=state.t_cache, use_cache=True, logits_to_keep=1)
-        stack = ModificationStack(L)
+        state = self._start(ids, gen)
+        stack = ModificationStack(self.L)
         out: list[int] = []
         taus: list[int] = []
         taus_raw: list[int] = []
         stop_reason = "max_new_tokens"
         while len(out) < max_new_tokens:
-            n = len(out)
-            # 1-2. K drafts, scored by one target call
-            target_raw = self._layout.draft_and_score(state)
-            draft_tokens, draft_probs = state.draft_tokens, state.draft_probs
-            # 3. Algorithm 2's modified rows
-            target_probs, trace = stack.modify(n, draft_tokens, draft_probs, target_raw)
-            # one reduction per row, read with the verdict below (no extra host sync)
-            finite = _FiniteFlags(state.draft_ok, finite_rows(target_raw),
-                                  finite_rows(target_probs) if target_probs is not target_raw
-                                  else None)
-            if self.validate:  # the verifier's own checks would fire first, unnamed
-                finite.check(len(taus), n)
-            # 4. verify
-            seeds = torch.randint(0, 2**62, (1,), generator=gen, device=dev)
-            verdict = self.verifier(draft_tokens[None], draft_probs[None], target_probs[None],
-                                    seeds=seeds, validate=self.validate)
-            mod = verdict.modification
-            active = mod.active[:1].to(torch.int64) if mod is not None else verdict.tau.new_zeros(1)
-            head = torch.cat([verdict.tau[:1], verdict.selected[:1], verdict.num_emitted[:1],
-                              active, finite.all().reshape(1).to(torch.int64),
-                              verdict.tokens[0]]).tolist()  # the iteration's host sync
-            tau, selected, num_emitted, is_active, all_finite = head[:5]
-            if not all_finite:
-                finite.check(len(taus), n)  # raises, naming the model and the row
-            emitted = head[5:5 + num_emitted]
-            # 5. cut back: keep the selected draft (any when τ = 0: they share the context)
-            row = max(selected, 0)
-            self._layout.cut_back(state, row, tau)
-            stack.advance(n, emitted, row, trace, mod, bool(is_active))
-            if on_iteration is not None:
-                on_iteration(IterationRecord(n, list(state.context), draft_tokens.clone(),
-                                             draft_probs.clone(), target_raw.clone(),
-                                             target_probs.clone(), verdict, list(emitted)))
+            tau, emitted = self._iteration(state, stack, len(out), len(taus), on_iteration)
             state.context.extend(emitted)
             before = len(out)
             hit_eos = self._emit(out, emitted, max_new_tokens)
@@ -479,9 +436,89 @@ class SpeculativeEngine:
             if hit_eos:
                 stop_reason = "eos"
                 break
-        return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, K, L,
-                                time.perf_counter() - start, peak_rss_bytes(), stop_reason,
-                                time.process_time() - cpu_start, taus_raw)
+        return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, self.K,
+                                self.L, time.perf_counter() - start, peak_rss_bytes(),
+                                stop_reason, time.process_time() - cpu_start, taus_raw)
+
+    def _check_windows(self, length: int) -> None:
+        """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) could
+        outgrow an accepted model's sliding window."""
+        # the most positions a cache holds: the context, the last token and every tree node
+        most = length + self.K * self.L + 1
+        for role, window in self._windows:
+            if most > window:
+                raise ValueError(f"{role} model's sliding window ({window}) is too short for "
+                                 f"this generation (up to {most} positions)")
+
+    def _start(self, ids: torch.Tensor, gen: torch.Generator) -> DraftState:
+        """A generation's state for the prompt ``ids`` int64 [T] (on the device): empty
+        caches and draft buffers; the target's cache gets the prompt minus its last token."""
+        K, L, V, dev = self.K, self.L, self.V, self.device
+        state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
+                           torch.empty(K, L, dtype=torch.int64, device=dev),
+                           torch.empty(K, L, V, dtype=torch.float32, device=dev),
+                           torch.ones(K, L, dtype=torch.bool, device=dev))
+        if ids.numel() > 1:
+            self.target(ids[None, :-1], cache=state.t_cache, use_cache=True, logits_to_keep=1)
+        return state
+
+    def _iteration(self, state: DraftState, stack: ModificationStack, n: int, iteration: int,
+                   on_iteration) -> tuple[int, list[int]]:
+        """Steps 1–5 of iteration ``iteration`` (0-based; ``n`` tokens emitted before it).
+        ``state.context`` is not extended here: the cut back and ``on_iteration`` see the
+        context the drafts were drawn after.
+
+        Returns:
+            (the verifier's τ, the emitted tokens before truncation).
+        Raises:
+            NonFiniteError: a non-finite draft or target row (before anything is emitted).
+        """
+        # 1-2. K drafts, scored by one target call
+        target_raw = self._layout.draft_and_score(state)
+        draft_tokens, draft_probs = state.draft_tokens, state.draft_probs
+        # 3. Algorithm 2's modified rows
+        target_probs, trace = stack.modify(n, draft_tokens, draft_probs, target_raw)
+        # one reduction per row, read with the verdict (no extra host sync)
+        finite = _FiniteFlags(state.draft_ok, finite_rows(target_raw),
+                              finite_rows(target_probs) if target_probs is not target_raw
+                              else None)
+        if self.validate:  # the verifier's own checks would fire first, unnamed
+            finite.check(iteration, n)
+        # 4. verify
+        verdict, tau, selected, is_active, emitted = self._verify(state, target_probs, finite,
+                                                                   iteration, n)
+        # 5. cut back: keep the selected draft (any when τ = 0: they share the context)
+        row = max(selected, 0)
+        self._layout.cut_back(state, row, tau)
+        stack.advance(n, emitted, row, trace, verdict.modification, bool(is_active))
+        if on_iteration is not None:
+            on_iteration(IterationRecord(n, list(state.context), draft_tokens.clone(),
+                                         draft_probs.clone(), target_raw.clone(),
+                                         target_probs.clone(), verdict, list(emitted)))
+        return tau, emitted
+
+    def _verify(self, state: DraftState, target_probs: torch.Tensor, finite: _FiniteFlags,
+                iteration: int, n: int):
+        """Step 4: the verifier on the drafts and ``target_probs`` float32 [K, L+1, V], and
+        the iteration's one host read.
+
+        Returns:
+            (verdict, τ, selected draft, Algorithm 2 window active (0/1), emitted tokens).
+        Raises:
+            NonFiniteError: a row flagged in ``finite`` is not finite.
+        """
+        seeds = torch.randint(0, 2**62, (1,), generator=state.gen, device=self.device)
+        verdict = self.verifier(state.draft_tokens[None], state.draft_probs[None],
+                                target_probs[None], seeds=seeds, validate=self.validate)
+        mod = verdict.modification
+        active = mod.active[:1].to(torch.int64) if mod is not None else verdict.tau.new_zeros(1)
+        head = torch.cat([verdict.tau[:1], verdict.selected[:1], verdict.num_emitted[:1],
+                          active, finite.all().reshape(1).to(torch.int64),
+                          verdict.tokens[0]]).tolist()  # the iteration's host sync
+        tau, selected, num_emitted, is_active, all_finite = head[:5]
+        if not all_finite:
+            finite.check(iteration, n)  # raises, naming the model and the row
+        return verdict, tau, selected, is_active, head[5:5 + num_emitted]
 
     def _emit(self, out: list[int], emitted: list[int], max_new_tokens: int) -> bool:
         """Append ``emitted`` to ``out`` up to the limit; True when an EOS was emitted."""
