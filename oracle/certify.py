@@ -172,6 +172,10 @@ class CaseResult:
 
     ``detectable_tv`` is the guarantee on the whole outcome law (module doc): the joint
     G-test's bound on its pooled cells (``detectable_tv_pooled``) plus ``pooled_mass``.
+    ``worst_cells``: up to ``WORST_CELLS`` outcomes (τ, accepted prefix, emitted token) — or
+    first tokens for a FirstTokenCase — with the largest standardised deviation
+    (O − E)/√E, as (outcome, observed count, expected count); an outcome of probability 0 that
+    was observed comes first (its deviation is infinite).
     """
 
     name: str
@@ -198,6 +202,7 @@ class CaseResult:
     notes: str = ""
     pooled_mass: float = 0.0
     detectable_tv_pooled: float = math.nan
+    worst_cells: tuple = ()
 
     @property
     def verdict(self) -> str:
@@ -227,6 +232,8 @@ class CertificationReport:
             d = asdict(r)
             d["verdict"] = r.verdict
             d["mean_ci"] = list(r.mean_ci)
+            d["worst_cells"] = [{"outcome": repr(o), "observed": obs, "expected": exp}
+                                for o, obs, exp in r.worst_cells]
             rows.append(d)
         return rows
 
@@ -241,6 +248,28 @@ class CertificationReport:
                 f"| {r.name} | {r.rule} | {r.V} | {r.K} | {r.L} | {r.dtype} | {r.n} | {r.alpha:g} | "
                 f"{r.detectable_tv:.4f} | {pmin:.3g} | {r.mean_tau:.4f} | {r.exact_mean_tau:.4f} | {r.verdict} |")
         return "\n".join(lines)
+
+
+WORST_CELLS = 3
+
+
+def worst_cells(samples, law: dict, k: int = WORST_CELLS) -> tuple:
+    """The ``k`` outcomes whose counts deviate most from ``law`` (see ``CaseResult``).
+
+    Args:
+        samples: iterable of hashable outcomes.  law: outcome → probability.
+    Returns:
+        tuple of (outcome, observed int, expected float), largest |O − E|/√E first.
+    """
+    counts = counts_from_samples(samples)
+    n = sum(counts.values())
+
+    def score(o):
+        e = n * law.get(o, 0.0)
+        return math.inf if e == 0 else abs(counts.get(o, 0) - e) / math.sqrt(e)
+
+    cells = sorted(set(counts) | {o for o, p in law.items() if p > 0}, key=score, reverse=True)
+    return tuple((o, int(counts.get(o, 0)), n * law.get(o, 0.0)) for o in cells[:k])
 
 
 def _outcomes(tau: np.ndarray, tokens: np.ndarray, L: int, V: int) -> list[Outcome]:
@@ -362,7 +391,7 @@ def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
             joint.pvalue, tau_law.pvalue, cond.pvalue, mean.pvalue, mean.mean, exact_mean,
             (mean.low, mean.high), len(joint.zero_cell_violations), passed,
             time.perf_counter() - start, case.V, K, L, case.backend_dtype, pooled_mass=joint.merged_mass,
-            detectable_tv_pooled=joint.detectable_tv)
+            detectable_tv_pooled=joint.detectable_tv, worst_cells=worst_cells(samples, law))
 
     if isinstance(case, FirstTokenCase):
         kind = "fresh drafts, first token vs target"
@@ -386,7 +415,8 @@ def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
             test.pvalue, 1.0, 1.0, 1.0, float(np.mean(taus)), math.nan, (math.nan, math.nan),
             len(test.zero_cell_violations), test.passed, time.perf_counter() - start,
             case.V, case.K, case.L, case.backend_dtype, notes="law of the first emitted token only",
-            pooled_mass=test.merged_mass, detectable_tv_pooled=test.detectable_tv)
+            pooled_mass=test.merged_mass, detectable_tv_pooled=test.detectable_tv,
+            worst_cells=worst_cells(firsts, target_first))
     raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
 
 

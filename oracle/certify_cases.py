@@ -3,6 +3,8 @@ law-level planted case (the released SpecTr-GBV against the target's first-token
 
 from __future__ import annotations
 
+import numpy as np
+
 from reference.decode import Decoder, DecodeState
 from reference.models import ContextFree, Mixture, RandomModel, ToyModel
 from reference.randomness import SamplingSource
@@ -73,3 +75,79 @@ def lossless_against_target(rule: str, K: int = 2, L: int = 2) -> FirstTokenCase
     K = registry.default_K(rule, K)
     return FirstTokenCase(f"{rule} vs target law, toy K={K} L={L}", rule,
                           ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), K, L)
+
+
+# -- the built-in case families of the public API (oracle.certify.certify_verifier) -------------
+
+FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal")
+
+
+def _zero_target_mass(case: FixedCase) -> FixedCase:
+    """The case with target probability 0 on every drafted token at depth 0 (the rows
+    renormalised): a verifier must never accept such a token."""
+    tp = case.target_probs.copy()
+    for k in range(case.K):
+        tp[k, 0, case.draft_tokens[k, 0]] = 0.0
+        tp[k, 0] /= tp[k, 0].sum()
+    return FixedCase(case.name, case.rule, case.reference_rule, case.draft_tokens, case.draft_probs,
+                     tp, case.expect_pass, case.backend_dtype)
+
+
+def _near_disjoint(case: FixedCase, leak: float = 1e-3) -> FixedCase:
+    """Target rows put 1 − ``leak`` on the tokens the draft row makes least likely and ``leak``
+    spread like the draft: acceptance is rare and the residual carries almost everything."""
+    dp = case.draft_probs
+    low = (dp <= np.quantile(dp, 0.5, axis=-1, keepdims=True)).astype(np.float64)
+    far = low / low.sum(-1, keepdims=True)
+    tp = case.target_probs.copy()
+    tp[:, :-1] = (1 - leak) * far + leak * dp
+    return FixedCase(case.name, case.rule, case.reference_rule, case.draft_tokens, dp, tp,
+                     case.expect_pass, case.backend_dtype)
+
+
+def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", seed: int = 0) -> FixedCase:
+    """One built-in fixed case of ``family`` for a verifier expected to follow ``rule``'s law.
+
+    Families: "toy" (V = 3 prefix-dependent toy models, draft close to target), "prefix"
+    (V = 5, rows depending on the whole prefix, draft far from target), "large" (V = 4,096
+    peaked rows), "zeros" (toy rows with target probability 0 on the drafted tokens at depth 0),
+    "disjoint" (V = 8, target rows nearly disjoint from the draft's), "equal" (p = q: every
+    draft token must be accepted by a lossless single-path rule).
+
+    Args:
+        family: one of ``FAMILIES``.  rule: registered rule name whose exact law is expected.
+        K, L: drafts and block length (K = 1 for a single-draft rule).  dtype: "float64",
+        "float32" or "bfloat16" (the rows are rounded to it, the law is that of the rounded rows).
+        seed: seeds the models and the drafts.
+    Returns:
+        FixedCase named "<rule> <family> V=… K=… L=…".
+    Raises:
+        ValueError: unknown family or rule, K or L < 1, K ≠ 1 for a single-draft rule.
+    """
+    registry.spec(rule)
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    for name, v in (("K", K), ("L", L)):
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if registry.is_single_draft(rule) and K != 1:
+        raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got {K}")
+    if family in ("toy", "zeros"):
+        draft, target = toy_models(3, 100 + seed)
+    elif family == "prefix":
+        draft, target = RandomModel(5, 200 + seed, 0.5), RandomModel(5, 300 + seed, 0.5)
+    elif family == "large":
+        draft, target = large_models(4096, 21 + seed)
+    elif family == "disjoint":
+        draft, target = toy_models(8, 400 + seed)
+    else:  # equal
+        target = RandomModel(4, 500 + seed, 1.0)
+        draft = target
+    V = target.vocab_size
+    case = fixed_case(f"{rule} {family} V={V} K={K} L={L}", rule, draft, target, K, L, seed,
+                      backend_dtype=dtype)
+    if family == "zeros":
+        case = _zero_target_mass(case)
+    elif family == "disjoint":
+        case = _near_disjoint(case)
+    return case
