@@ -81,3 +81,15 @@ def test_reference_rules_are_verifiers_of_the_contract():
 def test_case_family_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
         case_family(**kwargs)
+
+
+def test_readme_example_is_the_example_file():
+    """README's code block runs the code of examples/certify_your_verifier.py, line for line."""
+    root = Path(__file__).parents[2]
+    readme = (root / "README.md").read_text()
+    block = next(b for b in readme.split("```python")[1:] if "def my_sd" in b).split("```")[0]
+    example = (root / "examples" / "certify_your_verifier.py").read_text()
+    lines = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.startswith("print")]
+    assert len(lines) >= 15
+    missing = [ln for ln in lines if ln not in example]
+    assert not missing, missing
