@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 import torch
 
 from reference.rules import registry
+from reference.seeds import generator_seed  # also re-exported (gpu_backend.assisted)
 
 from .kv import new_cache, rollback_problem, sliding_window_limit
 from .layouts import BatchedLayout, DraftState, PackedLayout, sample_rows
@@ -64,7 +65,6 @@ from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from .stack import ModificationStack
 
 from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
-from .seeds import generator_seed  # noqa: E402  (re-exported)
 
 
 # End-of-text tokens stopped on besides the model's configured EOS: Qwen's GGUF generation
