@@ -1,10 +1,13 @@
-"""Sources of randomness: exact enumeration, sampling, matched noise."""
+"""Sources of randomness (exact enumeration, sampling, matched noise) and how the rules use them."""
 
 import numpy as np
 import pytest
 from scipy import stats
 
+from proofs_check.instances import random_instance
+from reference.decode import Decoder, DecodeState
 from reference.randomness import MatchedSource, SamplingSource, enumerate_law
+from reference.rules import RULES, registry
 
 
 def small_program(src):
@@ -56,3 +59,45 @@ def test_matched_source_conventions():
     # race: argmax w/E over positive weights: 1/1, 0/0.1 (excluded), 3/2
     assert src.draw(np.array([1.0, 0.0, 3.0])) == 2
     assert src.draw(np.array([1.0, 0.0, 1.0])) == 0
+
+
+# -- the rules' use of randomness -----------------------------------------------------------------
+
+
+class RecordingSource(SamplingSource):
+    """SamplingSource that records the addresses of the coins and counts the draws."""
+
+    def __init__(self, seed):
+        super().__init__(seed)
+        self.keys, self.draws = [], 0
+
+    def coin(self, h, key=(0, 0)):
+        self.keys.append(tuple(key))
+        return super().coin(h, key)
+
+    def draw(self, weights):
+        self.draws += 1
+        return super().draw(weights)
+
+
+@pytest.mark.parametrize("name", registry.names(single_draft=False, modifies_targets=False))
+def test_one_coin_per_address_and_one_draw(name):
+    """Multi-draft rules that leave later targets untouched: coins address (draft k, sub-block
+    length i) with 0 ≤ k < K, 1 ≤ i ≤ L, each at most once per iteration; exactly one draw (the
+    correction or the bonus); Verdict shapes, and no modification record."""
+    rule = RULES[name]
+    rng = np.random.default_rng(0)
+    for seed in range(40):
+        inst = random_instance(3, 3, 3, seed=seed, concentration=float(rng.choice([0.3, 1.0, 30.0])),
+                               zero_prob=float(rng.choice([0.0, 0.3])))
+        dec = Decoder(inst.draft, inst.target, inst.K, inst.L)
+        src = RecordingSource(seed)
+        drafts = dec.draft_blocks(DecodeState(), src)
+        src.keys, src.draws = [], 0
+        v = rule.verify(*dec.block_inputs(DecodeState(), drafts), src)
+        assert len(src.keys) == len(set(src.keys))
+        assert all(0 <= k < inst.K and 1 <= i <= inst.L for k, i in src.keys)
+        assert src.draws == 1
+        assert len(v.tokens) == v.tau + 1 and 0 <= v.tau <= inst.L
+        assert v.tokens[: v.tau] == tuple(drafts[v.selected][: v.tau]) if v.tau else v.selected == -1
+        assert rule.modifies_targets is False and v.modification is None

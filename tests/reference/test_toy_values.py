@@ -5,7 +5,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from oracle.bounds import bound_B
+from oracle.bounds import alpha_star, bound_B
+from proofs_check.instances import toy
 from reference.decode import Decoder
 from reference.exact import expected_tau, generation_law, iteration_law
 from reference.kseq import rho_star
@@ -23,6 +24,14 @@ TABLE = [
     ("spectr", 2, 1, 0.811420), ("spectr", 2, 2, 1.405487), ("spectr", 2, 3, 1.821025),
     ("kseq_gbv", 2, 1, 0.811420), ("kseq_gbv", 2, 2, 1.526337), ("kseq_gbv", 2, 3, 2.157441),
     ("spectr_gbv", 2, 2, 1.403435),
+    # the multi-draft rules that leave later targets untouched (docs/toy.md §2)
+    ("kseq_bv", 2, 1, 0.811420), ("kseq_bv", 2, 2, 1.463477), ("kseq_bv", 2, 3, 2.020507),
+    ("kseq_bv", 3, 2, 1.605405),
+    ("traversal", 2, 1, Fraction(7, 9)), ("traversal", 2, 2, Fraction(115, 81)),
+    ("traversal", 2, 3, Fraction(1415, 729)), ("traversal", 3, 1, Fraction(23, 27)),
+    ("traversal", 3, 2, Fraction(1136, 729)),
+    ("mdbv", 2, 1, Fraction(8, 9)), ("mdbv", 2, 2, Fraction(131, 81)), ("mdbv", 2, 3, Fraction(1615, 729)),
+    ("mdbv", 3, 1, Fraction(1)), ("mdbv", 3, 2, Fraction(449, 243)),
 ]
 
 
@@ -89,3 +98,23 @@ def test_spectr_gbv_k1_equals_gbv():
                 out[(v.tau, v.tokens)] = out.get((v.tau, v.tokens), 0.0) + pr
         for key in set(la) | set(lb):
             assert la.get(key, 0.0) == pytest.approx(lb.get(key, 0.0), abs=1e-12)
+
+
+def test_traversal_and_mdbv_are_not_kseq_at_L1():
+    """At L = 1 Traversal is recursive rejection sampling without replacement over the distinct
+    drafted tokens (7/9 on the toy) and MDBV the better of class-K-SEQ and count-priority (here
+    α* = 8/9, the optimum); K-SEQ gets 0.811420."""
+    assert expected_tau(RULES["spectr"], P, Q, 2, 1) == pytest.approx(0.811420, abs=5e-7)
+    assert expected_tau(RULES["traversal"], P, Q, 2, 1) == pytest.approx(7 / 9, abs=1e-12)
+    mdbv = expected_tau(RULES["mdbv"], P, Q, 2, 1)
+    assert mdbv == pytest.approx(alpha_star(P.conditional(()), Q.conditional(()), 2), abs=1e-12)
+    assert mdbv == pytest.approx(8 / 9, abs=1e-12)
+
+
+def test_mdbv_reaches_the_lp_on_the_toy():
+    """Toy K = L = 2: MDBV = no-modification LP = 131/81; at L = 3 it is 6/729 below 1621/729."""
+    from test_expected_tau_bounds import lp_optimum
+
+    assert lp_optimum(toy(2, 2)) == pytest.approx(131 / 81, abs=1e-9)
+    assert lp_optimum(toy(2, 3)) == pytest.approx(1621 / 729, abs=1e-9)
+    assert expected_tau(RULES["mdbv"], P, Q, 2, 3) == pytest.approx(1621 / 729 - 6 / 729, abs=1e-12)
