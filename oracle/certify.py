@@ -175,7 +175,9 @@ class CaseResult:
     ``worst_cells``: up to ``WORST_CELLS`` outcomes (τ, accepted prefix, emitted token) — or
     first tokens for a FirstTokenCase — with the largest standardised deviation
     (O − E)/√E, as (outcome, observed count, expected count); an outcome of probability 0 that
-    was observed comes first (its deviation is infinite).
+    was observed comes first (its deviation is infinite).  ``empirical_tv``: ½ Σ |O/N − p| over
+    the outcomes, the measured distance of the sampled law from the exact one (biased upwards by
+    sampling noise, about √(cells/N); informative when it is well above ``detectable_tv``).
     """
 
     name: str
@@ -203,6 +205,7 @@ class CaseResult:
     pooled_mass: float = 0.0
     detectable_tv_pooled: float = math.nan
     worst_cells: tuple = ()
+    empirical_tv: float = math.nan
 
     @property
     def verdict(self) -> str:
@@ -270,6 +273,13 @@ def worst_cells(samples, law: dict, k: int = WORST_CELLS) -> tuple:
 
     cells = sorted(set(counts) | {o for o, p in law.items() if p > 0}, key=score, reverse=True)
     return tuple((o, int(counts.get(o, 0)), n * law.get(o, 0.0)) for o in cells[:k])
+
+
+def empirical_tv(samples, law: dict) -> float:
+    """½ Σ_o |count(o)/N − law(o)| over observed and possible outcomes (see ``CaseResult``)."""
+    counts = counts_from_samples(samples)
+    n = sum(counts.values())
+    return 0.5 * sum(abs(counts.get(o, 0) / n - law.get(o, 0.0)) for o in set(counts) | set(law))
 
 
 def _outcomes(tau: np.ndarray, tokens: np.ndarray, L: int, V: int) -> list[Outcome]:
@@ -391,7 +401,8 @@ def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
             joint.pvalue, tau_law.pvalue, cond.pvalue, mean.pvalue, mean.mean, exact_mean,
             (mean.low, mean.high), len(joint.zero_cell_violations), passed,
             time.perf_counter() - start, case.V, K, L, case.backend_dtype, pooled_mass=joint.merged_mass,
-            detectable_tv_pooled=joint.detectable_tv, worst_cells=worst_cells(samples, law))
+            detectable_tv_pooled=joint.detectable_tv, worst_cells=worst_cells(samples, law),
+            empirical_tv=empirical_tv(samples, law))
 
     if isinstance(case, FirstTokenCase):
         kind = "fresh drafts, first token vs target"
@@ -416,7 +427,7 @@ def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
             len(test.zero_cell_violations), test.passed, time.perf_counter() - start,
             case.V, case.K, case.L, case.backend_dtype, notes="law of the first emitted token only",
             pooled_mass=test.merged_mass, detectable_tv_pooled=test.detectable_tv,
-            worst_cells=worst_cells(firsts, target_first))
+            worst_cells=worst_cells(firsts, target_first), empirical_tv=empirical_tv(firsts, target_first))
     raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
 
 
