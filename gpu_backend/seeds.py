@@ -1,3 +1,0 @@
-"""Moved: reference/seeds.py (backend-free, shared with oracle.certify)."""
-
-from reference.seeds import generator_seed  # noqa: F401
