@@ -14,7 +14,7 @@ from .contract import BatchModification, BatchVerdict, to_numpy
 from .randomness import MatchedSource, SamplingSource
 
 # float32 rows of a large vocabulary sum to 1 within ~1e-6·√V; bfloat16 values handed as
-# float32 within ~2e-3 (the torch contract's tolerances, gpu_backend/verifiers/batch.py)
+# float32 within ~2e-3 (the torch contract's tolerances, gpu_backend/verifiers/inputs.py)
 NARROW_ROW_SUM_ATOL = 1e-2
 
 

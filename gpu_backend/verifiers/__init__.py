@@ -17,7 +17,7 @@ Names, torch classes and parameters come from the one registry, reference.rules.
 
 Device-agnostic (the inputs' device decides), no host synchronisation after validation
 (``validate=False`` skips the value checks for the engine's hot path).  Precision and
-tolerances: gpu_backend/verifiers/batch.py; noise: noise.py; ρ*: kseq.py.
+tolerances: gpu_backend/verifiers/inputs.py; noise: noise.py; ρ*: kseq.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import importlib
 from reference.rules import registry
 
 from .base import Verifier
-from .batch import BatchModification, BatchVerdict
+from reference.contract import BatchModification, BatchVerdict
 from .bv import BlockVerification
 from .gbv import GreedyBlockVerification
 from .kseq_bv import KSeqBV

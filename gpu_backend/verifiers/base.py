@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from .batch import BatchVerdict, PreparedBatch, as_tensor, prepare
+from reference.contract import BatchVerdict
+
+from .inputs import PreparedBatch, as_tensor, prepare
 from .noise import Noise, make_noise
 
 

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import torch
 
+from reference.contract import BatchVerdict
+
 from .base import Verifier
-from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict, per_case,
-                    reduce_rows)
+from .batch import batch_index, gather_rows, make_verdict, per_case, reduce_rows
+from .inputs import PreparedBatch
 from .gbv import last_success
 from .kseq import rho_star
 from .noise import Noise

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from reference.contract import BatchVerdict
+
 from .base import Verifier
-from .batch import BatchVerdict, PreparedBatch, batch_index, per_case
+from .batch import batch_index, per_case
+from .inputs import PreparedBatch
 from .gbv import greedy_acceptance, greedy_outcome, last_success
 from .kseq import rho_star
 from .noise import Noise

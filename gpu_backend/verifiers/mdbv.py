@@ -57,8 +57,11 @@ from numpy.polynomial import polynomial as npoly
 from reference.rules.mdbv import plan_nodes
 from reference.ties import better, descending_order
 
+from reference.contract import BatchVerdict
+
 from .base import Verifier
-from .batch import BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict, per_case
+from .batch import batch_index, gather_rows, make_verdict, per_case
+from .inputs import PreparedBatch
 from .noise import Noise
 
 _BISECTION_STEPS = 200  # as the reference: the bracket reaches float64 spacing well before
@@ -359,9 +362,9 @@ def plan_row(tokens: np.ndarray, dp: np.ndarray, tp: np.ndarray) -> list:
     return plan_nodes(tokens, dp, tp, node_mechanism, selection_given_children)
 
 
-def walk(nodes: list[_Node]) -> list[int]:
+def walk(nodes: list) -> list[int]:
     """The nodes in the order the decide step tries them: post-order, children in schedule
-    order (children never scheduled are never tried); the root last."""
+    order (children never scheduled are never tried); the root last.  ``nodes``: plan_row's list."""
     out = []
 
     def visit(n):
@@ -416,7 +419,6 @@ class MultiDraftBlockVerification(Verifier):
     modifies_targets = False
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
-        B, L = batch.B, batch.L
         b = batch_index(batch)
         ks, depth, h, rows = per_case(batch, plan)
         u = noise.uniforms[b.unsqueeze(1), ks, depth.clamp_min(0)]

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import torch
 
+from reference.contract import BatchVerdict
+
 from .base import Verifier
-from .batch import BatchVerdict, PreparedBatch, gather_rows, make_verdict
+from .batch import gather_rows, make_verdict
+from .inputs import PreparedBatch
 from .noise import Noise
 
 

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import torch
 
+from reference.contract import BatchVerdict
+
 from .base import Verifier
-from .batch import BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict
+from .batch import batch_index, gather_rows, make_verdict
+from .inputs import PreparedBatch
 from .kseq import rho_star
 from .noise import Noise
 

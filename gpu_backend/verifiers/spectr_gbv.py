@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import torch
 
+from reference.contract import BatchVerdict
+
 from .base import Verifier
-from .batch import (BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict,
-                    modification_record, per_case, reduce_rows, scaled_pair)
+from .batch import (batch_index, gather_rows, make_verdict, modification_record, per_case,
+                    reduce_rows, scaled_pair)
+from .inputs import PreparedBatch
 from .noise import Noise
 
 _RELEASED_EPS = 1e-20  # the released code's guard in every denominator

@@ -39,9 +39,12 @@ from __future__ import annotations
 
 import torch
 
+from reference.contract import BatchVerdict
+
 from ._tree import merged_tree
 from .base import Verifier
-from .batch import BatchVerdict, PreparedBatch, batch_index, gather_rows, make_verdict, per_case
+from .batch import batch_index, gather_rows, make_verdict, per_case
+from .inputs import PreparedBatch
 from .noise import Noise
 
 

@@ -2,7 +2,7 @@
 probabilities, and the Algorithm 2 weights computed from log joints.
 
 Low-precision inputs.  float32 rows are used as given; bfloat16 rows are renormalised in float32
-(gpu_backend/verifiers/batch.py).  The reference is run on the values the backend sees, in
+(gpu_backend/verifiers/inputs.py).  The reference is run on the values the backend sees, in
 float64 (bfloat16: renormalised in float64), with the same noise through MarginSource, which
 records how close the reference's own decisions were to a tie (min |u − h| over the coins asked,
 gap between the two best race scores).  Where that margin is ≥ 1e-4 — far above the ~1e-6
@@ -20,7 +20,8 @@ import torch
 from mpmath import mp, mpf
 
 from gpu_backend.verifiers import VERIFIERS, get_verifier
-from gpu_backend.verifiers.batch import BatchModification, prepare
+from gpu_backend.verifiers.inputs import prepare
+from reference.contract import BatchModification
 from gpu_backend.verifiers.gbv import greedy_acceptance
 from gpu_backend.verifiers.spectr_gbv import acceptance as spectr_gbv_acceptance
 from reference.verdict import Modification

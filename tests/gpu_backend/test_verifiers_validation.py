@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpu_backend.verifiers import VERIFIERS, get_verifier, verify
-from gpu_backend.verifiers.batch import ROW_SUM_ATOL
+from gpu_backend.verifiers.inputs import ROW_SUM_ATOL
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import SINGLE_DRAFT
 
