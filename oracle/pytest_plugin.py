@@ -1,0 +1,229 @@
+"""pytest plugin: certify your verifier from your own tests.
+
+Installed with the package (entry point ``pytest11: spectr_gbv``), so in any test file:
+
+    from oracle.pytest_plugin import assert_lossless, assert_acceptance
+
+    def test_my_sd_is_lossless():
+        assert_lossless(my_sd, "sd", L=3)            # AssertionError with the report if not
+
+    def test_my_sd_accepts_like_sd(spectr_certify):  # the fixture: same helpers, CLI defaults
+        spectr_certify.assert_acceptance(my_sd, expected="sd")
+
+Options: ``--spectr-samples N`` (N per case, default 20,000) and ``--spectr-alpha A``
+(false-alarm rate per case, default 1e-6) change the defaults of both helpers for the run.
+Hypothesis strategies for verifier inputs are in ``oracle.strategies``.
+
+The helpers wrap ``oracle.harness.certify_verifier`` (imported when first called: loading this
+plugin imports pytest and the standard library only, never torch or scipy).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import pytest
+
+DEFAULT_SAMPLES = 20_000
+DEFAULT_ALPHA = 1e-6
+
+# The defaults the helpers use when n_samples/alpha are not given: the constants above, or the
+# command-line options of the running pytest session (set in pytest_configure).
+_defaults = {"n_samples": DEFAULT_SAMPLES, "alpha": DEFAULT_ALPHA}
+_saved: list[dict] = []
+
+ALL_FAMILIES = None  # sentinel: every built-in family (oracle.certify_cases.FAMILIES)
+
+
+def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk):
+    from oracle.harness import certify_verifier
+    from oracle.certify_cases import FAMILIES
+
+    return certify_verifier(
+        verifier, rule, K=K, L=L, families=FAMILIES if families is None else tuple(families),
+        cases=cases, n_samples=_defaults["n_samples"] if n_samples is None else n_samples,
+        alpha=_defaults["alpha"] if alpha is None else alpha, dtype=dtype, seed=seed, chunk=chunk)
+
+
+def _case_detail(r) -> str:
+    """The lines of one failing case: p-values, δ, empirical TV, mean τ, worst cells."""
+    lines = [
+        f"case {r.name!r}: {r.verdict} (N = {r.n}, α = {r.alpha:g}; each of the four tests at α/4)",
+        f"  p-values: joint {r.pvalue_joint:.3g}, law of τ {r.pvalue_tau:.3g}, "
+        f"emitted token given (τ, prefix) {r.pvalue_conditional:.3g}, mean τ {r.pvalue_mean:.3g}",
+        f"  detectable TV δ = {r.detectable_tv:.4f} (power 0.99); empirical TV = {r.empirical_tv:.4f}",
+    ]
+    if not math.isnan(r.exact_mean_tau):
+        lines.append(f"  mean τ = {r.mean_tau:.4f}, CI [{r.mean_ci[0]:.4f}, {r.mean_ci[1]:.4f}], "
+                     f"exact E[τ] = {r.exact_mean_tau:.4f}")
+    if r.zero_cell_violations:
+        lines.append(f"  outcomes of probability 0 observed: {r.zero_cell_violations}")
+    if r.worst_cells:
+        lines.append("  worst cells (τ, accepted prefix, emitted token): observed vs expected count")
+        lines.extend(f"    {o!r}: {obs} vs {exp:.1f}" for o, obs, exp in r.worst_cells)
+    return "\n".join(lines)
+
+
+def _claim(rule: str) -> tuple[str, str]:
+    """(what failed, what passes) for ``rule``: losslessness for a rule the registry marks
+    lossless, conformance to the rule's law otherwise."""
+    from reference.rules import registry
+
+    if registry.spec(rule).lossless:
+        return (f"verifier is not lossless: it does not follow the exact law of the lossless rule {rule!r}",
+                f"lossless (the exact law of {rule!r})")
+    return (f"verifier does not conform to the exact law of rule {rule!r} (a lossy rule: this checks "
+            f"conformance to its law, not losslessness)", f"conforms to the law of {rule!r}")
+
+
+def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
+                    families: Sequence[str] | None = ALL_FAMILIES, cases: Sequence = (),
+                    n_samples: int | None = None, alpha: float | None = None, dtype: str = "float64",
+                    seed: int = 0, chunk: int = 4096):
+    """Assert that ``verifier`` follows the exact law of the registered rule ``rule``.
+
+    For a lossless rule (``reference.rules.registry``: "sd", "bv", "spectr", …) passing means
+    the verifier is lossless as that rule is; for a lossy one ("spectr_gbv", …) it means the
+    verifier conforms to that rule's law.
+
+    Args:
+        verifier: an object with the batched contract (reference/contract.py): called with
+            draft_tokens int64 [B, K, L], draft_probs [B, K, L, V], target_probs [B, K, L+1, V]
+            (numpy) and ``seeds=`` int64 [B]; returns ``tau`` [B] and ``tokens`` [B, L+1].
+        rule: the registered rule whose exact law the verifier claims.
+        K: drafts (default 1 for a single-draft rule, else 2).  L: block length ≥ 1.
+        families: built-in case families (default: all of ``oracle.certify_cases.FAMILIES``).
+        cases: extra ``oracle.certify.FixedCase`` rows.
+        n_samples: N per case (default 20,000 or ``--spectr-samples``).
+        alpha: false-alarm rate per case (default 1e-6 or ``--spectr-alpha``).
+        dtype: "float64", "float32" or "bfloat16" rows.  seed: base seed.  chunk: rows per call.
+    Returns:
+        oracle.certify.CertificationReport (``ok`` is True).
+    Raises:
+        AssertionError: some case fails; the message has the report table and, per failing
+            case, its p-values, detectable δ, empirical TV, mean τ against exact E[τ] and worst
+            outcome cells.
+        ValueError: unknown rule or family, bad K/L/n_samples/alpha/dtype, malformed verifier
+            output (from ``oracle.harness.certify_verifier``).
+    """
+    __tracebackhide__ = True
+    failed_claim, _ = _claim(rule)
+    report = _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk)
+    if not report.ok:
+        bad = [r for r in report.results if not r.ok]
+        raise AssertionError("\n".join(
+            [f"{failed_claim}: {len(bad)} of {len(report.results)} cases fail", report.table(), ""]
+            + [_case_detail(r) for r in bad]))
+    return report
+
+
+def assert_acceptance(verifier, expected: str = "bv", *, K: int | None = None, L: int = 3,
+                      families: Sequence[str] | None = ALL_FAMILIES, cases: Sequence = (),
+                      n_samples: int | None = None, alpha: float | None = None, dtype: str = "float64",
+                      seed: int = 0, chunk: int = 4096):
+    """Assert that ``verifier`` accepts as many draft tokens as the registered rule ``expected``:
+    in every case, the exact E[τ] of ``expected`` given the drafts lies in the confidence
+    interval of the verifier's mean τ (the two-sided mean test of the certification at α/4; the
+    law of the outcomes is not checked, so a verifier of another rule with the same acceptance
+    passes).
+
+    Args:
+        verifier: an object with the batched contract (see ``assert_lossless``).
+        expected: the registered rule whose exact E[τ] is expected (default "bv", the optimal
+            single-draft acceptance).
+        K, L, families, cases, n_samples, alpha, dtype, seed, chunk: as in ``assert_lossless``
+            (K defaults to 1 for a single-draft ``expected`` rule, else 2).
+    Returns:
+        oracle.certify.CertificationReport against ``expected`` (its ``ok`` may be False).
+    Raises:
+        AssertionError: a case whose mean τ differs; the message names the case, its mean τ,
+            the interval and the exact E[τ].
+        ValueError: as in ``assert_lossless``.
+    """
+    __tracebackhide__ = True
+    report = _certify(verifier, expected, K, L, families, cases, n_samples, alpha, dtype, seed, chunk)
+    bad = [r for r in report.results
+           if not math.isnan(r.exact_mean_tau) and not (r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1])]
+    if bad:
+        lines = [f"verifier's acceptance differs from {expected!r}'s exact E[τ] in {len(bad)} of "
+                 f"{len(report.results)} cases:"]
+        for r in bad:
+            side = "fewer" if r.mean_tau < r.exact_mean_tau else "more"
+            lines.append(
+                f"case {r.name!r}: mean τ = {r.mean_tau:.4f}, CI [{r.mean_ci[0]:.4f}, {r.mean_ci[1]:.4f}] "
+                f"(N = {r.n}, α = {r.alpha:g}), exact E[τ] of {expected!r} = {r.exact_mean_tau:.4f} "
+                f"({side} tokens accepted; mean-test p-value {r.pvalue_mean:.3g})")
+        raise AssertionError("\n".join(lines))
+    return report
+
+
+class SpectrCertify:
+    """What the ``spectr_certify`` fixture returns: the helpers with this run's defaults.
+
+    Attributes:
+        n_samples: N per case (``--spectr-samples``, default 20,000).
+        alpha: false-alarm rate per case (``--spectr-alpha``, default 1e-6).
+    """
+
+    def __init__(self, n_samples: int, alpha: float):
+        self.n_samples, self.alpha = n_samples, alpha
+
+    def _kw(self, kwargs):
+        kwargs.setdefault("n_samples", self.n_samples)
+        kwargs.setdefault("alpha", self.alpha)
+        return kwargs
+
+    def assert_lossless(self, verifier, rule: str, **kwargs):
+        """``assert_lossless`` with this run's N and α unless given."""
+        __tracebackhide__ = True
+        return assert_lossless(verifier, rule, **self._kw(kwargs))
+
+    def assert_acceptance(self, verifier, expected: str = "bv", **kwargs):
+        """``assert_acceptance`` with this run's N and α unless given."""
+        __tracebackhide__ = True
+        return assert_acceptance(verifier, expected, **self._kw(kwargs))
+
+    def certify(self, verifier, rule: str, **kwargs):
+        """``oracle.harness.certify_verifier`` with this run's N and α (no assertion)."""
+        from oracle.harness import certify_verifier
+
+        return certify_verifier(verifier, rule, **self._kw(kwargs))
+
+
+@pytest.fixture
+def spectr_certify(request) -> SpectrCertify:
+    """The certification helpers (``assert_lossless``, ``assert_acceptance``, ``certify``)
+    with N and α from ``--spectr-samples`` / ``--spectr-alpha``."""
+    return SpectrCertify(_defaults["n_samples"], _defaults["alpha"])
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("spectr-gbv", "spectr-gbv verifier certification")
+    group.addoption("--spectr-samples", type=int, default=None, metavar="N",
+                    help=f"samples per certification case (default {DEFAULT_SAMPLES})")
+    group.addoption("--spectr-alpha", type=float, default=None, metavar="A",
+                    help=f"false-alarm rate per certification case, in (0, 1) (default {DEFAULT_ALPHA:g})")
+
+
+def pytest_configure(config):
+    n = config.getoption("spectr_samples", None)
+    a = config.getoption("spectr_alpha", None)
+    if n is not None and n < 2:
+        raise pytest.UsageError(f"--spectr-samples must be >= 2, got {n}")
+    if a is not None and not 0.0 < a < 1.0:
+        raise pytest.UsageError(f"--spectr-alpha must be in (0, 1), got {a}")
+    _saved.append(dict(_defaults))
+    _defaults["n_samples"] = DEFAULT_SAMPLES if n is None else n
+    _defaults["alpha"] = DEFAULT_ALPHA if a is None else a
+
+
+def pytest_unconfigure(config):
+    if _saved:  # a nested session (pytester) restores the outer one's defaults
+        _defaults.update(_saved.pop())
+
+
+def pytest_report_header(config):
+    if config.getoption("spectr_samples", None) is not None or config.getoption("spectr_alpha", None) is not None:
+        return f"spectr-gbv certification: N = {_defaults['n_samples']}, α = {_defaults['alpha']:g} per case"
+    return None
