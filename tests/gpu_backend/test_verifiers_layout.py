@@ -5,6 +5,8 @@ nonzero() and data-dependent indexing raise)."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -15,7 +17,7 @@ from gpu_backend.verifiers.noise import (grouped_race, make_noise, race, race_gr
                                          seeded_exponentials, seeded_uniforms, splitmix64_mix)
 from oracle.stats import gtest
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
-from test_verifiers_cases import SINGLE_DRAFT
+from test_verifiers_cases import SINGLE_DRAFT, stack_cases, tree_case
 
 M64 = (1 << 64) - 1
 
@@ -147,6 +149,31 @@ def test_seeded_outputs_do_not_depend_on_the_batch_layout(name):
     assert_same_rows(full, sub, part, torch.arange(3))
     again = verifier(tok, dp, tp, seeds=seeds)
     assert_same_rows(full, torch.arange(B), again, torch.arange(B))
+
+
+@pytest.mark.parametrize("name", VERIFIERS)
+def test_seeded_outputs_on_draft_trees_do_not_depend_on_the_batch_layout(name):
+    """The same on draft trees (test_verifiers_cases.tree_case, V = 3: drafts share prefixes, the
+    trees differ between rows), one row at a time, and for expanded (stride-0) inputs, which
+    take the per-case shortcut, against the same rows materialised."""
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    B, K, L, V = 8, 1 if name in SINGLE_DRAFT else 3, 3, 3
+    tok, dp, tp = stack_cases([tree_case(rng, V, K, L) for _ in range(B)], torch.float32)
+    seeds = torch.tensor([11, -3, 2**40, 5, 7, 123456789, 0, 99], dtype=torch.int64)
+    verifier = get_verifier(name)
+    full = verifier(tok, dp, tp, seeds=seeds)
+    perm = torch.tensor([5, 2, 7, 0, 1, 6, 3, 4])
+    permuted = verifier(tok[perm], dp[perm], tp[perm], seeds=seeds[perm])
+    assert_same_rows(full, perm, permuted, torch.arange(B))
+    for b in (0, 3, 7):
+        single = verifier(tok[b:b + 1], dp[b:b + 1], tp[b:b + 1], seeds=seeds[b:b + 1])
+        assert_same_rows(full, [b], single, [0])
+    one = stack_cases([tree_case(rng, V, K, L, styles=("random",))], torch.float32)
+    seeds16 = torch.arange(16) * 3 + 1
+    expanded = verifier(*(a.expand((16,) + a.shape[1:]) for a in one), seeds=seeds16)
+    dense = verifier(*(a.repeat((16,) + (1,) * (a.dim() - 1)) for a in one), seeds=seeds16)
+    assert_same_rows(expanded, torch.arange(16), dense, torch.arange(16))
+    assert len(set(map(tuple, expanded.tokens.tolist()))) > 1  # the rows really differ
 
 
 def test_different_seeds_give_different_outcomes():
