@@ -36,6 +36,15 @@ _saved: list[dict] = []
 ALL_FAMILIES = None  # sentinel: every built-in family (oracle.certify_cases.FAMILIES)
 
 
+class CertificationFailed(AssertionError):
+    """The AssertionError of ``assert_lossless`` and ``assert_acceptance``; ``report`` is the
+    oracle.certify.CertificationReport behind it (its rows, worst cells, p-values)."""
+
+    def __init__(self, message: str, report):
+        super().__init__(message)
+        self.report = report
+
+
 def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk):
     from oracle.harness import certify_verifier
     from oracle.certify_cases import FAMILIES
@@ -101,9 +110,9 @@ def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
     Returns:
         oracle.certify.CertificationReport (``ok`` is True).
     Raises:
-        AssertionError: some case fails; the message has the report table and, per failing
-            case, its p-values, detectable δ, empirical TV, mean τ against exact E[τ] and worst
-            outcome cells.
+        CertificationFailed (an AssertionError): some case fails; the message has the report
+            table and, per failing case, its p-values, detectable δ, empirical TV, mean τ against
+            exact E[τ] and worst outcome cells; ``.report`` is the report.
         ValueError: unknown rule or family, bad K/L/n_samples/alpha/dtype, malformed verifier
             output (from ``oracle.harness.certify_verifier``).
     """
@@ -112,9 +121,9 @@ def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
     report = _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk)
     if not report.ok:
         bad = [r for r in report.results if not r.ok]
-        raise AssertionError("\n".join(
+        raise CertificationFailed("\n".join(
             [f"{failed_claim}: {len(bad)} of {len(report.results)} cases fail", report.table(), ""]
-            + [_case_detail(r) for r in bad]))
+            + [_case_detail(r) for r in bad]), report)
     return report
 
 
@@ -137,8 +146,8 @@ def assert_acceptance(verifier, expected: str = "bv", *, K: int | None = None, L
     Returns:
         oracle.certify.CertificationReport against ``expected`` (its ``ok`` may be False).
     Raises:
-        AssertionError: a case whose mean τ differs; the message names the case, its mean τ,
-            the interval and the exact E[τ].
+        CertificationFailed (an AssertionError): a case whose mean τ differs; the message names
+            the case, its mean τ, the interval and the exact E[τ]; ``.report`` is the report.
         ValueError: as in ``assert_lossless``.
     """
     __tracebackhide__ = True
@@ -154,7 +163,7 @@ def assert_acceptance(verifier, expected: str = "bv", *, K: int | None = None, L
                 f"case {r.name!r}: mean τ = {r.mean_tau:.4f}, CI [{r.mean_ci[0]:.4f}, {r.mean_ci[1]:.4f}] "
                 f"(N = {r.n}, α = {r.alpha:g}), exact E[τ] of {expected!r} = {r.exact_mean_tau:.4f} "
                 f"({side} tokens accepted; mean-test p-value {r.pvalue_mean:.3g})")
-        raise AssertionError("\n".join(lines))
+        raise CertificationFailed("\n".join(lines), report)
     return report
 
 

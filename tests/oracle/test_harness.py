@@ -4,7 +4,8 @@ The README's example (examples/certify_your_verifier.py: token-level speculative
 written from scratch) must be certified on every built-in family, and the same code with the
 classic bug (residual q instead of (q − p)_+) must fail.  N = 20,000 per case at α = 1e-6:
 a correct verifier fails a case with probability ≤ 1e-6, and the detectable δ (power 0.99) is
-below 0.031 on the small-vocabulary families (0.14 at V = 4,096).
+below 0.031 on the small-vocabulary families (0.14 at V = 4,096).  The assertions go through the
+pytest plugin's ``assert_lossless`` (oracle/pytest_plugin.py), as a user's tests would.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 
 from oracle.certify_cases import FAMILIES, case_family
-from oracle.harness import certify_verifier
+from oracle.pytest_plugin import CertificationFailed, assert_lossless
 from reference.contract import BatchVerdict, BatchedVerifier
 from reference.rules import RULES
 
@@ -42,9 +43,8 @@ def sd_with_plain_residual(draft_tokens, draft_probs, target_probs, *, seeds):
 
 def test_example_verifier_is_certified_on_every_family():
     assert isinstance(my_sd, BatchedVerifier)
-    report = certify_verifier(my_sd, "sd", K=1, L=3, n_samples=N, alpha=ALPHA)
+    report = assert_lossless(my_sd, "sd", K=1, L=3, n_samples=N, alpha=ALPHA)
     assert [r.name.split()[1] for r in report.results] == list(FAMILIES)
-    assert report.ok, report.table()
     for r in report.results:
         assert r.verdict == "PASS" and r.n == N and r.alpha == ALPHA
         assert r.detectable_tv < (0.15 if r.V == 4096 else 0.031), r.name
@@ -56,9 +56,12 @@ def test_example_verifier_is_certified_on_every_family():
 
 
 def test_plain_residual_bug_is_caught():
-    report = certify_verifier(sd_with_plain_residual, "sd", K=1, L=3, families=("toy", "disjoint"),
-                              n_samples=N, alpha=ALPHA)
+    with pytest.raises(CertificationFailed, match="verifier is not lossless: .* 2 of 2 cases fail") as failed:
+        assert_lossless(sd_with_plain_residual, "sd", K=1, L=3, families=("toy", "disjoint"),
+                        n_samples=N, alpha=ALPHA)
+    report = failed.value.report
     assert not report.ok
+    assert "case 'sd disjoint V=8 K=1 L=3': FAIL" in str(failed.value)
     assert [r.verdict for r in report.results] == ["FAIL", "FAIL"]
     worst = report.results[1].worst_cells[0]
     assert worst[1] > worst[2] + 5 * np.sqrt(worst[2] + 1)  # the residual's mass lands where it must not
@@ -67,9 +70,9 @@ def test_plain_residual_bug_is_caught():
 def test_reference_rules_are_verifiers_of_the_contract():
     """The numpy reference is itself a batched verifier: it certifies against its own law."""
     assert isinstance(RULES["spectr"], BatchedVerifier)
-    report = certify_verifier(RULES["spectr"], "spectr", K=2, L=2, families=("toy", "zeros", "equal"),
-                              n_samples=N, alpha=ALPHA)
-    assert report.ok, report.table()
+    report = assert_lossless(RULES["spectr"], "spectr", K=2, L=2, families=("toy", "zeros", "equal"),
+                             n_samples=N, alpha=ALPHA)
+    assert report.ok and len(report.results) == 3
 
 
 @pytest.mark.parametrize("kwargs,message", [

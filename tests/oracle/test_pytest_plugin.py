@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 
 # oracle.harness (scipy) is imported here, before pytester's in-process runs: they drop the modules they import
 from oracle.harness import certify_verifier
-from oracle.pytest_plugin import DEFAULT_ALPHA, DEFAULT_SAMPLES, assert_acceptance, assert_lossless
+from oracle.pytest_plugin import (DEFAULT_ALPHA, DEFAULT_SAMPLES, CertificationFailed, assert_acceptance,
+                                  assert_lossless)
 from oracle.strategies import KINDS, batched_inputs, verifier_inputs
 from reference.randomness import SamplingSource
 from reference.rules import RULES, registry
@@ -88,8 +89,8 @@ def test_user_file_outcomes_and_messages(user_run):
     assert "spectr-gbv certification: N = 3000, α = 1e-05 per case" in out  # the report header
     # the bug: named case, p-values, δ, empirical TV and worst cells
     result.stdout.re_match_lines([
-        r"E +AssertionError: verifier is not lossless: it does not follow the exact law of the lossless "
-        r"rule 'sd': 2 of 2 cases fail",
+        r"E +oracle.pytest_plugin.CertificationFailed: verifier is not lossless: it does not follow the "
+        r"exact law of the lossless rule 'sd': 2 of 2 cases fail",
         r"E +\| sd toy V=3 K=1 L=3 \| sd \| 3 \| 1 \| 3 \| float64 \| 3000 \| 1e-05 \| .* \| FAIL \|",
         r"E +case 'sd toy V=3 K=1 L=3': FAIL \(N = 3000, α = 1e-05; each of the four tests at α/4\)",
         r"E +p-values: joint 0, law of τ [0-9.e-]+, emitted token given \(τ, prefix\) 0, mean τ [0-9.e-]+",
@@ -101,7 +102,8 @@ def test_user_file_outcomes_and_messages(user_run):
     ])
     # acceptance below bv's: case, mean τ, CI and exact E[τ]
     result.stdout.re_match_lines([
-        r"E +AssertionError: verifier's acceptance differs from 'bv''s exact E\[τ\] in 1 of 1 cases:",
+        r"E +oracle.pytest_plugin.CertificationFailed: verifier's acceptance differs from 'bv''s exact "
+        r"E\[τ\] in 1 of 1 cases:",
         r"E +case 'bv toy V=3 K=1 L=3': mean τ = 2\.[0-9]+, CI \[2\.[0-9]+, 2\.[0-9]+\] \(N = 3000, "
         r"α = 1e-05\), exact E\[τ\] of 'bv' = 2\.4674 \(fewer tokens accepted; mean-test p-value [0-9.e-]+\)",
     ])
@@ -127,8 +129,9 @@ def test_lossy_rule_message_says_conforms():
     """A lossy registered rule: the claim checked is conformance to its law, not losslessness."""
     assert not registry.spec("spectr_gbv").lossless
     with pytest.raises(AssertionError, match=r"does not conform to the exact law of rule 'spectr_gbv' "
-                                             r"\(a lossy rule: this checks conformance to its law"):
+                                             r"\(a lossy rule: this checks conformance to its law") as failed:
         assert_lossless(RULES["spectr"], "spectr_gbv", K=2, L=2, families=("toy",), n_samples=3000)
+    assert isinstance(failed.value, CertificationFailed) and not failed.value.report.ok
     report = assert_lossless(RULES["spectr_gbv"], "spectr_gbv", K=2, L=2, families=("toy",), n_samples=3000)
     assert report.ok and report.results[0].n == 3000 and report.results[0].alpha == DEFAULT_ALPHA
     direct = certify_verifier(RULES["spectr_gbv"], "spectr_gbv", K=2, L=2, families=("toy",), n_samples=3000)
