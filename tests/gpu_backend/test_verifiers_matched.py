@@ -110,7 +110,7 @@ def test_empty_residual_falls_back_to_target_row(residual):
     """SpecTr-GBV with p = q at the root and every coin failing: the residual
     q·(1 − m^K) (or q·(1 − m)^K) is 0 for every token (m = 1), so the correction is drawn from
     the target row itself (reference/rules/base.py draw_residual), by both backends."""
-    V, K, L = 4, 2, 2
+    K, L = 2, 2  # V = 4
     root = np.array([0.25, 0.125, 0.5, 0.125])
     child = np.array([0.1, 0.2, 0.3, 0.4])
     child_q = np.array([0.4, 0.3, 0.2, 0.1])
