@@ -111,6 +111,19 @@ def test_user_file_outcomes_and_messages(user_run):
     assert "FAILED test_user.py::test_example_accepts_like_bv" in out
 
 
+def test_readme_example_file_passes(pytester, monkeypatch):
+    """README's "In your own tests" block, run as a test file on the example's my_sd."""
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### In your own tests (pytest plugin)")[1].split("\n## ")[0]
+    block = section.split("```python")[1].split("```")[0]
+    assert len(block.strip().splitlines()) <= 12
+    pytester.makepyfile(my_package=f"import runpy\nmy_sd = runpy.run_path({str(EXAMPLE)!r})['my_sd']\n",
+                        test_readme=block)
+    result = pytester.runpytest("--spectr-samples", "3000", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+
+
 def test_fixture_defaults_and_bad_options(pytester, monkeypatch):
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     pytester.makepyfile(test_defaults=f"""
