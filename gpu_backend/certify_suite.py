@@ -1,6 +1,6 @@
 """The certification suite of the torch verifiers: cases, the verifiers certified (``suite_verifier``) and
 the planted wrong rules.  Shared by ``spectr-gbv certify`` (gpu_backend/certification.py) and the
-tests (tests/gpu_backend/test_verifiers_certify.py, test_verifiers_new_rules.py,
+tests (tests/gpu_backend/test_verifiers_certify.py, test_verifiers_certify_distinctive.py,
 test_certify_cli.py).
 
 Cases (oracle.certify FixedCase: fixed draft blocks, the backend's outcomes against the
@@ -153,7 +153,7 @@ def large_case(rule: str, dtype: str, single_draft: bool | None = None) -> Fixed
                               large_models(LARGE_V, 21), K, L, 22, backend_dtype=dtype)
 
 
-# The non-modifying rules' cases (tests/gpu_backend/test_verifiers_new_rules.py): seeds chosen by
+# The non-modifying rules' cases (tests/gpu_backend/test_verifiers_certify_distinctive.py): seeds chosen by
 # scanning so that the rule's law is at TV ≥ 0.05 from each of DISTINCT_FROM.
 DISTINCT_FROM = ("kseq_bv", "traversal", "spectr")
 TOY_SEED = {"kseq_bv": 14, "traversal": 14, "mdbv": 15}  # MDBV accepts the whole block of seed 14

@@ -16,7 +16,7 @@ least one token wins:
                     (τ_k < L) or the bonus q(·|X^(k)_≤L) (τ_k = L); stop
     no draft accepted: correction at the root ∝ (q − ρ·p)_+
 
-Why it is lossless (sketch, checked exactly in tests/reference/test_new_rules.py): for one
+Why it is lossless (sketch, checked exactly in tests/reference/test_lossless.py): for one
 draft, BV against the scaled first-position target accepts X_1 = x with probability
 min(p(x), q(x)/ρ) summed over its futures, and, given X_1 = x is accepted, its continuation is
 BV's (lossless) continuation against q(·|x).  So each draft in turn is one K-SEQ candidate at

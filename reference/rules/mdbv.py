@@ -1,7 +1,7 @@
 """MDBV — multi-draft block verification on the merged draft tree, no modification.
 
 A construction of this project (docs/rules.md §2.10); lossless by construction (argument below)
-and checked with the exact engine (tests/reference/test_new_rules.py).  It uses every draft
+and checked with the exact engine (tests/reference/test_lossless.py).  It uses every draft
 at every depth, like SpecTr (Sun et al., NeurIPS 2023, arXiv 2310.15141), and decides each
 prefix jointly with its subtree, like BV (Sun et al., ICLR 2025, arXiv 2403.10444, Algorithm 2;
 docs/rules.md §2.3).  Derivation, study and numbers: proofs_check/NON_MODIFYING_RULES.md.

@@ -45,7 +45,7 @@ Where the paper's assumptions about how the tree was drawn differ from K i.i.d. 
     sibling exists it is p-distributed without the rejected tokens, and the residual law is
     right whether or not it exists), but not obviously below.
   * Losslessness on this tree is therefore decided by the exact engine: see
-    tests/reference/test_new_rules.py and proofs_check/NON_MODIFYING_RULES.md.
+    tests/reference/test_lossless.py and proofs_check/NON_MODIFYING_RULES.md.
 Later iterations are untouched (modifies_targets = False).
 """
 

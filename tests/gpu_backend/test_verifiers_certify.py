@@ -57,7 +57,7 @@ def run(cases, dtype, chunk):
 
 
 # The non-modifying multi-draft rules (kseq_bv, traversal, mdbv) have their own certification cases, chosen
-# so that each distinguishes its rule from the others: test_verifiers_new_rules.py.
+# so that each distinguishes its rule from the others: test_verifiers_certify_distinctive.py.
 CERTIFIED_HERE = tuple(r for r in VERIFIERS if r not in {"kseq_bv", "traversal", "mdbv"})
 
 
