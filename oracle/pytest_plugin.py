@@ -49,6 +49,8 @@ def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, see
     from oracle.harness import certify_verifier
     from oracle.certify_cases import FAMILIES
 
+    if families is not None and len(families) == 0 and len(cases) == 0:
+        raise ValueError("no cases to certify: give families or cases (an empty run would pass vacuously)")
     return certify_verifier(
         verifier, rule, K=K, L=L, families=FAMILIES if families is None else tuple(families),
         cases=cases, n_samples=_defaults["n_samples"] if n_samples is None else n_samples,
@@ -113,8 +115,9 @@ def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
         CertificationFailed (an AssertionError): some case fails; the message has the report
             table and, per failing case, its p-values, detectable δ, empirical TV, mean τ against
             exact E[τ] and worst outcome cells; ``.report`` is the report.
-        ValueError: unknown rule or family, bad K/L/n_samples/alpha/dtype, malformed verifier
-            output (from ``oracle.harness.certify_verifier``).
+        ValueError: no cases (``families=()`` and no ``cases``); unknown rule or family, bad
+            K/L/n_samples/alpha/dtype, malformed verifier output (from
+            ``oracle.harness.certify_verifier``).
     """
     __tracebackhide__ = True
     failed_claim, _ = _claim(rule)
