@@ -12,13 +12,16 @@ The layout (vllm-project/vllm, read at commit 7f6fc1c5; older commit 0097a7bb wh
     max_spec_len = max(num_draft_tokens)    (``__post_init__``)
 ``vllm/v1/worker/gpu_model_runner.py``, ``_calc_spec_decode_metadata``: the target's logits of
     request i are n_i + 1 consecutive rows, its n_i draft positions then its bonus position
-    (worked example there: num_draft_tokens [3, 0, 2, 0, 1] → target_logits_indices
-    [0, 1, 2, 5, 6, 9], bonus_logits_indices [3, 4, 7, 8, 10]).
+    (its worked example, read in a downstream copy of that function and consistent with
+    ``cu_num_sampled_tokens`` and ``RejectionSampler._get_logprobs_tensors``: num_draft_tokens
+    [3, 0, 2, 0, 1] → target_logits_indices [0, 1, 2, 5, 6, 9], bonus_logits_indices
+    [3, 4, 7, 8, 10]).
 ``vllm/v1/sample/rejection_sampler.py``, ``RejectionSampler.forward(metadata, draft_probs,
     logits, sampling_metadata)``: ``draft_probs`` float [num_tokens, V] or None ("not provided,
     which is the case for ngram spec decode"; the kernels then take the draft probability of
     the drafted token as 1 and the recovered token ∝ q with the drafted token zeroed, i.e. p is
-    the indicator of the drafted token), ``logits`` float [num_tokens + B, V] in the order
+    the indicator of the drafted token; ``GPUModelRunner`` passes ``None,  # draft_probs`` at
+    the call sites read), ``logits`` float [num_tokens + B, V] in the order
     above; the bonus token is sampled inside from ``logits[bonus_logits_indices]``, the target
     probabilities are softmax(logits[target_logits_indices] / T) per request
     (``apply_sampling_constraints``; T = GREEDY_TEMPERATURE = 0 marks greedy requests, which
@@ -39,7 +42,7 @@ This module's layout is the current one (bonus rows inside ``target_logits``), a
 
     num_draft_tokens  list[int] [B], each ≥ 0
     draft_token_ids   int [num_tokens]
-    draft_probs       float [num_tokens, V], or None (one-hot drafts: n-gram, greedy EAGLE)
+    draft_probs       float [num_tokens, V], or None (one-hot drafts: n-gram, greedy drafts)
     target_logits     float [num_tokens + B, V], request i's n_i draft rows then its bonus row
     temperatures      float [B] ≥ 0 (0 = greedy: the target is the one-hot of the argmax), or
                       None (all 1)
