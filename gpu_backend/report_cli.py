@@ -7,7 +7,10 @@ Parts, each run even when an earlier one failed:
    when it cannot run.
 2. ``certify --quick`` (gpu_backend.certification.certify_rules, every registered torch verifier
    against the oracle); the part fails unless every case is as expected.
-3. A short benchmark (``gpu_backend.bench_run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
+3. Third-party verifiers (gpu_backend.adapters.third_party): transformers' assisted-generation
+   verifier at its defaults and with its lossy ensemble weight, through the public harness
+   (oracle.harness.certify_verifier); fails unless each is certified, or caught when lossy.
+4. A short benchmark (``gpu_backend.bench_run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
    T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
    It fails when it cannot run or when the peak RSS reaches 8 GB; the performance targets are
    reported (met / not met) but a few prompts are too noisy to fail on them.
@@ -32,7 +35,8 @@ PEAK_RSS_LIMIT_GB = 8.0
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report",
-        help="the main job: prove --quick, certify, and a short benchmark, in one markdown report",
+        help="the main job: prove --quick, certify, third-party verifiers and a short benchmark, "
+        "in one markdown report",
         description="Runs the claim checks, the certification of the torch verifiers and a short "
         "benchmark; writes DIR/REPORT.md with the tables and plots.  Exit status 0 only when every "
         "part passed.",
@@ -42,7 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", type=output_dir, default="report", help="output folder (default ./report)")
     p.add_argument("--prompts", type=positive_int, default=3, help="benchmark prompts (default 3)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
-    p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "bench"],
+    p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "third_party", "bench"],
                    help="parts to leave out (reported as skipped, not as passed)")
     p.add_argument("--target", default="target")
     p.add_argument("--draft", default="draft")
@@ -128,6 +132,20 @@ def certify_part(out_dir: str) -> Part:
     return _run_part("certify", body)
 
 
+def third_party_part(out_dir: str) -> Part:
+    """The third-party verifiers through the public harness (markdown also in third_party.md)."""
+    def body():
+        from .adapters.third_party import certify_all, markdown, ok
+
+        results = certify_all()
+        text = markdown(results)
+        with open(os.path.join(out_dir, "third_party.md"), "w") as fh:
+            fh.write(text + "\n")
+        return ("passed" if ok(results) else "failed"), text
+
+    return _run_part("third-party verifiers", body)
+
+
 def bench_part(args, out_dir: str) -> Part:
     start = time.perf_counter()
     try:
@@ -182,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     parts = []
     for name, fn in (("prove", lambda: prove_part(args.out)),
                      ("certify", lambda: certify_part(args.out)),
+                     ("third_party", lambda: third_party_part(args.out)),
                      ("bench", lambda: bench_part(args, args.out))):
         if name in args.skip:
             parts.append(Part(name, "skipped", 0.0, "skipped on request"))

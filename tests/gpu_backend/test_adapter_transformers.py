@@ -51,3 +51,16 @@ def test_u_zero_accepts_a_token_of_target_probability_zero():
     assert out.tau[0] >= 1  # the defect: accepted although q = 0
     with verifier.force_uniform(1e-7):
         assert verifier(*rows, seeds=np.array([0])).tau[0] == 0
+
+
+def test_report_part_table():
+    """The report's third-party table: defaults CERTIFIED, the ensemble weight CAUGHT
+    (N = 5,000 on two families here; the report runs N = 20,000 on all six)."""
+    from gpu_backend.adapters.third_party import THIRD_PARTY, certify_all, markdown, ok, verdict
+
+    results = certify_all(n_samples=5_000, families=("toy", "zeros"))
+    assert [verdict(e, r) for e, r in results] == ["CERTIFIED", "CAUGHT"]
+    assert ok(results)
+    text = markdown(results)
+    assert text.count("\n| transformers") == len(THIRD_PARTY) and "| 2/2 |" in text and "| 0/2 |" in text
+    assert "N = 5,000 per case" in text

@@ -1,0 +1,100 @@
+"""The third-party verifiers this project certifies, and their certificate for the report.
+
+Each entry names an adapter (a verifier with the batched contract of reference/contract.py),
+the registered rule whose exact law it claims, and whether it should pass (a lossy setting is
+listed to show that the certificate catches it).  ``certify_all`` runs the public harness
+(oracle.harness.certify_verifier) on every entry; ``markdown`` renders the table that
+``spectr-gbv report`` embeds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from oracle.certify_cases import FAMILIES
+
+
+@dataclass(frozen=True)
+class ThirdParty:
+    """One certified third-party verifier.
+
+    Attributes:
+        name: label.  description: what it is and where it lives.
+        factory: zero-argument constructor of the adapter.
+        rule: registered rule whose exact law it is tested against.  K, L: sizes of the cases.
+        expect_pass: False for a setting that is lossy by design (the certificate must catch it).
+    """
+
+    name: str
+    description: str
+    factory: Callable[[], object]
+    rule: str
+    K: int = 1
+    L: int = 3
+    expect_pass: bool = True
+
+
+def _transformers(weight=None):
+    from .transformers_sd import TransformersSpeculativeSampling
+
+    return lambda: TransformersSpeculativeSampling(weight)
+
+
+THIRD_PARTY: list[ThirdParty] = [
+    ThirdParty("transformers _speculative_sampling",
+               "assisted generation's verifier at its defaults (transformers.generation.utils)",
+               _transformers(), "sd"),
+    ThirdParty("transformers _speculative_sampling, assistant_ensemble_weight=0.5",
+               "the relaxed acceptance v = w·q_draft + (1 − w)·p_target: lossy by design",
+               _transformers(0.5), "sd", expect_pass=False),
+]
+
+
+def certify_all(n_samples: int = 20_000, alpha: float = 1e-6, families=FAMILIES, entries=None,
+                progress=None) -> list[tuple[ThirdParty, object]]:
+    """(entry, CertificationReport) for every entry (default ``THIRD_PARTY``).
+
+    Raises:
+        ValueError: bad n_samples, alpha or families (oracle.harness.certify_verifier).
+    """
+    from oracle.harness import certify_verifier
+
+    out = []
+    for entry in entries if entries is not None else THIRD_PARTY:
+        report = certify_verifier(entry.factory(), entry.rule, K=entry.K, L=entry.L,
+                                  families=families, n_samples=n_samples, alpha=alpha,
+                                  progress=progress)
+        out.append((entry, report))
+    return out
+
+
+def verdict(entry: ThirdParty, report) -> str:
+    """CERTIFIED / NOT CERTIFIED for an entry expected to pass; CAUGHT / MISSED otherwise."""
+    if entry.expect_pass:
+        return "CERTIFIED" if report.ok else "NOT CERTIFIED"
+    return "CAUGHT" if not report.ok else "MISSED"
+
+
+def ok(results) -> bool:
+    """Every entry as expected (certified, or caught when lossy by design)."""
+    return all(verdict(e, r) in ("CERTIFIED", "CAUGHT") for e, r in results)
+
+
+def markdown(results) -> str:
+    """One row per entry: law, cases passed, largest measured TV, smallest detectable δ, verdict."""
+    lines = ["| verifier | tested against | cases passed | largest measured TV | detectable δ | verdict |",
+             "|---|---|---|---|---|---|"]
+    for entry, report in results:
+        rs = report.results
+        passed = sum(r.passed for r in rs)
+        worst = max(rs, key=lambda r: r.empirical_tv)
+        lines.append(f"| {entry.name} | exact law of `{entry.rule}` (K={entry.K}, L={entry.L}) | "
+                     f"{passed}/{len(rs)} | {worst.empirical_tv:.3f} ({worst.name.split()[1]}) | "
+                     f"{min(r.detectable_tv for r in rs):.3f}–{max(r.detectable_tv for r in rs):.3f} | "
+                     f"{verdict(entry, report)} |")
+    n = results[0][1].results[0].n if results and results[0][1].results else 0
+    lines += ["", f"N = {n:,} per case, α = {results[0][1].results[0].alpha:g} per case; "
+              "families: " + ", ".join(FAMILIES) + " (oracle.certify_cases.case_family).  The measured "
+              "TV is ½ Σ |O/N − p| over the outcomes (biased upwards by sampling noise)."] if n else []
+    return "\n".join(lines)
