@@ -124,6 +124,84 @@ def _empty(V: int) -> Mechanism:
     return Mechanism(np.zeros(V), 0.0, np.zeros(V), none, None, none)
 
 
+def _singleton_scan(pp_l: list, wq_l: list, m: int) -> tuple[np.ndarray, np.ndarray]:
+    """Singletons in q/p order: marked mass s_t and free mass F_t before token t, float64 [n]
+    and [n+1] (a scan: the regime of each token depends on F_t; reference _cut_mechanism)."""
+    single, free = [], [1.0]
+    for t in range(len(pp_l)):
+        F = free[-1]
+        if F <= 0.0:
+            s = 0.0
+        elif wq_l[t] >= F**m:
+            s = min(pp_l[t], F)
+        else:
+            s = min(pp_l[t], -F * float(np.expm1(np.log1p(-wq_l[t] / F**m) / m)))
+        single.append(max(s, 0.0))
+        free.append(max(F - single[-1], 0.0))
+    return np.array(single, dtype=np.float64), np.array(free, dtype=np.float64)
+
+
+def _rest_classes(pp, wq, ratio, m: int, Pp, Sq, F) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rest class of every cut j (tokens j.. in one class after j singletons), vectorised
+    over j: κ by bisection, its coverage and validity (reference _rest_class).
+
+    Args:
+        pp, wq: float64 [n], p and w·q in q/p order; ratio: float64 [n], w·q/p snapped to ties
+        (descending); Pp: prefix sums of pp [n+1]; Sq: suffix sums of wq [n+1]; F: free mass
+        before each cut [n].
+    Returns:
+        (cover, kappa, class_ok), float64/float64/bool [n]: ΣA of the class (0 where no class),
+        κ, and whether every A(x) ≤ w·q(x) in it.
+    """
+    n = len(pp)
+    neg_ratio = -ratio  # ascending along the sorted support (ties snapped)
+    j_idx = np.arange(n)
+    has_class = F > 0
+    kappa = m * F ** (m - 1)
+    cover = np.zeros(n)
+    class_ok = np.ones(n, dtype=bool)
+    if n == 0 or not has_class.any():
+        return cover, kappa, class_ok
+
+    def s_of(kap):
+        lo = np.maximum(j_idx, np.searchsorted(neg_ratio, -kap, side="right"))
+        return (Pp[lo] - Pp[j_idx]) + Sq[lo] / kap, lo
+
+    lo_k = np.zeros(n)
+    hi_k = m * F ** (m - 1)
+    live = has_class.copy()
+    for _ in range(_BISECTION_STEPS):
+        mid = 0.5 * (lo_k + hi_k)
+        live &= (mid > lo_k) & (mid < hi_k)
+        if not live.any():
+            break
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s, _ = s_of(mid)
+            valid = (s > 0) & (_covered_vec(F, s, m) <= mid * s)
+        hi_k = np.where(live & valid, mid, hi_k)
+        lo_k = np.where(live & ~valid, mid, lo_k)
+    # the reference re-checks κ with the summed s and falls back to m·F^(m−1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s, lo = s_of(hi_k)
+        cov = _covered_vec(F, s, m)
+        good = cov <= hi_k * s * (1.0 + 1e-12)
+        kappa = np.where(good, hi_k, m * F ** (m - 1))
+        s2, lo2 = s_of(kappa)
+        cov2 = _covered_vec(F, s2, m)
+    s = np.where(good, s, s2)
+    lo = np.where(good, lo, lo2)
+    cov = np.where(good, cov, cov2)
+    cover = np.where(has_class & (s > 0), cov, 0.0)
+    # largest A(x)/(w q(x)) in the class: cover/(κ s) on unsaturated tokens, p/(w q)·cover/s
+    # on the last saturated one
+    with np.errstate(divide="ignore", invalid="ignore"):
+        unsat = np.where(lo < n, cover / (kappa * s), 0.0)
+        last_sat = np.maximum(lo - 1, 0)
+        sat = np.where((lo > j_idx) & (wq[last_sat] > 0), pp[last_sat] / wq[last_sat] * cover / s, 0.0)
+    class_ok = ~(has_class & (s > 0) & ((unsat > 1.0 + 1e-9) | (sat > 1.0 + 1e-9)))
+    return cover, kappa, class_ok
+
+
 def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
     """Selection law of one node against w·q with m drafts: class-K-SEQ over every cut and
     count-priority, the larger ΣA (ties within reference.ties' tolerance: the earlier candidate,
@@ -150,75 +228,16 @@ def node_mechanism(p: np.ndarray, q: np.ndarray, w: float, m: int) -> Mechanism:
     n = len(pp)
     Pp = np.concatenate([[0.0], np.cumsum(pp)])
     Sq = np.concatenate([np.cumsum(wq[::-1])[::-1], [0.0]])  # suffix sums: tiny tails survive
-    # singletons: marked mass s_t and free mass F_t before token t (a scan: the regime of each
-    # token depends on F_t)
-    pp_l, wq_l = pp.tolist(), wq.tolist()
-    single, free = [], [1.0]
-    for t in range(n):
-        F = free[-1]
-        if F <= 0.0:
-            s = 0.0
-        elif wq_l[t] >= F**m:
-            s = min(pp_l[t], F)
-        else:
-            s = min(pp_l[t], -F * float(np.expm1(np.log1p(-wq_l[t] / F**m) / m)))
-        single.append(max(s, 0.0))
-        free.append(max(F - single[-1], 0.0))
-    single_a = np.array(single, dtype=np.float64)
-    free_a = np.array(free, dtype=np.float64)
+    single_a, free_a = _singleton_scan(pp.tolist(), wq.tolist(), m)
     # singleton acceptances and their validity (A ≤ w·q), as prefix quantities over the cut j
     a_single = _covered_vec(free_a[:n], single_a, m)
     bad_single = a_single > wq * (1.0 + 1e-9) + 1e-300
     a_prefix = np.concatenate([[0.0], np.cumsum(a_single)])
     bad_prefix = np.concatenate([[False], np.cumsum(bad_single) > 0])
-    # the rest class of every cut j < n with free mass: κ by bisection, vectorised over j
-    neg_ratio = -(w * snapped)  # ascending along the sorted support (ties snapped)
-    j_idx = np.arange(n)
-    F = free_a[:n]
-    has_class = F > 0
-    kappa = m * F ** (m - 1)
-    cover = np.zeros(n)
-    class_ok = np.ones(n, dtype=bool)
-    if n > 0 and has_class.any():
-        def s_of(kap):
-            lo = np.maximum(j_idx, np.searchsorted(neg_ratio, -kap, side="right"))
-            return (Pp[lo] - Pp[j_idx]) + Sq[lo] / kap, lo
-
-        lo_k = np.zeros(n)
-        hi_k = m * F ** (m - 1)
-        live = has_class.copy()
-        for _ in range(_BISECTION_STEPS):
-            mid = 0.5 * (lo_k + hi_k)
-            live &= (mid > lo_k) & (mid < hi_k)
-            if not live.any():
-                break
-            with np.errstate(divide="ignore", invalid="ignore"):
-                s, _ = s_of(mid)
-                valid = (s > 0) & (_covered_vec(F, s, m) <= mid * s)
-            hi_k = np.where(live & valid, mid, hi_k)
-            lo_k = np.where(live & ~valid, mid, lo_k)
-        # the reference re-checks κ with the summed s and falls back to m·F^(m−1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            s, lo = s_of(hi_k)
-            cov = _covered_vec(F, s, m)
-            good = cov <= hi_k * s * (1.0 + 1e-12)
-            kappa = np.where(good, hi_k, m * F ** (m - 1))
-            s2, lo2 = s_of(kappa)
-            cov2 = _covered_vec(F, s2, m)
-        s = np.where(good, s, s2)
-        lo = np.where(good, lo, lo2)
-        cov = np.where(good, cov, cov2)
-        cover = np.where(has_class & (s > 0), cov, 0.0)
-        # largest A(x)/(w q(x)) in the class: cover/(κ s) on unsaturated tokens, p/(w q)·cover/s
-        # on the last saturated one
-        with np.errstate(divide="ignore", invalid="ignore"):
-            unsat = np.where(lo < n, cover / (kappa * s), 0.0)
-            last_sat = np.maximum(lo - 1, 0)
-            sat = np.where((lo > j_idx) & (wq[last_sat] > 0), pp[last_sat] / wq[last_sat] * cover / s, 0.0)
-        class_ok = ~(has_class & (s > 0) & ((unsat > 1.0 + 1e-9) | (sat > 1.0 + 1e-9)))
+    cover, kappa, class_ok = _rest_classes(pp, wq, w * snapped, m, Pp, Sq, free_a[:n])
     totals = np.concatenate([a_prefix[:n] + cover, a_prefix[n:]])
     oks = np.concatenate([~bad_prefix[:n] & class_ok, ~bad_prefix[n:]])
-    counts = _count_priority(p, q, w, m, order, pp, wq_l)
+    counts = _count_priority(p, q, w, m, order, pp, wq.tolist())
     counts_ok = bool(np.all(counts.A <= w * q * (1.0 + 1e-9) + 1e-300))
     # the reference's choice: the first valid candidate, replaced by a later one only if larger
     # by more than the tie tolerance (reference.ties)
