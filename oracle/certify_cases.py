@@ -83,12 +83,19 @@ FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal")
 
 
 def _zero_target_mass(case: FixedCase) -> FixedCase:
-    """The case with target probability 0 on every drafted token at depth 0 (the rows
-    renormalised): a verifier must never accept such a token."""
+    """The case with target probability 0 on every token drafted at depth 0, in every depth-0
+    row (one context, so one row; renormalised): a verifier must never accept such a token.
+
+    Raises:
+        ValueError: the drafts cover every token of the target's support at depth 0.
+    """
     tp = case.target_probs.copy()
-    for k in range(case.K):
-        tp[k, 0, case.draft_tokens[k, 0]] = 0.0
-        tp[k, 0] /= tp[k, 0].sum()
+    drafted = sorted(set(int(t) for t in case.draft_tokens[:, 0]))
+    tp[:, 0, drafted] = 0.0
+    if not (tp[:, 0].sum(-1) > 0).all():
+        raise ValueError(f"family 'zeros': the {case.K} drafts cover the whole depth-0 support; "
+                         "use fewer drafts or another seed")
+    tp[:, 0] /= tp[:, 0].sum(-1, keepdims=True)
     return FixedCase(case.name, case.rule, case.reference_rule, case.draft_tokens, case.draft_probs,
                      tp, case.expect_pass, case.backend_dtype)
 
@@ -110,7 +117,8 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
 
     Families: "toy" (V = 3 prefix-dependent toy models, draft close to target), "prefix"
     (V = 5, rows depending on the whole prefix, draft far from target), "large" (V = 4,096
-    peaked rows), "zeros" (toy rows with target probability 0 on the drafted tokens at depth 0),
+    peaked rows), "zeros" (toy rows, V = max(3, K + 1), with target probability 0 on the tokens
+    drafted at depth 0),
     "disjoint" (V = 8, target rows nearly disjoint from the draft's), "equal" (p = q: every
     draft token must be accepted by a lossless single-path rule).
 
@@ -132,8 +140,10 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     if registry.is_single_draft(rule) and K != 1:
         raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got {K}")
-    if family in ("toy", "zeros"):
+    if family == "toy":
         draft, target = toy_models(3, 100 + seed)
+    elif family == "zeros":  # a vocabulary the K drafts cannot cover at depth 0
+        draft, target = toy_models(max(3, K + 1), 100 + seed)
     elif family == "prefix":
         draft, target = RandomModel(5, 200 + seed, 0.5), RandomModel(5, 300 + seed, 0.5)
     elif family == "large":

@@ -15,8 +15,11 @@ against the exact E[τ], the worst outcome cells).
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Sequence
 
+from reference.contract import to_numpy
 from reference.rules import registry
 
 from .certify import CertificationReport, FixedCase, certify
@@ -56,3 +59,73 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         if not isinstance(case, FixedCase):
             raise ValueError(f"cases must hold FixedCase objects, got {type(case).__name__}")
     return certify(verifier, [*built, *cases], n_samples, alpha, chunk, seed, progress)
+
+
+@dataclass
+class Probe:
+    """One deterministic boundary probe: ``passed`` and what was seen (``detail``)."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+# (family, uniform): u → 0 makes every coin with h > 0 succeed and must still refuse a token of
+# target probability 0 (h = 0); u = 1 makes every coin with h < 1 fail, so p = q rows (h = 1)
+# must still be accepted in full, and a forced rejection must find a residual with mass
+PROBES = (("zeros", 2.0**-53), ("zeros", 1.0), ("equal", 1.0), ("equal", 2.0**-53),
+          ("toy", 2.0**-53), ("toy", 1.0))
+
+
+def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3) -> list[Probe]:
+    """Deterministic probes of a verifier that lets the caller inject its uniforms.
+
+    The verifier must take ``noise=(uniforms float64 [B, K, L+1] in (0, 1], exponentials
+    float64 [B, V] > 0)`` with the conventions of ``reference.randomness.MatchedSource`` (coin
+    (k, i) succeeds iff u[k, i] ≤ h; the draw is the exponential race), as this project's
+    verifiers do.  With every uniform at 2^-53 and at 1 on the families of ``PROBES``, its
+    verdict (τ and tokens) must equal the reference rule's under the same noise, and a drafted
+    token of target probability 0 must never be accepted.  A row holding NaN must raise
+    ValueError.
+
+    Args:
+        verifier: the batched verifier.  rule: registered rule whose law it claims.
+        K: drafts (default 1 for a single-draft rule, else 2).  L: block length.
+    Returns:
+        list of Probe, one per (family, uniform) and one for NaN rows.
+    Raises:
+        TypeError: the verifier does not take ``noise=`` (no uniforms can be injected).
+        ValueError: unknown rule.
+    """
+    import numpy as np
+
+    from reference.rules import get_rule
+
+    if "noise" not in inspect.signature(verifier.__call__ if not inspect.isfunction(verifier) else verifier).parameters:
+        raise TypeError(f"{type(verifier).__name__} does not take noise=: its uniforms cannot be injected")
+    K = registry.default_K(rule, 2) if K is None else K
+    reference = get_rule(rule)
+    probes = []
+    for family, u in PROBES:
+        case = case_family(family, rule, K, L)
+        rows = (case.draft_tokens[None], case.draft_probs[None], case.target_probs[None])
+        noise = (np.full((1, K, L + 1), u), np.random.default_rng(7).exponential(size=(1, case.V)) + 1e-3)
+        want = reference(*rows, noise=noise)
+        got = verifier(*rows, noise=noise)
+        tau, tokens = int(to_numpy(got.tau)[0]), to_numpy(got.tokens)[0]
+        ok = tau == int(want.tau[0]) and np.array_equal(tokens, want.tokens[0])
+        q_zero = [int(tokens[i]) for i in range(min(tau, L)) if family == "zeros" and i == 0]
+        ok = ok and not q_zero
+        probes.append(Probe(f"{family} rows, every uniform = {u:g}", ok,
+                            f"τ = {tau}, tokens {tokens.tolist()}; reference τ = {int(want.tau[0])}, "
+                            f"tokens {want.tokens[0].tolist()}"))
+    case = case_family("toy", rule, K, L)
+    bad = case.target_probs.copy()
+    bad[0, 0, 0] = np.nan
+    try:
+        out = verifier(case.draft_tokens[None], case.draft_probs[None], bad[None], seeds=np.array([0]))
+        probes.append(Probe("NaN in target_probs", False, f"returned τ = {to_numpy(out.tau).tolist()} "
+                            "instead of raising ValueError"))
+    except ValueError as err:
+        probes.append(Probe("NaN in target_probs", True, f"ValueError: {err}"))
+    return probes
