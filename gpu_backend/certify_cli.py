@@ -2,6 +2,19 @@
 
     spectr-gbv certify [--rules R,…] [--quick] [--json FILE] [--markdown FILE]
                        [--samples N] [--alpha A] [--seed S] [--device D] [--threads T]
+    spectr-gbv certify --engine [--rules R,…] [--quick] [--samples N] [--alpha A]
+                       [--max-new-tokens M] [--target T] [--draft D] [--draft-temperature TD]
+                       [--seed S] [--device D] [--threads T] [--json FILE]
+
+``--engine`` certifies the speculative-decoding ENGINE on a real model instead of the verifier
+plan (gpu_backend/engine_certify.py: N seeded generations per rule from one fixed prompt; the
+first emitted token G-tested against the target's exact law, every iteration's τ against the
+reference rule's exact law of τ given the rows the verifier got; planted wrong rules run
+through the engine must be caught).  Default pair: the embedded "tiny" SmolLM2 in float32 as
+target at T = 1, itself at T = 1.5 as draft; ``--target/--draft`` take another pair (e.g.
+``--target target --draft draft``: the Qwen2.5-Coder pair; its draft then at T = 1 unless
+``--draft-temperature``).  Rules: every lossless registered rule but mdbv (``--quick``: the
+engine's default rule, sd and gbv, N = 20); α = 1e-3 per row unless ``--alpha``.
 
 Every rule of the registry (``reference.rules.registry``; or the ``--rules`` subset) is run by
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
@@ -57,6 +70,12 @@ import sys
 from .certification import (DEFAULT_ALPHA, FULL_N, certify_rules, device_unusable, markdown,
                             parse_rules, summary, text_table)
 
+# gpu_backend.engine_certify's defaults, repeated here so that --help imports no torch
+# (tests/gpu_backend/test_engine_certify.py checks they agree)
+ENGINE_ALPHA = 1e-3
+ENGINE_MAX_NEW_TOKENS = 16
+ENGINE_DRAFT_T = 1.5
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
@@ -69,7 +88,7 @@ def register(subparsers) -> None:
         "passes and every planted wrong rule is caught.",
     )
     from reference.cli_args import (add_json_flag, int_at_least, output_file, positive_int, seed_int,
-                                    unit_interval_open)
+                                    temperature_value, unit_interval_open)
 
     p.add_argument("--rules", default=None,
                    help="comma-separated registered rules (default: all); planted wrong rules run "
@@ -79,29 +98,70 @@ def register(subparsers) -> None:
                    "under 5 minutes on 2 CPU cores)")
     p.add_argument("--samples", type=int_at_least(2, " (the mean test needs 2 samples)"), default=None,
                    help=f"N for every case (default {FULL_N}; --quick: per kind, see the docs)")
-    p.add_argument("--alpha", type=unit_interval_open, default=DEFAULT_ALPHA,
-                   help=f"false-alarm rate per case, in (0, 1) (default {DEFAULT_ALPHA:g})")
+    p.add_argument("--alpha", type=unit_interval_open, default=None,
+                   help=f"false-alarm rate per case, in (0, 1) (default {DEFAULT_ALPHA:g}; "
+                   f"--engine: {ENGINE_ALPHA:g} per rule)")
     p.add_argument("--seed", type=seed_int, default=0, help="base seed of the verifiers' noise (>= 0)")
     p.add_argument("--device", default="cpu", help="torch device of the verifiers (default cpu)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch intra-op threads (default 1: small batched ops are faster on one)")
+    p.add_argument("--engine", action="store_true",
+                   help="certify the speculative-decoding engine end to end on a real model "
+                   "instead of the verifiers (first-token law and acceptance lengths; slow: "
+                   "about 5 s per generation on 1 CPU thread)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help=f"--engine: tokens per generation (default {ENGINE_MAX_NEW_TOKENS})")
+    p.add_argument("--target", default=None,
+                   help="--engine: target model (default: the embedded 'tiny' SmolLM2, float32)")
+    p.add_argument("--draft", default=None,
+                   help="--engine: draft model (default: the target itself, tempered)")
+    p.add_argument("--draft-temperature", type=temperature_value, default=None,
+                   help=f"--engine: the draft's sampling temperature (default "
+                   f"{ENGINE_DRAFT_T:g} for the tempered copy, 1 for a separate --draft)")
     add_json_flag(p, "the rows")
     p.add_argument("--markdown", type=output_file, default=None, help="write the report as markdown to FILE")
     p.set_defaults(func=run, check=check)
 
 
 def check(args: argparse.Namespace) -> None:
-    """The rule names against the registry and the device (ranges are checked by the parser)."""
+    """The rule names against the registry, the engine-only flags and the device (ranges are
+    checked by the parser)."""
     import torch
 
     from reference.cli_args import UsageError, first_line
 
     from reference.rules import registry
 
+    engine = getattr(args, "engine", False)
+    if not engine:
+        given = [flag for flag, value in (("--max-new-tokens", getattr(args, "max_new_tokens", None)),
+                                          ("--target", getattr(args, "target", None)),
+                                          ("--draft", getattr(args, "draft", None)),
+                                          ("--draft-temperature", getattr(args, "draft_temperature", None)))
+                 if value is not None]
+        if given:
+            raise UsageError(f"{given[0]} needs --engine")
+    elif args.markdown:
+        raise UsageError("--markdown is not available with --engine (use --json)")
+    if getattr(args, "alpha", None) is None:
+        args.alpha = ENGINE_ALPHA if engine else DEFAULT_ALPHA
     try:
-        args.rule_list = parse_rules(args.rules, registry.names())
+        if engine:
+            from .engine_certify import SKIPPED, engine_rules
+
+            skipped = [r for r in (args.rules or "").split(",") if r.strip() in SKIPPED]
+            if skipped:
+                r = skipped[0].strip()
+                raise UsageError(f"--engine: rule {r!r} is not certified on the engine: {SKIPPED[r]}")
+            args.rule_list = parse_rules(args.rules, engine_rules())
+        else:
+            args.rule_list = parse_rules(args.rules, registry.names())
     except ValueError as err:
         raise UsageError(str(err)) from None
+    if engine:
+        from .bench_cli import check_models
+
+        check_models(args.target or "tiny", args.draft)
     try:
         device = torch.device(args.device)
     except (RuntimeError, AssertionError, ValueError) as err:
@@ -126,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
         check(args)
     rules, device = args.rule_list, args.torch_device
     torch.set_num_threads(args.threads)
+    if getattr(args, "engine", False):
+        return run_engine(args, rules, device)
 
     def progress(row):
         extra = f"  {row.error}" if row.error else ""
@@ -142,6 +204,48 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(markdown(cert, command))
+    return 0 if cert.ok else 1
+
+
+def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
+    """``certify --engine``: gpu_backend.engine_certify on the chosen pair; prints the table
+    and the summary; exit 0 only when every rule passes and every planted rule is caught."""
+    from reference.cli_args import UsageError, first_line, text_stream, write_json
+
+    from . import engine_certify as ec
+    from .prompts import encode_prompt
+    from .sampling import SamplingConfig
+
+    if args.rules is None and args.quick:
+        rules = list(ec.CI_RULES)
+    n = args.samples or (ec.QUICK_ENGINE_SEEDS if args.quick else ec.DEFAULT_ENGINE_SEEDS)
+    tokens = args.max_new_tokens or ec.DEFAULT_MAX_NEW_TOKENS
+    target_name = args.target or "tiny"
+    try:
+        target, draft, tok, eos = ec.load_pair(target_name, args.draft, "float32", device)
+    except (OSError, ValueError) as err:  # FileNotFoundError included
+        raise UsageError(f"--engine: cannot load the models: {first_line(err)}") from None
+    draft_t = args.draft_temperature or (ec.DEFAULT_DRAFT_TEMPERATURE if args.draft is None else 1.0)
+    ids = encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False)
+    setup = (f"target {target_name} (float32, T = 1), draft "
+             f"{args.draft or target_name} (T = {draft_t:g}), prompt {ec.DEFAULT_PROMPT!r} "
+             f"({len(ids)} tokens), {tokens} new tokens per run, device {device}")
+    print(f"certify --engine: {setup}", file=sys.stderr, flush=True)
+
+    def progress(row):
+        extra = f"  {row.error}" if row.error else ""
+        print(f"certify --engine: {row.verdict:6s} {row.rule}  N={row.n}  iterations="
+              f"{row.iterations}  {row.seconds:.0f}s{extra}", file=sys.stderr, flush=True)
+
+    cert = ec.certify_engine(target, draft, ids, rules, n_seeds=n, max_new_tokens=tokens,
+                             alpha=args.alpha, sampling=SamplingConfig(1.0),
+                             draft_sampling=SamplingConfig(draft_t), first_seed=args.seed,
+                             eos_token_ids=eos, setup=setup, progress=progress)
+    out = text_stream(args)
+    print(ec.text_table(cert.rows), file=out)
+    print(file=out)
+    print(ec.summary(cert), file=out)
+    write_json(args.json_file, {"setup": setup, "rows": [r.to_json() for r in cert.rows]})
     return 0 if cert.ok else 1
 
 

@@ -1,0 +1,508 @@
+"""Statistical certification of the speculative-decoding ENGINE on a real model, end to end.
+
+``spectr-gbv certify --engine`` (gpu_backend/certify_cli.py) runs ``certify_engine``: the
+whole engine (``gpu_backend.engine.SpeculativeEngine``: KV caches, packed token tree, sampling
+of the drafts, Algorithm 2's modified rows, the torch verifier) generates from one fixed prompt
+for N distinct seeds per rule, and two checks are made on those same runs:
+
+(a) **First-token law.**  The first emitted token of the N runs is G-tested
+    (``oracle.stats.gtest``) against the target's exact law after the prompt: ONE uncached
+    forward call of the target on the prompt, its last logits through the engine's own
+    ``sampling.probabilities`` (temperature, top-k, top-p, float32 softmax), in float64,
+    renormalised.  This is the losslessness claim itself, but at a real vocabulary
+    (V = 49,152 for SmolLM2) and N of a few hundred the G-test pools most cells: the reported
+    δ (``GTestResult.detectable_tv_law``: the power-0.99 bound on the pooled cells plus the
+    pooled mass) is large, often 1 (no guarantee); it is reported as it is.
+(b) **Acceptance lengths given the rows.**  Every iteration of those runs is recorded
+    (``on_iteration``); its τ (the verifier's, before truncation) is compared with the exact law
+    of τ of the *reference* rule (``reference.rules.get_rule(base)``) given the very rows the
+    verifier got (``IterationRecord.draft_tokens`` [K, L], ``draft_probs`` [K, L, V],
+    ``target_probs`` [K, L+1, V], float32 → float64, renormalised): ``tau_law``.  Two tests:
+    the paired mean difference Σ_i (τ_i − E[τ | rows_i]) against 0 with the exact variance
+    Σ_i Var[τ | rows_i] (a two-sided z-test: conditionally on the past each term has mean 0
+    and that variance, so the sum is a martingale and the martingale CLT applies), and the τ
+    counts against Σ_i P_i(τ = t) (a G-test against the averaged law; τ's of different
+    iterations are not identically distributed, which only lowers the counts' variance, so the
+    false-alarm rate stays ≤ α up to the χ² approximation).
+
+Each rule is one row: the three tests at α/3 each (Bonferroni).  A correct (lossless) rule
+must pass all three; a planted wrong rule (``certify_suite.PLANTED``: the real torch verifier
+with one deliberate change, run through the engine with ``verifier=`` and ``rule=`` its base)
+must be caught by (b) — one of its two τ tests rejects at α/3.
+
+Why ``tau_law`` and not ``oracle.certify.exact_verdict_law``: the full law enumerates the
+emitted token too (V branches; ~80 s per iteration at V = 49,152 on this CPU).  Every reference
+rule asks its source for coins first and draws the correction/bonus token once, last
+(``reference.randomness``), so τ is fixed before that draw: ``tau_law`` enumerates the coins
+only and answers the draw with a fixed token of positive weight (a coin or draw after it
+raises).  tests/gpu_backend/test_engine_certify.py checks it equals the τ marginal of
+``exact_verdict_law`` on toy rows of every rule.
+
+Skipped: ``mdbv`` (its reference rule plans every row on the host: seconds to minutes per
+iteration at this vocabulary).
+
+Setup (the CI pair): target = the embedded "tiny" model (SmolLM2-135M-Instruct) in float32 at
+T = 1; draft = the same model at T = ``DEFAULT_DRAFT_TEMPERATURE`` (the engine's
+``draft_sampling``: a proper different distribution, same KV-cache behaviour).  ``load_pair``
+also takes another target/draft pair (e.g. "target"/"draft": the Qwen2.5-Coder pair), then the
+draft is used at its own temperature T unless ``draft_temperature`` is given.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from oracle.stats import gtest
+from reference.rules import get_rule, registry
+
+from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+
+DEFAULT_PROMPT = "The capital of France is"
+DEFAULT_DRAFT_TEMPERATURE = 1.5
+DEFAULT_ENGINE_ALPHA = 1e-3
+DEFAULT_ENGINE_SEEDS = 100
+QUICK_ENGINE_SEEDS = 20
+DEFAULT_MAX_NEW_TOKENS = 16
+CI_RULES = (DEFAULT_RULE, "sd", "gbv")
+SKIPPED = {"mdbv": "its reference rule plans every row on the host (seconds to minutes per "
+                   "iteration at a real vocabulary)"}
+TESTS_PER_ROW = 3
+
+
+def engine_rules() -> tuple[str, ...]:
+    """Every registered lossless rule the engine runs and this module can certify (the
+    registry's lossless rules without ``SKIPPED``)."""
+    return tuple(r for r in registry.names(lossless=True) if r not in SKIPPED)
+
+
+def planted_for(rules) -> tuple[str, ...]:
+    """The planted wrong rules (``certify_suite.PLANTED``) whose base rule is in ``rules``."""
+    from .certify_suite import PLANTED
+
+    return tuple(name for name, p in PLANTED.items() if p.base in rules)
+
+
+# -- exact laws --------------------------------------------------------------------------------
+
+class _CoinsOnly:
+    """A source that forwards coins to ``inner`` and answers the (single, last) draw with the
+    first index of positive weight, without branching: τ is decided before the draw."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.drawn = False
+
+    def coin(self, h, key=(0, 0)):
+        if self.drawn:
+            raise RuntimeError("tau_law: the rule tossed a coin after its draw")
+        return self.inner.coin(h, key)
+
+    def draw(self, weights):
+        if self.drawn:
+            raise RuntimeError("tau_law: the rule drew twice")
+        self.drawn = True
+        w = np.asarray(weights, dtype=np.float64)
+        if not (w.ndim == 1 and np.all(np.isfinite(w)) and w.min() >= 0 and w.sum() > 0):
+            raise ValueError("tau_law: draw weights are not a non-negative finite vector of "
+                             "positive mass")
+        return int(np.flatnonzero(w > 0)[0])
+
+
+def tau_law(rule, draft_tokens, draft_probs, target_probs) -> np.ndarray:
+    """Exact law of τ of a reference rule given fixed draft blocks (coins enumerated, the final
+    draw not: see the module doc).
+
+    Args:
+        rule: a reference ``Rule`` (``reference.rules.get_rule``) or its name.
+        draft_tokens: int [K, L]; draft_probs: float [K, L, V]; target_probs: float [K, L+1, V]
+            (float64 rows summing to 1; ``rows_float64`` makes them from an engine record).
+    Returns:
+        float64 [L+1]: P(τ = t), t = 0..L.
+    Raises:
+        ValueError: malformed inputs (the rule's ``prepare``).
+        RuntimeError: the rule tossed a coin or drew after its draw.
+    """
+    from reference.randomness import enumerate_law
+
+    rule = get_rule(rule) if isinstance(rule, str) else rule
+    L = np.asarray(draft_tokens).shape[-1]
+    block = rule.prepare(draft_tokens, draft_probs, target_probs)
+    law = enumerate_law(lambda src: rule.decide(block, _CoinsOnly(src)).tau)
+    out = np.zeros(L + 1)
+    for tau, pr in law.items():
+        out[tau] += pr
+    return out / out.sum()
+
+
+def rows_float64(record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An ``engine.IterationRecord``'s verifier inputs as numpy: draft_tokens int64 [K, L],
+    draft_probs and target_probs (what the verifier got, Algorithm 2 included) float64
+    [K, L, V] / [K, L+1, V], each row renormalised to sum 1 (the float32 rows sum to 1 up to
+    ~1e-7)."""
+    dp = record.draft_probs.double().cpu().numpy()
+    tp = record.target_probs.double().cpu().numpy()
+    return (record.draft_tokens.cpu().numpy().astype(np.int64),
+            dp / dp.sum(-1, keepdims=True), tp / tp.sum(-1, keepdims=True))
+
+
+def target_first_token_law(target, prompt_ids, sampling) -> np.ndarray:
+    """The target's exact law of the token after ``prompt_ids``: one uncached forward call, the
+    last logits through ``sampling.probabilities`` (the engine's processing), float64,
+    renormalised.
+
+    Args:
+        target: a transformers causal LM; prompt_ids: list of int token ids (≥ 1);
+        sampling: ``sampling.SamplingConfig``.
+    Returns:
+        float64 [V].
+    """
+    import torch
+
+    from .sampling import probabilities
+
+    device = next(target.parameters()).device
+    with torch.inference_mode():
+        logits = target(torch.tensor([list(prompt_ids)], device=device)).logits[0, -1]
+        p = probabilities(logits, sampling).double().cpu().numpy()
+    return p / p.sum()
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+@dataclass
+class Runs:
+    """The N generations of one rule and what the tests need from them.
+
+    Attributes:
+        name: the rule certified (a registered rule or a planted one); base: the reference
+            rule whose law is expected; K, L.
+        first_tokens: int per run (the first emitted token).
+        taus: the verifier's τ per iteration (all runs, in order); laws: float64 [L+1] per
+            iteration, the reference τ law given that iteration's rows.
+        generate_s, law_s: seconds spent generating, and computing the τ laws.
+    """
+
+    name: str
+    base: str
+    K: int
+    L: int
+    first_tokens: list[int] = field(default_factory=list)
+    taus: list[int] = field(default_factory=list)
+    laws: list[np.ndarray] = field(default_factory=list)
+    generate_s: float = 0.0
+    law_s: float = 0.0
+
+
+def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens: int,
+             sampling, draft_sampling, K: int = DEFAULT_K, L: int = DEFAULT_L,
+             first_seed: int = 0, eos_token_ids=()) -> Runs:
+    """Generate ``n_seeds`` times (seeds first_seed .. first_seed + n_seeds − 1) with rule
+    ``name`` and record, per run, the first token and, per iteration, τ and its exact law.
+
+    Args:
+        name: a registered rule, or a planted one (``certify_suite.PLANTED``: the engine runs
+            its torch verifier with ``rule=`` its base).  K is forced to 1 for single-draft
+            bases.
+    Raises:
+        ValueError: unknown rule, or the engine's own errors.
+    """
+    from .certify_suite import PLANTED
+    from .engine import SpeculativeEngine
+
+    if name in PLANTED:
+        planted = PLANTED[name]
+        base, verifier = planted.base, planted.factory()
+    else:
+        registry.spec(name)  # ValueError for an unknown name
+        base, verifier = name, None
+    K = 1 if registry.is_single_draft(base) else K
+    engine = SpeculativeEngine(target, draft, rule=base, K=K, L=L, sampling=sampling,
+                               draft_sampling=draft_sampling, verifier=verifier,
+                               eos_token_ids=eos_token_ids)
+    ref = get_rule(base)
+    runs = Runs(name, base, K, L)
+    for s in range(first_seed, first_seed + n_seeds):
+        records = []
+        t0 = time.perf_counter()
+        result = engine.generate(prompt_ids, max_new_tokens, seed=s, on_iteration=records.append)
+        t1 = time.perf_counter()
+        runs.first_tokens.append(int(result.tokens[0]))
+        for rec in records:
+            runs.taus.append(int(rec.verdict.tau[0]))
+            runs.laws.append(tau_law(ref, *rows_float64(rec)))
+        runs.generate_s += t1 - t0
+        runs.law_s += time.perf_counter() - t1
+    return runs
+
+
+# -- tests -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MeanTest:
+    """The paired mean test of (b): z = Σ(τ_i − E_i) / √Σ Var_i, two-sided p-value.
+
+    Attributes:
+        n: iterations; observed, expected: Σ τ_i / n and Σ E_i / n; variance: Σ Var_i;
+        z; pvalue; detectable_shift: the shift of the mean τ per iteration detected with
+        power 0.99 at the test's α ((z_{1−α/2} + z_{0.99}) √ΣVar / n).
+    """
+
+    n: int
+    observed: float
+    expected: float
+    variance: float
+    z: float
+    pvalue: float
+    detectable_shift: float
+
+
+def mean_test(taus, laws, alpha: float) -> MeanTest:
+    """The paired mean test of observed τ's against their exact laws (float64 [L+1] each).
+
+    Raises:
+        ValueError: no iterations, or taus and laws of different lengths.
+    """
+    from scipy.stats import norm
+
+    if not taus or len(taus) != len(laws):
+        raise ValueError(f"need as many laws as taus (> 0), got {len(taus)} and {len(laws)}")
+    t = np.arange(len(laws[0]))
+    means = np.array([float(p @ t) for p in laws])
+    variances = np.array([max(float(p @ t**2) - m * m, 0.0) for p, m in zip(laws, means)])
+    diff = float(np.sum(np.asarray(taus, dtype=np.float64) - means))
+    var = float(variances.sum())
+    n = len(taus)
+    if var > 0:
+        z = diff / math.sqrt(var)
+        pvalue = float(2 * norm.sf(abs(z)))
+    else:  # every τ was certain: any deviation is impossible under the null
+        z = 0.0 if diff == 0 else math.copysign(math.inf, diff)
+        pvalue = 1.0 if diff == 0 else 0.0
+    shift = (norm.isf(alpha / 2) + norm.isf(0.01)) * math.sqrt(var) / n
+    return MeanTest(n, float(np.mean(taus)), float(means.mean()), var, z, pvalue, shift)
+
+
+def tau_gtest(taus, laws, alpha: float):
+    """G-test of the τ counts against the averaged exact law Σ_i P_i / n
+    (``oracle.stats.GTestResult``)."""
+    mix = np.mean(np.stack(laws), axis=0)
+    mix = mix / mix.sum()
+    counts = np.bincount(np.asarray(taus, dtype=np.int64), minlength=len(mix))
+    return gtest({t: int(c) for t, c in enumerate(counts) if c},
+                 {t: float(p) for t, p in enumerate(mix)}, alpha)
+
+
+@dataclass
+class EngineRow:
+    """One rule's certification on the engine.
+
+    Attributes:
+        rule, base, kind ("lossless" or "planted"), K, L, n (runs), iterations, alpha (the
+        row's; each test at alpha/3).
+        first_p, first_delta: (a)'s G-test p-value and detectable TV of the whole law.
+        mean_tau, expected_tau, mean_z, mean_p, mean_shift: (b)'s mean test.
+        tau_p, tau_delta: (b)'s G-test of the τ counts.
+        seconds: wall time (generation + laws + tests); error: a one-line error, if any.
+    """
+
+    rule: str
+    base: str
+    kind: str
+    K: int
+    L: int
+    n: int
+    iterations: int
+    alpha: float
+    first_p: float = math.nan
+    first_delta: float = math.nan
+    mean_tau: float = math.nan
+    expected_tau: float = math.nan
+    mean_z: float = math.nan
+    mean_p: float = math.nan
+    mean_shift: float = math.nan
+    tau_p: float = math.nan
+    tau_delta: float = math.nan
+    seconds: float = 0.0
+    error: str = ""
+
+    @property
+    def rejected_first(self) -> bool:
+        return not self.first_p >= self.alpha / TESTS_PER_ROW
+
+    @property
+    def rejected_tau(self) -> bool:
+        a = self.alpha / TESTS_PER_ROW
+        return not (self.mean_p >= a and self.tau_p >= a)
+
+    @property
+    def ok(self) -> bool:
+        """A lossless row passes all three tests; a planted row is caught by (b)."""
+        if self.error:
+            return False
+        if self.kind == "planted":
+            return self.rejected_tau
+        return not (self.rejected_first or self.rejected_tau)
+
+    @property
+    def verdict(self) -> str:
+        if self.error:
+            return "ERROR"
+        if self.kind == "planted":
+            return "CAUGHT" if self.rejected_tau else "MISSED"
+        return "PASS" if self.ok else "FAIL"
+
+    def to_json(self) -> dict:
+        def num(x):
+            return x if isinstance(x, (int, str)) or math.isfinite(x) else str(x)
+
+        out = {k: num(v) for k, v in self.__dict__.items()}
+        out["verdict"] = self.verdict
+        return out
+
+
+def certify_runs(runs: Runs, first_law: np.ndarray, alpha: float, kind: str) -> EngineRow:
+    """(a) and (b) on one rule's runs; each test at alpha/3."""
+    a = alpha / TESTS_PER_ROW
+    row = EngineRow(runs.name, runs.base, kind, runs.K, runs.L, len(runs.first_tokens),
+                    len(runs.taus), alpha)
+    counts: dict[int, int] = {}
+    for t in runs.first_tokens:
+        counts[t] = counts.get(t, 0) + 1
+    law = {i: float(p) for i, p in enumerate(first_law) if p > 0}
+    first = gtest(counts, law, a)
+    row.first_p, row.first_delta = first.pvalue, first.detectable_tv_law
+    m = mean_test(runs.taus, runs.laws, a)
+    row.mean_tau, row.expected_tau, row.mean_z, row.mean_p = m.observed, m.expected, m.z, m.pvalue
+    row.mean_shift = m.detectable_shift
+    g = tau_gtest(runs.taus, runs.laws, a)
+    row.tau_p, row.tau_delta = g.pvalue, g.detectable_tv_law
+    return row
+
+
+@dataclass
+class EngineCertification:
+    """The rows and the setup they were measured on (``setup``: a one-line description)."""
+
+    rows: list[EngineRow]
+    setup: str
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows)
+
+
+def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: int = DEFAULT_ENGINE_SEEDS,
+                   max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, alpha: float = DEFAULT_ENGINE_ALPHA,
+                   sampling=None, draft_sampling=None, K: int = DEFAULT_K, L: int = DEFAULT_L,
+                   first_seed: int = 0, eos_token_ids=(), setup: str = "",
+                   progress: Callable[[EngineRow], None] | None = None) -> EngineCertification:
+    """Certify the engine for each rule in ``rules`` (and each planted rule in ``planted``;
+    default ``planted_for(rules)``).
+
+    Args:
+        target, draft: transformers causal LMs (the same object for the tempered-copy pair).
+        prompt_ids: list of int token ids.
+        rules: registered lossless rules (not ``SKIPPED``); planted: names of
+            ``certify_suite.PLANTED``.
+        n_seeds: N ≥ 2 runs per rule; max_new_tokens: tokens per run (≥ 1; more → more
+            iterations for (b)); alpha in (0, 1): per row.
+        sampling, draft_sampling: ``SamplingConfig`` of target and draft (default T = 1 and
+            T = ``DEFAULT_DRAFT_TEMPERATURE``).
+        progress: called with each row when it is done.
+    Returns:
+        EngineCertification.  A rule whose run raised gets an ERROR row (the message's
+        first line), which fails the certification.
+    Raises:
+        ValueError: a rule of ``SKIPPED``, an unknown rule, n_seeds < 2, alpha outside (0, 1).
+    """
+    from .sampling import SamplingConfig
+
+    if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 2:
+        raise ValueError(f"n_seeds must be an integer >= 2, got {n_seeds!r}")
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    for r in rules:
+        if r in SKIPPED:
+            raise ValueError(f"rule {r!r} cannot be certified on the engine: {SKIPPED[r]}")
+        registry.spec(r)
+    sampling = sampling or SamplingConfig(1.0)
+    draft_sampling = draft_sampling or SamplingConfig(DEFAULT_DRAFT_TEMPERATURE)
+    planted = planted_for(rules) if planted is None else tuple(planted)
+    first_law = target_first_token_law(target, prompt_ids, sampling)
+    rows = []
+    for name, kind in [(r, "lossless") for r in rules] + [(p, "planted") for p in planted]:
+        t0 = time.perf_counter()
+        try:
+            runs = run_rule(target, draft, name, prompt_ids, n_seeds, max_new_tokens, sampling,
+                            draft_sampling, K, L, first_seed, eos_token_ids)
+            row = certify_runs(runs, first_law, alpha, kind)
+        except (ValueError, RuntimeError) as err:
+            row = EngineRow(name, name, kind, K, L, n_seeds, 0, alpha,
+                            error=(str(err).splitlines() or [type(err).__name__])[0])
+        row.seconds = time.perf_counter() - t0
+        rows.append(row)
+        if progress is not None:
+            progress(row)
+    return EngineCertification(rows, setup)
+
+
+# -- loading and reporting ---------------------------------------------------------------------
+
+def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="float32",
+              device="cpu"):
+    """The models of an engine certification.
+
+    Args:
+        target_name: a ``weights.load_causal_lm`` spec (default the embedded "tiny" SmolLM2).
+        draft_name: None: the target itself (tempered by the engine's draft sampling);
+            else another spec (e.g. "target"/"draft": the Qwen2.5-Coder pair).
+    Returns:
+        (target, draft, tokenizer, eos ids frozenset).
+    Raises:
+        FileNotFoundError / OSError / ValueError: from ``load_causal_lm``.
+    """
+    from .engine import eos_token_ids
+    from .weights import load_causal_lm
+
+    target, tok = load_causal_lm(target_name, dtype, device)
+    draft = target if draft_name is None else load_causal_lm(draft_name, dtype, device)[0]
+    return target, draft, tok, eos_token_ids(target, tok)
+
+
+HEADER = ("rule", "kind", "K", "L", "N", "iters", "alpha", "first p", "first δ",
+          "mean τ", "E[τ]", "z", "mean p", "τ-law p", "τ-law δ", "verdict", "s")
+
+
+def _cells(row: EngineRow) -> tuple[str, ...]:
+    def f(x, spec):
+        return "-" if isinstance(x, float) and math.isnan(x) else format(x, spec)
+
+    name = row.rule if row.kind == "lossless" else f"{row.rule} (vs {row.base})"
+    return (name, row.kind, str(row.K), str(row.L), str(row.n), str(row.iterations),
+            f"{row.alpha:g}", f(row.first_p, ".3g"), f(row.first_delta, ".3f"),
+            f(row.mean_tau, ".3f"), f(row.expected_tau, ".3f"), f(row.mean_z, ".2f"),
+            f(row.mean_p, ".3g"), f(row.tau_p, ".3g"), f(row.tau_delta, ".3f"), row.verdict,
+            f"{row.seconds:.0f}")
+
+
+def text_table(rows: list[EngineRow]) -> str:
+    """The rows as an aligned plain-text table (errors listed below it)."""
+    cells = [HEADER] + [_cells(r) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
+    lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip() for c in cells]
+    lines += [f"{r.rule}: {r.error}" for r in rows if r.error]
+    return "\n".join(lines)
+
+
+def summary(cert: EngineCertification) -> str:
+    lossless = [r for r in cert.rows if r.kind == "lossless"]
+    planted = [r for r in cert.rows if r.kind == "planted"]
+    word = "CERTIFIED" if cert.ok else "NOT CERTIFIED"
+    return (f"engine {word}: {sum(r.ok for r in lossless)}/{len(lossless)} lossless rules pass, "
+            f"{sum(r.ok for r in planted)}/{len(planted)} planted wrong rules caught; "
+            f"skipped: {', '.join(sorted(SKIPPED))} ({'; '.join(SKIPPED.values())})")

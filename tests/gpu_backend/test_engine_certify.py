@@ -1,0 +1,164 @@
+"""gpu_backend/engine_certify.py and ``spectr-gbv certify --engine``: the engine certified end to
+end on the embedded SmolLM2 (target float32 at T = 1, itself at T = 1.5 as draft).
+
+* ``tau_law`` (coins enumerated, the last draw not) equals the τ marginal of
+  oracle.certify.exact_verdict_law on toy rows of every registered rule;
+* the mean and τ-law tests pass on τ's drawn from their laws and reject shifted ones;
+* the CI run (marked ``models``): gbv and the planted planted_gbv_first_failure through the
+  engine, N = 5 runs of 16 tokens each (~40 iterations per rule, ~70 s in all on this shared
+  CPU): gbv PASSES all three tests, the planted rule is CAUGHT by its acceptance lengths
+  (measured z ≈ −6.6, p ≈ 3e-11 at N = 6); at N = 5 the first-token G-test has no power
+  (δ = 1: every cell pooled at V = 49,152), which the row states;
+* argument errors of the new flags: exit 2, one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import spectr_gbv_cli  # noqa: E402
+from gpu_backend import certify_cli  # noqa: E402
+from gpu_backend import engine_certify as ec  # noqa: E402
+from oracle.certify import exact_verdict_law  # noqa: E402
+from oracle.certify_cases import fixed_case, toy_models  # noqa: E402
+from reference.rules import get_rule, registry  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.parametrize("rule", registry.names())
+def test_tau_law_is_the_tau_marginal_of_the_exact_law(rule):
+    K = 1 if registry.is_single_draft(rule) else 2
+    case = fixed_case("toy", rule, *toy_models(4, 3), K, 3, 5)
+    full = exact_verdict_law(get_rule(rule), case.draft_tokens, case.draft_probs, case.target_probs)
+    want = np.zeros(4)
+    for (tau, _, _), pr in full.items():
+        want[tau] += pr
+    got = ec.tau_law(rule, case.draft_tokens, case.draft_probs, case.target_probs)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
+    assert got.shape == (4,) and got.dtype == np.float64
+
+
+def _synthetic(n, shift, seed=0):
+    rng = np.random.default_rng(seed)
+    laws = [rng.dirichlet(np.ones(5)) for _ in range(n)]
+    taus = [int(min(4, rng.choice(5, p=p) + (rng.random() < shift))) for p in laws]
+    return taus, laws
+
+
+def test_mean_and_tau_law_tests_on_synthetic_taus():
+    taus, laws = _synthetic(2000, 0.0)
+    m = ec.mean_test(taus, laws, 1e-3)
+    g = ec.tau_gtest(taus, laws, 1e-3)
+    assert m.pvalue > 1e-3 and g.passed and m.n == 2000
+    assert 0 < m.detectable_shift < 0.2
+    taus, laws = _synthetic(2000, 0.3)  # τ + 1 with probability 0.3 (capped at L)
+    assert ec.mean_test(taus, laws, 1e-3).pvalue < 1e-10
+    assert not ec.tau_gtest(taus, laws, 1e-3).passed
+    with pytest.raises(ValueError, match="as many laws as taus"):
+        ec.mean_test([1, 2], laws[:1], 1e-3)
+
+
+def test_cli_constants_agree_with_the_library():
+    """certify_cli repeats the defaults so that --help imports no torch."""
+    assert certify_cli.ENGINE_ALPHA == ec.DEFAULT_ENGINE_ALPHA
+    assert certify_cli.ENGINE_MAX_NEW_TOKENS == ec.DEFAULT_MAX_NEW_TOKENS
+    assert certify_cli.ENGINE_DRAFT_T == ec.DEFAULT_DRAFT_TEMPERATURE
+    assert "mdbv" not in ec.engine_rules() and set(ec.CI_RULES) <= set(ec.engine_rules())
+    assert ec.planted_for(["gbv"]) == ("planted_gbv_first_failure",)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    try:
+        target, draft, tok, eos = ec.load_pair("tiny")
+    except FileNotFoundError as err:  # data wheels not installed
+        pytest.skip(str(err))
+    from gpu_backend.prompts import encode_prompt
+
+    return target, draft, encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False), eos
+
+
+@pytest.mark.models
+def test_engine_certification_gbv_passes_and_planted_is_caught(tiny):
+    target, draft, ids, eos = tiny
+    cert = ec.certify_engine(target, draft, ids, ["gbv"], n_seeds=5, max_new_tokens=16,
+                             eos_token_ids=eos)
+    good, bad = cert.rows
+    assert (good.rule, good.kind, good.verdict) == ("gbv", "lossless", "PASS")
+    assert (bad.rule, bad.base, bad.kind, bad.verdict) == (
+        "planted_gbv_first_failure", "gbv", "planted", "CAUGHT")
+    assert cert.ok
+    for row in cert.rows:
+        assert row.n == 5 and row.alpha == 1e-3 and (row.K, row.L) == (1, 4)
+        assert row.iterations >= 5 * 3  # 16 tokens in ≤ 5 tokens per iteration
+        assert row.first_delta == 1.0  # N = 5 at V = 49,152: no first-token guarantee
+        assert 0 < row.tau_delta < 1
+    assert good.first_p >= 1e-3 / 3 and good.mean_p >= 1e-3 / 3 and good.tau_p >= 1e-3 / 3
+    assert abs(good.mean_z) < 3.5
+    # first-failure stops early: fewer accepted tokens than the exact law expects
+    assert bad.mean_z < -4 and bad.mean_p < 1e-4 and bad.mean_tau < bad.expected_tau
+    assert "planted_gbv_first_failure (vs gbv)" in ec.text_table(cert.rows)
+    assert ec.summary(cert).startswith("engine CERTIFIED: 1/1 lossless rules pass, 1/1 planted")
+
+
+@pytest.mark.models
+def test_first_token_law_is_the_engines_processing(tiny):
+    """The law (a) tests against sums to 1 in float64 and equals the first target row the
+    engine hands its verifier (same processing, cached vs uncached: to 1e-5)."""
+    from gpu_backend.engine import SpeculativeEngine
+    from gpu_backend.sampling import SamplingConfig
+
+    target, draft, ids, _ = tiny
+    law = ec.target_first_token_law(target, ids, SamplingConfig(1.0))
+    assert law.dtype == np.float64 and abs(law.sum() - 1) < 1e-12
+    records = []
+    SpeculativeEngine(target, draft, rule="sd", K=1, L=2, sampling=SamplingConfig(1.0),
+                      draft_sampling=SamplingConfig(1.5)).generate(ids, 1, seed=0,
+                                                                  on_iteration=records.append)
+    np.testing.assert_allclose(records[0].target_probs_raw[0, 0].double().numpy(), law,
+                               rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--target", "tiny"], "--target needs --engine"),
+    (["--draft-temperature", "2"], "--draft-temperature needs --engine"),
+    (["--max-new-tokens", "4"], "--max-new-tokens needs --engine"),
+    (["--engine", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["--engine", "--draft-temperature", "0"], "--draft-temperature"),
+    (["--engine", "--rules", "mdbv"], "rule 'mdbv' is not certified on the engine"),
+    (["--engine", "--rules", "spectr_gbv"], "unknown rule(s) spectr_gbv"),
+    (["--engine", "--markdown", "x.md"], "--markdown is not available with --engine"),
+    (["--engine", "--target", "no/such/dir/"], "--target"),
+])
+def test_engine_argument_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = spectr_gbv_cli.main(["certify"] + argv)
+    out, err = capsys.readouterr()
+    assert code == 2 and message in err and out == ""
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.models
+@pytest.mark.slow
+def test_cli_engine_exit_zero(capsys, tmp_path):
+    """``certify --engine --rules sd`` end to end (no planted rule has base sd), N = 4."""
+    import json
+
+    js = tmp_path / "e.json"
+    code = spectr_gbv_cli.main(["certify", "--engine", "--rules", "sd", "--samples", "4",
+                                "--max-new-tokens", "8", "--json", str(js)])
+    out, _ = capsys.readouterr()
+    assert code == 0, out
+    data = json.loads(js.read_text())
+    assert "tiny" in data["setup"] and [r["verdict"] for r in data["rows"]] == ["PASS"]
+    assert data["rows"][0]["n"] == 4 and "engine CERTIFIED" in out
