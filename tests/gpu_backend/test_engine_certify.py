@@ -114,7 +114,9 @@ def test_engine_certification_gbv_passes_and_planted_is_caught(tiny):
 @pytest.mark.models
 def test_first_token_law_is_the_engines_processing(tiny):
     """The law (a) tests against sums to 1 in float64 and equals the first target row the
-    engine hands its verifier (same processing, cached vs uncached: to 1e-5)."""
+    engine hands its verifier (same processing; cached vs uncached float32 forward calls
+    differ by up to ~2e-5 relative, measured 1.6e-5 on the largest entry: to 1e-4, as
+    test_engine_models.py)."""
     from gpu_backend.engine import SpeculativeEngine
     from gpu_backend.sampling import SamplingConfig
 
@@ -126,7 +128,7 @@ def test_first_token_law_is_the_engines_processing(tiny):
                       draft_sampling=SamplingConfig(1.5)).generate(ids, 1, seed=0,
                                                                   on_iteration=records.append)
     np.testing.assert_allclose(records[0].target_probs_raw[0, 0].double().numpy(), law,
-                               rtol=0, atol=1e-5)
+                               rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("argv,message", [
