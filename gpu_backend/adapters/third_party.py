@@ -41,6 +41,12 @@ def _transformers(weight=None):
     return lambda: TransformersSpeculativeSampling(weight)
 
 
+def _vllm_layout(rule: str):
+    from .vllm_layout import from_vllm_layout, rules_in_vllm_layout
+
+    return lambda: from_vllm_layout(rules_in_vllm_layout(rule))
+
+
 THIRD_PARTY: list[ThirdParty] = [
     ThirdParty("transformers _speculative_sampling",
                "assisted generation's verifier at its defaults (transformers.generation.utils)",
@@ -48,6 +54,9 @@ THIRD_PARTY: list[ThirdParty] = [
     ThirdParty("transformers _speculative_sampling, assistant_ensemble_weight=0.5",
                "the relaxed acceptance v = w·q_draft + (1 − w)·p_target: lossy by design",
                _transformers(0.5), "sd", expect_pass=False),
+    ThirdParty("vLLM v1 rejection-sampler layout, our bv",
+               "our bv run in vLLM v1's flattened layout and read back (gpu_backend/adapters/vllm_layout.py): "
+               "the layout's row order, bonus rows and padding", _vllm_layout("bv"), "bv"),
 ]
 
 
