@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 from gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling  # noqa: E402
 from oracle.certify_cases import case_family  # noqa: E402
 from oracle.harness import certify_verifier  # noqa: E402
+from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 N = 20_000
 ALPHA = 1e-6

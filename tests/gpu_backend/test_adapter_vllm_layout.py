@@ -23,6 +23,7 @@ from gpu_backend.adapters.vllm_layout import (bonus_logits_indices, from_vllm_la
 from oracle.certify import FixedCase
 from oracle.certify_cases import case_family
 from oracle.harness import certify_verifier
+from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 N = 20_000
 ALPHA = 1e-6

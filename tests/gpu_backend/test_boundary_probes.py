@@ -11,6 +11,7 @@ from gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
 from gpu_backend.verifiers import get_verifier
 from oracle.harness import PROBES, boundary_probes
 from reference.rules import RULES, registry
+from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 
 @pytest.mark.parametrize("name", registry.names())
