@@ -14,7 +14,12 @@ through the engine must be caught).  Default pair: the embedded "tiny" SmolLM2 i
 target at T = 1, itself at T = 1.5 as draft; ``--target/--draft`` take another pair (e.g.
 ``--target target --draft draft``: the Qwen2.5-Coder pair; its draft then at T = 1 unless
 ``--draft-temperature``).  Rules: every lossless registered rule but mdbv (``--quick``: the
-engine's default rule, sd and gbv, N = 20); α = 1e-3 per row unless ``--alpha``.
+engine's default rule, sd and gbv, N = 60, and the planted rules of those bases); α = 1e-3
+per row unless ``--alpha``.  Measured (this shared 2-core CPU, 1 thread, 2026-11-30): N = 20
+runs of 16 tokens caught planted_gbv_first_failure (z = −8.6) but MISSED planted_spectr_rho1
+(z = 2.6, p = 0.009 against α/3); at N = 60 (seeds 1000-1059) it is caught (z = 5.3, p = 9e-8)
+while spectr passes (z = 1.5); hence ``--quick`` uses N = 60 (about 2.5-3 s per run of 16
+tokens, single-draft; spectr about 3 s; ~13 minutes for the five rows).
 
 Every rule of the registry (``reference.rules.registry``; or the ``--rules`` subset) is run by
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
@@ -108,7 +113,7 @@ def register(subparsers) -> None:
     p.add_argument("--engine", action="store_true",
                    help="certify the speculative-decoding engine end to end on a real model "
                    "instead of the verifiers (first-token law and acceptance lengths; slow: "
-                   "about 5 s per generation on 1 CPU thread)")
+                   "about 3 s per 16-token generation on 1 CPU thread; --quick ~13 minutes)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help=f"--engine: tokens per generation (default {ENGINE_MAX_NEW_TOKENS})")
     p.add_argument("--target", default=None,
