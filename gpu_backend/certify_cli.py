@@ -187,7 +187,7 @@ def run(args: argparse.Namespace) -> int:
 
     from reference.cli_args import text_stream, write_json
 
-    if getattr(args, "rule_list", None) is None:  # check() not run (a direct call)
+    if getattr(args, "rule_list", None) is None or args.alpha is None:  # check() not run
         check(args)
     rules, device = args.rule_list, args.torch_device
     torch.set_num_threads(args.threads)
