@@ -19,7 +19,10 @@ per row unless ``--alpha``.  Measured (this shared 2-core CPU, 1 thread, 2026-11
 runs of 16 tokens caught planted_gbv_first_failure (z = −8.6) but MISSED planted_spectr_rho1
 (z = 2.6, p = 0.009 against α/3); at N = 60 (seeds 1000-1059) it is caught (z = 5.3, p = 9e-8)
 while spectr passes (z = 1.5); hence ``--quick`` uses N = 60 (about 2.5-3 s per run of 16
-tokens, single-draft; spectr about 3 s; ~13 minutes for the five rows).
+tokens, single-draft; spectr about 3 s; ~13 minutes for the five rows).  At N = 60 (seeds
+0-59) planted_spectr_rho1 was still caught only narrowly (z = 3.60, p = 3.2e-4 against
+3.3e-4); at N = 100 (the full run's N) z = 5.10.  The full run (7 rules, 5 planted, N = 100)
+takes about an hour on this CPU and was not run here.
 
 Every rule of the registry (``reference.rules.registry``; or the ``--rules`` subset) is run by
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
