@@ -5,8 +5,8 @@ end on the embedded SmolLM2 (target float32 at T = 1, itself at T = 1.5 as draft
   oracle.certify.exact_verdict_law on toy rows of every registered rule;
 * the mean and τ-law tests pass on τ's drawn from their laws and reject shifted ones;
 * the CI run (marked ``models``): gbv and the planted planted_gbv_first_failure through the
-  engine, N = 5 runs of 16 tokens each (~40 iterations per rule, ~70 s in all on this shared
-  CPU): gbv PASSES all three tests, the planted rule is CAUGHT by its acceptance lengths
+  engine, N = 5 runs of 16 tokens each (~40 iterations per rule; 21 s alone on this 2-core
+  CPU, 71 s beside another job): gbv PASSES all three tests, the planted rule is CAUGHT by its acceptance lengths
   (measured z ≈ −6.6, p ≈ 3e-11 at N = 6); at N = 5 the first-token G-test has no power
   (δ = 1: every cell pooled at V = 49,152), which the row states;
 * argument errors of the new flags: exit 2, one line.
