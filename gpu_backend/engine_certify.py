@@ -508,3 +508,26 @@ def summary(cert: EngineCertification) -> str:
     return (f"engine {word}: {sum(r.ok for r in lossless)}/{len(lossless)} lossless rules pass, "
             f"{sum(r.ok for r in planted)}/{len(planted)} planted wrong rules caught; "
             f"skipped: {', '.join(sorted(SKIPPED))} ({'; '.join(SKIPPED.values())})")
+
+
+def quick_certification(progress: Callable[[EngineRow], None] | None = None) -> EngineCertification:
+    """``certify --engine --quick`` on its defaults: the embedded "tiny" SmolLM2 in float32 as
+    target (T = 1) and itself at T = ``DEFAULT_DRAFT_TEMPERATURE`` as draft, ``CI_RULES`` and
+    their planted rules, N = ``QUICK_ENGINE_SEEDS`` runs of ``DEFAULT_MAX_NEW_TOKENS`` tokens
+    from ``DEFAULT_PROMPT``, α = ``DEFAULT_ENGINE_ALPHA`` per row (``spectr-gbv report`` calls it).
+
+    Raises:
+        OSError / ValueError: the embedded model cannot be loaded.
+    """
+    from .prompts import encode_prompt
+    from .sampling import SamplingConfig
+
+    target, draft, tok, eos = load_pair()
+    ids = encode_prompt(tok, DEFAULT_PROMPT, chat=False)
+    setup = (f"target tiny (float32, T = 1), draft tiny (T = {DEFAULT_DRAFT_TEMPERATURE:g}), prompt "
+             f"{DEFAULT_PROMPT!r} ({len(ids)} tokens), {DEFAULT_MAX_NEW_TOKENS} new tokens per run, cpu")
+    return certify_engine(target, draft, ids, list(CI_RULES), n_seeds=QUICK_ENGINE_SEEDS,
+                          max_new_tokens=DEFAULT_MAX_NEW_TOKENS, alpha=DEFAULT_ENGINE_ALPHA,
+                          sampling=SamplingConfig(1.0),
+                          draft_sampling=SamplingConfig(DEFAULT_DRAFT_TEMPERATURE),
+                          eos_token_ids=eos, setup=setup, progress=progress)

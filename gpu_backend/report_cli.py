@@ -10,7 +10,11 @@ Parts, each run even when an earlier one failed:
 3. Third-party verifiers (gpu_backend.adapters.third_party): transformers' assisted-generation
    verifier at its defaults and with its lossy ensemble weight, through the public harness
    (oracle.harness.certify_verifier); fails unless each is certified, or caught when lossy.
-4. A short benchmark (``gpu_backend.bench_run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
+4. The engine's certificate (gpu_backend.engine_certify.quick_certification, as
+   ``certify --engine --quick``: the speculative engine end to end on the embedded tiny model,
+   first-token law and per-iteration τ against the reference's exact law given the rows,
+   planted wrong rules caught; about 13 min on 2 CPU cores); fails unless certified.
+5. A short benchmark (``gpu_backend.bench_run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
    T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
    It fails when it cannot run or when the peak RSS reaches 8 GB; the performance targets are
    reported (met / not met) but a few prompts are too noisy to fail on them.
@@ -35,8 +39,8 @@ PEAK_RSS_LIMIT_GB = 8.0
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report",
-        help="the main job: prove --quick, certify, third-party verifiers and a short benchmark, "
-        "in one markdown report",
+        help="the main job: prove --quick, certify, third-party verifiers, the engine's certificate "
+        "and a short benchmark, in one markdown report",
         description="Runs the claim checks, the certification of the torch verifiers and a short "
         "benchmark; writes DIR/REPORT.md with the tables and plots.  Exit status 0 only when every "
         "part passed.",
@@ -46,7 +50,7 @@ def register(subparsers) -> None:
     p.add_argument("--out", type=output_dir, default="report", help="output folder (default ./report)")
     p.add_argument("--prompts", type=positive_int, default=3, help="benchmark prompts (default 3)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
-    p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "third_party", "bench"],
+    p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "third_party", "engine", "bench"],
                    help="parts to leave out (reported as skipped, not as passed)")
     p.add_argument("--target", default="target")
     p.add_argument("--draft", default="draft")
@@ -146,6 +150,21 @@ def third_party_part(out_dir: str) -> Part:
     return _run_part("third-party verifiers", body)
 
 
+def engine_part(out_dir: str) -> Part:
+    """``certify --engine --quick`` through gpu_backend.engine_certify (also in engine.md)."""
+    def body():
+        from . import engine_certify as ec
+
+        cert = ec.quick_certification()
+        text = "\n".join([cert.setup + ".", "", "```", ec.text_table(cert.rows), "```", "",
+                          f"**{ec.summary(cert)}**"])
+        with open(os.path.join(out_dir, "engine.md"), "w") as fh:
+            fh.write(text + "\n")
+        return ("passed" if cert.ok else "failed"), text
+
+    return _run_part("engine certificate", body)
+
+
 def bench_part(args, out_dir: str) -> Part:
     start = time.perf_counter()
     try:
@@ -201,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
     for name, fn in (("prove", lambda: prove_part(args.out)),
                      ("certify", lambda: certify_part(args.out)),
                      ("third_party", lambda: third_party_part(args.out)),
+                     ("engine", lambda: engine_part(args.out)),
                      ("bench", lambda: bench_part(args, args.out))):
         if name in args.skip:
             parts.append(Part(name, "skipped", 0.0, "skipped on request"))

@@ -126,7 +126,7 @@ def test_report_targets_and_skipped_parts(tmp_path):
     import spectr_gbv_cli
 
     out = tmp_path / "rep"
-    code = spectr_gbv_cli.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party", "bench"])
+    code = spectr_gbv_cli.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party", "engine", "bench"])
     assert code == 1  # skipped parts are not passed parts
     text = (out / "REPORT.md").read_text()
     assert "NOT PASSED" in text and "| certify | skipped |" in text

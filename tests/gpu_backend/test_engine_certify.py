@@ -164,3 +164,19 @@ def test_cli_engine_exit_zero(capsys, tmp_path):
     data = json.loads(js.read_text())
     assert "tiny" in data["setup"] and [r["verdict"] for r in data["rows"]] == ["PASS"]
     assert data["rows"][0]["n"] == 4 and "engine CERTIFIED" in out
+
+
+def test_report_engine_part(monkeypatch, tmp_path):
+    """``spectr-gbv report``'s engine part embeds ``quick_certification``'s table and passes only
+    when every row is as expected (the 13-minute run itself is replaced by fixed rows here)."""
+    from gpu_backend.report_cli import engine_part
+
+    good = ec.EngineRow("sd", "sd", "lossless", 1, 4, 60, 400, 1e-3, first_p=0.5, first_delta=0.6,
+                        mean_tau=1.3, expected_tau=1.3, mean_z=0.1, mean_p=0.9, tau_p=0.4, tau_delta=0.16)
+    missed = ec.EngineRow("planted_bv_first_failure", "bv", "planted", 1, 4, 60, 400, 1e-3, mean_p=0.5, tau_p=0.5)
+    for rows, status in (([good], "passed"), ([good, missed], "failed")):
+        monkeypatch.setattr(ec, "quick_certification", lambda rows=rows: ec.EngineCertification(rows, "setup X"))
+        part = engine_part(str(tmp_path))
+        assert part.status == status
+        assert "setup X" in part.body and ("MISSED" in part.body) == (status == "failed")
+        assert (tmp_path / "engine.md").read_text().startswith("setup X.")
