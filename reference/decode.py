@@ -143,9 +143,10 @@ class Decoder:
         """The verifier's inputs for the given draft blocks (docs/design.md §2 contract).
 
         Returns:
-            draft_tokens int64 [K, L], draft_probs float64 [K, L, V], target_probs [K, L+1, V].
+            draft_tokens int64 [K, L], draft_probs float64 [K, L, V], target_probs [K, L+1, V],
+            L the drafts' common length (``self.L`` unless a stopping policy ended them early).
         """
-        K, L, V = len(drafts), self.L, self.V
+        K, L, V = len(drafts), len(drafts[0]), self.V
         tokens = np.array(drafts, dtype=np.int64).reshape(K, L)
         dp = np.empty((K, L, V))
         tp = np.empty((K, L + 1, V))
@@ -174,12 +175,14 @@ class Decoder:
         verdict = rule.verify(*self.block_inputs(state, drafts), source)
         return verdict, self.advance(state, verdict)
 
-    def advance(self, state: DecodeState, verdict: Verdict) -> DecodeState:
+    def advance(self, state: DecodeState, verdict: Verdict, L: int | None = None) -> DecodeState:
         """The state after emitting ``verdict.tokens``, with its modification window pushed.
 
         Older windows continue their joints over the emitted tokens under their own targets;
-        windows whose positions are all emitted are dropped.
+        windows whose positions are all emitted are dropped.  ``L``: the verified block's
+        length (default ``self.L``; shorter when drafting stopped early), the new window's span.
         """
+        L = self.L if L is None else L
         emitted = tuple(int(x) for x in verdict.tokens)
         joints = self._entry(state, emitted)[2]
         context = state.tokens + emitted
@@ -191,8 +194,8 @@ class Decoder:
         ]
         mod = verdict.modification
         start = len(state.tokens)
-        if mod is not None and start + self.L > n:
-            kept.append(Window(start, start + self.L, mod, mod.q_joint, mod.p_joint))
+        if mod is not None and start + L > n:
+            kept.append(Window(start, start + L, mod, mod.q_joint, mod.p_joint))
         return DecodeState(context, tuple(kept))
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decode import Decoder, DecodeState
+from .draft_stopping import StoppingPolicy, stopped_configurations
 from .models import ToyModel
 from .randomness import enumerate_law
 from .rules.base import Block, Rule, make_block
@@ -43,17 +44,24 @@ def draft_paths(decoder: Decoder, state: DecodeState) -> list[tuple[tuple[int, .
     return out
 
 
-def iteration_law(rule: Rule, decoder: Decoder, state: DecodeState | None = None) -> dict[Verdict, float]:
+def iteration_law(rule: Rule, decoder: Decoder, state: DecodeState | None = None,
+                  stop: StoppingPolicy | None = None) -> dict[Verdict, float]:
     """Exact law of the Verdict of one iteration after ``state`` (drafting included).
 
     Args:
         rule: a reference Rule.
         decoder: the models, K and L.
         state: decode state (default: start of generation).
+        stop: a draft-side stopping policy (reference.draft_stopping); None: always L tokens.
     Returns:
         dict Verdict → probability (float64).
     """
     state = state or DecodeState()
+    if stop is not None:
+        merged: dict[Verdict, float] = defaultdict(float)
+        for (verdict, _), pr in stopped_iteration_law(rule, decoder, state, stop).items():
+            merged[verdict] += pr
+        return dict(merged)
     paths = draft_paths(decoder, state)
     # Each single-draft block is validated and its joints computed once; a configuration of K
     # drafts is then a stack of K of them (V^(K·L) configurations per state).
@@ -72,6 +80,25 @@ def iteration_law(rule: Rule, decoder: Decoder, state: DecodeState | None = None
         rule.plan(prepared)
         for verdict, pr in enumerate_law(lambda src: rule.decide(prepared, src)).items():
             law[verdict] += prob * pr
+    return dict(law)
+
+
+def stopped_iteration_law(rule: Rule, decoder: Decoder, state: DecodeState,
+                          stop: StoppingPolicy) -> dict[tuple[Verdict, int], float]:
+    """Exact law of (Verdict, block length S) of one iteration whose drafting ``stop`` may end
+    early (reference.draft_stopping).  S is kept beside the verdict because a greedy rule's
+    modification window spans the verified block.
+
+    Returns:
+        dict (Verdict, S) → probability (float64), S ∈ [1, decoder.L].
+    """
+    law: dict[tuple[Verdict, int], float] = defaultdict(float)
+    for drafts, prob in stopped_configurations(decoder, state, stop):
+        block = make_block(*decoder.block_inputs(state, drafts))
+        rule.check_draft_count(block.K)
+        rule.plan(block)
+        for verdict, pr in enumerate_law(lambda src: rule.decide(block, src)).items():
+            law[(verdict, block.L)] += prob * pr
     return dict(law)
 
 
@@ -97,7 +124,7 @@ class GenerationLaw:
 
 
 def generation_law(rule: Rule, draft: ToyModel, target: ToyModel, K: int, L: int,
-                   n_tokens: int) -> GenerationLaw:
+                   n_tokens: int, stop: StoppingPolicy | None = None) -> GenerationLaw:
     """Exact law of the first ``n_tokens`` emitted tokens, Algorithm 2 carried across iterations.
 
     Args:
@@ -105,6 +132,7 @@ def generation_law(rule: Rule, draft: ToyModel, target: ToyModel, K: int, L: int
         draft, target: toy models on the same vocabulary.
         K, L: drafts and block length (≥ 1).
         n_tokens: N ≥ 1 (use N ≥ L + 2 so that several iterations and the modification count).
+        stop: a draft-side stopping policy (reference.draft_stopping); None: always L tokens.
     Returns:
         GenerationLaw.
     Raises:
@@ -122,8 +150,12 @@ def generation_law(rule: Rule, draft: ToyModel, target: ToyModel, K: int, L: int
         for state, prob in frontier.pop(length).values():
             calls += prob
             visited += 1
-            for verdict, pr in iteration_law(rule, decoder, state).items():
-                nxt = decoder.advance(state, verdict)
+            if stop is None:
+                outcomes = {(v, L): pr for v, pr in iteration_law(rule, decoder, state).items()}
+            else:
+                outcomes = stopped_iteration_law(rule, decoder, state, stop)
+            for (verdict, S), pr in outcomes.items():
+                nxt = decoder.advance(state, verdict, S)
                 if len(nxt.tokens) >= n_tokens:
                     token_law[nxt.tokens[:n_tokens]] += prob * pr
                 else:

@@ -40,6 +40,10 @@ class RuleSpec:
         summary: one line for help texts.
         bench: in the engine benchmark's default method set (False for rules too slow at a
             real vocabulary, e.g. MDBV's host plan).
+        draft_stopping: the rule stays lossless when the block length is chosen while drafting
+            from draft-side information only (reference.draft_stopping); declared from the
+            exact check of proofs_check/DRAFT_STOPPING.md, which a test repeats for every
+            registered rule.  False (the safe default) refuses stopping in the engine.
     """
 
     name: str
@@ -52,6 +56,7 @@ class RuleSpec:
     summary: str
     params: dict = field(default_factory=dict)
     bench: bool = True
+    draft_stopping: bool = False
 
 
 _SPECS: dict[str, RuleSpec] = {}
@@ -98,13 +103,15 @@ def specs() -> tuple[RuleSpec, ...]:
 
 
 def names(*, lossless: bool | None = None, single_draft: bool | None = None,
-          modifies_targets: bool | None = None, bench: bool | None = None) -> tuple[str, ...]:
+          modifies_targets: bool | None = None, bench: bool | None = None,
+          draft_stopping: bool | None = None) -> tuple[str, ...]:
     """Registered names in registration order, filtered by the properties given (None: any)."""
     return tuple(s.name for s in _SPECS.values()
                  if (lossless is None or s.lossless == lossless)
                  and (single_draft is None or s.single_draft == single_draft)
                  and (modifies_targets is None or s.modifies_targets == modifies_targets)
-                 and (bench is None or s.bench == bench))
+                 and (bench is None or s.bench == bench)
+                 and (draft_stopping is None or s.draft_stopping == draft_stopping))
 
 
 def is_single_draft(name: str) -> bool:
@@ -136,11 +143,14 @@ def _builtin() -> None:
     v = "gpu_backend.verifiers."
     for s in (
         RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", True, True, False,
-                 "Leviathan et al. 2023, Alg. 1; Chen et al. 2023", "token verification"),
+                 "Leviathan et al. 2023, Alg. 1; Chen et al. 2023", "token verification",
+                 draft_stopping=True),
         RuleSpec("spectr", SpecTr, v + "spectr:SpecTr", False, True, False,
-                 "Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3)", "SpecTr K-SEQ, K drafts"),
+                 "Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3)", "SpecTr K-SEQ, K drafts",
+                 draft_stopping=True),
         RuleSpec("bv", BlockVerification, v + "bv:BlockVerification", True, True, False,
-                 "Sun et al., Block Verification, ICLR 2025, Alg. 2", "block verification"),
+                 "Sun et al., Block Verification, ICLR 2025, Alg. 2", "block verification",
+                 draft_stopping=True),
         RuleSpec("gbv", lambda: GreedyBlockVerification(algorithm2=True), v + "gbv:GreedyBlockVerification",
                  True, True, True, "Lin et al. 2026 (SpecTr-GBV), GBV baseline with Alg. 2",
                  "greedy block verification with Algorithm 2", {"algorithm2": True}),
@@ -156,12 +166,15 @@ def _builtin() -> None:
                  "this project (docs: K-SEQ-GBV)", "lossless greedy multi-draft (K-SEQ-GBV)",
                  {"algorithm2": True}),
         RuleSpec("kseq_bv", KSeqBV, v + "kseq_bv:KSeqBV", False, True, False,
-                 "this project: K-SEQ over the drafts, BV along the winner", "K-SEQ-BV"),
+                 "this project: K-SEQ over the drafts, BV along the winner", "K-SEQ-BV",
+                 draft_stopping=True),
         RuleSpec("traversal", TraversalVerification, v + "traversal:TraversalVerification", False, True, False,
-                 "Weng et al., Traversal Verification, NeurIPS 2025", "Traversal Verification on the merged tree"),
+                 "Weng et al., Traversal Verification, NeurIPS 2025", "Traversal Verification on the merged tree",
+                 draft_stopping=True),
         RuleSpec("mdbv", MultiDraftBlockVerification, v + "mdbv:MultiDraftBlockVerification", False, True, False,
                  "this project: multi-draft block verification (proofs_check/NON_MODIFYING_RULES.md)",
-                 "multi-draft block verification (host plan: slow at large V)", bench=False),
+                 "multi-draft block verification (host plan: slow at large V)", bench=False,
+                 draft_stopping=True),
     ):
         register(s)
 

@@ -1,0 +1,119 @@
+"""Draft-side stopping: the block length chosen while drafting, from draft-side information only.
+
+A stopping policy looks, after each drafted position i = 1..L−1, at the draft's rows and the
+drafted tokens of that position (all K drafts, drafted in lockstep as the engine does) and
+decides whether to stop drafting there; the block then has S = i positions (S = L if it never
+stops) and the verifier runs on [K, S].  The decision never reads the target, so it costs no
+target call; it is what transformers' assisted generation does with
+``assistant_confidence_threshold`` (its ``ConfidenceCriteria`` stops the assistant once the
+probability of the token it just drafted falls below the threshold).
+
+Whether a rule stays lossless when L is such a stopping time is a property of the rule, not a
+given: a rule whose decision at position i reads only the drafts' tokens up to i (token
+verification, K-SEQ) keeps the target's law, because given the emitted prefix the next token is
+either the bonus (drawn from the target) or verified against fresh draft tokens; a rule that
+decides a prefix jointly with the tokens after it (block verification and its relatives) was
+proved lossless for a fixed L only.  ``reference.exact`` computes the exact law under a policy
+(``generation_law(..., stop=policy)``); proofs_check/draft_stopping_study.py (table in
+proofs_check/DRAFT_STOPPING.md) and tests/reference/test_draft_stopping.py check every
+registered rule, and the registry's ``draft_stopping`` flag records the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+class StoppingPolicy(Protocol):
+    """Decides, from draft-side information only, whether to stop drafting after a position."""
+
+    def __call__(self, position: int, draft_rows: np.ndarray, tokens: np.ndarray) -> bool:
+        """Stop after drafted position ``position``?
+
+        Args:
+            position: 1-based index of the position just drafted (1 ≤ position < L).
+            draft_rows: float64 [K, V], the draft's row each draft sampled that position from.
+            tokens: int64 [K], the tokens drafted there.
+        Returns:
+            True to end the block here (S = position).
+        """
+
+
+@dataclass(frozen=True)
+class ConfidenceStop:
+    """Stop when the drafted tokens' own draft probabilities fall below ``threshold``.
+
+    With K = 1 this is transformers' ``ConfidenceCriteria`` (``assistant_confidence_threshold``,
+    default 0.4 there): stop after a token whose draft probability is < threshold.  With K ≥ 2
+    drafts drafted in lockstep, ``combine`` says whose confidence counts: "all" stops when every
+    draft is unsure (the block goes on while one draft is confident), "any" when one is.
+
+    Raises:
+        ValueError: threshold not in [0, 1] (or NaN), or combine not "all"/"any".
+    """
+
+    threshold: float
+    combine: str = "all"
+
+    def __post_init__(self):
+        t = float(self.threshold)
+        if not 0.0 <= t <= 1.0:  # also refuses NaN
+            raise ValueError(f"threshold must be in [0, 1], got {self.threshold!r}")
+        if self.combine not in ("all", "any"):
+            raise ValueError(f"combine must be 'all' or 'any', got {self.combine!r}")
+
+    def __call__(self, position: int, draft_rows: np.ndarray, tokens: np.ndarray) -> bool:
+        conf = np.take_along_axis(np.asarray(draft_rows), np.asarray(tokens)[:, None], axis=1)[:, 0]
+        return self.decide(conf)
+
+    def decide(self, confidences) -> bool:
+        """The decision from the K drafted tokens' draft probabilities (a sequence of floats);
+        the engine computes them on its device and reads only these K numbers."""
+        unsure = [float(c) < self.threshold for c in confidences]
+        return all(unsure) if self.combine == "all" else any(unsure)
+
+
+def stopped_configurations(decoder, state, stop: StoppingPolicy) -> list[tuple[list[tuple[int, ...]], float]]:
+    """Every configuration of the K lockstep drafts under ``stop``, with its probability.
+
+    Args:
+        decoder: ``reference.decode.Decoder`` (models, K, L).
+        state: the decode state drafted from.
+        stop: the policy; consulted after positions 1..L−1.
+    Returns:
+        list of (K blocks of a common length S ∈ [1, L], probability); probabilities sum to 1.
+    """
+    out = []
+    K, L = decoder.K, decoder.L
+
+    def walk(blocks: list[tuple[int, ...]], prob: float) -> None:
+        i = len(blocks[0])
+        if i == L:
+            out.append((blocks, prob))
+            return
+        rows = [decoder.rows(state, b)[0] for b in blocks]
+        supports = [np.flatnonzero(r > 0) for r in rows]
+        for combo in np.array(np.meshgrid(*supports, indexing="ij")).reshape(K, -1).T:
+            pr = prob * float(np.prod([rows[k][x] for k, x in enumerate(combo)]))
+            nxt = [b + (int(x),) for b, x in zip(blocks, combo)]
+            if i + 1 < L and stop(i + 1, np.stack(rows), np.asarray(combo, dtype=np.int64)):
+                out.append((nxt, pr))
+            else:
+                walk(nxt, pr)
+
+    walk([()] * K, 1.0)
+    return out
+
+
+@dataclass(frozen=True)
+class StopAt:
+    """Always stop after position ``position`` (a fixed shorter block: a sanity case, since a
+    constant length is a stopping time that every rule lossless at that length survives)."""
+
+    position: int
+
+    def __call__(self, position: int, draft_rows: np.ndarray, tokens: np.ndarray) -> bool:
+        return position == self.position
