@@ -95,6 +95,8 @@ class GenerationResult:
         peak_rss_bytes: peak resident memory of the process when the run ended (since the last
             ``memory.reset_peak_rss``).
         stop_reason: "eos" or "max_new_tokens".
+        block_lengths: the length S ≤ L of each iteration's drafted block (L unless a
+            draft-side stopping policy ended drafting early); empty for AR.
     """
 
     method: str
@@ -109,6 +111,7 @@ class GenerationResult:
     stop_reason: str
     cpu_time_s: float = float("nan")
     taus_raw: list[int] = field(default_factory=list)
+    block_lengths: list[int] = field(default_factory=list)
 
     @property
     def new_tokens(self) -> int:
@@ -141,6 +144,11 @@ class GenerationResult:
         return [sum(t >= i for t in self.taus) / n for i in range(1, self.L + 1)]
 
     @property
+    def draft_positions_per_iteration(self) -> float:
+        """Mean drafted block length S per iteration (L without a stopping policy)."""
+        return sum(self.block_lengths) / len(self.block_lengths) if self.block_lengths else float("nan")
+
+    @property
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else float("nan")
 
@@ -155,6 +163,7 @@ class GenerationResult:
             "wall_time_s": self.wall_time_s, "cpu_time_s": self.cpu_time_s,
             "tokens_per_second": self.tokens_per_second,
             "peak_rss_bytes": self.peak_rss_bytes, "stop_reason": self.stop_reason,
+            "draft_positions_per_iteration": self.draft_positions_per_iteration,
         }
 
 
@@ -165,8 +174,8 @@ class IterationRecord:
     Attributes:
         n: tokens emitted before the iteration.
         context: prompt + emitted tokens before the iteration.
-        draft_tokens int64 [K, L]; draft_probs float32 [K, L, V];
-        target_probs_raw float32 [K, L+1, V] (the target's processed rows);
+        draft_tokens int64 [K, S]; draft_probs float32 [K, S, V] (S ≤ L the iteration's
+        block length); target_probs_raw float32 [K, S+1, V] (the target's processed rows);
         target_probs: what the verifier got (raw rows with Algorithm 2's modified rows);
         verdict: the verifier's verdict; emitted: list of emitted tokens (before truncation).
     """
@@ -349,17 +358,23 @@ class SpeculativeEngine:
             repeated K times (simpler, slower on CPU: every row re-reads the context's KV).
             Both hand the verifier the same rows (up to float rounding).
         share_prefixes: with "packed", drafts with a common prefix share its nodes.
+        draft_stop: a draft-side stopping policy (``reference.draft_stopping``, e.g.
+            ``ConfidenceStop(0.4)``): drafting ends after a depth where it says so, and the
+            verifier gets the S ≤ L drafted positions.  Accepted only for rules whose registry
+            entry declares ``draft_stopping`` (proved lossless under stopping,
+            proofs_check/DRAFT_STOPPING.md); with a custom ``verifier`` the caller vouches.
     Raises:
         ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
-            vocabulary mismatch between draft and target, or a draft or target whose cache
-            cannot be cut back (``check_model``: sliding window, recurrent or hybrid state).
+            vocabulary mismatch between draft and target, a draft or target whose cache
+            cannot be cut back (``check_model``: sliding window, recurrent or hybrid state),
+            or ``draft_stop`` with a rule not proved lossless under stopping.
     """
 
     def __init__(self, target, draft, rule: str = DEFAULT_RULE, K: int = DEFAULT_K,
                  L: int = DEFAULT_L, sampling: SamplingConfig | None = None,
                  draft_sampling: SamplingConfig | None = None, eos_token_ids=(),
                  verifier=None, validate: bool = False, layout: str = "packed",
-                 share_prefixes: bool = True):
+                 share_prefixes: bool = True, draft_stop=None):
         from .weights import check_same_vocabulary
 
         if layout not in ("packed", "batched"):
@@ -371,6 +386,11 @@ class SpeculativeEngine:
         self.L = check_positive(L, "L")
         if verifier is None and rule in registry.names(single_draft=True) and K != 1:
             raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
+        if draft_stop is not None and verifier is None and not registry.spec(rule).draft_stopping:
+            raise ValueError(f"draft_stop: rule {rule!r} is not proved lossless when drafting stops "
+                             f"early (proofs_check/DRAFT_STOPPING.md); rules that are: "
+                             f"{', '.join(registry.names(draft_stopping=True))}")
+        self.draft_stop = draft_stop
         check_model(target, "target")
         check_model(draft, "draft")
         # accepted sliding windows never bind below max_position_embeddings; a generation
@@ -386,13 +406,14 @@ class SpeculativeEngine:
         self.verifier = verifier if verifier is not None else load_verifier(rule)
         self.validate = validate
         self.device = _model_device(target)
-        models = (target, draft, self.sampling, self.draft_sampling, self.K, self.L, self.device)
+        models = (target, draft, self.sampling, self.draft_sampling, self.K, self.L, self.device,
+                  draft_stop)
         self._layout = (PackedLayout(*models, share_prefixes=self.share_prefixes)
                         if layout == "packed" else BatchedLayout(*models))
 
     @torch.inference_mode()
     def generate(self, prompt_ids, max_new_tokens: int = 64, seed: int = 0,
-                 on_iteration=None) -> GenerationResult:
+                 on_iteration=None, streamer=None) -> GenerationResult:
         """Sample up to ``max_new_tokens`` new tokens after the prompt.
 
         Args:
@@ -405,6 +426,9 @@ class SpeculativeEngine:
                 same generation.
             on_iteration: optional callable receiving an ``IterationRecord`` per iteration
                 (copies tensors: for tests and diagnostics, not for timing).
+            streamer: optional transformers-style streamer (e.g. ``transformers.TextStreamer``):
+                ``put(int64 tensor)`` with each iteration's kept tokens as they are accepted,
+                ``end()`` once the generation ends (the prompt is not put).
         Returns:
             GenerationResult (tokens stop after the first EOS id, which is kept).
         Raises:
@@ -425,20 +449,26 @@ class SpeculativeEngine:
         out: list[int] = []
         taus: list[int] = []
         taus_raw: list[int] = []
+        lengths: list[int] = []
         stop_reason = "max_new_tokens"
         while len(out) < max_new_tokens:
             tau, emitted = self._iteration(state, stack, len(out), len(taus), on_iteration)
+            lengths.append(state.S)
             state.context.extend(emitted)
             before = len(out)
             hit_eos = self._emit(out, emitted, max_new_tokens)
+            if streamer is not None and len(out) > before:
+                streamer.put(torch.tensor(out[before:], dtype=torch.int64))
             taus_raw.append(tau)
             taus.append(kept_tau(tau, len(out) - before))
             if hit_eos:
                 stop_reason = "eos"
                 break
+        if streamer is not None:
+            streamer.end()
         return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, self.K,
                                 self.L, time.perf_counter() - start, peak_rss_bytes(),
-                                stop_reason, time.process_time() - cpu_start, taus_raw)
+                                stop_reason, time.process_time() - cpu_start, taus_raw, lengths)
 
     def _check_windows(self, length: int) -> None:
         """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) could
@@ -473,20 +503,23 @@ class SpeculativeEngine:
         Raises:
             NonFiniteError: a non-finite draft or target row (before anything is emitted).
         """
-        # 1-2. K drafts, scored by one target call
+        # 1-2. K drafts of S ≤ L tokens, scored by one target call
         target_raw = self._layout.draft_and_score(state)
+        S = state.S
         draft_tokens, draft_probs = state.draft_tokens, state.draft_probs
+        if S < self.L:  # drafting stopped early: the verifier gets the S drafted positions
+            draft_tokens, draft_probs = draft_tokens[:, :S].contiguous(), draft_probs[:, :S].contiguous()
         # 3. Algorithm 2's modified rows
         target_probs, trace = stack.modify(n, draft_tokens, draft_probs, target_raw)
         # one reduction per row, read with the verdict (no extra host sync)
-        finite = _FiniteFlags(state.draft_ok, finite_rows(target_raw),
+        finite = _FiniteFlags(state.draft_ok[:, :S], finite_rows(target_raw),
                               finite_rows(target_probs) if target_probs is not target_raw
                               else None)
         if self.validate:  # the verifier's own checks would fire first, unnamed
             finite.check(iteration, n)
         # 4. verify
-        verdict, tau, selected, is_active, emitted = self._verify(state, target_probs, finite,
-                                                                   iteration, n)
+        verdict, tau, selected, is_active, emitted = self._verify(
+            state, draft_tokens, draft_probs, target_probs, finite, iteration, n)
         # 5. cut back: keep the selected draft (any when τ = 0: they share the context)
         row = max(selected, 0)
         self._layout.cut_back(state, row, tau)
@@ -497,10 +530,10 @@ class SpeculativeEngine:
                                          target_probs.clone(), verdict, list(emitted)))
         return tau, emitted
 
-    def _verify(self, state: DraftState, target_probs: torch.Tensor, finite: _FiniteFlags,
-                iteration: int, n: int):
-        """Step 4: the verifier on the drafts and ``target_probs`` float32 [K, L+1, V], and
-        the iteration's one host read.
+    def _verify(self, state: DraftState, draft_tokens: torch.Tensor, draft_probs: torch.Tensor,
+                target_probs: torch.Tensor, finite: _FiniteFlags, iteration: int, n: int):
+        """Step 4: the verifier on the drafts (int64 [K, S], float32 [K, S, V]) and
+        ``target_probs`` float32 [K, S+1, V], and the iteration's one host read.
 
         Returns:
             (verdict, τ, selected draft, Algorithm 2 window active (0/1), emitted tokens).
@@ -508,7 +541,7 @@ class SpeculativeEngine:
             NonFiniteError: a row flagged in ``finite`` is not finite.
         """
         seeds = torch.randint(0, 2**62, (1,), generator=state.gen, device=self.device)
-        verdict = self.verifier(state.draft_tokens[None], state.draft_probs[None],
+        verdict = self.verifier(draft_tokens[None], draft_probs[None],
                                 target_probs[None], seeds=seeds, validate=self.validate)
         mod = verdict.modification
         active = mod.active[:1].to(torch.int64) if mod is not None else verdict.tau.new_zeros(1)
@@ -534,7 +567,7 @@ class SpeculativeEngine:
 @torch.inference_mode()
 def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
                             sampling: SamplingConfig | None = None, seed: int = 0,
-                            eos_token_ids=()) -> GenerationResult:
+                            eos_token_ids=(), streamer=None) -> GenerationResult:
     """Plain sampling from the target, one token per forward call, with a KV cache.
 
     Args:
@@ -545,6 +578,7 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
         seed: any Python int; the run's ``torch.Generator`` is seeded with
             ``generator_seed(seed)`` (as ``SpeculativeEngine.generate``).
         eos_token_ids: ids that stop the generation (kept in the output).
+        streamer: optional transformers-style streamer, ``put`` once per new token, ``end``.
     Returns:
         GenerationResult with method "ar", K = 1, L = 0, block efficiency 1.
     Raises:
@@ -578,9 +612,13 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
                                  f"logits) for new token {len(out)} (after {len(out)} emitted "
                                  f"tokens); nothing was sampled from it")
         out.append(token)
+        if streamer is not None:
+            streamer.put(torch.tensor([token], dtype=torch.int64))
         if token in eos:
             stop_reason = "eos"
             break
+    if streamer is not None:
+        streamer.end()
     return GenerationResult("ar", out, int(ids.numel()), len(out), [], 1, 0,
                             time.perf_counter() - start, peak_rss_bytes(), stop_reason,
                             time.process_time() - cpu_start)

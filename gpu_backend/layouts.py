@@ -37,7 +37,8 @@ class DraftState:
     ``d_len``: positions of the context held by the draft's cache (its pending tokens are
     ``context[d_len:]``).  The target's cache always holds the context minus its last token.
     ``tree``: the packed layout's token tree of the current iteration (None in the batched
-    layout).
+    layout).  ``S``: the current iteration's block length (L, or less when a draft-side
+    stopping policy ended drafting early); the buffers' first S depths are the drafts.
     """
 
     t_cache: object
@@ -49,6 +50,7 @@ class DraftState:
     draft_ok: torch.Tensor
     d_len: int = 0
     tree: DraftTree | None = None
+    S: int = 0
 
 
 def sample_rows(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -75,15 +77,29 @@ class Layout:
         target, draft: transformers causal LMs on ``device``.
         sampling, draft_sampling: the target's and the draft's processing
             (``sampling.probabilities``).
-        K, L: drafts per iteration and block length (≥ 1, checked by the engine).
+        K, L: drafts per iteration and the longest block (≥ 1, checked by the engine).
         device: the models' device.
+        stop: a draft-side stopping policy (``reference.draft_stopping``) consulted after each
+            drafted depth < L, or None (always L).  It sees draft-side information only.
     """
 
     def __init__(self, target, draft, sampling: SamplingConfig, draft_sampling: SamplingConfig,
-                 K: int, L: int, device: torch.device):
+                 K: int, L: int, device: torch.device, stop=None):
         self.target, self.draft = target, draft
         self.sampling, self.draft_sampling = sampling, draft_sampling
         self.K, self.L, self.device = K, L, device
+        self.stop = stop
+
+    def _stops(self, state: DraftState, i: int) -> bool:
+        """Whether drafting ends after depth ``i`` (0-based; the policy sees position i + 1).
+        A ``ConfidenceStop`` gets the K drafted tokens' probabilities (K numbers read on the
+        host); any other policy the rows and tokens as numpy arrays."""
+        if self.stop is None or i + 1 >= self.L:
+            return False
+        tokens, rows = state.draft_tokens[:, i], state.draft_probs[:, i]
+        if hasattr(self.stop, "decide"):
+            return bool(self.stop.decide(rows.gather(1, tokens[:, None])[:, 0].tolist()))
+        return bool(self.stop(i + 1, rows.cpu().numpy(), tokens.cpu().numpy()))
 
     def draft_and_score(self, state: DraftState) -> torch.Tensor:
         """Steps 1–2: fill ``state.draft_tokens`` / ``draft_probs`` / ``draft_ok`` with K
@@ -118,26 +134,29 @@ class BatchedLayout(Layout):
 
     def draft_and_score(self, state: DraftState) -> torch.Tensor:
         """The draft's cache repeated after the first row, the K blocks drafted as a batch of
-        K rows, the target's cache repeated and K rows [c_last, X_1..X_L] scored in one call.
-        Returns the target rows float32 [K, L+1, V]."""
-        K, L = self.K, self.L
+        K rows, the target's cache repeated and K rows [c_last, X_1..X_S] scored in one call.
+        Returns the target rows float32 [K, S+1, V] (S = ``state.S``)."""
+        K = self.K
         tokens, probs = state.draft_tokens, state.draft_probs
         self._first_draft_row(state)
         widen(state.d_cache, K)
-        for i in range(1, L):
+        state.S = 1
+        while state.S < self.L and not self._stops(state, state.S - 1):
+            i = state.S
             logits = self.draft(tokens[:, i - 1:i], cache=state.d_cache, use_cache=True).logits
             probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
             tokens[:, i] = _draw_draft(state, i)
+            state.S += 1
         widen(state.t_cache, K)
         last = torch.full((K, 1), state.context[-1], dtype=torch.int64, device=self.device)
-        logits = self.target(torch.cat([last, tokens], dim=1), cache=state.t_cache,
+        logits = self.target(torch.cat([last, tokens[:, :state.S]], dim=1), cache=state.t_cache,
                              use_cache=True).logits
         return probabilities(logits, self.sampling)
 
     def cut_back(self, state: DraftState, row: int, tau: int) -> None:
         n_ctx = len(state.context)
         keep_row(state.t_cache, row, self.K, n_ctx + tau)
-        # after τ = L the draft's cache lacks X_L: it stays pending with the bonus token
+        # after τ = S the draft's cache lacks X_S: it stays pending with the bonus token
         state.d_len = min(cache_length(state.d_cache), n_ctx + tau)
         keep_row(state.d_cache, row, self.K, state.d_len)
 
@@ -157,21 +176,25 @@ class PackedLayout(Layout):
     def draft_and_score(self, state: DraftState) -> torch.Tensor:
         """The K drafts grown as a token tree (kept in ``state.tree``), each depth's new nodes
         fed to the draft in one call, then the last context token and every node scored by
-        the target in one call.  Returns the target rows float32 [K, L+1, V]."""
+        the target in one call.  Returns the target rows float32 [K, S+1, V] (S = ``state.S``)."""
         self._first_draft_row(state)
         state.tree = tree = DraftTree(self.K, share_prefixes=self.share_prefixes)
         node_tokens = self._grow_tree(state, tree)
         return self._score_tree(state, tree, node_tokens)
 
     def _grow_tree(self, state: DraftState, tree: DraftTree) -> list[int]:
-        """Depths 2..L of the drafts, one draft call per depth on that depth's new nodes;
-        returns every node's token in creation order."""
-        L, dev = self.L, self.device
+        """Depths 2..S of the drafts (S = L unless the stopping policy ends them), one draft
+        call per depth on that depth's new nodes; returns every node's token in creation
+        order and sets ``state.S``."""
+        dev = self.device
         tokens, probs = state.draft_tokens, state.draft_probs
         n_ctx = len(state.context)
         new, nodes = tree.add_depth(tokens[:, 0].tolist())
         node_tokens = list(new)
-        for i in range(1, L):
+        state.S = 1
+        while state.S < self.L and not self._stops(state, state.S - 1):
+            i = state.S
+            state.S += 1
             first, last = tree.depth_start[i - 1], tree.depth_start[i]
             mask = attention_mask_for(self.draft, tree.mask(first, last, n_ctx), dev)
             pos = torch.full((1, last - first), n_ctx + i - 1, dtype=torch.int64, device=dev)
@@ -188,8 +211,8 @@ class PackedLayout(Layout):
     def _score_tree(self, state: DraftState, tree: DraftTree,
                     node_tokens: list[int]) -> torch.Tensor:
         """One target call on [c_last, every node]; the rows gathered per draft and depth,
-        float32 [K, L+1, V]."""
-        K, L, dev = self.K, self.L, self.device
+        float32 [K, S+1, V]."""
+        K, L, dev = self.K, state.S, self.device
         n_ctx, N = len(state.context), tree.num_nodes
         # query 0 is the last context token (it sees the cache and itself), then the nodes
         mask = torch.zeros(1, 1, 1 + N, n_ctx + N, dtype=torch.bool)
@@ -209,8 +232,8 @@ class PackedLayout(Layout):
         n_ctx = len(state.context)
         path = [n_ctx + node for node in state.tree.path(row, tau)]
         keep_positions(state.t_cache, list(range(n_ctx)) + path)
-        # the draft never saw X_L: after τ = L it stays pending with the bonus token
-        state.d_len = n_ctx + min(tau, self.L - 1)
-        keep_positions(state.d_cache, list(range(n_ctx)) + path[: min(tau, self.L - 1)])
+        # the draft never saw X_S: after τ = S it stays pending with the bonus token
+        state.d_len = n_ctx + min(tau, state.S - 1)
+        keep_positions(state.d_cache, list(range(n_ctx)) + path[: min(tau, state.S - 1)])
         state.tree = None
 

@@ -1,0 +1,104 @@
+"""The engine with a draft-side stopping policy (reference.draft_stopping): drafting ends
+early, the verifier gets the S ≤ L drafted positions, both caches stay exact.  Small random
+models of test_engine.py (V = 96), seconds.  That the rules accepted here stay lossless under
+stopping is proved with the exact engine (proofs_check/DRAFT_STOPPING.md,
+tests/reference/test_draft_stopping.py); these tests check the engine's wiring."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from gpu_backend.engine import SpeculativeEngine, autoregressive_generate  # noqa: E402
+from gpu_backend.sampling import SamplingConfig  # noqa: E402
+from reference.draft_stopping import ConfidenceStop, StopAt  # noqa: E402
+from reference.rules import registry  # noqa: E402
+from test_engine import PROMPT, perturbed, random_lm, run_recorded, uncached_row  # noqa: E402
+
+STOPPING_RULES = [(r, 1 if registry.is_single_draft(r) else 3) for r in registry.names(draft_stopping=True)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def models():
+    target = random_lm(1)
+    return target, perturbed(target, 2)
+
+
+# thresholds that give both short and full blocks at these temperatures
+@pytest.mark.parametrize("rule,K,layout,threshold", [
+    ("spectr", 3, "packed", 0.5), ("spectr", 3, "batched", 0.5), ("bv", 1, "packed", 0.15),
+    ("traversal", 2, "batched", 0.3)])
+def test_rows_equal_uncached_calls_when_drafting_stops(models, rule, K, layout, threshold):
+    """Every draft row and raw target row of the S drafted positions equals a direct model call
+    on the full prefix to 1e-5 (float32), over iterations with S < L and S = L, crops and
+    bonuses: the cut back after a short block keeps both caches exact."""
+    target, draft = models
+    sampling, draft_sampling = SamplingConfig(0.8), SamplingConfig(1.3)
+    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=sampling,
+                               draft_sampling=draft_sampling, layout=layout,
+                               draft_stop=ConfidenceStop(threshold))
+    result, records = run_recorded(engine, 40, seed=3)
+    assert len(set(result.block_lengths)) >= 2 and max(result.block_lengths) == 4, result.block_lengths
+    for rec, S in zip(records, result.block_lengths):
+        assert rec.draft_tokens.shape == (K, S) and rec.target_probs_raw.shape[:2] == (K, S + 1)
+        assert int(rec.verdict.tau[0]) <= S
+        for k in range(K):
+            block = rec.draft_tokens[k].tolist()
+            for i in range(S + 1):
+                prefix = rec.context + block[:i]
+                torch.testing.assert_close(rec.target_probs_raw[k, i], uncached_row(target, prefix, sampling),
+                                           atol=1e-5, rtol=0)
+                if i < S:
+                    torch.testing.assert_close(rec.draft_probs[k, i], uncached_row(draft, prefix, draft_sampling),
+                                               atol=1e-5, rtol=0)
+    assert [t for rec in records for t in rec.emitted][: result.new_tokens] == result.tokens
+
+
+@pytest.mark.parametrize("rule,K", STOPPING_RULES)
+def test_one_hot_target_reproduces_autoregressive_output_when_drafting_stops(models, rule, K):
+    """test_engine.py's exact construction (one-hot target rows) with confidence stopping:
+    every accepted rule must still emit the target's argmax at every position."""
+    target, draft = models
+    greedy = SamplingConfig(1.0, top_k=1)
+    ar = autoregressive_generate(target, PROMPT, 24, greedy, seed=0)
+    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=greedy,
+                               draft_sampling=SamplingConfig(1.5), draft_stop=ConfidenceStop(0.5))
+    result, _ = run_recorded(engine, 24, seed=7)
+    assert result.tokens == ar.tokens
+    assert min(result.block_lengths) < 4
+
+
+def test_policy_that_never_stops_gives_the_same_stream(models):
+    """A threshold of 0 never stops and draws nothing extra: the same seed gives the same
+    tokens, τ and block lengths as no policy."""
+    target, draft = models
+    runs = [SpeculativeEngine(target, draft, rule="spectr", K=2, L=4, sampling=SamplingConfig(0.9),
+                              draft_stop=stop).generate(PROMPT, 30, seed=11)
+            for stop in (None, ConfidenceStop(0.0))]
+    assert runs[0].tokens == runs[1].tokens and runs[0].taus == runs[1].taus
+    assert runs[0].block_lengths == runs[1].block_lengths == [4] * len(runs[0].taus)
+
+
+def test_constant_policy_and_metrics(models):
+    target, draft = models
+    engine = SpeculativeEngine(target, draft, rule="bv", K=1, L=4, sampling=SamplingConfig(0.9),
+                               draft_stop=StopAt(2))
+    result = engine.generate(PROMPT, 30, seed=2)
+    assert set(result.block_lengths) == {2} and max(result.taus_raw) <= 2
+    assert result.draft_positions_per_iteration == 2.0
+    assert result.metrics()["draft_positions_per_iteration"] == 2.0
+
+
+@pytest.mark.parametrize("rule,K", [("gbv", 1), ("kseq_gbv", 2), ("spectr_gbv", 2)])
+def test_rules_not_proved_under_stopping_are_refused(models, rule, K):
+    target, draft = models
+    with pytest.raises(ValueError, match=r"draft_stop: rule .* not proved lossless"):
+        SpeculativeEngine(target, draft, rule=rule, K=K, L=4, draft_stop=ConfidenceStop(0.4))
