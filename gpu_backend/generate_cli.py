@@ -6,8 +6,8 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import (dtype_name, nonneg_int, positive_int, seed_int, temperature_value,
-                                    top_p_value)
+    from reference.cli_args import (dtype_name, nonneg_int, positive_int, probability_value, seed_int,
+                                    temperature_value, top_p_value)
 
     from reference.rules import registry
 
@@ -39,6 +39,13 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", type=dtype_name, default="bfloat16")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode the prompt as plain text")
+    p.add_argument("--no-stream", action="store_true",
+                   help="print the text once at the end (default: stream it as tokens are accepted)")
+    p.add_argument("--stop-below", type=probability_value, default=None, metavar="P",
+                   help="draft-side stopping: end a block after a depth where every draft's token has "
+                   "draft probability < P (transformers' assistant_confidence_threshold at K = 1); "
+                   f"only for rules proved lossless under stopping: "
+                   f"{', '.join(registry.names(draft_stopping=True))} (proofs_check/DRAFT_STOPPING.md)")
     p.set_defaults(func=run, check=check)
 
 
@@ -61,6 +68,9 @@ def check(args: argparse.Namespace) -> None:
     single = args.rule != "ar" and registry.is_single_draft(args.rule)
     if single and args.K not in (None, 1):
         raise UsageError(f"--K must be 1 for the single-draft rule {args.rule!r}, got {args.K}")
+    if args.stop_below is not None and (args.rule == "ar" or not registry.spec(args.rule).draft_stopping):
+        raise UsageError(f"--stop-below: rule {args.rule!r} is not proved lossless when drafting stops early; "
+                         f"rules that are: {', '.join(registry.names(draft_stopping=True))}")
     args.K_resolved = args.K if args.K is not None else (1 if single else DEFAULT_K)
     V, known = check_models(args.target, args.draft if args.rule != "ar" else None)
     if args.rule != "ar":
@@ -81,24 +91,35 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     pair = load_models(args.target, args.draft if args.rule != "ar" else None, args.dtype)
     target, tokenizer, eos = pair.target, pair.tokenizer, pair.eos
+    streamer = None
+    if not args.no_stream:
+        from transformers import TextStreamer
+
+        streamer = TextStreamer(tokenizer, skip_special_tokens=True)
     try:
         ids = encode_prompt(tokenizer, args.prompt, chat=not args.no_chat)
         if args.rule == "ar":
             result = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
-                                             args.seed, eos)
+                                             args.seed, eos, streamer=streamer)
         else:
+            from reference.draft_stopping import ConfidenceStop
+
+            stop = ConfidenceStop(args.stop_below) if args.stop_below is not None else None
             engine = SpeculativeEngine(target, pair.draft, rule=args.rule, K=args.K_resolved, L=args.L,
-                                       sampling=sampling, eos_token_ids=eos)
-            result = engine.generate(ids, args.max_new_tokens, seed=args.seed)
+                                       sampling=sampling, eos_token_ids=eos, draft_stop=stop)
+            result = engine.generate(ids, args.max_new_tokens, seed=args.seed, streamer=streamer)
     except ValueError as err:
         raise UsageError(one_line(err)) from None
-    print(tokenizer.decode(result.tokens, skip_special_tokens=True))
+    if streamer is None:
+        print(tokenizer.decode(result.tokens, skip_special_tokens=True))
     print("---")
     m = result.metrics()
     print(f"rule {m['method']}  K={m['K']}  L={m['L']}  T={args.temperature}  "
           f"stop: {m['stop_reason']}")
     print(f"new tokens {m['new_tokens']}  target calls {m['target_calls']}  "
-          f"block efficiency {m['block_efficiency']:.2f}")
+          f"block efficiency {m['block_efficiency']:.2f}"
+          + (f"  drafted positions per iteration {m['draft_positions_per_iteration']:.2f}"
+             if result.block_lengths else ""))
     if result.taus:
         acc = " ".join(f"{a:.2f}" for a in m["per_position_acceptance"])
         print(f"mean τ {m['mean_accepted']:.2f}  acceptance rate (mean τ / L) "

@@ -214,6 +214,14 @@ def unit_interval_open(text: str) -> float:
     return value
 
 
+def probability_value(text: str) -> float:
+    """A probability in [0, 1] (a confidence threshold)."""
+    value = _float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
 def top_p_value(text: str) -> float:
     """A nucleus mass in (0, 1]."""
     value = _float(text)
