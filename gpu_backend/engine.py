@@ -367,7 +367,9 @@ class SpeculativeEngine:
         ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
             vocabulary mismatch between draft and target, a draft or target whose cache
             cannot be cut back (``check_model``: sliding window, recurrent or hybrid state),
-            or ``draft_stop`` with a rule not proved lossless under stopping.
+            ``draft_stop`` with a rule not proved lossless under stopping, or a dynamically
+            quantised draft (``draft_quant``) with a rule whose registry entry does not declare
+            ``varying_draft_rows``.
     """
 
     def __init__(self, target, draft, rule: str = DEFAULT_RULE, K: int = DEFAULT_K,
@@ -391,6 +393,13 @@ class SpeculativeEngine:
                              f"early (proofs_check/DRAFT_STOPPING.md); rules that are: "
                              f"{', '.join(registry.names(draft_stopping=True))}")
         self.draft_stop = draft_stop
+        from .draft_quant import is_dynamically_quantised
+
+        if verifier is None and not registry.spec(rule).varying_draft_rows and is_dynamically_quantised(draft):
+            raise ValueError(f"draft: a dynamically quantised draft has rows that depend on the batching "
+                             f"of each call, and rule {rule!r} is not lossless under such rows "
+                             f"(gpu_backend/draft_quant.py); rules that are: "
+                             f"{', '.join(registry.names(varying_draft_rows=True))}")
         check_model(target, "target")
         check_model(draft, "draft")
         # accepted sliding windows never bind below max_position_embeddings; a generation

@@ -91,13 +91,16 @@ def _load_one(role: str, spec: str, dtype: str):
 
 
 def load_pair(target: str = "target", draft: str | None = "draft",
-              dtype: str = "bfloat16") -> ModelPair:
+              dtype: str = "bfloat16", draft_quant: str = "none") -> ModelPair:
     """Load target and draft (``weights.load_causal_lm``) and check that they fit together.
 
     Args:
         target, draft: model specs (``weights.load_causal_lm``); ``draft`` None loads the
             target only (plain autoregressive sampling) and checks nothing.
         dtype: name of the floating dtype of the weights.
+        draft_quant: "none", or "int8": the draft is loaded in float32 and its linear layers
+            quantised (``draft_quant.quantize_draft``; lossless: the verifier gets the
+            quantised draft's own probabilities); the target keeps ``dtype``.
     Returns:
         ModelPair (its tokenizer is the target's).
     Raises:
@@ -110,12 +113,19 @@ def load_pair(target: str = "target", draft: str | None = "draft",
     from .engine import eos_token_ids
     from .weights import MODEL_ALIASES, check_same_vocabulary
 
+    from .draft_quant import QUANT_MODES, quantize_draft
+
+    if draft_quant not in QUANT_MODES:
+        raise ValueError(f"draft_quant must be one of {QUANT_MODES}, got {draft_quant!r}")
     t_model, tokenizer = _load_one("target", target, dtype)
     d_model = None
     if draft is not None:
-        d_model, d_tokenizer = _load_one("draft", draft, dtype)
+        d_model, d_tokenizer = _load_one("draft", draft, "float32" if draft_quant == "int8" else dtype)
+        d_model = quantize_draft(d_model, draft_quant)
         V = check_same_vocabulary(d_model, t_model)
         check_same_tokenizer(d_tokenizer, tokenizer, V, draft, target)
     return ModelPair(t_model, d_model, tokenizer, eos_token_ids(t_model, tokenizer),
                      f"target {MODEL_ALIASES.get(target, target)}, "
-                     f"draft {MODEL_ALIASES.get(draft, draft)}, {dtype}")
+                     f"draft {MODEL_ALIASES.get(draft, draft)}"
+                     + (" (int8 dynamic)" if draft is not None and draft_quant == "int8" else "")
+                     + f", {dtype}")

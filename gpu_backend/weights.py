@@ -386,6 +386,8 @@ def vocab_size(model) -> int:
         ValueError: the model has neither an output embedding nor ``config.vocab_size``.
     """
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if isinstance(getattr(head, "out_features", None), int):  # also a quantised Linear
+        return int(head.out_features)
     if head is not None and getattr(head, "weight", None) is not None:
         return int(head.weight.shape[0])
     size = getattr(getattr(model, "config", None), "vocab_size", None)

@@ -44,6 +44,17 @@ class RuleSpec:
             from draft-side information only (reference.draft_stopping); declared from the
             exact check of proofs_check/DRAFT_STOPPING.md, which a test repeats for every
             registered rule.  False (the safe default) refuses stopping in the engine.
+        varying_draft_rows: the rule stays lossless when a draft row depends on more than its
+            prefix — on how earlier tokens were batched into forward calls and, at K ≥ 2, on the
+            other drafts' earlier tokens — as long as drafts that share a prefix share its row
+            and the verifier gets the rows the tokens were drawn from.  An int8 dynamically
+            quantised draft (``gpu_backend.draft_quant``) has such rows: its activation scale is
+            computed per forward call.  True for rules that decide position by position (token
+            verification, K-SEQ: given the history, the next accepted token is verified against
+            proposals drawn i.i.d. from one row) and for BV at K = 1 (lossless for any draft
+            law of the block given through its conditionals); False (the safe default) for
+            rules that need i.i.d. draft blocks or carry the draft's joint into the next
+            iteration (Algorithm 2).  The engine refuses a quantised draft for the others.
     """
 
     name: str
@@ -57,6 +68,7 @@ class RuleSpec:
     params: dict = field(default_factory=dict)
     bench: bool = True
     draft_stopping: bool = False
+    varying_draft_rows: bool = False
 
 
 _SPECS: dict[str, RuleSpec] = {}
@@ -104,14 +116,15 @@ def specs() -> tuple[RuleSpec, ...]:
 
 def names(*, lossless: bool | None = None, single_draft: bool | None = None,
           modifies_targets: bool | None = None, bench: bool | None = None,
-          draft_stopping: bool | None = None) -> tuple[str, ...]:
+          draft_stopping: bool | None = None, varying_draft_rows: bool | None = None) -> tuple[str, ...]:
     """Registered names in registration order, filtered by the properties given (None: any)."""
     return tuple(s.name for s in _SPECS.values()
                  if (lossless is None or s.lossless == lossless)
                  and (single_draft is None or s.single_draft == single_draft)
                  and (modifies_targets is None or s.modifies_targets == modifies_targets)
                  and (bench is None or s.bench == bench)
-                 and (draft_stopping is None or s.draft_stopping == draft_stopping))
+                 and (draft_stopping is None or s.draft_stopping == draft_stopping)
+                 and (varying_draft_rows is None or s.varying_draft_rows == varying_draft_rows))
 
 
 def is_single_draft(name: str) -> bool:
@@ -144,13 +157,13 @@ def _builtin() -> None:
     for s in (
         RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", True, True, False,
                  "Leviathan et al. 2023, Alg. 1; Chen et al. 2023", "token verification",
-                 draft_stopping=True),
+                 draft_stopping=True, varying_draft_rows=True),
         RuleSpec("spectr", SpecTr, v + "spectr:SpecTr", False, True, False,
                  "Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3)", "SpecTr K-SEQ, K drafts",
-                 draft_stopping=True),
+                 draft_stopping=True, varying_draft_rows=True),
         RuleSpec("bv", BlockVerification, v + "bv:BlockVerification", True, True, False,
                  "Sun et al., Block Verification, ICLR 2025, Alg. 2", "block verification",
-                 draft_stopping=True),
+                 draft_stopping=True, varying_draft_rows=True),
         RuleSpec("gbv", lambda: GreedyBlockVerification(algorithm2=True), v + "gbv:GreedyBlockVerification",
                  True, True, True, "Lin et al. 2026 (SpecTr-GBV), GBV baseline with Alg. 2",
                  "greedy block verification with Algorithm 2", {"algorithm2": True}),
