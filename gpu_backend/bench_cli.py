@@ -168,7 +168,7 @@ def check(args: argparse.Namespace) -> None:
     check_engine_memory(max(Ks), max(Ls), V, known_vocab, "--K/--L")
 
 
-def load_models(target: str, draft: str | None, dtype: str):
+def load_models(target: str, draft: str | None, dtype: str, draft_quant: str = "none"):
     """``model_pair.load_pair`` with its errors as one-line UsageErrors naming the flags.
 
     Returns:
@@ -182,7 +182,7 @@ def load_models(target: str, draft: str | None, dtype: str):
     from .model_pair import ModelLoadError, load_pair
 
     try:
-        return load_pair(target, draft, dtype)
+        return load_pair(target, draft, dtype, draft_quant)
     except ModelLoadError as err:
         raise UsageError(f"--{err.role} {err.spec}: cannot load the model: "
                          f"{first_line(err.__cause__)}") from None

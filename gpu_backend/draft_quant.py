@@ -34,6 +34,32 @@ import warnings
 import torch
 
 QUANT_MODES = ("none", "int8")
+# Drafts whose int8 copy was measured to keep acceptance and pay (benchmarks/ENGINE_VS_ASSISTED.md);
+# "auto" quantises only these.  On SmolLM2-135M as its own draft int8 cut tokens per call from
+# 4.0 to 1.8 in a smoke run: the gain is a property of the model, not a given.
+MEASURED_INT8_DRAFTS = ("draft", "qwen2.5-coder-0.5b-instruct")
+
+
+def resolve_mode(mode: str, draft: str, rule: str, device: str = "cpu") -> str:
+    """The quantisation for ``--draft-quant``: "none" or "int8" as given; "auto" → "int8" for a
+    measured draft (``MEASURED_INT8_DRAFTS``) on the CPU with a rule that allows varying draft
+    rows (registry ``varying_draft_rows``), else "none".
+
+    Raises:
+        ValueError: unknown mode; "int8" with a rule that does not allow it (naming the rule).
+    """
+    from reference.rules import registry
+
+    if mode not in QUANT_MODES + ("auto",):
+        raise ValueError(f"draft quantisation must be one of {QUANT_MODES + ('auto',)}, got {mode!r}")
+    allowed = rule != "ar" and registry.spec(rule).varying_draft_rows
+    if mode == "auto":
+        return "int8" if allowed and device == "cpu" and draft in MEASURED_INT8_DRAFTS else "none"
+    if mode == "int8" and not allowed:
+        raise ValueError(f"rule {rule!r} is not lossless with an int8 dynamic draft (its rows vary "
+                         f"with each call's batching); rules that are: "
+                         f"{', '.join(registry.names(varying_draft_rows=True))}")
+    return mode
 
 
 def is_dynamically_quantised(model) -> bool:

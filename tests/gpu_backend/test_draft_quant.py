@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpu_backend.draft_quant import quantize_draft  # noqa: E402
+from gpu_backend.draft_quant import quantize_draft, resolve_mode  # noqa: E402
 from gpu_backend.engine import SpeculativeEngine, autoregressive_generate  # noqa: E402
 from gpu_backend.model_pair import load_pair  # noqa: E402
 from gpu_backend.sampling import SamplingConfig  # noqa: E402
@@ -83,3 +83,15 @@ def test_refusals():
         load_pair("target", "draft", "bfloat16", draft_quant="fp8")  # refused before any load
     lin = torch.nn.Linear(2, 2)
     assert quantize_draft(lin, "none") is lin
+
+
+def test_auto_mode_quantises_only_the_measured_draft_with_allowed_rules():
+    assert resolve_mode("auto", "draft", "spectr") == "int8"
+    assert resolve_mode("auto", "draft", "sd") == "int8"
+    assert resolve_mode("auto", "tiny", "spectr") == "none"  # not measured to pay
+    assert resolve_mode("auto", "draft", "kseq_gbv") == "none"  # not allowed
+    assert resolve_mode("auto", "draft", "ar") == "none"
+    assert resolve_mode("auto", "draft", "spectr", device="cuda") == "none"
+    assert resolve_mode("none", "draft", "kseq_gbv") == "none"
+    with pytest.raises(ValueError, match="'traversal' is not lossless with an int8"):
+        resolve_mode("int8", "draft", "traversal")
