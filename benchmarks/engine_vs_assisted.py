@@ -1,0 +1,199 @@
+"""The engine against transformers on the real models, side by side in one process.
+
+Per prompt, in an order shuffled per prompt, the same seed for every method:
+- ``hf_generate``: transformers' plain sampling (``generate(do_sample=True)``);
+- ``ar``: this project's autoregressive sampling (the speedup ratios' denominator);
+- ``spectr``: the engine's default rule, K = 2, L = 4, with the bfloat16 draft;
+- ``spectr int8``: the same with the int8 dynamically quantised draft (gpu_backend/draft_quant.py;
+  lossless for spectr: registry ``varying_draft_rows``);
+- ``spectr int8 stop<0.3``: plus draft-side stopping (proofs_check/DRAFT_STOPPING.md);
+- ``hf_assisted``: transformers' assisted generation, 4 draft tokens, constant schedule, its
+  default ``assistant_confidence_threshold`` 0.4, the bfloat16 draft (what a user gets);
+- ``hf_assisted int8``: the same with our int8 draft as its assistant (what transformers would
+  give with the same cheaper draft).
+
+Prints per method, pooled over the prompt sets: tokens per target call (all tokens / all
+calls), drafted positions per iteration, speedup ratio over ``ar`` (median; mean and 95 %
+t-interval over prompts), the paired ratio of tokens/s to ``hf_assisted`` (mean and 95 %
+t-interval over prompts), peak RSS; then the mean speedup per prompt set.  Also the CPU's
+AVX-512 / bf16 / AMX flags.  Run on an idle machine; only ratios measured in this run are
+meant to be compared.
+
+    python benchmarks/engine_vs_assisted.py [--prompts 5] [--max-new-tokens 64]
+        [--datasets humaneval gsm8k ../shared/data/mgsm/mgsm_en.tsv ...] [--json FILE] [--md FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+DEFAULT_SETS = ["humaneval", "gsm8k", str(SHARED / "mgsm" / "mgsm_en.tsv"),
+                str(SHARED / "alpaca_eval" / "instructions.jsonl")]
+
+
+def _ci(values: list[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95 % t-interval (scipy.stats.t); NaN half-width for n < 2."""
+    from scipy import stats
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan
+    return mean, float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def cpu_flags() -> str:
+    """The CPU flags that decide bf16 and int8 speed (Linux /proc/cpuinfo)."""
+    try:
+        flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split())
+    except (OSError, StopIteration):
+        return "CPU flags unknown"
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+    return "CPU flags: " + ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in wanted)
+
+
+def hf_generate(target, ids, n, sampling, seed, eos):
+    """transformers' plain sampling, counted like the engine's AR (one target call per token)."""
+    import torch
+
+    from gpu_backend.engine import GenerationResult, generator_seed
+    from gpu_backend.memory import peak_rss_bytes
+
+    x = torch.tensor([ids])
+    eos = sorted(eos)
+    torch.manual_seed(generator_seed(seed))
+    start = time.perf_counter()
+    with torch.inference_mode():
+        out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
+                              eos_token_id=eos or None, pad_token_id=eos[0] if eos else None,
+                              **sampling.generate_kwargs())
+    wall = time.perf_counter() - start
+    tokens = out[0, x.shape[1]:].tolist()
+    return GenerationResult("hf_generate", tokens, len(ids), len(tokens), [], 1, 0, wall, peak_rss_bytes(),
+                            "eos" if tokens and tokens[-1] in eos else "max_new_tokens")
+
+
+def build_methods(pair, int8_draft, sampling, thresholds):
+    from gpu_backend.assisted import assisted_generate
+    from gpu_backend.engine import SpeculativeEngine, autoregressive_generate
+    from reference.draft_stopping import ConfidenceStop
+
+    def engine(draft, stop=None):
+        e = SpeculativeEngine(pair.target, draft, rule="spectr", K=2, L=4, sampling=sampling,
+                              eos_token_ids=pair.eos, draft_stop=stop)
+        return lambda ids, n, s: e.generate(ids, n, seed=s)
+
+    methods = {
+        "hf_generate": lambda ids, n, s: hf_generate(pair.target, ids, n, sampling, s, pair.eos),
+        "ar": lambda ids, n, s: autoregressive_generate(pair.target, ids, n, sampling, s, pair.eos),
+        "spectr": engine(pair.draft),
+        "spectr int8": engine(int8_draft),
+    }
+    for t in thresholds:
+        methods[f"spectr int8 stop<{t}"] = engine(int8_draft, ConfidenceStop(t))
+    methods["hf_assisted"] = lambda ids, n, s: assisted_generate(pair.target, pair.draft, ids, n, sampling, 4, s,
+                                                                 pair.eos)
+    methods["hf_assisted int8"] = lambda ids, n, s: assisted_generate(pair.target, int8_draft, ids, n, sampling,
+                                                                      4, s, pair.eos)
+    return methods
+
+
+def render(runs, methods, sets, header) -> str:
+    def by(name):
+        return {(r["set"], r["prompt"]): r for r in runs if r["method"] == name}
+
+    ar, hf = by("ar"), by("hf_assisted")
+    lines = header + ["| method | tokens per target call | drafted positions per iteration | speedup ratio "
+                      "(median) | speedup ratio (mean ± 95 % CI) | tokens/s ratio to hf_assisted (mean ± 95 % CI) "
+                      "| peak RSS GB |", "|---|---|---|---|---|---|---|"]
+    per_set = {}
+    for name in methods:
+        rows = by(name)
+        tps = {k: r["tokens"] / r["wall"] for k, r in rows.items()}
+        speed = [tps[k] / (ar[k]["tokens"] / ar[k]["wall"]) for k in rows]
+        vs_hf = [tps[k] / (hf[k]["tokens"] / hf[k]["wall"]) for k in rows]
+        tpc = sum(r["tokens"] for r in rows.values()) / sum(r["calls"] for r in rows.values())
+        pos = [r["positions"] for r in rows.values() if r["positions"] == r["positions"]]
+        m, h = _ci(speed)
+        m2, h2 = _ci(vs_hf)
+        rss = max(r["rss"] for r in rows.values()) / 1e9
+        lines.append(f"| {name} | {tpc:.3f} | {statistics.fmean(pos) if pos else float('nan'):.2f} | "
+                     f"{statistics.median(speed):.2f} | {m:.2f} ± {h:.2f} | {m2:.2f} ± {h2:.2f} | {rss:.1f} |")
+        per_set[name] = {s: statistics.fmean(tps[k] / (ar[k]["tokens"] / ar[k]["wall"]) for k in rows if k[0] == s)
+                         for s in sets}
+    lines += ["", "Mean speedup ratio over `ar` per prompt set:", "",
+              "| method | " + " | ".join(Path(s).name for s in sets) + " |", "|---" * (len(sets) + 1) + "|"]
+    for name in methods:
+        lines.append(f"| {name} | " + " | ".join(f"{per_set[name][s]:.2f}" for s in sets) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", type=int, default=5, help="prompts per set")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--datasets", nargs="+", default=None)
+    parser.add_argument("--thresholds", type=float, nargs="*", default=[0.3])
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--target", default="target")
+    parser.add_argument("--draft", default="draft")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--md", default=None)
+    args = parser.parse_args(argv)
+
+    from gpu_backend.bench_run import machine_description
+    from gpu_backend.draft_quant import quantize_draft
+    from gpu_backend.memory import reset_peak_rss
+    from gpu_backend.model_pair import load_pair
+    from gpu_backend.prompts import encode_prompt, load_prompts
+    from gpu_backend.sampling import SamplingConfig
+    from gpu_backend.weights import load_causal_lm
+
+    sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]
+    pair = load_pair(args.target, args.draft, args.dtype)
+    int8_draft = quantize_draft(load_causal_lm(args.draft, "float32")[0], "int8")
+    sampling = SamplingConfig(args.temperature)
+    methods = build_methods(pair, int8_draft, sampling, args.thresholds)
+    prompts = [(s, p, encode_prompt(pair.tokenizer, text))
+               for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
+    for fn in methods.values():  # warm-up, untimed
+        fn(prompts[0][2], 8, 0)
+    rng = random.Random(0)
+    runs = []
+    for n_prompt, (s, p, ids) in enumerate(prompts):
+        order = list(methods)
+        rng.shuffle(order)
+        for name in order:
+            reset_peak_rss()
+            r = methods[name](ids, args.max_new_tokens, 1000 + n_prompt)
+            runs.append(dict(set=s, prompt=p, method=name, tokens=r.new_tokens, calls=r.target_calls,
+                             wall=r.wall_time_s, rss=r.peak_rss_bytes,
+                             positions=getattr(r, "draft_positions_per_iteration", math.nan)))
+            print(f"{Path(s).name} {p} {name:22s} {r.new_tokens} tokens {r.target_calls} calls "
+                  f"{r.wall_time_s:.1f} s", file=sys.stderr, flush=True)
+    header = [f"# The engine against transformers: {pair.description}, int8 draft "
+              f"`quantize_draft`, T = {args.temperature}, {args.max_new_tokens} new tokens", "",
+              f"Made by `python benchmarks/engine_vs_assisted.py --prompts {args.prompts}` on "
+              f"{time.strftime('%Y-%m-%d')}; {len(prompts)} prompts: " + ", ".join(
+                  f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
+              machine_description() + ".  " + cpu_flags() + ".", ""]
+    text = render(runs, methods, sets, header)
+    print(text, flush=True)
+    if args.md:
+        Path(args.md).write_text(text + "\n", encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(args=vars(args), runs=runs), indent=1), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,28 @@
+"""benchmarks/engine_vs_assisted.py runs end to end (the tiny model as target and draft, one
+HumanEval prompt, 4 tokens) and prints one row per method in both tables."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+ROOT = Path(__file__).resolve().parents[2]
+METHODS = ["hf_generate", "ar", "spectr", "spectr int8", "spectr int8 stop<0.3", "hf_assisted", "hf_assisted int8"]
+
+
+@pytest.mark.models
+def test_script_prints_every_method(tmp_path):
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--prompts", "1",
+         "--max-new-tokens", "4", "--datasets", "humaneval", "--target", "tiny", "--draft", "tiny",
+         "--dtype", "float32", "--json", str(tmp_path / "runs.json"), "--md", str(tmp_path / "t.md")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = [line.split(" | ")[0][2:] for line in out.stdout.splitlines()
+             if line.startswith("| ") and not line.startswith("| method")]
+    assert names == METHODS + METHODS  # the pooled table, then the per-set table
+    assert "CPU flags: avx2" in out.stdout
+    assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() == out.stdout.strip()
