@@ -7,8 +7,8 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
 - ``spectr int8``: the same with the int8 dynamically quantised draft (gpu_backend/draft_quant.py;
   lossless for spectr: registry ``varying_draft_rows``);
 - ``spectr int8 stop<0.3``: plus draft-side stopping (proofs_check/DRAFT_STOPPING.md);
-- ``hf_assisted``: transformers' assisted generation, 4 draft tokens, constant schedule, its
-  default ``assistant_confidence_threshold`` 0.4, the bfloat16 draft (what a user gets);
+- ``hf_assisted``: transformers' assisted generation, 4 draft tokens, constant schedule (its own
+  default is 20), its default ``assistant_confidence_threshold`` 0.4, the bfloat16 draft;
 - ``hf_assisted int8``: the same with our int8 draft as its assistant (what transformers would
   give with the same cheaper draft).
 

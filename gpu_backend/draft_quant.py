@@ -52,9 +52,12 @@ def resolve_mode(mode: str, draft: str, rule: str, device: str = "cpu") -> str:
 
     if mode not in QUANT_MODES + ("auto",):
         raise ValueError(f"draft quantisation must be one of {QUANT_MODES + ('auto',)}, got {mode!r}")
+    if rule == "ar" and mode == "int8":
+        raise ValueError("rule 'ar' drafts nothing; drop the draft quantisation or pick a speculative rule")
     allowed = rule != "ar" and registry.spec(rule).varying_draft_rows
+    on_cpu = str(device).split(":")[0].lower() == "cpu"  # "cpu", torch.device("cpu"), "CPU"
     if mode == "auto":
-        return "int8" if allowed and device == "cpu" and draft in MEASURED_INT8_DRAFTS else "none"
+        return "int8" if allowed and on_cpu and draft in MEASURED_INT8_DRAFTS else "none"
     if mode == "int8" and not allowed:
         raise ValueError(f"rule {rule!r} is not lossless with an int8 dynamic draft (its rows vary "
                          f"with each call's batching); rules that are: "
@@ -63,8 +66,10 @@ def resolve_mode(mode: str, draft: str, rule: str, device: str = "cpu") -> str:
 
 
 def is_dynamically_quantised(model) -> bool:
-    """Whether ``model`` holds a dynamically quantised linear layer (rows that depend on the
-    batching of each forward call)."""
+    """Whether ``model`` holds a ``torch.ao`` dynamically quantised linear layer (rows that
+    depend on the batching of each forward call).  Other quantisation schemes (torchao's
+    configs, GPTQ, ...) are not detected: whoever quantises a draft another way answers for
+    its rows."""
     from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
     return any(isinstance(m, DynamicLinear) for m in model.modules())

@@ -131,17 +131,28 @@ class GenerationResult:
 
     @property
     def acceptance_rate(self) -> float:
-        """Mean kept τ / L: the fraction of a block's L positions accepted and returned,
-        averaged over iterations (not accepted / (K·L): only one draft's tokens can be kept)."""
-        return self.mean_accepted / self.L if self.taus and self.L else float("nan")
+        """Kept τ over drafted positions: Σ τ / Σ S, the fraction of the drafted positions
+        accepted and returned (= mean τ / L without a stopping policy, every S = L); not
+        accepted / (K·S): only one draft's tokens can be kept."""
+        if not self.taus or not self.L:
+            return float("nan")
+        if self.block_lengths:
+            return sum(self.taus) / sum(self.block_lengths)
+        return self.mean_accepted / self.L
 
     @property
     def per_position_acceptance(self) -> list[float]:
-        """Entry i-1 = fraction of iterations with kept τ ≥ i, i = 1..L (sums to mean τ)."""
+        """Entry i-1 = fraction of the iterations that drafted at least i positions whose kept
+        τ ≥ i, i = 1..L (NaN where none drafted i positions; without a stopping policy every
+        iteration drafts L and the entries sum to mean τ)."""
         if not self.taus:
             return []
-        n = len(self.taus)
-        return [sum(t >= i for t in self.taus) / n for i in range(1, self.L + 1)]
+        lengths = self.block_lengths or [self.L] * len(self.taus)
+        out = []
+        for i in range(1, self.L + 1):
+            drafted = [t for t, S in zip(self.taus, lengths) if S >= i]
+            out.append(sum(t >= i for t in drafted) / len(drafted) if drafted else float("nan"))
+        return out
 
     @property
     def draft_positions_per_iteration(self) -> float:
@@ -367,7 +378,7 @@ class SpeculativeEngine:
         ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
             vocabulary mismatch between draft and target, a draft or target whose cache
             cannot be cut back (``check_model``: sliding window, recurrent or hybrid state),
-            ``draft_stop`` with a rule not proved lossless under stopping, or a dynamically
+            ``draft_stop`` not a policy or with a rule not certified lossless under stopping, or a dynamically
             quantised draft (``draft_quant``) with a rule whose registry entry does not declare
             ``varying_draft_rows``.
     """
@@ -388,8 +399,11 @@ class SpeculativeEngine:
         self.L = check_positive(L, "L")
         if verifier is None and rule in registry.names(single_draft=True) and K != 1:
             raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
+        from reference.draft_stopping import check_policy
+
+        check_policy(draft_stop, "draft_stop")
         if draft_stop is not None and verifier is None and not registry.spec(rule).draft_stopping:
-            raise ValueError(f"draft_stop: rule {rule!r} is not proved lossless when drafting stops "
+            raise ValueError(f"draft_stop: rule {rule!r} is not certified lossless when drafting stops "
                              f"early (proofs_check/DRAFT_STOPPING.md); rules that are: "
                              f"{', '.join(registry.names(draft_stopping=True))}")
         self.draft_stop = draft_stop

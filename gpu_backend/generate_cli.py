@@ -17,7 +17,7 @@ def register(subparsers) -> None:
         "generate",
         help="generate text for one prompt with speculative decoding and print metrics",
         description="Draft with the draft model, verify with RULE against the target; prints the "
-        "text, then block efficiency, mean τ, acceptance rate (mean τ / L), tokens/s and peak RSS.  "
+        "text, then block efficiency, mean τ, acceptance rate (Σ τ / Σ drafted positions; mean τ / L without --stop-below), tokens/s and peak RSS.  "
         "Every argument is checked before a model is loaded.",
     )
     p.add_argument("--prompt", required=True, help="the user message (chat template applied)")
@@ -72,8 +72,10 @@ def check(args: argparse.Namespace) -> None:
     single = args.rule != "ar" and registry.is_single_draft(args.rule)
     if single and args.K not in (None, 1):
         raise UsageError(f"--K must be 1 for the single-draft rule {args.rule!r}, got {args.K}")
-    if args.stop_below is not None and (args.rule == "ar" or not registry.spec(args.rule).draft_stopping):
-        raise UsageError(f"--stop-below: rule {args.rule!r} is not proved lossless when drafting stops early; "
+    if args.stop_below is not None and args.rule == "ar":
+        raise UsageError("--stop-below: rule 'ar' drafts nothing; drop --stop-below or pick a speculative rule")
+    if args.stop_below is not None and not registry.spec(args.rule).draft_stopping:
+        raise UsageError(f"--stop-below: rule {args.rule!r} is not certified lossless when drafting stops early; "
                          f"rules that are: {', '.join(registry.names(draft_stopping=True))}")
     args.K_resolved = args.K if args.K is not None else (1 if single else DEFAULT_K)
     from .draft_quant import resolve_mode
@@ -134,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
              if result.block_lengths else ""))
     if result.taus:
         acc = " ".join(f"{a:.2f}" for a in m["per_position_acceptance"])
-        print(f"mean τ {m['mean_accepted']:.2f}  acceptance rate (mean τ / L) "
+        print(f"mean τ {m['mean_accepted']:.2f}  acceptance rate (τ / drafted positions) "
               f"{m['acceptance_rate']:.2f}  P(τ ≥ i), i = 1..L: {acc}")
     print(f"wall {m['wall_time_s']:.2f} s  {m['tokens_per_second']:.2f} tokens/s  "
           f"peak RSS {m['peak_rss_bytes'] / 1e9:.2f} GB")

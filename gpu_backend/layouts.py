@@ -92,14 +92,17 @@ class Layout:
 
     def _stops(self, state: DraftState, i: int) -> bool:
         """Whether drafting ends after depth ``i`` (0-based; the policy sees position i + 1).
-        A ``ConfidenceStop`` gets the K drafted tokens' probabilities (K numbers read on the
-        host); any other policy the rows and tokens as numpy arrays."""
+        A ``ConfidenceStop`` (exactly that class: a subclass may override ``__call__``) gets
+        the K drafted tokens' probabilities (K numbers read on the host); any other policy is
+        called as the reference calls it, with the rows and tokens as numpy arrays."""
+        from reference.draft_stopping import ConfidenceStop, decision
+
         if self.stop is None or i + 1 >= self.L:
             return False
         tokens, rows = state.draft_tokens[:, i], state.draft_probs[:, i]
-        if hasattr(self.stop, "decide"):
-            return bool(self.stop.decide(rows.gather(1, tokens[:, None])[:, 0].tolist()))
-        return bool(self.stop(i + 1, rows.cpu().numpy(), tokens.cpu().numpy()))
+        if type(self.stop) is ConfidenceStop:
+            return self.stop.decide(rows.gather(1, tokens[:, None])[:, 0].tolist())
+        return decision(self.stop, self.stop(i + 1, rows.cpu().numpy(), tokens.cpu().numpy()))
 
     def draft_and_score(self, state: DraftState) -> torch.Tensor:
         """Steps 1–2: fill ``state.draft_tokens`` / ``draft_probs`` / ``draft_ok`` with K

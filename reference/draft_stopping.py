@@ -21,6 +21,7 @@ registered rule, and the registry's ``draft_stopping`` flag records the verdict.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -52,16 +53,18 @@ class ConfidenceStop:
     draft is unsure (the block goes on while one draft is confident), "any" when one is.
 
     Raises:
-        ValueError: threshold not in [0, 1] (or NaN), or combine not "all"/"any".
+        ValueError: threshold not a real number in [0, 1] (NaN, a bool or a string included),
+            or combine not "all"/"any".
     """
 
     threshold: float
     combine: str = "all"
 
     def __post_init__(self):
-        t = float(self.threshold)
-        if not 0.0 <= t <= 1.0:  # also refuses NaN
-            raise ValueError(f"threshold must be in [0, 1], got {self.threshold!r}")
+        t = self.threshold
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not 0.0 <= float(t) <= 1.0:
+            raise ValueError(f"threshold must be a number in [0, 1], got {t!r}")  # NaN fails too
+        object.__setattr__(self, "threshold", float(t))
         if self.combine not in ("all", "any"):
             raise ValueError(f"combine must be 'all' or 'any', got {self.combine!r}")
 
@@ -99,7 +102,7 @@ def stopped_configurations(decoder, state, stop: StoppingPolicy) -> list[tuple[l
         for combo in np.array(np.meshgrid(*supports, indexing="ij")).reshape(K, -1).T:
             pr = prob * float(np.prod([rows[k][x] for k, x in enumerate(combo)]))
             nxt = [b + (int(x),) for b, x in zip(blocks, combo)]
-            if i + 1 < L and stop(i + 1, np.stack(rows), np.asarray(combo, dtype=np.int64)):
+            if i + 1 < L and decision(stop, stop(i + 1, np.stack(rows), np.asarray(combo, dtype=np.int64))):
                 out.append((nxt, pr))
             else:
                 walk(nxt, pr)
@@ -111,9 +114,41 @@ def stopped_configurations(decoder, state, stop: StoppingPolicy) -> list[tuple[l
 @dataclass(frozen=True)
 class StopAt:
     """Always stop after position ``position`` (a fixed shorter block: a sanity case, since a
-    constant length is a stopping time that every rule lossless at that length survives)."""
+    constant length is a stopping time that every rule lossless at that length survives).
+
+    Raises:
+        ValueError: position not an int ≥ 1 (bools refused).  A position ≥ L never stops.
+    """
 
     position: int
 
+    def __post_init__(self):
+        if isinstance(self.position, bool) or not isinstance(self.position, numbers.Integral) or self.position < 1:
+            raise ValueError(f"position must be an integer >= 1, got {self.position!r}")
+
     def __call__(self, position: int, draft_rows: np.ndarray, tokens: np.ndarray) -> bool:
         return position == self.position
+
+
+def check_policy(stop, name: str = "stop"):
+    """``stop`` itself if it is None or callable.
+
+    Raises:
+        ValueError: anything else (e.g. a bare threshold: pass ``ConfidenceStop(0.4)``),
+            naming ``name``.
+    """
+    if stop is not None and not callable(stop):
+        raise ValueError(f"{name} must be a stopping policy (e.g. ConfidenceStop(0.4)) or None, got {stop!r}")
+    return stop
+
+
+def decision(stop, value) -> bool:
+    """A policy's answer as a bool.
+
+    Raises:
+        ValueError: the policy returned something other than a bool (numpy bools accepted),
+            naming the policy and the value.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ValueError(f"stopping policy {stop!r} must return a bool, got {value!r}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decode import Decoder, DecodeState
-from .draft_stopping import StoppingPolicy, stopped_configurations
+from .draft_stopping import StoppingPolicy, check_policy, stopped_configurations
 from .models import ToyModel
 from .randomness import enumerate_law
 from .rules.base import Block, Rule, make_block
@@ -57,7 +57,7 @@ def iteration_law(rule: Rule, decoder: Decoder, state: DecodeState | None = None
         dict Verdict → probability (float64).
     """
     state = state or DecodeState()
-    if stop is not None:
+    if check_policy(stop) is not None:
         merged: dict[Verdict, float] = defaultdict(float)
         for (verdict, _), pr in stopped_iteration_law(rule, decoder, state, stop).items():
             merged[verdict] += pr
@@ -139,6 +139,7 @@ def generation_law(rule: Rule, draft: ToyModel, target: ToyModel, K: int, L: int
         ValueError: on K, L or n_tokens < 1 or a vocabulary mismatch.
     """
     n_tokens = check_positive_int(n_tokens, "n_tokens")
+    check_policy(stop)
     decoder = Decoder(draft, target, K, L)
     frontier: dict[int, dict[tuple, list]] = defaultdict(dict)
     frontier[0][DecodeState().key()] = [DecodeState(), 1.0]

@@ -92,6 +92,9 @@ def test_auto_mode_quantises_only_the_measured_draft_with_allowed_rules():
     assert resolve_mode("auto", "draft", "kseq_gbv") == "none"  # not allowed
     assert resolve_mode("auto", "draft", "ar") == "none"
     assert resolve_mode("auto", "draft", "spectr", device="cuda") == "none"
+    assert resolve_mode("auto", "draft", "spectr", device=torch.device("cpu")) == "int8"
+    with pytest.raises(ValueError, match="'ar' drafts nothing"):
+        resolve_mode("int8", "draft", "ar")
     assert resolve_mode("none", "draft", "kseq_gbv") == "none"
     with pytest.raises(ValueError, match="'traversal' is not lossless with an int8"):
         resolve_mode("int8", "draft", "traversal")

@@ -100,5 +100,31 @@ def test_constant_policy_and_metrics(models):
 @pytest.mark.parametrize("rule,K", [("gbv", 1), ("kseq_gbv", 2), ("spectr_gbv", 2)])
 def test_rules_not_proved_under_stopping_are_refused(models, rule, K):
     target, draft = models
-    with pytest.raises(ValueError, match=r"draft_stop: rule .* not proved lossless"):
+    with pytest.raises(ValueError, match=r"draft_stop: rule .* not certified lossless"):
         SpeculativeEngine(target, draft, rule=rule, K=K, L=4, draft_stop=ConfidenceStop(0.4))
+
+
+def test_engine_refuses_a_bare_threshold_and_calls_a_subclass_as_the_reference_does(models):
+    target, draft = models
+    with pytest.raises(ValueError, match="draft_stop must be a stopping policy"):
+        SpeculativeEngine(target, draft, rule="spectr", K=2, L=3, draft_stop=0.4)
+
+    class AlwaysStop(ConfidenceStop):  # overrides __call__: the engine must not use decide()
+        def __call__(self, position, rows, tokens):
+            return True
+
+    result = SpeculativeEngine(target, draft, rule="spectr", K=2, L=3,
+                               draft_stop=AlwaysStop(0.0)).generate(PROMPT, 10, seed=1)
+    assert set(result.block_lengths) == {1}
+
+
+def test_acceptance_metrics_count_drafted_positions(models):
+    """With blocks cut short, the acceptance rate is Σ τ / Σ S and per-position acceptance is
+    conditioned on the position being drafted."""
+    target, draft = models
+    result = SpeculativeEngine(target, draft, rule="bv", K=1, L=4, sampling=SamplingConfig(0.9),
+                               draft_stop=StopAt(2)).generate(PROMPT, 30, seed=2)
+    assert result.acceptance_rate == pytest.approx(sum(result.taus) / (2 * len(result.taus)), abs=1e-12)
+    ppa = result.per_position_acceptance
+    assert ppa[0] == pytest.approx(sum(t >= 1 for t in result.taus) / len(result.taus), abs=1e-12)
+    assert all(x != x for x in ppa[2:])  # NaN: no iteration drafted positions 3 and 4

@@ -24,10 +24,27 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("kwargs,match", [
     (dict(threshold=float("nan")), "threshold"), (dict(threshold=1.5), "threshold"),
     (dict(threshold=-0.1), "threshold"), (dict(threshold=0.4, combine="most"), "combine"),
+    (dict(threshold="0.5"), "threshold"), (dict(threshold=None), "threshold"),
+    (dict(threshold=True), "threshold"), (dict(threshold=[0.5]), "threshold"),
 ])
 def test_confidence_stop_refuses_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         ConfidenceStop(**kwargs)
+
+
+@pytest.mark.parametrize("position", [0, -1, 1.5, "1", None, True])
+def test_stop_at_refuses_a_bad_position(position):
+    with pytest.raises(ValueError, match="position must be an integer >= 1"):
+        StopAt(position)
+
+
+def test_a_threshold_is_not_a_policy_and_a_policy_must_answer_a_bool():
+    inst = random_instance(3, 1, 2, seed=10, concentration=0.7)
+    with pytest.raises(ValueError, match="stop must be a stopping policy"):
+        generation_law(get_rule("sd"), inst.draft, inst.target, 1, 2, 3, stop=0.4)
+    with pytest.raises(ValueError, match="must return a bool, got 'False'"):
+        generation_law(get_rule("sd"), inst.draft, inst.target, 1, 2, 3, stop=lambda i, r, t: "False")
+    assert ConfidenceStop(np.float32(0.25)).threshold == 0.25 and type(ConfidenceStop(1).threshold) is float
 
 
 def test_confidence_stop_reads_the_drafted_tokens_probabilities():
