@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from reference.draft_stopping import ConfidenceStop, decision
+
 from .kv import cache_length, keep_positions, keep_row, widen
 from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from .tree import DraftTree, attention_mask_for
@@ -95,8 +97,6 @@ class Layout:
         A ``ConfidenceStop`` (exactly that class: a subclass may override ``__call__``) gets
         the K drafted tokens' probabilities (K numbers read on the host); any other policy is
         called as the reference calls it, with the rows and tokens as numpy arrays."""
-        from reference.draft_stopping import ConfidenceStop, decision
-
         if self.stop is None or i + 1 >= self.L:
             return False
         tokens, rows = state.draft_tokens[:, i], state.draft_probs[:, i]

@@ -13,23 +13,10 @@ from gpu_backend.engine import SpeculativeEngine, autoregressive_generate  # noq
 from gpu_backend.sampling import SamplingConfig  # noqa: E402
 from reference.draft_stopping import ConfidenceStop, StopAt  # noqa: E402
 from reference.rules import registry  # noqa: E402
-from test_engine import PROMPT, perturbed, random_lm, run_recorded, uncached_row  # noqa: E402
+# the small models and the one-thread setting of test_engine.py (pytest fixtures, imported)
+from test_engine import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
 
 STOPPING_RULES = [(r, 1 if registry.is_single_draft(r) else 3) for r in registry.names(draft_stopping=True)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def models():
-    target = random_lm(1)
-    return target, perturbed(target, 2)
 
 
 # thresholds that give both short and full blocks at these temperatures

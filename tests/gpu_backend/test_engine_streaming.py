@@ -9,7 +9,8 @@ pytest.importorskip("transformers")
 
 from gpu_backend.engine import SpeculativeEngine, autoregressive_generate  # noqa: E402
 from gpu_backend.sampling import SamplingConfig  # noqa: E402
-from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
+# the small models and the one-thread setting of test_engine.py (pytest fixtures, imported)
+from test_engine import PROMPT, models, one_thread  # noqa: E402,F401
 
 
 class Recorder:
@@ -22,15 +23,6 @@ class Recorder:
 
     def end(self):
         self.ended += 1
-
-
-@pytest.fixture(scope="module")
-def models():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    target = random_lm(1)
-    yield target, perturbed(target, 2)
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("rule,K", [("spectr", 2), ("gbv", 1)])
