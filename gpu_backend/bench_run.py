@@ -25,7 +25,6 @@ per iteration, kept τ per iteration), so every column has one meaning for every
 from __future__ import annotations
 
 import os
-import platform
 import random
 import statistics
 from dataclasses import asdict, dataclass
@@ -57,13 +56,11 @@ def run_one(pair: ModelPair, setting: Setting, prompt_ids, config: BenchConfig, 
 
 
 def machine_description() -> str:
-    """CPU model, cores, memory, torch threads, library versions."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    """CPU model, cores, memory, torch threads, library versions, and the CPU flags that decide
+    bfloat16 and int8 speed (``machine.describe_flags``)."""
+    from .machine import cpu_model, describe_flags
+
+    cpu = cpu_model()
     mem = ""
     try:
         with open("/proc/meminfo") as f:
@@ -74,7 +71,8 @@ def machine_description() -> str:
     import transformers
 
     return (f"{cpu}, {os.cpu_count()} cores{mem}; torch {torch.__version__} "
-            f"({torch.get_num_threads()} threads), transformers {transformers.__version__}")
+            f"({torch.get_num_threads()} threads), transformers {transformers.__version__}; "
+            f"{describe_flags()}")
 
 
 @dataclass

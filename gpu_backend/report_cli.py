@@ -45,7 +45,7 @@ def register(subparsers) -> None:
         "benchmark; writes DIR/REPORT.md with the tables and plots.  Exit status 0 only when every "
         "part passed.",
     )
-    from reference.cli_args import dtype_name, output_dir, positive_int
+    from reference.cli_args import dtype_or_auto, output_dir, positive_int
 
     p.add_argument("--out", type=output_dir, default="report", help="output folder (default ./report)")
     p.add_argument("--prompts", type=positive_int, default=3, help="benchmark prompts (default 3)")
@@ -54,7 +54,8 @@ def register(subparsers) -> None:
                    help="parts to leave out (reported as skipped, not as passed)")
     p.add_argument("--target", default="target")
     p.add_argument("--draft", default="draft")
-    p.add_argument("--dtype", type=dtype_name, default="bfloat16")
+    p.add_argument("--dtype", type=dtype_or_auto, default="auto",
+                   help="auto (default): bfloat16 where the CPU computes it natively, else float32")
     p.add_argument("--threads", type=positive_int, default=None)
     p.set_defaults(func=run, check=check)
 
@@ -172,10 +173,11 @@ def bench_part(args, out_dir: str) -> Part:
         from .bench_config import BenchConfig
         from .bench_render import markdown_table, write_bar_plot
         from .bench_run import run_bench
+        from .machine import resolve_dtype
 
         set_threads(args.threads)
         config = BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                             target=args.target, draft=args.draft, dtype=args.dtype)
+                             target=args.target, draft=args.draft, dtype=resolve_dtype(args.dtype))
         result = run_bench(config, progress=sys.stderr.isatty())
         plot = write_bar_plot(result.rows, os.path.join(out_dir, "plots"))
         rows = {r["method"]: r for r in result.rows}

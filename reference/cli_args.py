@@ -325,6 +325,16 @@ def dtype_name(text: str) -> str:
     return text
 
 
+def dtype_or_auto(text: str) -> str:
+    """``auto`` (bfloat16 where the machine computes it natively, else float32:
+    ``gpu_backend.machine.auto_dtype``) or a floating torch dtype name (``DTYPES``)."""
+    if text == "auto":
+        return text
+    if text not in DTYPES:
+        raise argparse.ArgumentTypeError(f"must be auto or one of {', '.join(DTYPES)}, got {text!r}")
+    return text
+
+
 def claim_ids(text: str, valid: list[str]) -> list[str]:
     """Comma-separated ids, each in ``valid``, order kept, duplicates dropped.
 
