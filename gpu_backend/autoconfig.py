@@ -1,0 +1,367 @@
+"""Configuration from measured costs: K, L, and whether to speculate at all, for this machine.
+
+What is measured (once per machine and model pair, cached in ``$SPECTR_GBV_CACHE/autoconfig.json``,
+or the file ``$SPECTR_GBV_AUTOCONFIG`` names):
+- **costs**: the target's and the draft's forward (with the probability processing) over n new
+  tokens after a cached context, for the n an iteration can feed; the verifier on [K, L, V]
+  rows and the draft's sampling for every candidate (K, L); the prefill of the context.
+- **a calibration text**: the target's own continuation of two built-in prompts (a HumanEval
+  stub and a GSM8K question), sampled losslessly with token verification, so that acceptance is
+  measured where the target actually goes;
+- **acceptance** (per sampling setting): both models teacher-forced over that text give, per
+  position, the draft row p and the target row q; from them K-SEQ's acceptance for k = 1..K_max
+  drafts and p(x_t) (``speed_model.Acceptance``).
+
+``speed_model.choose`` then predicts decode tokens per second for every candidate and plain
+sampling.  Choosing K and L from information gathered before the generation keeps every rule
+lossless: the output law of a lossless rule does not depend on K or L.
+
+The cache key holds the CPU model, its bf16/int8 flags, cores, torch threads and version, the
+model specs (names, folders or hub ids: a folder whose weights change needs ``refresh=True``),
+dtype and draft quantisation, the rule and the candidates (and, for acceptance, the sampling).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .kv import cache_length, new_cache
+from .layouts import sample_rows
+from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from .speed_model import Acceptance, Choice, Costs, choose, expected_tokens, iteration_seconds
+
+from .defaults import K_CANDIDATES, L_CANDIDATES
+
+CACHE_VERSION = 1
+CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))
+CALIBRATION_TOKENS = 64
+TIMING_REPEATS = 3
+
+
+@dataclass
+class PairSpec:
+    """What identifies the loaded pair in the cache (the specs the user gave)."""
+
+    target: str
+    draft: str
+    dtype: str
+    draft_quant: str = "none"
+
+    def key(self) -> list:
+        return [self.target, self.draft, self.dtype, self.draft_quant]
+
+
+@dataclass
+class AutoConfig:
+    """The outcome of ``configure``.
+
+    Attributes:
+        choice: ``speed_model.Choice`` (``choice.speculate`` False: plain sampling pays most).
+        costs, acceptance: what the choice was made from.
+        cached: which of "costs", "text", "acceptance" came from the cache.
+        seconds: time spent measuring in this call (0 when everything was cached).
+    """
+
+    choice: Choice
+    costs: Costs
+    acceptance: Acceptance
+    cached: list = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        """Lines for the user: the choice, its predicted speed and plain sampling's."""
+        c = self.choice
+        b = c.best
+        head = (f"auto-configuration ({'cached' if len(self.cached) == 3 else f'measured in {self.seconds:.1f} s'}): "
+                f"best K={b.K} L={b.L}: predicted {b.tokens_per_iteration:.2f} tokens per target call, "
+                f"{b.tokens_per_second:.2f} tokens/s decode; plain sampling {c.ar_tokens_per_second:.2f} tokens/s")
+        verdict = (f"→ speculating with K={b.K}, L={b.L} (predicted speedup {c.predicted_speedup:.2f}×)"
+                   if c.speculate else
+                   f"→ not speculating: the best shape is predicted at {c.predicted_speedup:.2f}× plain "
+                   f"sampling, below the {1 + c.margin:.2f}× needed")
+        return head + "\n" + verdict
+
+
+def cache_path():
+    """``$SPECTR_GBV_AUTOCONFIG`` if set, else ``autoconfig.json`` in the model cache
+    (``weights.cache_dir``)."""
+    import os
+    from pathlib import Path
+
+    from .weights import cache_dir
+
+    override = os.environ.get("SPECTR_GBV_AUTOCONFIG")
+    return Path(override).expanduser() if override else cache_dir() / "autoconfig.json"
+
+
+def _read_cache() -> dict:
+    path = cache_path()
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("version") == CACHE_VERSION else {}
+
+
+def _write_cache(data: dict) -> None:
+    from .weights import _atomic_write_text
+
+    data["version"] = CACHE_VERSION
+    path = cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _atomic_write_text(path, json.dumps(data))
+
+
+def _timed(fn, repeats: int = TIMING_REPEATS) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls after one untimed call (the first call
+    of a shape builds kernels and allocates)."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@torch.inference_mode()
+def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
+                  repeats: int = TIMING_REPEATS) -> tuple[list[float], float]:
+    """Seconds of a forward over n new tokens after a cached context, with the probability
+    processing of every row, for each n in ``ns``; and the context's prefill seconds.
+
+    Args:
+        model: a transformers causal LM.
+        context_ids: the context (≥ 2 tokens); the new tokens are its last n tokens again.
+        ns: token counts ≥ 1.
+    Returns:
+        (seconds per n, prefill seconds), medians of ``repeats`` timed calls.
+    """
+    dev = next(model.parameters()).device
+    ctx = torch.tensor([context_ids], dtype=torch.int64, device=dev)
+    cache = new_cache(model)
+    start = time.perf_counter()
+    model(ctx, cache=cache, use_cache=True, logits_to_keep=1)
+    prefill = time.perf_counter() - start
+    held = cache_length(cache)
+    out = []
+    for n in ns:
+        ids = ctx[:, -n:] if n <= ctx.shape[1] else ctx[:, -1:].repeat(1, n)
+
+        def step():
+            logits = model(ids, cache=cache, use_cache=True).logits
+            probabilities(logits[0], sampling)
+            cache.crop(held - cache_length(cache))
+
+        out.append(_timed(step, repeats))
+    return out, prefill
+
+
+@torch.inference_mode()
+def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
+                   repeats: int = TIMING_REPEATS) -> tuple[dict, float]:
+    """Per-iteration seconds besides the forwards: the verifier on [1, K, L, V] rows built from
+    measured rows, and L draws of K draft tokens (finite check + sampling); and plain
+    sampling's per-token draw.
+
+    Args:
+        verifier: a batched verifier (``engine.load_verifier``).
+        p_rows, q_rows: float32 [≥ max(Ls) + 1, V] draft and target rows of consecutive
+            positions (from the calibration text).
+    Returns:
+        ({(K, L): seconds}, seconds of one plain-sampling draw).
+    """
+    gen = torch.Generator(device=p_rows.device).manual_seed(0)
+
+    def draw(rows):
+        ok = finite_rows(rows)
+        sample_rows(sampleable(rows, ok), gen)
+
+    draw_s = {K: _timed(lambda K=K: draw(p_rows[:1].expand(K, -1).contiguous()), repeats) for K in Ks}
+    seeds = torch.zeros(1, dtype=torch.int64, device=p_rows.device)
+    out = {}
+    for K in Ks:
+        for L in Ls:
+            dp = p_rows[:L].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
+            tp = q_rows[: L + 1].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
+            tokens = dp[0].argmax(dim=-1)[None]
+            v = _timed(lambda: verifier(tokens, dp, tp, seeds=seeds, validate=False), repeats)
+            out[(K, L)] = v + L * draw_s[K]
+    return out, _timed(lambda: draw(p_rows[:1]), repeats)
+
+
+@torch.inference_mode()
+def calibration_text(target, draft, prompt_ids: list[int], n_tokens: int = CALIBRATION_TOKENS,
+                     seed: int = 0) -> list[int]:
+    """The target's own continuation of ``prompt_ids`` (T = 0.7, token verification K = 1, L = 4:
+    lossless, so the text has the target's law at that temperature).  Returns the new tokens."""
+    from .engine import SpeculativeEngine
+
+    engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=4, sampling=SamplingConfig(0.7))
+    return engine.generate(prompt_ids, n_tokens, seed=seed).tokens
+
+
+@torch.inference_mode()
+def teacher_forced_rows(model, prompt_ids: list[int], continuation: list[int],
+                        sampling: SamplingConfig) -> torch.Tensor:
+    """float32 [n, V]: the model's processed row before each token of ``continuation``."""
+    dev = next(model.parameters()).device
+    ids = torch.tensor([prompt_ids + continuation], dtype=torch.int64, device=dev)
+    n = len(continuation)
+    logits = model(ids, logits_to_keep=n + 1).logits[0, :n]
+    return probabilities(logits, sampling)
+
+
+def acceptance_from_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, K_max: int) -> tuple:
+    """Per position: K-SEQ acceptance for k = 1..K_max drafts and p(x_t).
+
+    Args:
+        p, q: float [n, V] draft and target rows; tokens: int64 [n], the text's tokens.
+    Returns:
+        (beta float64 [n, K_max], match float64 [n]); beta[:, 0] = Σ min(p, q),
+        beta[:, k − 1] = 1 − (1 − β(ρ*))^k with β(ρ) = Σ min(p, q/ρ) and ρ* K-SEQ's root for k
+        candidates (docs/rules.md §2.2; = ρ*·β(ρ*) at the root).
+    """
+    from .verifiers.kseq import rho_star
+
+    p64, q64 = p.double(), q.double()
+    cols = [torch.minimum(p64, q64).sum(dim=1)]
+    for k in range(2, K_max + 1):
+        rho = rho_star(p, q, torch.full((p.shape[0],), k, dtype=torch.int64, device=p.device))
+        # what K-SEQ accepts: some of k candidates, each accepted w.p. min(1, q/(ρ p))
+        cols.append(1.0 - (1.0 - torch.minimum(p64, q64 / rho[:, None]).sum(dim=1)) ** k)
+    beta = torch.stack(cols, dim=1).clamp(0.0, 1.0)
+    match = p64.gather(1, tokens[:, None])[:, 0]
+    return beta.cpu().numpy(), match.cpu().numpy()
+
+
+def default_calibration_prompts(tokenizer, fallback: list[int]) -> list[list[int]]:
+    """The built-in calibration prompts, chat-encoded; ``[fallback]`` when the prompt data
+    package is not installed or there is no tokenizer."""
+    from .prompts import encode_prompt, load_prompts
+
+    if tokenizer is None:
+        return [list(fallback)]
+    out = []
+    for source, index in CALIBRATION_SOURCES:
+        try:
+            text = load_prompts(source, index + 1)[index]
+        except (FileNotFoundError, IndexError, ValueError):
+            continue
+        out.append(encode_prompt(tokenizer, text))
+    return out or [list(fallback)]
+
+
+def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: SamplingConfig,
+              Ks=K_CANDIDATES, Ls=L_CANDIDATES, fallback_prompt=(1, 2), margin: float = 0.05,
+              refresh: bool = False, threads: int | None = None, log=None) -> AutoConfig:
+    """Measure (or read from the cache) what the choice needs, and choose K, L or plain sampling.
+
+    Args:
+        target, draft: the loaded models (same device); tokenizer: the target's.
+        spec: the specs the user gave (cache key).
+        rule: the verification rule (its verifier's cost is measured).
+        sampling: the target's sampling (acceptance depends on it; the draft uses the same).
+        Ks, Ls: candidates (≥ 1 each; K = 1 only for single-draft rules: the caller's job).
+        fallback_prompt: token ids to calibrate on when the prompt data package is missing.
+        margin: see ``speed_model.choose``.
+        refresh: measure again even when the cache holds an entry.
+        threads: torch threads (cache key; default the current setting).
+        log: callable receiving progress lines (default: stderr).
+    Returns:
+        AutoConfig.
+    Raises:
+        ValueError: empty or invalid candidates (from ``speed_model.choose``).
+    """
+    from .engine import load_verifier
+    from .machine import fingerprint
+
+    log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    Ks, Ls = tuple(sorted(set(int(k) for k in Ks))), tuple(sorted(set(int(x) for x in Ls)))
+    if not Ks or not Ls or Ks[0] < 1 or Ls[0] < 1:
+        raise ValueError(f"candidates must be non-empty and >= 1, got Ks={Ks}, Ls={Ls}")
+    threads = threads or torch.get_num_threads()
+    data = _read_cache()
+    entries = data.setdefault("entries", {})
+    key_text = json.dumps(["text", spec.target, spec.draft, CALIBRATION_TOKENS])
+    key_acc = json.dumps(["acceptance", spec.key(), sampling.temperature, sampling.top_k, sampling.top_p,
+                          max(Ks), CALIBRATION_TOKENS])
+    key_costs = json.dumps(["costs", fingerprint(threads), spec.key(), rule, Ks, Ls])
+    cached, start = [], time.perf_counter()
+
+    texts = entries.get(key_text)
+    if texts is not None and not refresh:
+        cached.append("text")
+    else:
+        log(f"auto-configuration: sampling a calibration text with the target ({CALIBRATION_TOKENS} "
+            f"tokens per prompt; once per model pair)")
+        prompts = default_calibration_prompts(tokenizer, list(fallback_prompt))
+        texts = [[p, calibration_text(target, draft, p)] for p in prompts]
+        entries[key_text] = texts
+    texts = [(list(p), list(c)) for p, c in texts if len(c) >= 1]
+
+    rows = None
+    acc_data = entries.get(key_acc)
+    if acc_data is not None and not refresh:
+        acceptance = Acceptance.from_json(acc_data)
+        cached.append("acceptance")
+    else:
+        log("auto-configuration: measuring acceptance on the calibration text")
+        betas, matches, segments, rows = [], [], [], []
+        for prompt, cont in texts:
+            q = teacher_forced_rows(target, prompt, cont, sampling)
+            p = teacher_forced_rows(draft, prompt, cont, sampling)
+            dev = q.device
+            b, m = acceptance_from_rows(p.to(dev), q, torch.tensor(cont, device=dev), max(Ks))
+            betas.append(b), matches.append(m), segments.append(len(cont)), rows.append((p, q))
+        import numpy as np
+
+        acceptance = Acceptance(np.concatenate(betas), np.concatenate(matches), tuple(segments))
+        entries[key_acc] = acceptance.to_json()
+
+    costs_data = entries.get(key_costs)
+    if costs_data is not None and not refresh:
+        costs = Costs.from_json(costs_data)
+        cached.append("costs")
+    else:
+        log(f"auto-configuration: timing the models and the verifier on this machine "
+            f"(K in {list(Ks)}, L in {list(Ls)}; once per machine and model pair)")
+        prompt, cont = max(texts, key=lambda t: len(t[0]) + len(t[1]))
+        context = prompt + cont
+        most = max(Ks) * max(Ls) + 1
+        target_n = sorted({n for n in (1, 2, 4, 8, 12, 16, 24, 32) if n < most} | {most})
+        draft_n = sorted(set(range(1, max(Ks) + 1)))
+        t_s, t_pre = forward_costs(target, context, target_n, sampling)
+        d_s, d_pre = forward_costs(draft, context, draft_n, sampling)
+        if rows is None:
+            q = teacher_forced_rows(target, prompt, cont, sampling)
+            rows = [(teacher_forced_rows(draft, prompt, cont, sampling).to(q.device), q)]
+        p_rows, q_rows = _rows_for_overhead(rows, max(Ls) + 1)
+        overhead, ar_draw = overhead_costs(load_verifier(rule), p_rows, q_rows, Ks, Ls)
+        costs = Costs(tuple(target_n), tuple(t_s), tuple(draft_n), tuple(d_s), overhead, ar_draw,
+                      {"target": t_pre, "draft": d_pre}, len(context))
+        entries[key_costs] = costs.to_json()
+    if len(cached) < 3:
+        _write_cache(data)
+    choice = choose(costs, acceptance, Ks, Ls, margin)
+    return AutoConfig(choice, costs, acceptance, cached, time.perf_counter() - start if len(cached) < 3 else 0.0)
+
+
+def _rows_for_overhead(rows, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """n consecutive draft and target rows (repeating the last ones when the text is shorter)."""
+    p, q = max(rows, key=lambda r: r[0].shape[0])
+    if p.shape[0] < n:
+        reps = -(-n // p.shape[0])
+        p, q = p.repeat(reps, 1), q.repeat(reps, 1)
+    return p[:n].contiguous(), q[:n].contiguous()
+
+
+__all__ = ["AutoConfig", "PairSpec", "configure", "forward_costs", "overhead_costs", "acceptance_from_rows",
+           "teacher_forced_rows", "calibration_text", "expected_tokens", "iteration_seconds",
+           "K_CANDIDATES", "L_CANDIDATES"]

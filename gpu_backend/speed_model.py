@@ -1,0 +1,242 @@
+"""Expected decode speed of a speculative configuration, from measured costs and acceptance.
+
+Leviathan et al. 2023 (arXiv 2211.17192, §3.3-3.5): with a per-token acceptance rate α, γ draft
+tokens per iteration and a draft step costing c target steps, an iteration emits
+(1 − α^{γ+1}) / (1 − α) tokens in expected value and costs γ·c + 1 target steps.  This module
+generalises that model in three ways, each because the simple form misled on real machines:
+
+1. **Measured costs, not a ratio c.**  An iteration costs
+       (L − 1)·D(K) + D(1) + T(1 + K·L) + overhead(K, L)
+   seconds: D(n) and T(n) are measured forwards of the draft and target over n new tokens after
+   a cached context (the packed layout feeds one depth of the draft tree, ≤ K nodes, per draft
+   call, the pending token(s) first, then every tree node and the last context token to the
+   target in one call); overhead is the verifier and the draft's sampling.  On a compute-bound
+   CPU T(n) grows with n (a 10-token target forward cost 3.5-4.8 decode steps on an AVX2-only
+   machine), which is what makes speculation lose there.
+2. **Acceptance per position, measured on text.**  β_t is the acceptance probability at
+   position t of a calibration text; P(τ ≥ i) is averaged over windows of consecutive
+   positions, so that easy and hard stretches are not averaged into one α first.
+3. **K drafts.**  With k live drafts at a position, acceptance is K-SEQ's
+   1 − (1 − β(ρ*))^k = ρ*·β(ρ*) (SpecTr, Sun et al. 2023, Algorithm 3; docs/rules.md §2.2).
+   After an acceptance the drafts that carry the accepted token stay live: the winner and each
+   other live draft with probability p_t(x_t), the draft's probability of the text's token
+   (the accepted token is modelled by the text's token).
+
+The model is an estimate for choosing K, L and whether to speculate at all; the engine prints
+the predicted and the measured speed side by side so that a wrong prediction is visible.  For
+rules other than SpecTr it uses the same acceptance (token verification's for K = 1: block
+verification accepts at least as much, so its estimate is low).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Per-position acceptance measured on a calibration text.
+
+    Attributes:
+        beta: float64 [T, K_max]; beta[t, k − 1] = probability that position t accepts one of
+            k live drafts' tokens (k = 1: Σ_x min(p_t(x), q_t(x)); k ≥ 2: K-SEQ's ρ*·β(ρ*)).
+        match: float64 [T]; p_t(x_t), the draft's probability of the token that the text has
+            at position t.
+        segments: int [S]; the lengths of the texts that were concatenated (windows do not
+            cross a text boundary).
+    """
+
+    beta: np.ndarray
+    match: np.ndarray
+    segments: tuple[int, ...]
+
+    def __post_init__(self):
+        beta = np.asarray(self.beta, dtype=np.float64)
+        match = np.asarray(self.match, dtype=np.float64)
+        if beta.ndim != 2 or beta.shape[0] != match.shape[0] or beta.shape[1] < 1:
+            raise ValueError(f"beta must be [T, K_max] and match [T], got {beta.shape} and {match.shape}")
+        for name, a in (("beta", beta), ("match", match)):
+            if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1 + 1e-9):
+                raise ValueError(f"{name} must hold probabilities in [0, 1]")
+        if sum(self.segments) != beta.shape[0] or any(s < 1 for s in self.segments):
+            raise ValueError(f"segments {self.segments} must be positive and sum to T = {beta.shape[0]}")
+        object.__setattr__(self, "beta", np.clip(beta, 0.0, 1.0))
+        object.__setattr__(self, "match", np.clip(match, 0.0, 1.0))
+
+    @property
+    def K_max(self) -> int:
+        return int(self.beta.shape[1])
+
+    def to_json(self) -> dict:
+        return {"beta": self.beta.tolist(), "match": self.match.tolist(), "segments": list(self.segments)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Acceptance":
+        return cls(np.array(data["beta"]), np.array(data["match"]), tuple(data["segments"]))
+
+
+def expected_tokens(acc: Acceptance, K: int, L: int) -> float:
+    """Expected tokens per iteration, E[τ] + 1 = 1 + Σ_{i=1..L} P(τ ≥ i), K drafts of L tokens.
+
+    Averaged over every window of L consecutive positions inside one calibration text (texts
+    shorter than L contribute their own length's windows cut at the end).  With a constant
+    β and K = 1 it is Leviathan et al.'s (1 − β^{L+1}) / (1 − β) (their eq. 1).
+
+    Args:
+        acc: the measured acceptance; K ≤ acc.K_max.
+        K, L: drafts and block length, ≥ 1.
+    Returns:
+        float in [1, L + 1].
+    Raises:
+        ValueError: K or L < 1, K > acc.K_max.
+    """
+    if K < 1 or L < 1:
+        raise ValueError(f"K and L must be >= 1, got K={K}, L={L}")
+    if K > acc.K_max:
+        raise ValueError(f"K={K} exceeds the calibrated K_max={acc.K_max}")
+    total, windows = 0.0, 0
+    start = 0
+    for length in acc.segments:
+        n_win = max(length - L + 1, 1)
+        t0 = start + np.arange(n_win)
+        live = np.zeros((n_win, K))  # live[w, k − 1]: P(k drafts live and τ ≥ depth)
+        live[:, K - 1] = 1.0
+        e = np.ones(n_win)
+        for i in range(min(L, length)):
+            t = t0 + i
+            accepted = live * acc.beta[t, :K]  # [n_win, K]
+            e += accepted.sum(axis=1)
+            m = acc.match[t]
+            nxt = np.zeros_like(live)
+            for k in range(1, K + 1):  # k live drafts → 1 + Binomial(k − 1, m) live
+                for j in range(1, k + 1):
+                    nxt[:, j - 1] += accepted[:, k - 1] * comb(k - 1, j - 1) * m ** (j - 1) * (1 - m) ** (k - j)
+            live = nxt
+        total += float(e.sum())
+        windows += n_win
+        start += length
+    return total / windows
+
+
+@dataclass(frozen=True)
+class Costs:
+    """Measured seconds on this machine (``autoconfig.measure_costs``).
+
+    Attributes:
+        target_n, target_s: float [M] each; a target forward over n new tokens after a cached
+            context costs target_s (linear interpolation between the measured n).
+        draft_n, draft_s: the same for the draft.
+        overhead: {(K, L): seconds} per iteration besides the forwards: the verifier on
+            [K, L, V] rows and the draft's sampling.
+        ar_overhead_s: per token of plain sampling besides the target forward.
+        prefill_s: {"target": s, "draft": s} for the measured context (``context_tokens``).
+        context_tokens: the cached context's length during the measurement.
+    """
+
+    target_n: tuple[int, ...]
+    target_s: tuple[float, ...]
+    draft_n: tuple[int, ...]
+    draft_s: tuple[float, ...]
+    overhead: dict
+    ar_overhead_s: float
+    prefill_s: dict
+    context_tokens: int
+
+    def target(self, n: int) -> float:
+        return float(np.interp(n, self.target_n, self.target_s))
+
+    def draft(self, n: int) -> float:
+        return float(np.interp(n, self.draft_n, self.draft_s))
+
+    def to_json(self) -> dict:
+        return {"target_n": list(self.target_n), "target_s": list(self.target_s),
+                "draft_n": list(self.draft_n), "draft_s": list(self.draft_s),
+                "overhead": [[K, L, s] for (K, L), s in sorted(self.overhead.items())],
+                "ar_overhead_s": self.ar_overhead_s, "prefill_s": dict(self.prefill_s),
+                "context_tokens": self.context_tokens}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Costs":
+        return cls(tuple(d["target_n"]), tuple(d["target_s"]), tuple(d["draft_n"]), tuple(d["draft_s"]),
+                   {(int(K), int(L)): float(s) for K, L, s in d["overhead"]}, float(d["ar_overhead_s"]),
+                   dict(d["prefill_s"]), int(d["context_tokens"]))
+
+
+def iteration_seconds(costs: Costs, K: int, L: int) -> float:
+    """Seconds of one iteration of K drafts of L tokens (item 1 of the module docstring)."""
+    return ((L - 1) * costs.draft(K) + costs.draft(1) + costs.target(1 + K * L)
+            + costs.overhead[(K, L)])
+
+
+def ar_seconds_per_token(costs: Costs) -> float:
+    """Seconds per token of plain sampling: one target forward over one token plus sampling."""
+    return costs.target(1) + costs.ar_overhead_s
+
+
+@dataclass(frozen=True)
+class Prediction:
+    K: int
+    L: int
+    tokens_per_iteration: float
+    iteration_s: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_per_iteration / self.iteration_s
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The configuration picked by ``choose``.
+
+    Attributes:
+        speculate: False when no candidate is predicted to beat plain sampling by ``margin``.
+        best: the fastest candidate (also when not speculating, for the record).
+        ar_tokens_per_second: predicted plain-sampling decode speed.
+        candidates: every Prediction, fastest first.
+        margin: the relative gain required to speculate.
+    """
+
+    speculate: bool
+    best: Prediction
+    ar_tokens_per_second: float
+    candidates: tuple[Prediction, ...]
+    margin: float
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.best.tokens_per_second / self.ar_tokens_per_second
+
+
+def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = 0.05) -> Choice:
+    """The (K, L) with the most predicted decode tokens per second, or plain sampling.
+
+    Args:
+        costs: measured costs; ``costs.overhead`` must hold every (K, L) of Ks × Ls.
+        acc: measured acceptance with K_max ≥ max(Ks).
+        Ks, Ls: candidate drafts and block lengths (≥ 1).
+        margin: speculate only when the best candidate's predicted speed is at least
+            (1 + margin) × plain sampling's: the prediction is an estimate, and a wrong "yes"
+            costs more than a wrong "no" on a machine where speculation does not pay.
+    Returns:
+        Choice.
+    Raises:
+        ValueError: empty candidates, a (K, L) without a measured overhead, margin < 0.
+    """
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    preds = []
+    for K in Ks:
+        for L in Ls:
+            if (K, L) not in costs.overhead:
+                raise ValueError(f"no measured overhead for K={K}, L={L}")
+            preds.append(Prediction(K, L, expected_tokens(acc, K, L), iteration_seconds(costs, K, L)))
+    if not preds:
+        raise ValueError("Ks and Ls must not be empty")
+    # fastest first; ties to the smaller K, then the smaller L (cheaper memory, same speed)
+    preds.sort(key=lambda p: (-p.tokens_per_second, p.K, p.L))
+    ar = 1.0 / ar_seconds_per_token(costs)
+    return Choice(preds[0].tokens_per_second >= (1.0 + margin) * ar, preds[0], ar, tuple(preds), margin)

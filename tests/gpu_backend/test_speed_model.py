@@ -1,0 +1,144 @@
+"""gpu_backend.speed_model: expected tokens per iteration and the choice of K, L or plain
+sampling, on numbers small enough to check by hand (numpy only)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from gpu_backend.speed_model import (
+    Acceptance,
+    Costs,
+    ar_seconds_per_token,
+    choose,
+    expected_tokens,
+    iteration_seconds,
+)
+
+
+def constant(beta_by_k, T=40, match=0.5, segments=None):
+    beta = np.tile(np.asarray(beta_by_k, dtype=float), (T, 1))
+    return Acceptance(beta, np.full(T, match), segments or (T,))
+
+
+@pytest.mark.parametrize("b", [0.0, 0.3, 0.8, 0.95, 1.0])
+@pytest.mark.parametrize("L", [1, 2, 4, 7])
+def test_single_draft_constant_acceptance_is_leviathans_formula(b, L):
+    # Leviathan et al. 2023 eq. 1: (1 − β^{L+1}) / (1 − β), L + 1 at β = 1
+    want = L + 1 if b == 1.0 else (1 - b ** (L + 1)) / (1 - b)
+    assert expected_tokens(constant([b]), 1, L) == pytest.approx(want, abs=1e-12)
+
+
+def test_two_drafts_that_always_agree_keep_both_live():
+    # match = 1: both drafts carry every accepted token, so every depth accepts with β_2
+    acc = constant([0.5, 0.75], match=1.0)
+    assert expected_tokens(acc, 2, 3) == pytest.approx(1 + 0.75 + 0.75**2 + 0.75**3, abs=1e-12)
+
+
+def test_two_drafts_that_never_agree_fall_back_to_one():
+    # match = 0: after the first depth only the winner is live
+    acc = constant([0.5, 0.75], match=0.0)
+    assert expected_tokens(acc, 2, 3) == pytest.approx(1 + 0.75 + 0.75 * 0.5 + 0.75 * 0.25, abs=1e-12)
+
+
+def test_survivors_are_binomial_in_the_match_probability():
+    # K = 3, L = 2, m = 0.4: live after depth 1 is 1 + Bin(2, 0.4): 1 w.p. 0.36, 2 w.p. 0.48, 3 w.p. 0.16
+    acc = constant([0.5, 0.6, 0.7], match=0.4)
+    want = 1 + 0.7 + 0.7 * (0.36 * 0.5 + 0.48 * 0.6 + 0.16 * 0.7)
+    assert expected_tokens(acc, 3, 2) == pytest.approx(want, abs=1e-12)
+
+
+def test_windows_do_not_cross_texts():
+    # text 1 always accepts, text 2 never: windows of L = 2 give 3 (twice) and 1 (twice)
+    beta = np.array([[1.0]] * 3 + [[0.0]] * 3)
+    acc = Acceptance(beta, np.ones(6), (3, 3))
+    assert expected_tokens(acc, 1, 2) == pytest.approx(2.0, abs=1e-12)
+    # across the boundary the window starting at the last token of text 1 would give 2
+    joined = Acceptance(beta, np.ones(6), (6,))
+    assert expected_tokens(joined, 1, 2) == pytest.approx((3 + 3 + 2 + 1 + 1) / 5, abs=1e-12)
+
+
+def test_per_position_acceptance_is_not_averaged_first():
+    # half the positions accept surely, half never, in runs: Σ_i Π β over windows, not (mean β)^i
+    beta = np.array([[1.0]] * 10 + [[0.0]] * 10)
+    acc = Acceptance(beta, np.ones(20), (20,))
+    # windows of L = 4: starts 0..6 → 5, start 7 → 4, 8 → 3, 9 → 2, 10..16 → 1
+    assert expected_tokens(acc, 1, 4) == pytest.approx((7 * 5 + 4 + 3 + 2 + 7 * 1) / 17, abs=1e-12)
+    assert expected_tokens(constant([0.5]), 1, 4) == pytest.approx(1.9375, abs=1e-12)
+
+
+def costs(target_s, draft_s=(0.4, 0.42, 0.44, 0.46), overhead=0.01):
+    target_n = (1, 2, 4, 8, 16, 33)
+    over = {(K, L): overhead for K in (1, 2, 3, 4) for L in range(1, 9)}
+    return Costs(target_n, tuple(target_s), (1, 2, 3, 4), tuple(draft_s), over, 0.002,
+                 {"target": 1.0, "draft": 0.3}, 128)
+
+
+# bandwidth-bound (the AVX-512/AMX machine: 1.0-1.08 decode steps for 5-21 tokens) and
+# compute-bound (the AVX2 machine: a 10-token forward = 4.8 decode steps) target cost curves
+FLAT = (1.0, 1.01, 1.02, 1.04, 1.08, 1.3)
+STEEP = (1.0, 1.5, 2.4, 4.3, 8.0, 16.0)
+
+
+def test_iteration_cost_is_the_measured_curve():
+    c = costs(FLAT)
+    # K = 2, L = 4: 3 draft calls of 2 nodes + 1 pending-token call + target over 9 tokens
+    want = 3 * 0.42 + 0.4 + float(np.interp(9, c.target_n, c.target_s)) + 0.01
+    assert iteration_seconds(c, 2, 4) == pytest.approx(want, abs=1e-12)
+    assert ar_seconds_per_token(c) == pytest.approx(1.002, abs=1e-12)
+
+
+def test_speculates_where_the_target_is_bandwidth_bound():
+    choice = choose(costs(FLAT, draft_s=(0.1, 0.11, 0.12, 0.13)), constant([0.8, 0.88, 0.9, 0.91], match=0.7),
+                    (1, 2, 3, 4), range(1, 9))
+    assert choice.speculate and choice.predicted_speedup > 2.0
+    best = max(choice.candidates, key=lambda p: p.tokens_per_second)
+    assert (choice.best.K, choice.best.L) == (best.K, best.L)
+    assert choice.candidates[0].tokens_per_second >= choice.candidates[-1].tokens_per_second
+
+
+def test_does_not_speculate_where_the_target_is_compute_bound():
+    # the AVX2 case: every shape is predicted slower than plain sampling
+    choice = choose(costs(STEEP, draft_s=(0.35, 0.5, 0.65, 0.8)), constant([0.75, 0.8, 0.82, 0.83], match=0.7),
+                    (1, 2, 3, 4), range(1, 9))
+    assert not choice.speculate
+    assert choice.predicted_speedup < 1.0
+    assert choice.ar_tokens_per_second == pytest.approx(1 / 1.002, abs=1e-12)
+
+
+def test_margin_decides_a_near_tie():
+    c = costs(FLAT, draft_s=(0.2,) * 4, overhead=0.0)
+    acc = constant([0.5], match=0.5)
+    # K = 1, L = 1: 1.5 tokens per (0.2 + 1.01) s = 1.2397 tokens/s; AR 0.998 tokens/s: speedup 1.242
+    speedup = (1.5 / 1.21) / (1 / 1.002)
+    assert choose(c, acc, (1,), (1,), margin=0.2).speculate
+    assert not choose(c, acc, (1,), (1,), margin=0.25).speculate
+    assert choose(c, acc, (1,), (1,)).predicted_speedup == pytest.approx(speedup, abs=1e-12)
+
+
+def test_bad_inputs_are_refused():
+    with pytest.raises(ValueError, match="beta must hold probabilities"):
+        Acceptance(np.array([[1.5]]), np.array([0.5]), (1,))
+    with pytest.raises(ValueError, match="match must hold probabilities"):
+        Acceptance(np.array([[0.5]]), np.array([math.nan]), (1,))
+    with pytest.raises(ValueError, match="beta must be"):
+        Acceptance(np.array([0.5]), np.array([0.5]), (1,))
+    with pytest.raises(ValueError, match="segments"):
+        Acceptance(np.array([[0.5]] * 3), np.array([0.5] * 3), (2,))
+    with pytest.raises(ValueError, match="K=3 exceeds"):
+        expected_tokens(constant([0.5, 0.6]), 3, 2)
+    with pytest.raises(ValueError, match="K and L must be >= 1"):
+        expected_tokens(constant([0.5]), 1, 0)
+    with pytest.raises(ValueError, match="margin"):
+        choose(costs(FLAT), constant([0.5]), (1,), (1,), margin=-0.1)
+    c = Costs((1,), (1.0,), (1,), (0.1,), {}, 0.0, {}, 1)
+    with pytest.raises(ValueError, match="no measured overhead for K=1, L=1"):
+        choose(c, constant([0.5]), (1,), (1,))
+
+
+def test_costs_and_acceptance_survive_json():
+    c = costs(FLAT)
+    assert Costs.from_json(c.to_json()) == c
+    a = constant([0.5, 0.6], T=5, segments=(2, 3))
+    b = Acceptance.from_json(a.to_json())
+    assert np.array_equal(a.beta, b.beta) and np.array_equal(a.match, b.match) and a.segments == b.segments
