@@ -35,11 +35,14 @@ class _IterationLog:
         self.prompt_seen = False
         self.emitted: list[int] = []
         self.taus_raw: list[int] = []
+        self.first_token_at: float | None = None  # perf_counter() of the first emitted tokens
 
     def put(self, value) -> None:
         if not self.prompt_seen:
             self.prompt_seen = True
         else:
+            if self.first_token_at is None:
+                self.first_token_at = time.perf_counter()
             self.emitted.append(int(value.numel()))  # batch of one
 
     def end(self) -> None:
@@ -121,5 +124,7 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
         kept = min(emitted, left)  # 0 only after the cut (transformers stops at EOS too)
         taus.append(kept_tau(tau, kept))
         left -= kept
+    ttft = log.first_token_at - start if log.first_token_at is not None else float("nan")
     return GenerationResult("hf_assisted", tokens, int(ids.shape[1]), len(log.emitted), taus,
-                            1, L, wall, peak_rss_bytes(), stop_reason, cpu, taus_raw)
+                            1, L, wall, peak_rss_bytes(), stop_reason, cpu, taus_raw,
+                            time_to_first_token_s=ttft)

@@ -97,6 +97,8 @@ class GenerationResult:
         stop_reason: "eos" or "max_new_tokens".
         block_lengths: the length S ≤ L of each iteration's drafted block (L unless a
             draft-side stopping policy ended drafting early); empty for AR.
+        time_to_first_token_s: seconds from the start until the first iteration's tokens (AR:
+            the first token) were emitted: the prompt's prefill plus one iteration.
     """
 
     method: str
@@ -112,6 +114,7 @@ class GenerationResult:
     cpu_time_s: float = float("nan")
     taus_raw: list[int] = field(default_factory=list)
     block_lengths: list[int] = field(default_factory=list)
+    time_to_first_token_s: float = float("nan")
 
     @property
     def new_tokens(self) -> int:
@@ -163,6 +166,24 @@ class GenerationResult:
     def tokens_per_second(self) -> float:
         return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else float("nan")
 
+    @property
+    def decode_tokens_per_second(self) -> float:
+        """Tokens after the first emission over the time after it (serving benchmarks' decode
+        rate: the prompt's prefill is in the time to first token, not here).  NaN when the
+        first emission was the whole generation."""
+        first = self.first_emission_tokens
+        span = self.wall_time_s - self.time_to_first_token_s
+        if not span > 0 or self.new_tokens <= first:
+            return float("nan")
+        return (self.new_tokens - first) / span
+
+    @property
+    def first_emission_tokens(self) -> int:
+        """Tokens emitted by the first iteration (AR: 1)."""
+        if not self.tokens:
+            return 0
+        return 1 if not self.taus else min(self.taus[0] + 1, self.new_tokens)
+
     def metrics(self) -> dict:
         """The metrics as a JSON-ready dict."""
         return {
@@ -173,6 +194,8 @@ class GenerationResult:
             "per_position_acceptance": self.per_position_acceptance,
             "wall_time_s": self.wall_time_s, "cpu_time_s": self.cpu_time_s,
             "tokens_per_second": self.tokens_per_second,
+            "time_to_first_token_s": self.time_to_first_token_s,
+            "decode_tokens_per_second": self.decode_tokens_per_second,
             "peak_rss_bytes": self.peak_rss_bytes, "stop_reason": self.stop_reason,
             "draft_positions_per_iteration": self.draft_positions_per_iteration,
         }
@@ -476,6 +499,8 @@ class SpeculativeEngine:
         stop_reason = "max_new_tokens"
         while len(out) < max_new_tokens:
             tau, emitted = self._iteration(state, stack, len(out), len(taus), on_iteration)
+            if not taus:
+                first_token = time.perf_counter() - start
             lengths.append(state.S)
             state.context.extend(emitted)
             before = len(out)
@@ -491,7 +516,8 @@ class SpeculativeEngine:
             streamer.end()
         return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, self.K,
                                 self.L, time.perf_counter() - start, peak_rss_bytes(),
-                                stop_reason, time.process_time() - cpu_start, taus_raw, lengths)
+                                stop_reason, time.process_time() - cpu_start, taus_raw, lengths,
+                                first_token)
 
     def _check_windows(self, length: int) -> None:
         """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) could
@@ -634,6 +660,8 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
             raise NonFiniteError(f"target model gave a non-finite probability row (NaN or inf "
                                  f"logits) for new token {len(out)} (after {len(out)} emitted "
                                  f"tokens); nothing was sampled from it")
+        if not out:
+            first_token = time.perf_counter() - start
         out.append(token)
         if streamer is not None:
             streamer.put(torch.tensor([token], dtype=torch.int64))
@@ -644,4 +672,4 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
         streamer.end()
     return GenerationResult("ar", out, int(ids.numel()), len(out), [], 1, 0,
                             time.perf_counter() - start, peak_rss_bytes(), stop_reason,
-                            time.process_time() - cpu_start)
+                            time.process_time() - cpu_start, time_to_first_token_s=first_token)

@@ -6,28 +6,38 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import (dtype_name, nonneg_int, positive_int, probability_value, seed_int,
+    from reference.cli_args import (dtype_or_auto, nonneg_int, positive_int, probability_value, seed_int,
                                     temperature_value, top_p_value)
 
     from reference.rules import registry
 
-    from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+    from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
 
     p = subparsers.add_parser(
         "generate",
         help="generate text for one prompt with speculative decoding and print metrics",
         description="Draft with the draft model, verify with RULE against the target; prints the "
         "text, then block efficiency, mean τ, acceptance rate (Σ τ / Σ drafted positions; mean τ / L without --stop-below), tokens/s and peak RSS.  "
+        "Without --K and --L the shape is chosen by measured costs (timed once per machine and model pair, "
+        "cached): the K and L with the most predicted decode tokens/s, or plain sampling when speculation "
+        "is predicted not to pay and --rule is not given.  "
         "Every argument is checked before a model is loaded.",
     )
     p.add_argument("--prompt", required=True, help="the user message (chat template applied)")
-    p.add_argument("--rule", default=DEFAULT_RULE,
-                   help=f"verification rule (default {DEFAULT_RULE}); 'ar' for plain sampling; "
-                   f"{registry.help_text()}")
+    p.add_argument("--rule", default=None,
+                   help=f"verification rule (default {DEFAULT_RULE}, or plain sampling where the measured "
+                   f"costs say speculation does not pay); 'ar' for plain sampling; {registry.help_text()}")
     p.add_argument("--K", type=positive_int, default=None,
-                   help=f"drafts per iteration (default {DEFAULT_K}; 1 for "
-                   f"{', '.join(registry.names(single_draft=True))})")
-    p.add_argument("--L", type=positive_int, default=DEFAULT_L, help=f"block length (default {DEFAULT_L})")
+                   help=f"drafts per iteration (default: chosen from measured costs among "
+                   f"{K_CANDIDATES[0]}..{K_CANDIDATES[-1]}; 1 for "
+                   f"{', '.join(registry.names(single_draft=True))}; {DEFAULT_K} with --no-auto)")
+    p.add_argument("--L", type=positive_int, default=None,
+                   help=f"block length (default: chosen from measured costs among "
+                   f"{L_CANDIDATES[0]}..{L_CANDIDATES[-1]}; {DEFAULT_L} with --no-auto)")
+    p.add_argument("--no-auto", action="store_true",
+                   help=f"no cost measurement: --K/--L default to {DEFAULT_K}/{DEFAULT_L}, always speculate")
+    p.add_argument("--recalibrate", action="store_true",
+                   help="measure the costs and acceptance again instead of reading them from the cache")
     p.add_argument("--temperature", type=temperature_value, default=0.7,
                    help="T >= 1e-4 (default 0.7; smaller T overflows float32 logits / T)")
     p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
@@ -36,7 +46,9 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
-    p.add_argument("--dtype", type=dtype_name, default="bfloat16")
+    p.add_argument("--dtype", type=dtype_or_auto, default="auto",
+                   help="weights' dtype; auto (default): bfloat16 where the CPU computes it natively "
+                   "(AVX512-BF16 or AMX-BF16; CUDA compute capability >= 8), else float32")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode the prompt as plain text")
     p.add_argument("--draft-quant", choices=["auto", "none", "int8"], default="auto",
@@ -55,80 +67,120 @@ def register(subparsers) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: prompt, rule, K against single-draft rules, the models, and
-    the memory of one iteration's probability rows."""
+    the memory of one iteration's probability rows (the largest shape that may be chosen)."""
     from reference.cli_args import UsageError, check_engine_memory, check_utf8_text
 
     from .bench_cli import check_models, known_rules
     from reference.rules import registry
 
-    from .defaults import DEFAULT_K
+    from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
 
     if not args.prompt.strip():
         raise UsageError("--prompt must not be empty")
     check_utf8_text("--prompt", args.prompt)
+    rule = args.rule if args.rule is not None else DEFAULT_RULE
     rules = ("ar",) + known_rules()
-    if args.rule not in rules:
-        raise UsageError(f"--rule: unknown rule {args.rule!r}; known: {', '.join(rules)}")
-    single = args.rule != "ar" and registry.is_single_draft(args.rule)
+    if rule not in rules:
+        raise UsageError(f"--rule: unknown rule {rule!r}; known: {', '.join(rules)}")
+    single = rule != "ar" and registry.is_single_draft(rule)
     if single and args.K not in (None, 1):
-        raise UsageError(f"--K must be 1 for the single-draft rule {args.rule!r}, got {args.K}")
-    if args.stop_below is not None and args.rule == "ar":
+        raise UsageError(f"--K must be 1 for the single-draft rule {rule!r}, got {args.K}")
+    if args.stop_below is not None and rule == "ar":
         raise UsageError("--stop-below: rule 'ar' drafts nothing; drop --stop-below or pick a speculative rule")
-    if args.stop_below is not None and not registry.spec(args.rule).draft_stopping:
-        raise UsageError(f"--stop-below: rule {args.rule!r} is not certified lossless when drafting stops early; "
+    if args.stop_below is not None and not registry.spec(rule).draft_stopping:
+        raise UsageError(f"--stop-below: rule {rule!r} is not certified lossless when drafting stops early; "
                          f"rules that are: {', '.join(registry.names(draft_stopping=True))}")
-    args.K_resolved = args.K if args.K is not None else (1 if single else DEFAULT_K)
+    args.rule_resolved = rule
+    args.auto = rule != "ar" and not args.no_auto and (args.K is None or args.L is None)
+    if args.recalibrate and not args.auto:
+        raise UsageError("--recalibrate: nothing is measured with --no-auto, with both --K and --L given, "
+                         "or with --rule ar")
+    if args.K is not None or single:
+        args.K_candidates = (args.K or 1,)
+    else:
+        args.K_candidates = K_CANDIDATES if args.auto else (DEFAULT_K,)
+    args.L_candidates = (args.L,) if args.L is not None else (L_CANDIDATES if args.auto else (DEFAULT_L,))
+    args.K_resolved, args.L_resolved = args.K_candidates[0], args.L_candidates[0]
+    if not args.auto:
+        args.K_resolved = args.K if args.K is not None else (1 if single else DEFAULT_K)
+        args.L_resolved = args.L if args.L is not None else DEFAULT_L
     from .draft_quant import resolve_mode
 
     try:
-        args.draft_quant_resolved = resolve_mode(args.draft_quant, args.draft, args.rule)
+        args.draft_quant_resolved = resolve_mode(args.draft_quant, args.draft, rule)
     except ValueError as err:
         raise UsageError(f"--draft-quant int8: {err}") from None
-    V, known = check_models(args.target, args.draft if args.rule != "ar" else None)
-    if args.rule != "ar":
-        check_engine_memory(args.K_resolved, args.L, V, known, "--K/--L")
+    V, known = check_models(args.target, args.draft if rule != "ar" else None)
+    if rule != "ar":
+        check_engine_memory(max(args.K_candidates), max(args.L_candidates), V, known, "--K/--L")
 
 
 def run(args: argparse.Namespace) -> int:
+    import sys
+
     from reference.cli_args import UsageError, one_line
 
     from .bench_cli import load_models, set_threads
     from .engine import SpeculativeEngine, autoregressive_generate
+    from .machine import auto_dtype
     from .prompts import encode_prompt
     from .sampling import SamplingConfig
 
     if getattr(args, "K_resolved", None) is None:  # check() not run (a direct call)
         check(args)
+    rule, K, L = args.rule_resolved, args.K_resolved, args.L_resolved
+    quant = getattr(args, "draft_quant_resolved", "none")
+    dtype = auto_dtype("cpu") if args.dtype == "auto" else args.dtype
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     set_threads(args.threads)
-    pair = load_models(args.target, args.draft if args.rule != "ar" else None, args.dtype,
-                       getattr(args, "draft_quant_resolved", "none"))
+    pair = load_models(args.target, args.draft if rule != "ar" else None, dtype, quant)
     target, tokenizer, eos = pair.target, pair.tokenizer, pair.eos
     streamer = None
     if not args.no_stream:
         from transformers import TextStreamer
 
         streamer = TextStreamer(tokenizer, skip_special_tokens=True)
+    predicted = None
     try:
         ids = encode_prompt(tokenizer, args.prompt, chat=not args.no_chat)
-        if args.rule == "ar":
+        if args.auto:
+            from .autoconfig import PairSpec, configure
+
+            auto = configure(target, pair.draft, tokenizer, PairSpec(args.target, args.draft, dtype, quant),
+                             rule, sampling, args.K_candidates, args.L_candidates, fallback_prompt=ids,
+                             refresh=args.recalibrate)
+            print(auto.summary(), file=sys.stderr)
+            choice = auto.choice
+            if choice.speculate or args.rule is not None:
+                K, L = choice.best.K, choice.best.L
+                predicted = choice.best.tokens_per_second
+                if not choice.speculate:
+                    print(f"(--rule {rule} given: speculating anyway with K={K}, L={L})", file=sys.stderr)
+            else:
+                rule, predicted = "ar", choice.ar_tokens_per_second
+        if rule == "ar":
             result = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
                                              args.seed, eos, streamer=streamer)
         else:
             from reference.draft_stopping import ConfidenceStop
 
             stop = ConfidenceStop(args.stop_below) if args.stop_below is not None else None
-            engine = SpeculativeEngine(target, pair.draft, rule=args.rule, K=args.K_resolved, L=args.L,
+            engine = SpeculativeEngine(target, pair.draft, rule=rule, K=K, L=L,
                                        sampling=sampling, eos_token_ids=eos, draft_stop=stop)
             result = engine.generate(ids, args.max_new_tokens, seed=args.seed, streamer=streamer)
     except ValueError as err:
         raise UsageError(one_line(err)) from None
     if streamer is None:
         print(tokenizer.decode(result.tokens, skip_special_tokens=True))
-    print("---")
+    _print_metrics(result, args, dtype, quant, predicted)
+    return 0
+
+
+def _print_metrics(result, args, dtype: str, quant: str, predicted: float | None) -> None:
     m = result.metrics()
-    print(f"rule {m['method']}  K={m['K']}  L={m['L']}  T={args.temperature}  "
-          f"draft {args.draft}{' (int8)' if getattr(args, 'draft_quant_resolved', 'none') == 'int8' else ''}  "
+    print("---")
+    print(f"rule {m['method']}  K={m['K']}  L={m['L']}  T={args.temperature}  {dtype}  "
+          f"draft {args.draft}{' (int8)' if quant == 'int8' else ''}  "
           f"stop: {m['stop_reason']}")
     print(f"new tokens {m['new_tokens']}  target calls {m['target_calls']}  "
           f"block efficiency {m['block_efficiency']:.2f}"
@@ -139,5 +191,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"mean τ {m['mean_accepted']:.2f}  acceptance rate (τ / drafted positions) "
               f"{m['acceptance_rate']:.2f}  P(τ ≥ i), i = 1..L: {acc}")
     print(f"wall {m['wall_time_s']:.2f} s  {m['tokens_per_second']:.2f} tokens/s  "
-          f"peak RSS {m['peak_rss_bytes'] / 1e9:.2f} GB")
-    return 0
+          f"time to first token {m['time_to_first_token_s']:.2f} s  "
+          f"decode {m['decode_tokens_per_second']:.2f} tokens/s"
+          + (f" (predicted {predicted:.2f})" if predicted is not None else "")
+          + f"  peak RSS {m['peak_rss_bytes'] / 1e9:.2f} GB")

@@ -197,7 +197,10 @@ CASES = [
     (["generate", "--prompt", "hi", "--target", "{dir}"], ["--target {dir}", "config.json"]),
     (["generate", "--prompt", "hi", "--target", "x.gguf"], ["--target x.gguf", ".gguf"]),
     (["generate", "--prompt", "hi", "--target", "{bad}"], ["--target {bad}", "not a .gguf model"]),
-    (["generate", "--prompt", "hi", "--dtype", "int8"], ["--dtype must be one of"]),
+    (["generate", "--prompt", "hi", "--dtype", "int8"], ["--dtype must be auto or one of"]),
+    (["generate", "--prompt", "hi", "--recalibrate", "--no-auto"], ["--recalibrate: nothing is measured"]),
+    (["generate", "--prompt", "hi", "--recalibrate", "--K", "2", "--L", "3"], ["--recalibrate: nothing is measured"]),
+    (["generate", "--prompt", "hi", "--recalibrate", "--rule", "ar"], ["--recalibrate: nothing is measured"]),
     # generate: numbers and names
     (["generate", "--prompt", "hi", "--threads", "-1"], ["--threads must be >= 1, got -1"]),
     (["generate", "--prompt", "hi", "--threads", "0"], ["--threads must be >= 1, got 0"]),
@@ -264,7 +267,7 @@ CASES = [
     (["report", "--prompts", "0"], ["--prompts must be >= 1"]),
     (["report", "--max-new-tokens", "0"], ["--max-new-tokens must be >= 1"]),
     (["report", "--threads", "0"], ["--threads must be >= 1"]),
-    (["report", "--dtype", "int4"], ["--dtype must be one of"]),
+    (["report", "--dtype", "int4"], ["--dtype must be auto or one of"]),
     (["report", "--skip", "nosuch"], ["--skip", "invalid choice"]),
     (["report", "--target", "/nonexistent/model"], ["--target /nonexistent/model"]),
 ]
