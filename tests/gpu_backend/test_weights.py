@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -150,6 +151,31 @@ def test_touched_but_intact_cache_is_rehashed_not_rebuilt(fake_site, monkeypatch
     materialize_gguf("fake-model")
     materialize_gguf("fake-model")
     assert (len(hashed), len(joined)) == (1, 0)
+
+
+def test_the_joined_gguf_is_dropped_once_the_safetensors_copy_exists(fake_site, monkeypatch, tmp_path):
+    # the dequantising load is replaced by a small model: what is tested is the cache's files
+    _register(monkeypatch)
+    toy = _toy_lm(40)
+    toy.is_quantized = False  # set by transformers' loader, which this test replaces
+
+    class Tokenizer:
+        def save_pretrained(self, folder):
+            (Path(folder) / "tokenizer.json").write_text("{}")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, dtype=None, **k: toy.to(dtype))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Tokenizer())
+    joined = _count_calls(monkeypatch, "_concatenate")
+    folder = weights._safetensors_copy(resolve_embedded("fake-model"), torch.float32)
+    assert (folder / "tokenizer.json").is_file() and (folder / "config.json").is_file()
+    gguf = tmp_path / "cache" / "gguf"
+    assert sorted(p.name for p in gguf.iterdir()) == []  # neither the GGUF nor its stamp
+    # the same dtype again reads the copy; another dtype joins the parts again
+    assert weights._safetensors_copy(resolve_embedded("fake-model"), torch.float32) == folder
+    assert len(joined) == 1
+    weights._safetensors_copy(resolve_embedded("fake-model"), torch.float64)
+    assert len(joined) == 2 and sorted(p.name for p in gguf.iterdir()) == []
 
 
 def test_cache_dir_follows_env_then_home(monkeypatch, tmp_path):
