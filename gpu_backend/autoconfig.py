@@ -42,6 +42,7 @@ CACHE_VERSION = 1
 CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))
 CALIBRATION_TOKENS = 64
 TIMING_REPEATS = 3
+SLOW_CALL_S = 1.0
 
 
 @dataclass
@@ -118,16 +119,22 @@ def _write_cache(data: dict) -> None:
     _atomic_write_text(path, json.dumps(data))
 
 
-def _timed(fn, repeats: int = TIMING_REPEATS) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls after one untimed call (the first call
-    of a shape builds kernels and allocates)."""
-    fn()
-    times = []
-    for _ in range(repeats):
+def _timed(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` calls after one warm-up call (the first call
+    of a shape builds kernels and allocates).  A warm-up slower than ``SLOW_CALL_S`` is returned
+    as the measurement (a host-planned verifier such as mdbv's takes seconds per call at a large
+    vocabulary).  On a CUDA ``device`` each call is synchronised before the clock is read."""
+    def once() -> float:
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        if device is not None and torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    first = once()
+    if first > SLOW_CALL_S:
+        return first
+    return statistics.median(once() for _ in range(repeats))
 
 
 @torch.inference_mode()
@@ -141,7 +148,7 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
         context_ids: the context (≥ 2 tokens); the new tokens are its last n tokens again.
         ns: token counts ≥ 1.
     Returns:
-        (seconds per n, prefill seconds), medians of ``repeats`` timed calls.
+        (seconds per n: medians of ``repeats`` timed calls; the prefill's seconds: one call).
     """
     dev = next(model.parameters()).device
     ctx = torch.tensor([context_ids], dtype=torch.int64, device=dev)
@@ -159,7 +166,7 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
             probabilities(logits[0], sampling)
             cache.crop(held - cache_length(cache))
 
-        out.append(_timed(step, repeats))
+        out.append(_timed(step, repeats, dev))
     return out, prefill
 
 
@@ -183,7 +190,8 @@ def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
         ok = finite_rows(rows)
         sample_rows(sampleable(rows, ok), gen)
 
-    draw_s = {K: _timed(lambda K=K: draw(p_rows[:1].expand(K, -1).contiguous()), repeats) for K in Ks}
+    dev = p_rows.device
+    draw_s = {K: _timed(lambda K=K: draw(p_rows[:1].expand(K, -1).contiguous()), repeats, dev) for K in Ks}
     seeds = torch.zeros(1, dtype=torch.int64, device=p_rows.device)
     out = {}
     for K in Ks:
@@ -191,19 +199,22 @@ def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
             dp = p_rows[:L].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
             tp = q_rows[: L + 1].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
             tokens = dp[0].argmax(dim=-1)[None]
-            v = _timed(lambda: verifier(tokens, dp, tp, seeds=seeds, validate=False), repeats)
+            v = _timed(lambda: verifier(tokens, dp, tp, seeds=seeds, validate=False), repeats, dev)
             out[(K, L)] = v + L * draw_s[K]
-    return out, _timed(lambda: draw(p_rows[:1]), repeats)
+    return out, _timed(lambda: draw(p_rows[:1]), repeats, dev)
 
 
 @torch.inference_mode()
 def calibration_text(target, draft, prompt_ids: list[int], n_tokens: int = CALIBRATION_TOKENS,
-                     seed: int = 0) -> list[int]:
-    """The target's own continuation of ``prompt_ids`` (T = 0.7, token verification K = 1, L = 4:
-    lossless, so the text has the target's law at that temperature).  Returns the new tokens."""
+                     seed: int = 0, eos_token_ids=()) -> list[int]:
+    """The target's own continuation of ``prompt_ids``, up to ``n_tokens`` or its first EOS
+    (kept), sampled at T = 0.7 whatever the user's setting (the text is cached per model pair;
+    acceptance is then measured on it at the user's setting), with token verification K = 1,
+    L = 4: lossless, so the text has the target's law at T = 0.7.  Returns the new tokens."""
     from .engine import SpeculativeEngine
 
-    engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=4, sampling=SamplingConfig(0.7))
+    engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=4, sampling=SamplingConfig(0.7),
+                               eos_token_ids=eos_token_ids)
     return engine.generate(prompt_ids, n_tokens, seed=seed).tokens
 
 
@@ -260,7 +271,7 @@ def default_calibration_prompts(tokenizer, fallback: list[int]) -> list[list[int
 
 def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: SamplingConfig,
               Ks=K_CANDIDATES, Ls=L_CANDIDATES, fallback_prompt=(1, 2), margin: float = 0.05,
-              refresh: bool = False, threads: int | None = None, log=None) -> AutoConfig:
+              refresh: bool = False, threads: int | None = None, log=None, eos_token_ids=()) -> AutoConfig:
     """Measure (or read from the cache) what the choice needs, and choose K, L or plain sampling.
 
     Args:
@@ -274,10 +285,14 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         refresh: measure again even when the cache holds an entry.
         threads: torch threads (cache key; default the current setting).
         log: callable receiving progress lines (default: stderr).
+        eos_token_ids: where the calibration text ends (the generation's EOS ids).
     Returns:
         AutoConfig.
     Raises:
-        ValueError: empty or invalid candidates (from ``speed_model.choose``).
+        ValueError: empty or invalid candidates, or a calibration text that is empty (the
+            target ended every calibration prompt at once).
+        OSError: the cache file cannot be written.
+    An unreadable cache, or an entry that does not parse, is measured again.
     """
     from .engine import load_verifier
     from .machine import fingerprint
@@ -292,24 +307,28 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     key_text = json.dumps(["text", spec.target, spec.draft, CALIBRATION_TOKENS])
     key_acc = json.dumps(["acceptance", spec.key(), sampling.temperature, sampling.top_k, sampling.top_p,
                           max(Ks), CALIBRATION_TOKENS])
-    key_costs = json.dumps(["costs", fingerprint(threads), spec.key(), rule, Ks, Ls])
+    # costs: top-k / top-p change the probability processing of every row (a sort over V)
+    device = str(next(target.parameters()).device)
+    key_costs = json.dumps(["costs", fingerprint(threads), device, spec.key(), rule, Ks, Ls,
+                            sampling.top_k, sampling.top_p])
     cached, start = [], time.perf_counter()
 
-    texts = entries.get(key_text)
-    if texts is not None and not refresh:
+    texts = None if refresh else _parsed(_texts_from_json, entries.get(key_text))
+    if texts is not None:
         cached.append("text")
     else:
         log(f"auto-configuration: sampling a calibration text with the target ({CALIBRATION_TOKENS} "
             f"tokens per prompt; once per model pair)")
         prompts = default_calibration_prompts(tokenizer, list(fallback_prompt))
-        texts = [[p, calibration_text(target, draft, p)] for p in prompts]
+        texts = [[p, calibration_text(target, draft, p, eos_token_ids=eos_token_ids)] for p in prompts]
         entries[key_text] = texts
     texts = [(list(p), list(c)) for p, c in texts if len(c) >= 1]
+    if not texts:
+        raise ValueError("the calibration text is empty: the target ended every calibration prompt at once")
 
     rows = None
-    acc_data = entries.get(key_acc)
-    if acc_data is not None and not refresh:
-        acceptance = Acceptance.from_json(acc_data)
+    acceptance = None if refresh else _parsed(Acceptance.from_json, entries.get(key_acc))
+    if acceptance is not None:
         cached.append("acceptance")
     else:
         log("auto-configuration: measuring acceptance on the calibration text")
@@ -325,9 +344,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         acceptance = Acceptance(np.concatenate(betas), np.concatenate(matches), tuple(segments))
         entries[key_acc] = acceptance.to_json()
 
-    costs_data = entries.get(key_costs)
-    if costs_data is not None and not refresh:
-        costs = Costs.from_json(costs_data)
+    costs = None if refresh else _parsed(Costs.from_json, entries.get(key_costs))
+    if costs is not None:
         cached.append("costs")
     else:
         log(f"auto-configuration: timing the models and the verifier on this machine "
@@ -351,6 +369,27 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         _write_cache(data)
     choice = choose(costs, acceptance, Ks, Ls, margin)
     return AutoConfig(choice, costs, acceptance, cached, time.perf_counter() - start if len(cached) < 3 else 0.0)
+
+
+def _texts_from_json(entry) -> list:
+    """[[prompt ids, continuation ids], ...] as stored; ValueError when malformed."""
+    if not isinstance(entry, list) or not entry:
+        raise ValueError("not a list of texts")
+    for text in entry:
+        if (not isinstance(text, list) or len(text) != 2
+                or not all(isinstance(t, int) for part in text for t in part)):
+            raise ValueError("a text is not [prompt ids, continuation ids]")
+    return entry
+
+
+def _parsed(parse, entry):
+    """``parse(entry)``, or None when there is no entry or it does not parse (measured again)."""
+    if entry is None:
+        return None
+    try:
+        return parse(entry)
+    except (KeyError, TypeError, ValueError, IndexError):
+        return None
 
 
 def _rows_for_overhead(rows, n: int) -> tuple[torch.Tensor, torch.Tensor]:

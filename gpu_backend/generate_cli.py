@@ -112,7 +112,10 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError(f"--draft-quant int8: {err}") from None
     V, known = check_models(args.target, args.draft if rule != "ar" else None)
     if rule != "ar":
-        check_engine_memory(max(args.K_candidates), max(args.L_candidates), V, known, "--K/--L")
+        flags = ("--K/--L" if not args.auto else
+                 f"--K/--L (the automatic candidates go up to K = {max(args.K_candidates)}, "
+                 f"L = {max(args.L_candidates)}; give --K and --L to fix the shape)")
+        check_engine_memory(max(args.K_candidates), max(args.L_candidates), V, known, flags)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
             auto = configure(target, pair.draft, tokenizer, PairSpec(args.target, args.draft, dtype, quant),
                              rule, sampling, args.K_candidates, args.L_candidates, fallback_prompt=ids,
-                             refresh=args.recalibrate)
+                             refresh=args.recalibrate, eos_token_ids=eos)
             print(auto.summary(), file=sys.stderr)
             choice = auto.choice
             if choice.speculate or args.rule is not None:
@@ -158,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
                     print(f"(--rule {rule} given: speculating anyway with K={K}, L={L})", file=sys.stderr)
             else:
                 rule, predicted = "ar", choice.ar_tokens_per_second
+                if args.stop_below is not None:
+                    print("(plain sampling: --stop-below does not apply)", file=sys.stderr)
         if rule == "ar":
             result = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
                                              args.seed, eos, streamer=streamer)

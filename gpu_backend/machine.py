@@ -1,4 +1,5 @@
-"""What the machine computes natively: the CPU flags that decide bfloat16 and int8 speed.
+"""What the machine computes natively: the CPU flags that decide bfloat16 speed (and, recorded
+beside benchmark numbers, the int8 ones: VNNI, AMX-INT8).
 
 bfloat16 pays only where the hardware computes it: on a CPU without AVX512-BF16 or AMX-BF16,
 torch emulates it, and a 1.5B model's prefill was measured 3.6× slower in bfloat16 than in
@@ -63,6 +64,8 @@ def native_bf16(device: str = "cpu", flags: frozenset[str] | None = None) -> boo
     if str(device).startswith("cuda"):
         import torch
 
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r}: CUDA is not available in this torch build or machine")
         return bool(torch.cuda.is_bf16_supported(including_emulation=False))
     flags = cpu_flags() if flags is None else flags
     return any(f in flags for f in NATIVE_BF16_FLAGS)

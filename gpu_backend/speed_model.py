@@ -10,7 +10,10 @@ generalises that model in three ways, each because the simple form misled on rea
    seconds: D(n) and T(n) are measured forwards of the draft and target over n new tokens after
    a cached context (the packed layout feeds one depth of the draft tree, ≤ K nodes, per draft
    call, the pending token(s) first, then every tree node and the last context token to the
-   target in one call); overhead is the verifier and the draft's sampling.  On a compute-bound
+   target in one call; drafts sharing a prefix share nodes, so K per depth is an upper bound
+   that errs towards fewer drafts); overhead is the verifier and the draft's sampling (tree
+   and mask building and the cache cut-back, ~1 % of an iteration in benchmarks/PROFILE.md,
+   are left out).  On a compute-bound
    CPU T(n) grows with n (a 10-token target forward cost 3.5-4.8 decode steps on an AVX2-only
    machine), which is what makes speculation lose there.
 2. **Acceptance per position, measured on text.**  β_t is the acceptance probability at
@@ -61,6 +64,8 @@ class Acceptance:
         for name, a in (("beta", beta), ("match", match)):
             if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(a > 1 + 1e-9):
                 raise ValueError(f"{name} must hold probabilities in [0, 1]")
+        if beta.shape[0] < 1:
+            raise ValueError("beta must hold at least one position (T >= 1)")
         if sum(self.segments) != beta.shape[0] or any(s < 1 for s in self.segments):
             raise ValueError(f"segments {self.segments} must be positive and sum to T = {beta.shape[0]}")
         object.__setattr__(self, "beta", np.clip(beta, 0.0, 1.0))
@@ -145,11 +150,32 @@ class Costs:
     prefill_s: dict
     context_tokens: int
 
+    def __post_init__(self):
+        for name, ns, secs in (("target", self.target_n, self.target_s), ("draft", self.draft_n, self.draft_s)):
+            if len(ns) < 1 or len(ns) != len(secs):
+                raise ValueError(f"{name}_n and {name}_s must be non-empty and of equal length")
+            if any(b <= a for a, b in zip(ns, ns[1:])) or ns[0] < 1:
+                raise ValueError(f"{name}_n must be increasing token counts >= 1, got {ns}")
+            if not all(np.isfinite(x) and x > 0 for x in secs):
+                raise ValueError(f"{name}_s must be finite seconds > 0, got {secs}")
+
     def target(self, n: int) -> float:
-        return float(np.interp(n, self.target_n, self.target_s))
+        """Seconds of a target forward over n new tokens (linear between measured n).
+
+        Raises:
+            ValueError: n outside the measured range (no extrapolation).
+        """
+        return self._interp("target", n, self.target_n, self.target_s)
 
     def draft(self, n: int) -> float:
-        return float(np.interp(n, self.draft_n, self.draft_s))
+        """Seconds of a draft forward over n new tokens (as ``target``)."""
+        return self._interp("draft", n, self.draft_n, self.draft_s)
+
+    @staticmethod
+    def _interp(name, n, ns, secs) -> float:
+        if not ns[0] <= n <= ns[-1]:
+            raise ValueError(f"n={n} {name} tokens is outside the measured range {ns[0]}..{ns[-1]}")
+        return float(np.interp(n, ns, secs))
 
     def to_json(self) -> dict:
         return {"target_n": list(self.target_n), "target_s": list(self.target_s),
@@ -166,7 +192,15 @@ class Costs:
 
 
 def iteration_seconds(costs: Costs, K: int, L: int) -> float:
-    """Seconds of one iteration of K drafts of L tokens (item 1 of the module docstring)."""
+    """Seconds of one iteration of K drafts of L tokens (item 1 of the module docstring).
+
+    An upper bound on the forwards' cost: drafts that share a prefix share tree nodes in the
+    engine's packed layout, so a depth feeds at most K nodes and the target at most 1 + K·L.
+    Raises:
+        ValueError: (K, L) has no measured overhead, or a token count outside the measured range.
+    """
+    if (K, L) not in costs.overhead:
+        raise ValueError(f"no measured overhead for K={K}, L={L}")
     return ((L - 1) * costs.draft(K) + costs.draft(1) + costs.target(1 + K * L)
             + costs.overhead[(K, L)])
 
@@ -178,6 +212,9 @@ def ar_seconds_per_token(costs: Costs) -> float:
 
 @dataclass(frozen=True)
 class Prediction:
+    """One candidate: K drafts of L tokens, expected tokens per iteration (E[τ] + 1) and
+    seconds per iteration; tokens_per_second is their ratio (decode, prefill excluded)."""
+
     K: int
     L: int
     tokens_per_iteration: float
@@ -228,6 +265,7 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = 0.05) -> Choic
     """
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
+    Ks, Ls = tuple(Ks), tuple(Ls)
     preds = []
     for K in Ks:
         for L in Ls:

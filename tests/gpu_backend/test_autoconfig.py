@@ -112,12 +112,20 @@ def test_configure_measures_once_then_reads_the_cache(tiny_pair):
     second = configure(target, draft, None, spec, **args)
     assert sorted(second.cached) == ["acceptance", "costs", "text"] and second.seconds == 0.0
     assert second.choice == first.choice
-    # another sampling setting re-measures acceptance only; refresh re-measures everything
+    # another temperature re-measures acceptance only; top-p also the costs (every row is
+    # sorted); refresh re-measures everything
     third = configure(target, draft, None, spec, **{**args, "sampling": SamplingConfig(1.0)})
     assert sorted(third.cached) == ["costs", "text"]
+    fourth = configure(target, draft, None, spec, **{**args, "sampling": SamplingConfig(0.7, top_p=0.9)})
+    assert fourth.cached == ["text"]
     assert configure(target, draft, None, spec, **{**args, "refresh": True}).cached == []
     data = json.loads(path.read_text())
-    assert data["version"] == autoconfig.CACHE_VERSION and len(data["entries"]) == 4
+    assert data["version"] == autoconfig.CACHE_VERSION and len(data["entries"]) == 6
+    # a damaged entry is measured again, not a traceback
+    for key in data["entries"]:
+        data["entries"][key] = {"garbage": 1} if not key.startswith('["text"') else [[1, 2]]
+    path.write_text(json.dumps(data))
+    assert configure(target, draft, None, spec, **args).cached == []
 
 
 def test_configure_ignores_an_unreadable_cache(tiny_pair):
@@ -152,16 +160,18 @@ def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_pa
     assert "auto-configuration (measured in" in err and "best K=" in err and " L=3:" in err
     # draft = target: every draft token is accepted (L + 1 tokens per iteration), but an
     # iteration costs L draft forwards plus a target forward, each about one plain step: the
-    # prediction is at most about 1× plain sampling, below the 1.05× needed, on any machine
-    assert "→ not speculating" in err
+    # prediction is near 1× plain sampling, on either side of the 1.05× needed depending on
+    # timing noise; what ran must be what was announced
     line = next(x for x in out.splitlines() if x.startswith("rule "))
-    assert line.startswith("rule ar ") and "float32" in line
+    assert ("→ not speculating" in err) == line.startswith("rule ar ")
+    assert ("→ speculating with K=" in err) == line.startswith("rule spectr ")
+    assert "float32" in line
     assert "(predicted " in out and "time to first token" in out
     # a rule given explicitly is run with the best shape anyway; text and acceptance come from
     # the cache, the costs are the rule's own (its verifier is timed)
     assert spectr_gbv_cli.main(argv + ["--rule", "spectr"]) == 0
     out, err = capsys.readouterr()
-    assert "(--rule spectr given: speculating anyway with K=" in err
+    assert "(--rule spectr given: speculating anyway with K=" in err or "→ speculating with K=" in err
     line = next(x for x in out.splitlines() if x.startswith("rule "))
     assert line.startswith("rule spectr ") and " L=3 " in line
     assert "block efficiency 4.00" in out  # draft = target: τ = L every iteration (12 tokens, 3 calls)

@@ -49,13 +49,14 @@ def test_survivors_are_binomial_in_the_match_probability():
 
 
 def test_windows_do_not_cross_texts():
-    # text 1 always accepts, text 2 never: windows of L = 2 give 3 (twice) and 1 (twice)
-    beta = np.array([[1.0]] * 3 + [[0.0]] * 3)
-    acc = Acceptance(beta, np.ones(6), (3, 3))
-    assert expected_tokens(acc, 1, 2) == pytest.approx(2.0, abs=1e-12)
-    # across the boundary the window starting at the last token of text 1 would give 2
+    # text 1 (4 positions) always accepts, text 2 (2 positions) never: windows of L = 2 give
+    # 3, 3, 3 inside text 1 and 1 inside text 2
+    beta = np.array([[1.0]] * 4 + [[0.0]] * 2)
+    acc = Acceptance(beta, np.ones(6), (4, 2))
+    assert expected_tokens(acc, 1, 2) == pytest.approx(10 / 4, abs=1e-12)
+    # one text: the window starting at text 1's last position would give 2
     joined = Acceptance(beta, np.ones(6), (6,))
-    assert expected_tokens(joined, 1, 2) == pytest.approx((3 + 3 + 2 + 1 + 1) / 5, abs=1e-12)
+    assert expected_tokens(joined, 1, 2) == pytest.approx((3 + 3 + 3 + 2 + 1) / 5, abs=1e-12)
 
 
 def test_per_position_acceptance_is_not_averaged_first():
@@ -131,9 +132,24 @@ def test_bad_inputs_are_refused():
         expected_tokens(constant([0.5]), 1, 0)
     with pytest.raises(ValueError, match="margin"):
         choose(costs(FLAT), constant([0.5]), (1,), (1,), margin=-0.1)
-    c = Costs((1,), (1.0,), (1,), (0.1,), {}, 0.0, {}, 1)
+    c = Costs((1, 2), (1.0, 1.0), (1,), (0.1,), {}, 0.0, {}, 1)
     with pytest.raises(ValueError, match="no measured overhead for K=1, L=1"):
         choose(c, constant([0.5]), (1,), (1,))
+    with pytest.raises(ValueError, match="no measured overhead for K=2, L=3"):
+        iteration_seconds(c, 2, 3)
+    with pytest.raises(ValueError, match="n=3 target tokens is outside the measured range 1..2"):
+        c.target(3)
+    with pytest.raises(ValueError, match="T >= 1"):
+        Acceptance(np.zeros((0, 1)), np.zeros(0), ())
+    with pytest.raises(ValueError, match="target_n must be increasing"):
+        Costs((2, 1), (1.0, 1.0), (1,), (0.1,), {}, 0.0, {}, 1)
+    with pytest.raises(ValueError, match="draft_s must be finite seconds > 0"):
+        Costs((1,), (1.0,), (1,), (math.nan,), {}, 0.0, {}, 1)
+    with pytest.raises(ValueError, match="target_n and target_s must be non-empty"):
+        Costs((), (), (1,), (0.1,), {}, 0.0, {}, 1)
+    # candidates given as one-shot iterators are read once, not exhausted per K
+    both = choose(costs(FLAT), constant([0.5, 0.6]), iter((1, 2)), iter((1, 2, 3)))
+    assert len(both.candidates) == 6
 
 
 def test_costs_and_acceptance_survive_json():
