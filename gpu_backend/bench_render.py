@@ -22,18 +22,44 @@ def _fmt(x, digits=2) -> str:
     return "n/a" if x != x else f"{x:.{digits}f}"
 
 
+def _name(row: dict) -> str:
+    """The method's name, marked when the rule does not keep the target's law."""
+    return row["method"] if row.get("lossless", True) else f"{row['method']} (lossy)"
+
+
+def _prompt_counts(rows: list[dict]) -> str:
+    """"8 prompts" or "3-8 prompts per point": the real counts behind the medians."""
+    counts = sorted({r["n_prompts"] for r in rows})
+    if not counts:
+        return "0 prompts"
+    return f"{counts[0]} prompts" if len(counts) == 1 else f"{counts[0]}-{counts[-1]} prompts per point"
+
+
+def _iqr(rows: list[dict], key: str):
+    """Asymmetric error bars [2, n] (median − Q1, Q3 − median); None when no quartiles."""
+    lo = [r[key] - r.get(f"{key}_q1", r[key]) for r in rows]
+    hi = [r.get(f"{key}_q3", r[key]) - r[key] for r in rows]
+    if all(v != v or v == 0 for v in lo + hi):
+        return None
+    return [[max(v, 0.0) if v == v else 0.0 for v in lo], [max(v, 0.0) if v == v else 0.0 for v in hi]]
+
+
 def markdown_table(rows: list[dict]) -> str:
     """The per-method table (one row per entry of ``rows``, in that order)."""
-    lines = ["| method | K | L | T | block efficiency | speedup ratio vs AR | "
-             "speedup ratio (CPU time) | tokens/s | mean τ | acceptance rate | peak RSS (GB) | "
-             "prompts |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    nan = float("nan")
+    lines = ["| method | K | L | T | block efficiency | speedup ratio vs AR (Q1-Q3) | "
+             "speedup ratio (CPU time) | tokens/s | time to first token s | decode tokens/s | "
+             "mean τ | acceptance rate | peak RSS (GB) | prompts |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        spread = (f" ({_fmt(r['speedup_ratio_q1'])}-{_fmt(r['speedup_ratio_q3'])})"
+                  if "speedup_ratio_q1" in r else "")
         lines.append(
-            f"| {r['method']} | {r['K']} | {r['L'] if r['method'] != 'ar' else '–'} | "
-            f"{r['temperature']} | {_fmt(r['block_efficiency'])} | {_fmt(r['speedup_ratio'])} | "
-            f"{_fmt(r.get('speedup_ratio_cpu_time', float('nan')))} | "
-            f"{_fmt(r['tokens_per_second'])} | {_fmt(r['mean_accepted'])} | "
+            f"| {_name(r)} | {r['K']} | {r['L'] if r['method'] != 'ar' else '–'} | "
+            f"{r['temperature']} | {_fmt(r['block_efficiency'])} | {_fmt(r['speedup_ratio'])}{spread} | "
+            f"{_fmt(r.get('speedup_ratio_cpu_time', nan))} | "
+            f"{_fmt(r['tokens_per_second'])} | {_fmt(r.get('time_to_first_token_s', nan))} | "
+            f"{_fmt(r.get('decode_tokens_per_second', nan))} | {_fmt(r['mean_accepted'])} | "
             f"{_fmt(r['acceptance_rate'])} | {_fmt(r['peak_rss_gb'])} | {r['n_prompts']} |")
     return "\n".join(lines)
 
@@ -51,7 +77,8 @@ def _sweep_table(rows: list[dict], sweep: str) -> str:
             hit = [r for r in mine if r["method"] == m and r[key] == x]
             cells.append(f"{_fmt(hit[0]['block_efficiency'])} / {_fmt(hit[0]['speedup_ratio'])}"
                          if hit else "·")
-        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lossy = any(not r.get("lossless", True) for r in mine if r["method"] == m)
+        lines.append(f"| {m}{' (lossy)' if lossy else ''} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -63,9 +90,11 @@ def to_markdown(result: BenchResult, command: str = "") -> str:
         f"Date: {meta['date']} ({meta['seconds'] / 60:.0f} min).  Machine: {meta['machine']}.",
         f"Models: {meta['models']}.  Dataset: {c.dataset}, {meta['prompts']} prompts, "
         f"{c.max_new_tokens} new tokens, top-k {c.top_k or 'off'}, top-p {c.top_p or 'off'}.",
-        "Medians over prompts; speedup ratio = tokens/s of the method / tokens/s of AR on the "
-        "same prompt and temperature (the CPU-time variant divides by the process's CPU "
-        "seconds instead of wall seconds); acceptance rate = mean τ / L.",
+        "Medians over prompts (Q1-Q3: the quartiles over prompts); speedup ratio = tokens/s of "
+        "the method / tokens/s of AR on the same prompt and temperature (the CPU-time variant "
+        "divides by the process's CPU seconds instead of wall seconds); acceptance rate = mean τ / L; "
+        "decode tokens/s counts the tokens after the first iteration over the time after it; "
+        "(lossy): a rule that does not keep the target's law, shown for reference only.",
     ]
     main = [r for r in result.rows if r["sweep"] == "none"]
     if main:
@@ -99,15 +128,16 @@ def write_plots(rows: list[dict], folder: str) -> list[str]:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         xs_all = sorted({r[key] for r in mine})
         for m in dict.fromkeys(r["method"] for r in mine):
-            pts = sorted((r[key], r["block_efficiency"], r["speedup_ratio"])
-                         for r in mine if r["method"] == m)
-            for ax, idx in ((axes[0], 1), (axes[1], 2)):
+            pts = sorted((r for r in mine if r["method"] == m), key=lambda r: r[key])
+            lossy = not pts[0].get("lossless", True)
+            style = {"label": _name(pts[0]), "color": _color(m)}
+            for ax, metric in ((axes[0], "block_efficiency"), (axes[1], "speedup_ratio")):
                 if len(pts) == 1 and sweep == "K":  # a K = 1 method: a reference line
-                    ax.axhline(pts[0][idx], linestyle="--", linewidth=1, label=m,
-                               color=_color(m))
+                    ax.axhline(pts[0][metric], linestyle=":" if lossy else "--", linewidth=1, **style)
                 else:
-                    ax.plot([p[0] for p in pts], [p[idx] for p in pts], marker="o", label=m,
-                            color=_color(m))
+                    ax.errorbar([r[key] for r in pts], [r[metric] for r in pts], yerr=_iqr(pts, metric),
+                                marker="x" if lossy else "o", linestyle=":" if lossy else "-", capsize=3,
+                                **style)
         axes[0].set_ylabel("block efficiency (tokens / target call)")
         axes[1].set_ylabel("speedup ratio vs autoregressive")
         axes[1].axhline(1.0, color="black", linewidth=0.8)
@@ -118,7 +148,7 @@ def write_plots(rows: list[dict], folder: str) -> list[str]:
         axes[1].legend(fontsize=8, loc="best")
         r0 = mine[0]
         fig.suptitle(f"{r0['dataset']}, {r0['max_new_tokens']} new tokens, medians over "
-                     f"{r0['n_prompts']} prompts")
+                     f"{_prompt_counts(mine)} (bars: quartiles); dotted: lossy rules")
         fig.tight_layout()
         path = os.path.join(folder, f"sweep_{sweep}.png")
         fig.savefig(path, dpi=110)
@@ -137,12 +167,15 @@ def write_bar_plot(rows: list[dict], folder: str) -> str:
 
     os.makedirs(folder, exist_ok=True)
     main = [r for r in rows if r["sweep"] == "none"]
-    names = [f"{r['method']}\nK={r['K']}" if r["method"] != "ar" else "ar" for r in main]
+    names = [f"{_name(r)}\nK={r['K']}" if r["method"] != "ar" else "ar" for r in main]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, key, label in ((axes[0], "block_efficiency", "block efficiency (tokens / target call)"),
                            (axes[1], "speedup_ratio", "speedup ratio vs autoregressive")):
         colors = [_color(r["method"]) for r in main]
-        ax.bar(range(len(main)), [r[key] for r in main], color=colors)
+        bars = ax.bar(range(len(main)), [r[key] for r in main], color=colors, yerr=_iqr(main, key), capsize=3)
+        for bar, r in zip(bars, main):
+            if not r.get("lossless", True):
+                bar.set_hatch("//")
         ax.set_xticks(range(len(main)), names, fontsize=8, rotation=30, ha="right")
         ax.set_ylabel(label)
         ax.axhline(1.0, color="black", linewidth=0.8)
@@ -150,7 +183,8 @@ def write_bar_plot(rows: list[dict], folder: str) -> str:
     if main:
         r0 = main[0]
         fig.suptitle(f"{r0['dataset']}, L = {max(r['L'] for r in main)}, T = {r0['temperature']}, "
-                     f"{r0['max_new_tokens']} new tokens, medians over {r0['n_prompts']} prompts")
+                     f"{r0['max_new_tokens']} new tokens, medians over {_prompt_counts(main)} "
+                     f"(bars: quartiles); hatched: lossy rules")
     fig.tight_layout()
     path = os.path.join(folder, "methods.png")
     fig.savefig(path, dpi=110)

@@ -165,6 +165,21 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
     return BenchResult(config, runs, summarize(runs, plan, config), meta)
 
 
+def _quartile(values, q: float) -> float:
+    """The q-th percentile (numpy's linear interpolation); NaN for no values."""
+    import numpy as np
+
+    values = [v for v in values if v == v]  # NaN-free, as _median
+    return float(np.percentile(values, q)) if values else float("nan")
+
+
+def _lossless(method: str) -> bool:
+    """Whether the method keeps the target's law ("ar" and unknown names: True)."""
+    from reference.rules import registry
+
+    return registry.spec(method).lossless if method in registry.names() else True
+
+
 def _median(values) -> float:
     values = [v for v in values if v == v]  # drop NaN
     return float(statistics.median(values)) if values else float("nan")
@@ -174,9 +189,11 @@ def summarize(runs: list[dict], plan: dict[Setting, set[str]], config: BenchConf
     """One row per (setting, sweep): medians over prompts.
 
     Returns:
-        list of dicts with method, dataset, K, L, temperature, sweep, block_efficiency,
-        speedup_ratio, tokens_per_second, mean_accepted, acceptance_rate, peak_rss_gb,
-        n_prompts, new_tokens (median), max_new_tokens, target/draft/dtype.
+        list of dicts with method, dataset, K, L, temperature, sweep, lossless (registry),
+        block_efficiency and speedup_ratio (medians, with their first and third quartiles
+        ``*_q1``/``*_q3``), tokens_per_second, time_to_first_token_s, decode_tokens_per_second,
+        mean_accepted, acceptance_rate, peak_rss_gb, n_prompts, new_tokens (median),
+        max_new_tokens, target/draft/dtype.
     """
     ar_tps = {(r["prompt"], r["temperature"]): r["tokens_per_second"]
               for r in runs if r["method"] == "ar"}
@@ -192,10 +209,15 @@ def summarize(runs: list[dict], plan: dict[Setting, set[str]], config: BenchConf
                   for r in mine if (r["prompt"], r["temperature"]) in ar_tps]
         cpu_ratios = [r["new_tokens"] / r["cpu_time_s"] / ar_cpu[(r["prompt"], r["temperature"])]
                       for r in mine if (r["prompt"], r["temperature"]) in ar_cpu]
+        effs = [r["block_efficiency"] for r in mine]
         base = {
             "method": s.method, "dataset": config.dataset, "K": s.K, "L": s.L,
-            "temperature": s.temperature,
-            "block_efficiency": _median(r["block_efficiency"] for r in mine),
+            "temperature": s.temperature, "lossless": _lossless(s.method),
+            "block_efficiency": _median(effs),
+            "block_efficiency_q1": _quartile(effs, 25), "block_efficiency_q3": _quartile(effs, 75),
+            "speedup_ratio_q1": _quartile(ratios, 25), "speedup_ratio_q3": _quartile(ratios, 75),
+            "time_to_first_token_s": _median(r.get("time_to_first_token_s", float("nan")) for r in mine),
+            "decode_tokens_per_second": _median(r.get("decode_tokens_per_second", float("nan")) for r in mine),
             # all prompts' tokens over all their target calls: less noisy than the median
             "block_efficiency_pooled": (sum(r["new_tokens"] for r in mine)
                                         / sum(r["target_calls"] for r in mine)),

@@ -81,8 +81,15 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
         if run["method"] != "ar":  # one definition of mean τ (kept draft tokens) per column
             assert run["mean_accepted"] <= run["block_efficiency"] <= run["mean_accepted"] + 1 + 1e-12
             assert run["acceptance_rate"] == pytest.approx(run["mean_accepted"] / run["L"])
+    for r in result.rows:  # medians inside their quartiles; lossless from the registry
+        assert r["speedup_ratio_q1"] <= r["speedup_ratio"] <= r["speedup_ratio_q3"]
+        assert r["block_efficiency_q1"] <= r["block_efficiency"] <= r["block_efficiency_q3"]
+        assert r["lossless"] is (r["method"] not in ("spectr_gbv", "spectr_gbv_fixed"))
+        assert r["time_to_first_token_s"] > 0
     json.dumps(result.rows)
     text = bench_render.to_markdown(result, "spectr-gbv bench --test")
+    lossy = [r["method"] for r in result.rows if not r["lossless"]]
+    assert all(f"| {m} (lossy) |" in text for m in lossy)
     assert "| method | K | L | T |" in text and "Sweep over K" in text and "Sweep over T" in text
     paths = bench_render.write_plots(result.rows, str(tmp_path / "plots"))
     paths.append(bench_render.write_bar_plot(result.rows, str(tmp_path / "plots")))
@@ -161,3 +168,13 @@ def test_sweep_only_settings_run_on_the_first_sweep_prompts(pair):
     assert sweep_rows and all(r["n_prompts"] == 1 for r in sweep_rows)
     with pytest.raises(ValueError, match="sweep_prompts"):
         BenchConfig(sweep_prompts=0).check()
+
+
+def test_plot_titles_state_the_real_prompt_counts():
+    assert bench_render._prompt_counts([{"n_prompts": 8}, {"n_prompts": 8}]) == "8 prompts"
+    assert bench_render._prompt_counts([{"n_prompts": 3}, {"n_prompts": 8}]) == "3-8 prompts per point"
+    rows = [{"speedup_ratio": 1.5, "speedup_ratio_q1": 1.2, "speedup_ratio_q3": 1.6},
+            {"speedup_ratio": 1.0, "speedup_ratio_q1": 1.0, "speedup_ratio_q3": 1.0}]
+    assert bench_render._iqr(rows, "speedup_ratio") == [[pytest.approx(0.3), 0.0], [pytest.approx(0.1), 0.0]]
+    assert bench_render._iqr([rows[1]], "speedup_ratio") is None
+    assert bench_render._name({"method": "spectr_gbv", "lossless": False}) == "spectr_gbv (lossy)"
