@@ -9,18 +9,25 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
 - ``spectr int8 stop<0.3``: plus draft-side stopping (proofs_check/DRAFT_STOPPING.md);
 - ``hf_assisted``: transformers' assisted generation, 4 draft tokens, constant schedule (its own
   default is 20), its default ``assistant_confidence_threshold`` 0.4, the bfloat16 draft;
-- ``hf_assisted int8``: the same with our int8 draft as its assistant (what transformers would
-  give with the same cheaper draft).
+- ``hf_assisted L=20``: transformers' assisted generation at its own defaults (20 draft tokens,
+  constant schedule, confidence threshold 0.4), the bfloat16 draft;
+- ``hf_assisted int8``: the same as ``hf_assisted`` with our int8 draft as its assistant (what transformers would
+  give with the same cheaper draft);
+- ``auto``: what ``spectr-gbv generate`` runs by default: the int8 draft, K and L chosen from
+  measured costs (gpu_backend/autoconfig.py; measured once before the timed runs, or read from
+  the cache), or plain sampling where speculation is predicted not to pay.
 
 Prints per method, pooled over the prompt sets: tokens per target call (all tokens / all
 calls), drafted positions per iteration, speedup ratio over ``ar`` (median; mean and 95 %
 t-interval over prompts), the paired ratio of tokens/s to ``hf_assisted`` (mean and 95 %
-t-interval over prompts), peak RSS; then the mean speedup per prompt set.  Also the CPU's
-AVX-512 / bf16 / AMX flags.  Run on an idle machine; only ratios measured in this run are
+t-interval over prompts), time to first token (median) and decode tokens/s after it (median), peak
+RSS; then the mean speedup per prompt set.  Also the CPU's AVX-512 / bf16 / AMX flags.  ``--methods``
+runs a subset (``ar`` and ``hf_assisted`` are always run: they are the denominators).  Run on an idle machine; only ratios measured in this run are
 meant to be compared.
 
     python benchmarks/engine_vs_assisted.py [--prompts 5] [--max-new-tokens 64]
-        [--datasets humaneval gsm8k ../shared/data/mgsm/mgsm_en.tsv ...] [--json FILE] [--md FILE]
+        [--datasets humaneval gsm8k ../shared/data/mgsm/mgsm_en.tsv ...] [--methods ...]
+        [--json FILE] [--md FILE]
 """
 
 from __future__ import annotations
@@ -50,16 +57,6 @@ def _ci(values: list[float]) -> tuple[float, float]:
     return mean, float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
 
 
-def cpu_flags() -> str:
-    """The CPU flags that decide bf16 and int8 speed (Linux /proc/cpuinfo)."""
-    try:
-        flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split())
-    except (OSError, StopIteration):
-        return "CPU flags unknown"
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
-    return "CPU flags: " + ", ".join(f"{f} {'yes' if f in flags else 'no'}" for f in wanted)
-
-
 def hf_generate(target, ids, n, sampling, seed, eos):
     """transformers' plain sampling, counted like the engine's AR (one target call per token)."""
     import torch
@@ -70,18 +67,20 @@ def hf_generate(target, ids, n, sampling, seed, eos):
     x = torch.tensor([ids])
     eos = sorted(eos)
     torch.manual_seed(generator_seed(seed))
+    first = _FirstToken()
     start = time.perf_counter()
     with torch.inference_mode():
         out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
                               eos_token_id=eos or None, pad_token_id=eos[0] if eos else None,
-                              **sampling.generate_kwargs())
+                              streamer=first, **sampling.generate_kwargs())
     wall = time.perf_counter() - start
     tokens = out[0, x.shape[1]:].tolist()
     return GenerationResult("hf_generate", tokens, len(ids), len(tokens), [], 1, 0, wall, peak_rss_bytes(),
-                            "eos" if tokens and tokens[-1] in eos else "max_new_tokens")
+                            "eos" if tokens and tokens[-1] in eos else "max_new_tokens",
+                            time_to_first_token_s=first.at - start if first.at is not None else math.nan)
 
 
-def build_methods(pair, int8_draft, sampling, thresholds):
+def build_methods(pair, int8_draft, sampling, thresholds, auto=None):
     from gpu_backend.assisted import assisted_generate
     from gpu_backend.engine import SpeculativeEngine, autoregressive_generate
     from reference.draft_stopping import ConfidenceStop
@@ -101,9 +100,34 @@ def build_methods(pair, int8_draft, sampling, thresholds):
         methods[f"spectr int8 stop<{t}"] = engine(int8_draft, ConfidenceStop(t))
     methods["hf_assisted"] = lambda ids, n, s: assisted_generate(pair.target, pair.draft, ids, n, sampling, 4, s,
                                                                  pair.eos)
+    methods["hf_assisted L=20"] = lambda ids, n, s: assisted_generate(pair.target, pair.draft, ids, n, sampling, 20,
+                                                                      s, pair.eos)
     methods["hf_assisted int8"] = lambda ids, n, s: assisted_generate(pair.target, int8_draft, ids, n, sampling,
                                                                       4, s, pair.eos)
+    if auto is not None:
+        if auto.choice.speculate:
+            e = SpeculativeEngine(pair.target, int8_draft, rule="spectr", K=auto.choice.best.K,
+                                  L=auto.choice.best.L, sampling=sampling, eos_token_ids=pair.eos)
+            methods["auto"] = lambda ids, n, s: e.generate(ids, n, seed=s)
+        else:
+            methods["auto"] = methods["ar"]
     return methods
+
+
+class _FirstToken:
+    """A transformers streamer that records when the first new token arrives (the first ``put``
+    is the prompt)."""
+
+    def __init__(self):
+        self.calls, self.at = 0, None
+
+    def put(self, value):
+        self.calls += 1
+        if self.calls == 2:
+            self.at = time.perf_counter()
+
+    def end(self):
+        pass
 
 
 def render(runs, methods, sets, header) -> str:
@@ -113,7 +137,8 @@ def render(runs, methods, sets, header) -> str:
     ar, hf = by("ar"), by("hf_assisted")
     lines = header + ["| method | tokens per target call | drafted positions per iteration | speedup ratio "
                       "(median) | speedup ratio (mean ± 95 % CI) | tokens/s ratio to hf_assisted (mean ± 95 % CI) "
-                      "| peak RSS GB |", "|---|---|---|---|---|---|---|"]
+                      "| time to first token s (median) | decode tokens/s (median) | peak RSS GB |",
+                      "|---|---|---|---|---|---|---|---|---|"]
     per_set = {}
     for name in methods:
         rows = by(name)
@@ -125,8 +150,13 @@ def render(runs, methods, sets, header) -> str:
         m, h = _ci(speed)
         m2, h2 = _ci(vs_hf)
         rss = max(r["rss"] for r in rows.values()) / 1e9
+        ttft = [r.get("ttft", math.nan) for r in rows.values()]
+        dec = [r.get("decode_tps", math.nan) for r in rows.values()]
+        ttft_m = statistics.median(ttft) if all(v == v for v in ttft) else math.nan
+        dec_m = statistics.median(dec) if all(v == v for v in dec) else math.nan
         lines.append(f"| {name} | {tpc:.3f} | {statistics.fmean(pos) if pos else float('nan'):.2f} | "
-                     f"{statistics.median(speed):.2f} | {m:.2f} ± {h:.2f} | {m2:.2f} ± {h2:.2f} | {rss:.1f} |")
+                     f"{statistics.median(speed):.2f} | {m:.2f} ± {h:.2f} | {m2:.2f} ± {h2:.2f} | "
+                     f"{ttft_m:.2f} | {dec_m:.2f} | {rss:.1f} |")
         per_set[name] = {s: statistics.fmean(tps[k] / (ar[k]["tokens"] / ar[k]["wall"]) for k in rows if k[0] == s)
                          for s in sets}
     lines += ["", "Mean speedup ratio over `ar` per prompt set:", "",
@@ -146,6 +176,8 @@ def main(argv=None) -> int:
     parser.add_argument("--target", default="target")
     parser.add_argument("--draft", default="draft")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        help="methods to run (default all); ar and hf_assisted are always run")
     parser.add_argument("--json", default=None)
     parser.add_argument("--md", default=None)
     args = parser.parse_args(argv)
@@ -162,7 +194,19 @@ def main(argv=None) -> int:
     pair = load_pair(args.target, args.draft, args.dtype)
     int8_draft = quantize_draft(load_causal_lm(args.draft, "float32")[0], "int8")
     sampling = SamplingConfig(args.temperature)
-    methods = build_methods(pair, int8_draft, sampling, args.thresholds)
+    auto = None
+    if args.methods is None or "auto" in args.methods:
+        from gpu_backend.autoconfig import PairSpec, configure
+
+        auto = configure(pair.target, int8_draft, pair.tokenizer,
+                         PairSpec(args.target, args.draft, args.dtype, "int8"), "spectr", sampling)
+        print(auto.summary(), file=sys.stderr, flush=True)
+    methods = build_methods(pair, int8_draft, sampling, args.thresholds, auto)
+    if args.methods is not None:
+        unknown = set(args.methods) - set(methods)
+        if unknown:
+            parser.error(f"--methods: unknown {sorted(unknown)}; known: {list(methods)}")
+        methods = {k: v for k, v in methods.items() if k in set(args.methods) | {"ar", "hf_assisted"}}
     prompts = [(s, p, encode_prompt(pair.tokenizer, text))
                for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
     for fn in methods.values():  # warm-up, untimed
@@ -176,7 +220,8 @@ def main(argv=None) -> int:
             reset_peak_rss()
             r = methods[name](ids, args.max_new_tokens, 1000 + n_prompt)
             runs.append(dict(set=s, prompt=p, method=name, tokens=r.new_tokens, calls=r.target_calls,
-                             wall=r.wall_time_s, rss=r.peak_rss_bytes,
+                             wall=r.wall_time_s, rss=r.peak_rss_bytes, ttft=r.time_to_first_token_s,
+                             decode_tps=r.decode_tokens_per_second,
                              positions=getattr(r, "draft_positions_per_iteration", math.nan)))
             print(f"{Path(s).name} {p} {name:22s} {r.new_tokens} tokens {r.target_calls} calls "
                   f"{r.wall_time_s:.1f} s", file=sys.stderr, flush=True)
@@ -185,7 +230,9 @@ def main(argv=None) -> int:
               f"Made by `python benchmarks/engine_vs_assisted.py --prompts {args.prompts}` on "
               f"{time.strftime('%Y-%m-%d')}; {len(prompts)} prompts: " + ", ".join(
                   f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
-              machine_description() + ".  " + cpu_flags() + ".", ""]
+              machine_description() + ".", ""]
+    if auto is not None:
+        header += ["`auto`: " + auto.summary().replace("\n", "; ") + ".", ""]
     text = render(runs, methods, sets, header)
     print(text, flush=True)
     if args.md:

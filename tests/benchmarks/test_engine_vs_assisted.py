@@ -1,6 +1,7 @@
 """benchmarks/engine_vs_assisted.py runs end to end (the tiny model as target and draft, one
 HumanEval prompt, 4 tokens) and prints one row per method in both tables."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
-METHODS = ["hf_generate", "ar", "spectr", "spectr int8", "spectr int8 stop<0.3", "hf_assisted", "hf_assisted int8"]
+METHODS = ["hf_generate", "ar", "spectr", "spectr int8", "spectr int8 stop<0.3", "hf_assisted", "hf_assisted L=20",
+           "hf_assisted int8", "auto"]
 
 
 @pytest.mark.models
@@ -19,10 +21,14 @@ def test_script_prints_every_method(tmp_path):
         [sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--prompts", "1",
          "--max-new-tokens", "4", "--datasets", "humaneval", "--target", "tiny", "--draft", "tiny",
          "--dtype", "float32", "--json", str(tmp_path / "runs.json"), "--md", str(tmp_path / "t.md")],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+        env={**os.environ, "SPECTR_GBV_AUTOCONFIG": str(tmp_path / "autoconfig.json")})
     assert out.returncode == 0, out.stderr[-2000:]
     names = [line.split(" | ")[0][2:] for line in out.stdout.splitlines()
              if line.startswith("| ") and not line.startswith("| method")]
     assert names == METHODS + METHODS  # the pooled table, then the per-set table
     assert "CPU flags: avx2" in out.stdout
+    # tiny as its own draft: speculation cannot pay, so auto runs plain sampling
+    assert "`auto`: auto-configuration (measured in" in out.stdout and "→ not speculating" in out.stdout
+    assert (tmp_path / "autoconfig.json").is_file()
     assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() == out.stdout.strip()
