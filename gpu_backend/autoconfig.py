@@ -101,22 +101,60 @@ def cache_path():
     return Path(override).expanduser() if override else cache_dir() / "autoconfig.json"
 
 
+def check_cache_path():
+    """The cache file's path, refused early when it cannot be a file.
+
+    Raises:
+        ValueError: the path is a directory, or an existing file that is not this cache (it is
+            never overwritten).
+    """
+    path = cache_path()
+    if path.is_dir():
+        raise ValueError(f"the auto-configuration cache {path} is a directory (SPECTR_GBV_AUTOCONFIG names a file)")
+    if path.is_file() and not _is_cache_file(path):
+        raise ValueError(f"{path} exists and is not an auto-configuration cache; it is not overwritten "
+                         f"(point SPECTR_GBV_AUTOCONFIG at another file)")
+    return path
+
+
+def _is_cache_file(path) -> bool:
+    """An empty or unreadable file, or JSON with a "version" field: ours to (re)write."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    if not text.strip():
+        return True
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and "version" in data
+
+
 def _read_cache() -> dict:
     path = cache_path()
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, UnicodeDecodeError):
         return {}
-    return data if isinstance(data, dict) and data.get("version") == CACHE_VERSION else {}
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("entries"), dict):
+        return {}
+    return data
 
 
-def _write_cache(data: dict) -> None:
+def _write_cache(data: dict, log) -> None:
+    """Write the cache; a path that cannot be written is reported and skipped (the measurement
+    is still used for this run)."""
     from .weights import _atomic_write_text
 
     data["version"] = CACHE_VERSION
-    path = cache_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write_text(path, json.dumps(data))
+    try:
+        path = check_cache_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _atomic_write_text(path, json.dumps(data))
+    except (OSError, ValueError) as err:
+        log(f"auto-configuration: not cached ({err})")
 
 
 def _timed(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
@@ -131,9 +169,8 @@ def _timed(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
             torch.cuda.synchronize(device)
         return time.perf_counter() - start
 
-    first = once()
-    if first > SLOW_CALL_S:
-        return first
+    if once() > SLOW_CALL_S:
+        return once()  # the warm-up may have been slow for a one-off reason: time one more call
     return statistics.median(once() for _ in range(repeats))
 
 
@@ -289,18 +326,23 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     Returns:
         AutoConfig.
     Raises:
-        ValueError: empty or invalid candidates, or a calibration text that is empty (the
-            target ended every calibration prompt at once).
-        OSError: the cache file cannot be written.
-    An unreadable cache, or an entry that does not parse, is measured again.
+        ValueError: empty or invalid candidates, an unknown rule or a bad margin (before any
+            measurement), or a calibration text that is empty (the target ended every
+            calibration prompt at once).
+    An unreadable cache, or an entry that does not parse, is measured again; a cache that
+    cannot be written is reported through ``log`` and skipped.
     """
     from .engine import load_verifier
     from .machine import fingerprint
 
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+    Ks, Ls = tuple(Ks), tuple(Ls)
+    if (not Ks or not Ls or any(isinstance(v, bool) or int(v) != v or v < 1 for v in Ks + Ls)):
+        raise ValueError(f"candidates must be non-empty integers >= 1, got Ks={Ks}, Ls={Ls}")
     Ks, Ls = tuple(sorted(set(int(k) for k in Ks))), tuple(sorted(set(int(x) for x in Ls)))
-    if not Ks or not Ls or Ks[0] < 1 or Ls[0] < 1:
-        raise ValueError(f"candidates must be non-empty and >= 1, got Ks={Ks}, Ls={Ls}")
+    if not margin >= 0 or margin == float("inf"):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin}")
+    verifier = load_verifier(rule)  # an unknown rule fails here, before anything is measured
     threads = threads or torch.get_num_threads()
     data = _read_cache()
     entries = data.setdefault("entries", {})
@@ -361,12 +403,12 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
             q = teacher_forced_rows(target, prompt, cont, sampling)
             rows = [(teacher_forced_rows(draft, prompt, cont, sampling).to(q.device), q)]
         p_rows, q_rows = _rows_for_overhead(rows, max(Ls) + 1)
-        overhead, ar_draw = overhead_costs(load_verifier(rule), p_rows, q_rows, Ks, Ls)
+        overhead, ar_draw = overhead_costs(verifier, p_rows, q_rows, Ks, Ls)
         costs = Costs(tuple(target_n), tuple(t_s), tuple(draft_n), tuple(d_s), overhead, ar_draw,
                       {"target": t_pre, "draft": d_pre}, len(context))
         entries[key_costs] = costs.to_json()
     if len(cached) < 3:
-        _write_cache(data)
+        _write_cache(data, log)
     choice = choose(costs, acceptance, Ks, Ls, margin)
     return AutoConfig(choice, costs, acceptance, cached, time.perf_counter() - start if len(cached) < 3 else 0.0)
 

@@ -92,6 +92,22 @@ def check(args: argparse.Namespace) -> None:
                          f"rules that are: {', '.join(registry.names(draft_stopping=True))}")
     args.rule_resolved = rule
     args.auto = rule != "ar" and not args.no_auto and (args.K is None or args.L is None)
+    if args.L is not None and rule != "ar" and args.L > args.max_new_tokens:
+        raise UsageError(f"--L {args.L}: more than --max-new-tokens {args.max_new_tokens} drafted tokens "
+                         f"per iteration can never be kept; use --L <= {args.max_new_tokens}")
+    if args.auto:
+        # the measurement solves K-SEQ for every k <= K and times target forwards over up to
+        # 1 + K*L tokens: a fixed K or L beyond the automatic range needs the other fixed too
+        for flag, value, most in (("--K", args.K, 2 * K_CANDIDATES[-1]), ("--L", args.L, 4 * L_CANDIDATES[-1])):
+            if value is not None and value > most:
+                raise UsageError(f"{flag} {value}: above {most} the automatic configuration is not measured; "
+                                 f"give both --K and --L, or --no-auto")
+        from .autoconfig import check_cache_path
+
+        try:
+            check_cache_path()
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     if args.recalibrate and not args.auto:
         raise UsageError("--recalibrate: nothing is measured with --no-auto, with both --K and --L given, "
                          "or with --rule ar")
@@ -161,8 +177,11 @@ def run(args: argparse.Namespace) -> int:
                     print(f"(--rule {rule} given: speculating anyway with K={K}, L={L})", file=sys.stderr)
             else:
                 rule, predicted = "ar", choice.ar_tokens_per_second
-                if args.stop_below is not None:
-                    print("(plain sampling: --stop-below does not apply)", file=sys.stderr)
+                ignored = [f for f, v in (("--K", args.K), ("--L", args.L), ("--stop-below", args.stop_below))
+                           if v is not None]
+                if ignored:
+                    print(f"(plain sampling: {', '.join(ignored)} do not apply; give --rule to speculate anyway)",
+                          file=sys.stderr)
         if rule == "ar":
             result = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
                                              args.seed, eos, streamer=streamer)
@@ -181,12 +200,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _num(x: float, digits: int = 2) -> str:
+    return "n/a" if x != x else f"{x:.{digits}f}"
+
+
 def _print_metrics(result, args, dtype: str, quant: str, predicted: float | None) -> None:
     m = result.metrics()
     print("---")
-    print(f"rule {m['method']}  K={m['K']}  L={m['L']}  T={args.temperature}  {dtype}  "
-          f"draft {args.draft}{' (int8)' if quant == 'int8' else ''}  "
-          f"stop: {m['stop_reason']}")
+    shape = (f"K={m['K']}  L={m['L']}  draft {args.draft}{' (int8)' if quant == 'int8' else ''}  "
+             if m["method"] != "ar" else "")
+    print(f"rule {m['method']}  {shape}T={args.temperature}  {dtype}  stop: {m['stop_reason']}")
     print(f"new tokens {m['new_tokens']}  target calls {m['target_calls']}  "
           f"block efficiency {m['block_efficiency']:.2f}"
           + (f"  drafted positions per iteration {m['draft_positions_per_iteration']:.2f}"
@@ -196,7 +219,7 @@ def _print_metrics(result, args, dtype: str, quant: str, predicted: float | None
         print(f"mean τ {m['mean_accepted']:.2f}  acceptance rate (τ / drafted positions) "
               f"{m['acceptance_rate']:.2f}  P(τ ≥ i), i = 1..L: {acc}")
     print(f"wall {m['wall_time_s']:.2f} s  {m['tokens_per_second']:.2f} tokens/s  "
-          f"time to first token {m['time_to_first_token_s']:.2f} s  "
-          f"decode {m['decode_tokens_per_second']:.2f} tokens/s"
+          f"time to first token {_num(m['time_to_first_token_s'])} s  "
+          f"decode {_num(m['decode_tokens_per_second'])} tokens/s"
           + (f" (predicted {predicted:.2f})" if predicted is not None else "")
           + f"  peak RSS {m['peak_rss_bytes'] / 1e9:.2f} GB")

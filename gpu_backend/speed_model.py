@@ -68,8 +68,11 @@ class Acceptance:
             raise ValueError("beta must hold at least one position (T >= 1)")
         if sum(self.segments) != beta.shape[0] or any(s < 1 for s in self.segments):
             raise ValueError(f"segments {self.segments} must be positive and sum to T = {beta.shape[0]}")
-        object.__setattr__(self, "beta", np.clip(beta, 0.0, 1.0))
-        object.__setattr__(self, "match", np.clip(match, 0.0, 1.0))
+        beta, match = np.clip(beta, 0.0, 1.0), np.clip(match, 0.0, 1.0)
+        beta.setflags(write=False)  # validated once: later writes would bypass the checks
+        match.setflags(write=False)
+        object.__setattr__(self, "beta", beta)
+        object.__setattr__(self, "match", match)
 
     @property
     def K_max(self) -> int:
@@ -158,6 +161,11 @@ class Costs:
                 raise ValueError(f"{name}_n must be increasing token counts >= 1, got {ns}")
             if not all(np.isfinite(x) and x > 0 for x in secs):
                 raise ValueError(f"{name}_s must be finite seconds > 0, got {secs}")
+        bad = {k: v for k, v in self.overhead.items() if not (np.isfinite(v) and v >= 0)}
+        if bad:
+            raise ValueError(f"overhead must hold finite seconds >= 0, got {bad}")
+        if not (np.isfinite(self.ar_overhead_s) and self.ar_overhead_s >= 0):
+            raise ValueError(f"ar_overhead_s must be finite seconds >= 0, got {self.ar_overhead_s}")
 
     def target(self, n: int) -> float:
         """Seconds of a target forward over n new tokens (linear between measured n).
@@ -263,9 +271,12 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = 0.05) -> Choic
     Raises:
         ValueError: empty candidates, a (K, L) without a measured overhead, margin < 0.
     """
-    if margin < 0:
-        raise ValueError(f"margin must be >= 0, got {margin}")
+    if not (np.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin}")
     Ks, Ls = tuple(Ks), tuple(Ls)
+    for name, values in (("Ks", Ks), ("Ls", Ls)):
+        if any(isinstance(v, bool) or int(v) != v or v < 1 for v in values):
+            raise ValueError(f"{name} must hold integers >= 1, got {values}")
     preds = []
     for K in Ks:
         for L in Ls:

@@ -128,13 +128,20 @@ def test_configure_measures_once_then_reads_the_cache(tiny_pair):
     assert configure(target, draft, None, spec, **args).cached == []
 
 
-def test_configure_ignores_an_unreadable_cache(tiny_pair):
+def test_configure_measures_past_a_file_that_is_not_its_cache_and_leaves_it(tiny_pair):
     target, draft, path = tiny_pair
     path.write_text("{not json")
+    lines = []
     out = configure(target, draft, None, PairSpec("t", "d", "float32"), "sd", SamplingConfig(0.7), (1,), (1, 2),
-                    fallback_prompt=PROMPT, log=lambda line: None)
-    assert out.cached == [] and json.loads(path.read_text())["version"] == autoconfig.CACHE_VERSION
+                    fallback_prompt=PROMPT, log=lines.append)
+    assert out.cached == [] and path.read_text() == "{not json"
+    assert any("not cached" in line and "is not an auto-configuration cache" in line for line in lines)
     assert "auto-configuration (measured in" in out.summary()
+    # an older cache (another version) is ours: replaced
+    path.write_text(json.dumps({"version": 0, "entries": {}}))
+    configure(target, draft, None, PairSpec("t", "d", "float32"), "sd", SamplingConfig(0.7), (1,), (1, 2),
+              fallback_prompt=PROMPT, log=lambda line: None)
+    assert json.loads(path.read_text())["version"] == autoconfig.CACHE_VERSION
 
 
 def test_configure_refuses_empty_candidates(tiny_pair):
@@ -177,3 +184,44 @@ def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_pa
     assert "block efficiency 4.00" in out  # draft = target: τ = L every iteration (12 tokens, 3 calls)
     assert spectr_gbv_cli.main(argv + ["--rule", "spectr"]) == 0
     assert "auto-configuration (cached)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["directory", "foreign"])
+def test_generate_refuses_a_cache_path_it_must_not_write(kind, tmp_path, monkeypatch, capsys):
+    import spectr_gbv_cli
+
+    path = tmp_path / "ac"
+    if kind == "directory":
+        path.mkdir()
+    else:
+        path.write_text('{"my": "settings"}')
+    monkeypatch.setenv("SPECTR_GBV_AUTOCONFIG", str(path))
+    assert spectr_gbv_cli.main(["generate", "--prompt", "hi", "--target", "tiny", "--draft", "tiny"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("spectr-gbv generate: ")
+    assert ("is a directory" if kind == "directory" else "is not an auto-configuration cache") in err[0]
+    if kind == "foreign":
+        assert path.read_text() == '{"my": "settings"}'
+
+
+def test_configure_reports_an_unwritable_cache_and_goes_on(tiny_pair, monkeypatch):
+    target, draft, path = tiny_pair
+    path.mkdir()  # cache_path() now names a directory
+    lines = []
+    out = configure(target, draft, None, PairSpec("t", "d", "float32"), "sd", SamplingConfig(0.7), (1,), (1,),
+                    fallback_prompt=PROMPT, log=lines.append)
+    assert out.cached == [] and any("not cached" in line and "is a directory" in line for line in lines)
+
+
+def test_configure_checks_rule_and_margin_before_measuring(tiny_pair):
+    target, draft, path = tiny_pair
+    with pytest.raises(ValueError, match="unknown rule|no_such_rule"):
+        configure(target, draft, None, PairSpec("t", "d", "float32"), "no_such_rule", SamplingConfig(0.7), (1,),
+                  (1,), fallback_prompt=PROMPT, log=lambda line: None)
+    with pytest.raises(ValueError, match="margin must be a finite number"):
+        configure(target, draft, None, PairSpec("t", "d", "float32"), "sd", SamplingConfig(0.7), (1,), (1,),
+                  fallback_prompt=PROMPT, margin=float("nan"), log=lambda line: None)
+    with pytest.raises(ValueError, match="candidates must be non-empty integers"):
+        configure(target, draft, None, PairSpec("t", "d", "float32"), "sd", SamplingConfig(0.7), (1.5,), (1,),
+                  fallback_prompt=PROMPT, log=lambda line: None)
+    assert not path.exists()  # nothing was measured, nothing written

@@ -147,6 +147,17 @@ def test_bad_inputs_are_refused():
         Costs((1,), (1.0,), (1,), (math.nan,), {}, 0.0, {}, 1)
     with pytest.raises(ValueError, match="target_n and target_s must be non-empty"):
         Costs((), (), (1,), (0.1,), {}, 0.0, {}, 1)
+    with pytest.raises(ValueError, match="ar_overhead_s must be finite seconds >= 0"):
+        Costs((1,), (1.0,), (1,), (0.1,), {}, -0.2, {}, 1)
+    with pytest.raises(ValueError, match="overhead must hold finite seconds >= 0"):
+        Costs((1,), (1.0,), (1,), (0.1,), {(1, 1): math.nan}, 0.0, {}, 1)
+    with pytest.raises(ValueError, match="margin must be a finite number"):
+        choose(costs(FLAT), constant([0.5]), (1,), (1,), margin=math.inf)
+    with pytest.raises(ValueError, match="Ks must hold integers >= 1"):
+        choose(costs(FLAT), constant([0.5]), (1.7,), (1,))
+    acc = constant([0.5])
+    with pytest.raises(ValueError, match="read-only"):
+        acc.beta[0, 0] = 7.0
     # candidates given as one-shot iterators are read once, not exhausted per K
     both = choose(costs(FLAT), constant([0.5, 0.6]), iter((1, 2)), iter((1, 2, 3)))
     assert len(both.candidates) == 6
