@@ -61,13 +61,14 @@ def hf_generate(target, ids, n, sampling, seed, eos):
     """transformers' plain sampling, counted like the engine's AR (one target call per token)."""
     import torch
 
+    from gpu_backend.assisted import IterationLog
     from gpu_backend.engine import GenerationResult, generator_seed
     from gpu_backend.memory import peak_rss_bytes
 
     x = torch.tensor([ids])
     eos = sorted(eos)
     torch.manual_seed(generator_seed(seed))
-    first = _FirstToken()
+    first = IterationLog()
     start = time.perf_counter()
     with torch.inference_mode():
         out = target.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n,
@@ -77,7 +78,8 @@ def hf_generate(target, ids, n, sampling, seed, eos):
     tokens = out[0, x.shape[1]:].tolist()
     return GenerationResult("hf_generate", tokens, len(ids), len(tokens), [], 1, 0, wall, peak_rss_bytes(),
                             "eos" if tokens and tokens[-1] in eos else "max_new_tokens",
-                            time_to_first_token_s=first.at - start if first.at is not None else math.nan)
+                            time_to_first_token_s=(first.first_token_at - start if first.first_token_at is not None
+                                                   else math.nan))
 
 
 def build_methods(pair, int8_draft, sampling, thresholds, auto=None):
@@ -112,22 +114,6 @@ def build_methods(pair, int8_draft, sampling, thresholds, auto=None):
         else:
             methods["auto"] = methods["ar"]
     return methods
-
-
-class _FirstToken:
-    """A transformers streamer that records when the first new token arrives (the first ``put``
-    is the prompt)."""
-
-    def __init__(self):
-        self.calls, self.at = 0, None
-
-    def put(self, value):
-        self.calls += 1
-        if self.calls == 2:
-            self.at = time.perf_counter()
-
-    def end(self):
-        pass
 
 
 def render(runs, methods, sets, header) -> str:

@@ -27,9 +27,11 @@ from .memory import peak_rss_bytes
 from .sampling import SamplingConfig
 
 
-class _IterationLog:
+class IterationLog:
     """A transformers streamer that records how many tokens each iteration emitted (the
-    first ``put`` is the prompt), plus the raw τ reported by ``_speculative_sampling``."""
+    first ``put`` is the prompt) and when the first of them arrived (``first_token_at``), plus
+    the raw τ reported by ``_speculative_sampling`` (``wrap``).  Usable with plain ``generate``
+    too (one ``put`` per token)."""
 
     def __init__(self):
         self.prompt_seen = False
@@ -95,7 +97,7 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
     eos = sorted(int(e) for e in eos_token_ids)
     config = draft.generation_config
     saved = (config.num_assistant_tokens, config.num_assistant_tokens_schedule)
-    log = _IterationLog()
+    log = IterationLog()
     original = generation_utils._speculative_sampling
     try:
         config.num_assistant_tokens, config.num_assistant_tokens_schedule = L, "constant"

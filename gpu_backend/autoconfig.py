@@ -34,7 +34,7 @@ import torch
 from .kv import cache_length, new_cache
 from .layouts import sample_rows
 from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
-from .speed_model import Acceptance, Choice, Costs, choose, expected_tokens, iteration_seconds
+from .speed_model import Acceptance, Choice, Costs, choose
 
 from .defaults import K_CANDIDATES, L_CANDIDATES
 
@@ -444,5 +444,5 @@ def _rows_for_overhead(rows, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 __all__ = ["AutoConfig", "PairSpec", "configure", "forward_costs", "overhead_costs", "acceptance_from_rows",
-           "teacher_forced_rows", "calibration_text", "expected_tokens", "iteration_seconds",
+           "teacher_forced_rows", "calibration_text",
            "K_CANDIDATES", "L_CANDIDATES"]

@@ -116,10 +116,8 @@ def check(args: argparse.Namespace) -> None:
     else:
         args.K_candidates = K_CANDIDATES if args.auto else (DEFAULT_K,)
     args.L_candidates = (args.L,) if args.L is not None else (L_CANDIDATES if args.auto else (DEFAULT_L,))
+    # without the automatic configuration each candidate set holds exactly the shape to run
     args.K_resolved, args.L_resolved = args.K_candidates[0], args.L_candidates[0]
-    if not args.auto:
-        args.K_resolved = args.K if args.K is not None else (1 if single else DEFAULT_K)
-        args.L_resolved = args.L if args.L is not None else DEFAULT_L
     from .draft_quant import resolve_mode
 
     try:

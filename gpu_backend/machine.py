@@ -17,6 +17,15 @@ REPORTED_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_int8", "avx
 NATIVE_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
+def _cpuinfo() -> str:
+    """Linux /proc/cpuinfo ("" where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
 def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     """The CPU's feature flags.
 
@@ -25,12 +34,7 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
     Returns:
         the words of the first ``flags`` line (empty when there is none, e.g. not Linux).
     """
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpuinfo = f.read()
-        except OSError:
-            return frozenset()
+    cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
     for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             return frozenset(line.split(":", 1)[1].split())
@@ -39,12 +43,7 @@ def cpu_flags(cpuinfo: str | None = None) -> frozenset[str]:
 
 def cpu_model(cpuinfo: str | None = None) -> str:
     """The CPU's model name (``platform.processor()`` where /proc/cpuinfo has none)."""
-    if cpuinfo is None:
-        try:
-            with open("/proc/cpuinfo") as f:
-                cpuinfo = f.read()
-        except OSError:
-            cpuinfo = ""
+    cpuinfo = _cpuinfo() if cpuinfo is None else cpuinfo
     for line in cpuinfo.splitlines():
         if line.startswith("model name"):
             return line.split(":", 1)[1].strip()

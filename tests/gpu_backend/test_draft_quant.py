@@ -10,11 +10,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from gpu_backend.draft_quant import quantize_draft, resolve_mode  # noqa: E402
-from gpu_backend.engine import SpeculativeEngine, autoregressive_generate  # noqa: E402
+from gpu_backend.engine import SpeculativeEngine  # noqa: E402
 from gpu_backend.model_pair import load_pair  # noqa: E402
 from gpu_backend.sampling import SamplingConfig  # noqa: E402
 from gpu_backend.weights import vocab_size  # noqa: E402
-from test_engine import PROMPT, V, perturbed, random_lm, run_recorded, uncached_row  # noqa: E402
+from test_engine import (V, assert_one_hot_target_reproduces_greedy, perturbed, random_lm,  # noqa: E402
+                         run_recorded, uncached_row)
 
 
 @pytest.fixture(scope="module")
@@ -64,14 +65,7 @@ def test_rules_that_need_a_fixed_draft_law_refuse_a_quantised_draft(models, rule
 
 @pytest.mark.parametrize("rule,K", [("spectr", 2), ("bv", 1), ("sd", 1)])
 def test_one_hot_target_reproduces_autoregressive_output_with_an_int8_draft(models, rule, K):
-    target, draft = models
-    greedy = SamplingConfig(1.0, top_k=1)
-    ar = autoregressive_generate(target, PROMPT, 20, greedy, seed=0)
-    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=greedy,
-                               draft_sampling=SamplingConfig(1.5))
-    result, records = run_recorded(engine, 20, seed=7)
-    assert result.tokens == ar.tokens
-    assert any(int(r.verdict.tau[0]) < 4 for r in records)
+    assert_one_hot_target_reproduces_greedy(*models, rule, K, 20)
 
 
 def test_refusals():

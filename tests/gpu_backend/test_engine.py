@@ -213,15 +213,21 @@ def test_one_hot_target_reproduces_autoregressive_output(models, rule, K):
     variants (their acceptance and residual weights vanish off the target's support).  The
     output therefore equals plain sampling with top-k = 1 token for token, for any seed; a
     wrong cache row, crop or stack would change a target row and, soon, the argmax."""
-    target, draft = models
+    records = assert_one_hot_target_reproduces_greedy(*models, rule, K, 24)
+    assert torch.all((records[0].target_probs_raw == 0) | (records[0].target_probs_raw == 1))
+
+
+def assert_one_hot_target_reproduces_greedy(target, draft, rule, K, n_tokens):
+    """The engine at top-k = 1 (target one-hot), draft at T = 1.5, equals plain greedy sampling
+    token for token, with rejections along the way; returns the iteration records."""
     greedy = SamplingConfig(1.0, top_k=1)
-    ar = autoregressive_generate(target, PROMPT, 24, greedy, seed=0)
+    ar = autoregressive_generate(target, PROMPT, n_tokens, greedy, seed=0)
     engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=greedy,
                                draft_sampling=SamplingConfig(1.5))
-    result, records = run_recorded(engine, 24, seed=7)
+    result, records = run_recorded(engine, n_tokens, seed=7)
     assert result.tokens == ar.tokens
-    assert any(r.verdict.tau[0].item() < 4 for r in records)  # rejections happened
-    assert torch.all((records[0].target_probs_raw == 0) | (records[0].target_probs_raw == 1))
+    assert any(int(r.verdict.tau[0]) < 4 for r in records)  # rejections happened
+    return records
 
 
 # -- reproducibility, stopping, metrics ------------------------------------------------------
