@@ -33,6 +33,7 @@ from .gbv import GreedyBlockVerification
 from .kseq_bv import KSeqBV
 from .kseq_gbv import KSeqGBV
 from .mdbv import MultiDraftBlockVerification
+from .mdbv_kseq import MDBVKSeq
 from .sd import TokenVerification
 from .spectr import SpecTr
 from .spectr_gbv import SpecTrGBV
@@ -94,4 +95,4 @@ def verify(rule, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=N
 __all__ = ["VERIFIERS", "get_verifier", "verify", "Verifier", "BatchVerdict", "BatchModification",
            "TokenVerification", "SpecTr", "BlockVerification", "GreedyBlockVerification",
            "SpecTrGBV", "KSeqGBV", "KSeqBV", "TraversalVerification",
-           "MultiDraftBlockVerification"]
+           "MultiDraftBlockVerification", "MDBVKSeq"]

@@ -49,7 +49,7 @@ def default_grid(V: int) -> tuple[int, int]:
 
 
 def _valid(rho: torch.Tensor, above: torch.Tensor, below: torch.Tensor,
-           k: torch.Tensor) -> torch.Tensor:
+           k: torch.Tensor, w: torch.Tensor | None = None) -> torch.Tensor:
     """g(ρ) ≤ 0 at the edges ρ [N, M], from the masses above/below each edge [N, 2, M] (p, q).
 
     Two exact rewritings of g, each free of cancellation in its own regime:
@@ -57,14 +57,16 @@ def _valid(rho: torch.Tensor, above: torch.Tensor, below: torch.Tensor,
                 masses on each side of the edge, not as 1 − ρβ and 1 − β (p ≈ q: E and D small);
       β < 1/2:  g = [1 − (1 − β)^k] − ρβ with 1 − (1 − β)^k = −expm1(k·log1p(−β))
                 (resolves g ≈ (k − ρ)β when β is tiny, i.e. nearly disjoint supports).
+    With a budget w [N, 1] (``rho_star_scaled``) the right side is w·ρβ and the first form
+    becomes (1 − w) + w·E − D^k.
     """
     beta = above[:, 0] + below[:, 1] / rho
     E = above[:, 1] - rho * above[:, 0]
     D = (below[:, 0] - below[:, 1] / rho).clamp_min(0)
-    g_close = E - D.pow(k)
+    g_close = E - D.pow(k) if w is None else (1.0 - w) + w * E - D.pow(k)
     small = beta < 0.5
     b = torch.where(small, beta, torch.zeros_like(beta))
-    g_far = -torch.expm1(k * torch.log1p(-b)) - rho * b
+    g_far = -torch.expm1(k * torch.log1p(-b)) - (rho * b if w is None else w * rho * b)
     return torch.where(small, g_far, g_close) <= 0
 
 
@@ -90,33 +92,97 @@ def rho_star(p: torch.Tensor, q: torch.Tensor, k, *, bins: int | None = None,
         if N > 1 and p.stride(0) == 0 and q.stride(0) == 0:
             return rho_star(p[:1], q[:1], k, bins=bins, levels=levels).expand(N)
         k = torch.full((N,), k, dtype=torch.int64, device=p.device)
+    return _chunked(p, q, k, None, bins, levels)
+
+
+def ratios(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(p, q, t = q/p) in float64, the solver's inputs; p = 0 is read as the smallest normal, so
+    0/0 → 0 (no mass either way) and x/0 → huge (above every window).  Computing them once lets
+    several solves on one row (``threshold_scaled`` at several budgets) share them."""
+    p64 = p.to(torch.float64)
+    q64 = q.to(torch.float64)
+    t = q64 / p64.clamp_min(torch.finfo(torch.float64).tiny)
+    t.nan_to_num_(nan=0.0)  # only unvalidated NaN inputs get here; a NaN would index out of range
+    return p64, q64, t
+
+
+def threshold_scaled(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: torch.Tensor,
+                     w: torch.Tensor, *, bins: int | None = None,
+                     levels: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """K-SEQ's ρ* against a scaled target w·q (MDBV's node selection at budget w, one class).
+
+    K-SEQ marks a candidate x with probability e(x) = min(1, w·q(x)/(κ·p(x))); κ is the smallest
+    value with 1 − (1 − s)^k ≤ κ·s, s = Σ_x p(x)e(x) (reference/rules/mdbv.py, class-K-SEQ with
+    the cut j = 0; docs/rules.md §2.10).  In θ = κ/w, the threshold on q/p, s = β(θ) =
+    Σ_x min(p(x), q(x)/θ) and the condition reads 1 − (1 − β(θ))^k ≤ w·θ·β(θ): the ρ* equation
+    with its right side scaled by w, solved by the same histogram refinements over the window
+    θ ∈ [1/w, k/w] (κ ∈ [1, k] since κ ≥ (1 − (1 − s)^k)/s ≥ 1).  w = 1 is ``rho_star``.
+
+    Args:
+        p64, q64, t: float64 [N, V] from ``ratios`` (views with stride 0 along N are read in
+            place, e.g. one row solved at several budgets); q sums to 1.
+        k: int64 [N], drafts through the node (values < 1 are treated as 1).
+        w: float64 [N], budgets in [0, 1] (values ≤ 1e-300 are treated as 1e-300; the caller
+            masks them: a budget 0 accepts nothing).
+        bins, levels: as ``rho_star``.
+    Returns:
+        (θ, s), float64 [N] each: θ* = κ*/w on the valid side, within (k − 1)/w·bins^-levels of
+        the root (1/w where k ≤ 1, where θ = 1/w is already valid, or where β(1/w) = 0: every θ
+        accepts nothing); s = β(θ) from the masses on each side of θ (no further pass).
+    Source: SpecTr (Sun et al., NeurIPS 2023), K-SEQ's ρ*, applied to the sub-probability
+        target w·q; reference/rules/mdbv.py _rest_class at j = 0.
+    """
+    N, V = t.shape
+    if bins is None or levels is None:
+        bins, levels = default_grid(V)
+    w = w.to(torch.float64).clamp_min(1e-300)
+    rows = max(1, ROW_CHUNK_ELEMENTS // V) if t.device.type == "cpu" else N
+    parts = [_solve(p64[s:s + rows], q64[s:s + rows], t[s:s + rows], k[s:s + rows], bins, levels,
+                    w[s:s + rows]) for s in range(0, N, rows)]
+    return torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts])
+
+
+def rho_star_scaled(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, *,
+                    bins: int | None = None, levels: int | None = None) -> torch.Tensor:
+    """θ* of ``threshold_scaled`` from rows p, q [N, V] (float32 or float64)."""
+    return threshold_scaled(*ratios(p, q), k, w, bins=bins, levels=levels)[0]
+
+
+def _chunked(p, q, k, w, bins, levels) -> torch.Tensor:
+    N, V = p.shape
     if bins is None or levels is None:
         bins, levels = default_grid(V)
     rows = max(1, ROW_CHUNK_ELEMENTS // V) if p.device.type == "cpu" else N
     if N > rows:
-        return torch.cat([_rho_star(p[s:s + rows], q[s:s + rows], k[s:s + rows], bins, levels)
+        return torch.cat([_rho_star(p[s:s + rows], q[s:s + rows], k[s:s + rows], bins, levels,
+                                    None if w is None else w[s:s + rows])
                           for s in range(0, N, rows)])
-    return _rho_star(p, q, k, bins, levels)
+    return _rho_star(p, q, k, bins, levels, w)
 
 
-def _rho_star(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, bins: int, levels: int) -> torch.Tensor:
-    N, V = p.shape
-    device = p.device
+def _rho_star(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, bins: int, levels: int,
+              w: torch.Tensor | None = None) -> torch.Tensor:
+    return _solve(*ratios(p, q), k, bins, levels, w)[0]
+
+
+def _solve(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: torch.Tensor, bins: int,
+           levels: int, w: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    N, V = t.shape
+    device = t.device
     kf = k.clamp_min(1).to(torch.float64)
-    p64 = p.to(torch.float64)
-    q64 = q.to(torch.float64)
-    # t = q/p with p = 0 read as the smallest normal: 0/0 → 0 (no mass either way), x/0 → huge
-    # (always above the window); cheaper than dividing and then mapping NaN
-    t = q64 / p64.clamp_min(torch.finfo(torch.float64).tiny)
-    t.nan_to_num_(nan=0.0)  # only unvalidated NaN inputs get here; a NaN would index out of range
     lo = torch.ones(N, dtype=torch.float64, device=device)
     hi = torch.where(kf > 1, kf, torch.full_like(kf, 2.0))
+    wcol = None
+    if w is not None:  # the window [1, k] in κ is [1/w, k/w] in θ = κ/w
+        lo, hi = lo / w, hi / w
+        wcol = w.unsqueeze(1)
+    start = lo
     cells = torch.arange(bins + 1, dtype=torch.float64, device=device)  # edge numbers
     one_at_start = torch.zeros(N, dtype=torch.bool, device=device)
     kcol = kf.unsqueeze(1)
-    u = torch.empty_like(t)  # scratch reused by every level (fresh big temporaries are slow)
-    idx32 = torch.empty(t.shape, dtype=torch.int32, device=device)
-    idx = torch.empty(t.shape, dtype=torch.int64, device=device)
+    u = torch.empty((N, V), dtype=torch.float64, device=device)  # scratch reused by every level (fresh big temporaries are slow)
+    idx32 = torch.empty((N, V), dtype=torch.int32, device=device)
+    idx = torch.empty((N, V), dtype=torch.int64, device=device)
     for level in range(levels):
         width = (hi - lo).clamp_min(1e-300)
         scale = (bins / width).unsqueeze(1)
@@ -130,15 +196,17 @@ def _rho_star(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, bins: int, leve
         below = torch.cumsum(sums, dim=2)[:, :, : bins + 1]  # cells 0..e: t < edge e
         above = torch.flip(torch.cumsum(torch.flip(sums, [2]), dim=2), [2])[:, :, 1:]  # t ≥ edge e
         edges = lo.unsqueeze(1) + width.unsqueeze(1) * (cells / bins)  # [N, bins+1]
-        valid = _valid(edges, above, below, kcol)
+        valid = _valid(edges, above, below, kcol, wcol)
         if level == 0:
-            # β(1) = P(t ≥ 1) + Q(t < 1)
+            # β at the window's start is P(t ≥ start) + Q(t < start)/start: 0 iff this sum is
             beta1 = above[:, 0, 0] + below[:, 1, 0]
             one_at_start = valid[:, 0] | (beta1 <= 0)
+            beta_start = above[:, 0, 0] + below[:, 1, 0] / lo
         valid[:, bins] = True  # hi is valid by construction (g(k) ≤ 0 by Bernoulli)
         first = valid.to(torch.int8).argmax(dim=1)  # first valid edge
         new_hi = torch.gather(edges, 1, first.unsqueeze(1)).squeeze(1)
         new_lo = torch.gather(edges, 1, (first - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+        beta_hi = torch.gather(above[:, 0] + below[:, 1] / edges, 1, first.unsqueeze(1)).squeeze(1)
         lo, hi = new_lo, new_hi
-    rho = torch.where(one_at_start | (kf <= 1), torch.ones_like(hi), hi)
-    return rho
+    at_start = one_at_start | (kf <= 1)
+    return torch.where(at_start, start, hi), torch.where(at_start, beta_start, beta_hi)

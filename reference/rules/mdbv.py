@@ -480,3 +480,19 @@ class MultiDraftBlockVerification(Rule):
             return None
 
         return attempt(0)
+
+
+class MDBVKSeq(MultiDraftBlockVerification):
+    """MDBV with K-SEQ as every node's selection law: ``families=("classes",), max_cut=0`` (one
+    class, no singleton classes, no count-priority).  Steps 2-4 are MDBV's.  Lossless for
+    MDBV's reason (any node selection with A ≤ w·q from the node's own rows); each node's
+    mechanism is one ρ*-type root, which the batched port (gpu_backend/verifiers/mdbv_kseq.py)
+    solves without a host plan.  Numbers against MDBV: proofs_check/NON_MODIFYING_RULES.md §8."""
+
+    name = "mdbv_kseq"
+
+    def __init__(self):
+        super().__init__(families=("classes",), max_cut=0)
+
+    def __repr__(self) -> str:
+        return "MDBVKSeq()"

@@ -147,7 +147,7 @@ def _builtin() -> None:
     from .gbv import GreedyBlockVerification
     from .kseq_bv import KSeqBV
     from .kseq_gbv import KSeqGBV
-    from .mdbv import MultiDraftBlockVerification
+    from .mdbv import MDBVKSeq, MultiDraftBlockVerification
     from .sd import TokenVerification
     from .spectr import SpecTr
     from .spectr_gbv import SpecTrGBV
@@ -188,6 +188,9 @@ def _builtin() -> None:
                  "this project: multi-draft block verification (proofs_check/NON_MODIFYING_RULES.md)",
                  "multi-draft block verification (host plan: slow at large V)", bench=False,
                  draft_stopping=True),
+        RuleSpec("mdbv_kseq", MDBVKSeq, v + "mdbv_kseq:MDBVKSeq", False, True, False,
+                 "this project: MDBV with K-SEQ node selection (proofs_check/NON_MODIFYING_RULES.md §8)",
+                 "MDBV with K-SEQ at every node (batched, no host plan)", draft_stopping=True),
     ):
         register(s)
 

@@ -5,6 +5,8 @@ nonzero() and data-dependent indexing raise)."""
 
 from __future__ import annotations
 
+import itertools
+
 import zlib
 
 import numpy as np
@@ -207,11 +209,11 @@ HOST_PLANNED = {"mdbv"}
 def test_no_host_synchronisation(name):
     """On the meta device every data-dependent host read raises, so a run that completes
     proves that the verifier (validate=False) never synchronises."""
-    K = 1 if name in SINGLE_DRAFT else 3
     B, L, V = 4, 3, 4096
     meta = torch.device("meta")
-    tok = torch.empty(B, K, L, dtype=torch.int64, device=meta)
-    for dtype in (torch.float32, torch.bfloat16):
+    # K = 2 and 3: a rule may take another path at K ≤ 2 (mdbv_kseq reuses its solves there)
+    for K, dtype in itertools.product((1,) if name in SINGLE_DRAFT else (2, 3), (torch.float32, torch.bfloat16)):
+        tok = torch.empty(B, K, L, dtype=torch.int64, device=meta)
         dp = torch.empty(B, K, L, V, dtype=dtype, device=meta)
         tp = torch.empty(B, K, L + 1, V, dtype=dtype, device=meta)
         seeds = torch.empty(B, dtype=torch.int64, device=meta)
