@@ -1,5 +1,5 @@
 """Certification (oracle.certify) of the batched verifiers of the multi-draft rules that leave
-later targets untouched (K-SEQ-BV, Traversal, MDBV) against the reference's exact law, at
+later targets untouched (K-SEQ-BV, Traversal, MDBV, MDBV-KSEQ) against the reference's exact law, at
 N = 2·10^5, α = 1e-6, on float32 inputs, with the smallest detectable TV printed: per rule a
 toy case and a V = 4,096 case chosen to be *distinctive* (gpu_backend.certify_suite: no τ above
 probability 0.99, TV ≥ 0.05 from each other rule of DISTINCT_FROM, so a port of the wrong rule
@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_backend.certify_suite import DISTINCT_FROM, ROWS_SEED, TOY_SEED, distinctive_case, suite_verifier
+from gpu_backend.certify_suite import (DISTINCT_FROM, TOY_SEED, distinctive_case, large_case, rows_seed,
+                                      suite_verifier, toy_cases)
 from oracle.certify import FixedCase, certify
 from oracle.certify_cases import fixed_case, large_models, toy_models
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
@@ -57,9 +58,9 @@ def test_certify_toy_case(name):
 @pytest.mark.parametrize("name", DISTINCTIVE)
 def test_certify_random_rows_V4096(name):
     """Random peaked rows at V = 4,096 (oracle.certify_cases.large_models(4096, 21), drafts of
-    seed 29), K = 2, L = 2, float32."""
+    seed certify_suite.rows_seed(name): 29, or 38 for MDBV-KSEQ), K = 2, L = 2, float32."""
     others = tuple(r for r in OTHERS if r != name)
-    case = distinctive_case(f"{name} rows V=4096 K=2 L=2 float32", name, large_models(4096, 21), 2, 2, ROWS_SEED,
+    case = distinctive_case(f"{name} rows V=4096 K=2 L=2 float32", name, large_models(4096, 21), 2, 2, rows_seed(name),
                             others)
     certify_and_check(case, chunk=2048, max_tv=0.03)
 
@@ -78,3 +79,27 @@ def test_certify_mdbv_tie_case_bfloat16():
     assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
     assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
     assert r.detectable_tv < 0.015 and r.zero_cell_violations == 0
+
+
+@pytest.mark.parametrize("which", ["toy V=4 K=2 L=2", "rows V=4096 K=2 L=2", "tie V=3 K=3 L=3"])
+def test_certify_mdbv_kseq_bfloat16(which):
+    """MDBV-KSEQ (the batched port with no host plan) on bfloat16 inputs: the generic bf16-exact
+    toy and V = 4,096 cases (certify_suite.toy_cases / large_case) and MDBV's tie case rounded
+    to bfloat16 the plain way (the port renormalises in its own precision; the tie rule must
+    still give it the reference's schedule)."""
+    if which.startswith("toy"):
+        case, chunk, max_tv = toy_cases("mdbv_kseq")[1], 16384, 0.015
+    elif which.startswith("rows"):
+        case, chunk, max_tv = large_case("mdbv_kseq", "bfloat16"), 2048, 0.03
+    else:
+        draft, target = toy_models(3, 12)
+        case = fixed_case("mdbv_kseq toy V=3 K=3 L=3 bfloat16 (tie)", "mdbv_kseq", draft, target, 3, 3,
+                          TOY_SEED["mdbv"], backend_dtype="bfloat16")
+        chunk, max_tv = 16384, 0.015
+    report = certify(suite_verifier("mdbv_kseq", torch.bfloat16), [case], n_samples=N_SAMPLES, alpha=ALPHA,
+                     chunk=chunk)
+    r = report.results[0]
+    print(f"\n{r.name}: N={r.n} alpha={r.alpha:g} detectable TV={r.detectable_tv:.4f} -> {r.verdict} in {r.seconds:.1f} s")
+    assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
+    assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
+    assert r.detectable_tv_pooled < max_tv and r.zero_cell_violations == 0
