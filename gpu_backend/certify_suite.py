@@ -277,15 +277,24 @@ class UnscaledKSeqGBV(KSeqGBV):
             return super().decide(batch, noise)
 
 
-class LeastLossFirstMDBVKSeq(MDBVKSeq):
-    """MDBV-KSEQ trying the children in increasing efficiency loss (the wrong schedule: still a
-    valid rule, but not the one certified, so its law must be told apart)."""
+def _fallback_is_budget(plan):
+    """MDBV-KSEQ's plan with every inner node's fallback coin at its budget w instead of
+    (w − ΣA)/(1 − ΣA): it ignores the mass its children already accepted, so it over-accepts."""
+    def wrong(batch):
+        w, h, rank, live, theta, ratio = plan(batch)
+        h = h.clone()
+        h[:, :, 1:batch.L] = w[:, :, 1:batch.L]
+        return w, h, rank, live, theta, ratio
+    return wrong
 
-    name = "planted_mdbv_kseq_order"
+
+class FallbackAtBudgetMDBVKSeq(MDBVKSeq):
+    """MDBV-KSEQ whose inner nodes fall back with probability w (module function above)."""
+
+    name = "planted_mdbv_kseq_fallback"
 
     def decide(self, batch, noise):
-        rank = _mdbv_kseq._ranks_descending
-        with _replaced(_mdbv_kseq, "_ranks_descending", lambda v, k, g: rank(-v, k, g)):
+        with _replaced(_mdbv_kseq, "plan", _fallback_is_budget(_mdbv_kseq.plan)):
             return super().decide(batch, noise)
 
 
@@ -322,6 +331,6 @@ PLANTED: dict[str, Planted] = {p.name: p for p in (
             UnscaledSpecTr, 2, 2, 3, 5, 3),
     Planted("planted_kseq_gbv_rho1", "kseq_gbv", "K-SEQ-GBV with rho = 1 at K = 2",
             UnscaledKSeqGBV, 2, 2, 3, 5, 3),
-    Planted("planted_mdbv_kseq_order", "mdbv_kseq", "MDBV-KSEQ trying the children least loss first",
-            LeastLossFirstMDBVKSeq, 3, 3, 3, 12, 16),
+    Planted("planted_mdbv_kseq_fallback", "mdbv_kseq", "MDBV-KSEQ falling back with probability w at inner nodes",
+            FallbackAtBudgetMDBVKSeq, 3, 3, 3, 12, 16),
 )}

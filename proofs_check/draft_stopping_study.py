@@ -121,7 +121,7 @@ def markdown(result: dict, command: str) -> str:
         "position (token verification, SpecTr's K-SEQ) keeps the target's law under any stopping time:",
         "given the emitted prefix, the next token is either the bonus (a target draw) or verified",
         "against fresh draft tokens.  The exact check shows more: block verification and the rules",
-        "built on it (K-SEQ-BV, Traversal, MDBV) also survive on every instance.  The greedy rules",
+        "built on it (K-SEQ-BV, Traversal, MDBV, MDBV-KSEQ) also survive on every instance.  The greedy rules",
         "that carry Algorithm 2's modification into the next iteration (GBV, K-SEQ-GBV) do not:",
         "they pass the constant-length rows, so it is the length's dependence on the drafted tokens",
         "that moves their law (worst TV in the table).  The engine therefore",

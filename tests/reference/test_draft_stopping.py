@@ -112,7 +112,7 @@ def test_registry_flag_agrees_with_the_exact_check(quick_study):
 
 
 def test_declared_rules_are_exactly_the_documented_ones():
-    assert set(registry.names(draft_stopping=True)) == {"sd", "spectr", "bv", "kseq_bv", "traversal", "mdbv"}
+    assert set(registry.names(draft_stopping=True)) == {"sd", "spectr", "bv", "kseq_bv", "traversal", "mdbv", "mdbv_kseq"}
     assert set(registry.names(draft_stopping=False, lossless=True)) == {"gbv", "kseq_gbv"}
 
 
