@@ -24,6 +24,11 @@ the note): α* (Hu et al.), K-SEQ, class-K-SEQ, count-priority and MDBV's node c
 acceptance masses A(z) (section 2 of the note) against oracle.programs.no_modification_lp,
 the optimal A on the toy, and the greedy bound G.
 
+``--only-device-variant`` writes only the comparison of MDBV-KSEQ (MDBV with K-SEQ at every
+node, the rule with a batched port: gpu_backend/verifiers/mdbv_kseq.py) with MDBV and the other
+rules: exact E[τ] on the instances above, and whole-generation tokens per target call on the toy
+and on fuzzed models for every lossless multi-draft rule (section 8 of the note).
+
 ``--quick`` leaves out the V = 3, K = 3, L = 3 instances (19683 draft configurations per
 decode state, about a minute per rule each) and the N = 12 generations at L = 3.  The full run
 takes about half an hour on one core.
@@ -43,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from oracle.programs import global_ot, no_modification_lp
 from proofs_check.instances import Instance, random_instance, toy
 from reference.exact import expected_tau, generation_law, target_law, total_variation
-from reference.rules import RULES
+from reference.rules import RULES, registry
 from reference.rules.kseq_bv import KSeqBV
 from reference.rules.mdbv import MultiDraftBlockVerification
 from reference.rules.traversal import TraversalVerification
@@ -161,6 +166,61 @@ def generation_table(quick: bool = False, log=sys.stderr) -> list[dict]:
                 print(f"  {name} K={K} L={L} N={N}: {gen.tokens_per_call:.6f} tok/call, TV {tv:.1e}",
                       file=log, flush=True)
     return out
+
+
+# ---- MDBV-KSEQ, the variant with a batched port ---------------------------------------------
+
+VARIANT_RULES = ("spectr", "kseq_bv", "traversal", "mdbv_kseq", "mdbv")
+# fuzzed generation models: (V, K, L, seed, concentration, zero_prob), N = 2L..4L while
+# V^N ≤ GENERATION_MAX_OUTCOMES (V = 3, N = 8 takes ~1.5 min per rule on this CPU)
+GENERATION_MODELS = ((2, 2, 2, 101, 1.0, 0.0), (2, 2, 2, 102, 3.0, 0.0), (2, 2, 2, 104, 0.3, 0.0),
+                     (2, 2, 2, 107, 1.0, 0.3), (3, 2, 2, 103, 1.0, 0.0), (2, 3, 2, 105, 1.0, 0.0),
+                     (2, 2, 3, 106, 1.0, 0.0))
+GENERATION_MAX_OUTCOMES = 5000
+
+
+def device_variant_tables(quick: bool = False, log=sys.stderr) -> str:
+    """Markdown: MDBV-KSEQ beside MDBV, SpecTr, K-SEQ-BV and Traversal (exact E[τ] per
+    iteration on ``study_instances``; wins/ties/losses; its loss against MDBV) and tokens per
+    target call over whole generations (toy and GENERATION_MODELS) for every lossless
+    multi-draft rule (greedy ones with Algorithm 2)."""
+    lines = ["#### MDBV-KSEQ: exact E[τ] per iteration", "",
+             "| instance | " + " | ".join(VARIANT_RULES) + " | MDBV-KSEQ below MDBV |",
+             "|---|" + "---|" * (len(VARIANT_RULES) + 1)]
+    taus = []
+    for inst in study_instances(quick):
+        t = {n: expected_tau(RULES[n], inst.draft, inst.target, inst.K, inst.L) for n in VARIANT_RULES}
+        taus.append(t)
+        below = 100.0 * (1.0 - t["mdbv_kseq"] / t["mdbv"]) if t["mdbv"] > 1e-12 else 0.0
+        lines.append(f"| {inst} | " + " | ".join(f"{t[n]:.6f}" for n in VARIANT_RULES) + f" | {below:.2f} % |")
+        print(f"  {inst}: mdbv_kseq {t['mdbv_kseq']:.6f} mdbv {t['mdbv']:.6f}", file=log, flush=True)
+    lines.append("")
+    lines.append(f"Instances: {len(taus)}.  MDBV-KSEQ against each rule (wins / ties / losses, ties within {TIE:g}):")
+    lines.append("")
+    for other in ("spectr", "kseq_bv", "traversal", "mdbv"):
+        d = [t["mdbv_kseq"] - t[other] for t in taus]
+        lines.append(f"- {other}: {sum(x > TIE for x in d)} / {sum(abs(x) <= TIE for x in d)} / {sum(x < -TIE for x in d)}")
+    gaps = [100.0 * (1.0 - t["mdbv_kseq"] / t["mdbv"]) for t in taus if t["mdbv"] > 1e-12]
+    lines += ["", f"MDBV-KSEQ below MDBV: mean {sum(gaps) / len(gaps):.2f} %, worst {max(gaps):.2f} %.", ""]
+    multi = [n for n in registry.names(lossless=True, single_draft=False)]
+    lines += ["#### Whole generation: tokens per target call (exact), lossless multi-draft rules", "",
+              "| model | K | L | N | " + " | ".join(multi) + " | max TV |", "|---|---|---|---|" + "---|" * (len(multi) + 1)]
+    models = [("toy", toy(K, L), K, L) for K, L in ((2, 2), (3, 2), (2, 3))]
+    models += [(f"random V={V} seed={seed} conc={conc}", random_instance(V, K, L, seed, conc, zero), K, L)
+               for V, K, L, seed, conc, zero in GENERATION_MODELS]
+    for label, inst, K, L in models:
+        Ns = (2 * L, 3 * L) if quick else (2 * L, 3 * L, 4 * L)
+        for N in (N for N in Ns if inst.V ** N <= GENERATION_MAX_OUTCOMES):
+            vals, tv = [], 0.0
+            for name in multi:
+                gen = generation_law(RULES[name], inst.draft, inst.target, K, L, N)
+                tv = max(tv, total_variation(gen.token_law, target_law(inst.target, N)))
+                vals.append(gen.tokens_per_call)
+            best = max(vals)
+            cells = [f"**{v:.4f}**" if v >= best - 1e-12 else f"{v:.4f}" for v in vals]
+            lines.append(f"| {label} | {K} | {L} | {N} | " + " | ".join(cells) + f" | {tv:.0e} |")
+            print(f"  {label} K={K} L={L} N={N} done", file=log, flush=True)
+    return "\n".join(lines) + "\n"
 
 
 # ---- structure of the no-modification LP ---------------------------------------------------
@@ -349,7 +409,17 @@ def main(argv=None) -> int:
     ap.add_argument("--only-single-position", action="store_true", help="only the one-position table")
     ap.add_argument("--lp-structure", action="store_true", help="add the A(z) characterisation check")
     ap.add_argument("--only-lp-structure", action="store_true", help="only the A(z) characterisation check")
+    ap.add_argument("--only-device-variant", action="store_true",
+                    help="only the MDBV-KSEQ comparison (E[tau] and whole generations)")
     args = ap.parse_args(argv)
+    if args.only_device_variant:
+        text = device_variant_tables(args.quick)
+        if args.md:
+            with open(args.md, "w") as fh:
+                fh.write(text)
+        else:
+            print(text)
+        return 0
     if args.only_single_position or args.only_lp_structure:
         print(single_position_table() if args.only_single_position else lp_structure_table())
         return 0

@@ -92,7 +92,7 @@ def fuzzed_instances(mode: str) -> list[Instance]:
 
 
 def win_loss_table(mode: str, rule: str = "mdbv",
-                   others=("spectr", "kseq_bv", "traversal", "kseq_gbv")) -> str:
+                   others=("spectr", "kseq_bv", "traversal", "kseq_gbv", "mdbv_kseq")) -> str:
     """E[τ] of ``rule`` against each other rule over seeded fuzzed instances (wins /
     ties / losses at 1e-12), and the gap of every rule to the no-modification LP."""
     insts = fuzzed_instances(mode)

@@ -27,6 +27,7 @@ EXPECTED = {
     "12a": "holds", "12b": "holds", "12c": "holds", "12d": "holds", "12e": "holds", "12f": "holds",
     "12g": "fails",  # the two known sweep losses (claims.MDBV_SWEEP_LOSSES) are fixed instances
     "12h": "fails",
+    "12i": "holds", "12j": "holds",
 }
 
 
