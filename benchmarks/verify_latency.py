@@ -7,8 +7,10 @@ Inputs are generated once per configuration: rows are softmax(3·N(0, 1) logits)
 sampled from the draft rows.  Warm-up runs precede ≥ 5 timed runs (median reported; on a
 shared machine compare ratios measured side by side, not absolute values across runs).
 
-Reported ratios: SpecTr-GBV and K-SEQ-GBV time / SpecTr's (target ≤ 1.5), and verification
-time / 170 ms (one forward of the real target model on this CPU; target < 10 %).
+Rules: every registered rule with a batched plan (registry bench=True; ``--rules`` picks
+others, e.g. ``--rules spectr mdbv_kseq``; mdbv's host plan takes seconds per iteration).
+Reported ratios: each multi-draft rule's time / SpecTr's, and SpecTr's time / 170 ms (one
+forward of the real target model on this CPU).
 
 A second table times the race noise for one verification (V = 151,936): the flat race's V
 exponentials from the counter-based hash, the grouped race's G + S (what seeded verification
@@ -20,6 +22,7 @@ above --max-gb are skipped with a note.
 Usage:
     python benchmarks/verify_latency.py [--quick] [--json FILE] [--bf16] [--runs 7]
                                         [--max-gb 3] [--threads 1] [--device cpu|cuda|all]
+                                        [--rules spectr ...] [--K 2 3] [--L 4 8]
 
 Figures on this machine (1 thread, float32, B = 1, V = 151,936): SpecTr 15-45 ms (9-26 % of
 170 ms; L solves of ρ* at ~4 ms each), SpecTr-GBV 0.25-0.6× SpecTr for K = 3, 7 (1.4-2.4× at
@@ -134,12 +137,26 @@ def main(argv=None):
                          "44 ms -> 2.4 s; 0 keeps torch's default)")
     ap.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
     ap.add_argument("--V", type=int, default=V_REAL)
+    ap.add_argument("--rules", nargs="+", default=None,
+                    help="rules to time (default: every registered rule with a batched plan, i.e. "
+                         "registry bench=True; mdbv's host plan takes seconds per iteration)")
+    ap.add_argument("--K", type=int, nargs="+", default=None, help="replace the grid's K values")
+    ap.add_argument("--L", type=int, nargs="+", default=None, help="replace the grid's L values")
     args = ap.parse_args(argv)
+    rules = tuple(args.rules or registry.names(bench=True))
+    unknown = [r for r in rules if r not in VERIFIERS]
+    if unknown:
+        ap.error(f"--rules: unknown rule(s) {', '.join(unknown)}; known: {', '.join(VERIFIERS)}")
+    if "spectr" not in rules:
+        ap.error("--rules must include spectr (the ratios' denominator)")
     if args.runs < 5:
         ap.error("--runs must be >= 5 (medians of at least 5 runs)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    grid = QUICK_GRID if args.quick else FULL_GRID
+    grid = dict(QUICK_GRID if args.quick else FULL_GRID)
+    for key in ("K", "L"):
+        if getattr(args, key):
+            grid[key] = tuple(getattr(args, key))
     devices = []
     if args.device in ("cpu", "all"):
         devices.append(torch.device("cpu"))
@@ -163,7 +180,7 @@ def main(argv=None):
                             print(f"skip {cfg}: inputs {gb:.2f} GB > --max-gb {args.max_gb}", flush=True)
                             continue
                         t0 = time.perf_counter()
-                        times = bench_config(B, K, L, V, dtype, device, args.runs, args.warmup, VERIFIERS)
+                        times = bench_config(B, K, L, V, dtype, device, args.runs, args.warmup, rules)
                         results.append({**cfg, "input_gb": gb, "rules": times})
                         line = "  ".join(f"{n} {v['median_ms']:.1f}" for n, v in times.items())
                         print(f"{cfg['device']} {cfg['dtype']} B={B} K={K} L={L}: {line} ms "
@@ -171,7 +188,7 @@ def main(argv=None):
     noise = {str(d): {B: bench_noise(B, V, d, args.runs) for B in grid["B"] + ((16,) if 16 not in grid["B"] else ())}
              for d in devices}
     print()
-    print(table(results))
+    print(table(results, rules))
     print()
     print(ratio_table(results))
     print()
@@ -192,27 +209,28 @@ def main(argv=None):
     return 0
 
 
-def table(results):
-    head = "| device | dtype | B | K | L | " + " | ".join(VERIFIERS) + " |"
-    lines = [head, "|" + "---|" * (5 + len(VERIFIERS))]
+def table(results, rules):
+    head = "| device | dtype | B | K | L | " + " | ".join(rules) + " |"
+    lines = [head, "|" + "---|" * (5 + len(rules))]
     for r in results:
-        cells = [f"{r['rules'][n]['median_ms']:.1f}" if n in r["rules"] else "–" for n in VERIFIERS]
+        cells = [f"{r['rules'][n]['median_ms']:.1f}" if n in r["rules"] else "–" for n in rules]
         lines.append(f"| {r['device']} | {r['dtype']} | {r['B']} | {r['K']} | {r['L']} | " + " | ".join(cells) + " |")
     return "median verification time (ms)\n" + "\n".join(lines)
 
 
 def ratio_table(results):
-    lines = ["| device | dtype | B | K | L | SpecTr ms | SpecTr-GBV / SpecTr | K-SEQ-GBV / SpecTr | "
-             "SpecTr / 170 ms | SpecTr-GBV / 170 ms | K-SEQ-GBV / 170 ms |",
-             "|" + "---|" * 11]
+    """Each multi-draft rule's time over SpecTr's, and SpecTr's time over one target forward."""
+    others = [n for n in ("spectr_gbv", "kseq_gbv", "kseq_bv", "traversal", "mdbv_kseq")
+              if any(n in r["rules"] for r in results)]
+    lines = ["| device | dtype | B | K | L | SpecTr ms | SpecTr / 170 ms | " + " | ".join(f"{n} / SpecTr" for n in others) + " |",
+             "|" + "---|" * (7 + len(others))]
     for r in results:
         t = {n: v["median_ms"] for n, v in r["rules"].items()}
         s = t["spectr"]
-        g, k = t["spectr_gbv"], t["kseq_gbv"]
-        lines.append(f"| {r['device']} | {r['dtype']} | {r['B']} | {r['K']} | {r['L']} | {s:.1f} | {g / s:.2f} | "
-                     f"{k / s:.2f} | {s / TARGET_FORWARD_MS:.1%} | {g / TARGET_FORWARD_MS:.1%} | "
-                     f"{k / TARGET_FORWARD_MS:.1%} |")
-    return ("ratios (targets: ≤ 1.5 × SpecTr; < 10 % of one 170 ms target forward)\n" + "\n".join(lines))
+        cells = [f"{t[n] / s:.2f}" if n in t else "–" for n in others]
+        lines.append(f"| {r['device']} | {r['dtype']} | {r['B']} | {r['K']} | {r['L']} | {s:.1f} | "
+                     f"{s / TARGET_FORWARD_MS:.1%} | " + " | ".join(cells) + " |")
+    return ("ratios to SpecTr's verifier and to one 170 ms target forward\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":
