@@ -43,13 +43,13 @@ def throwaway():
 
 def test_builtin_registry_facts():
     assert registry.names() == ("sd", "spectr", "bv", "gbv", "spectr_gbv", "spectr_gbv_fixed", "kseq_gbv",
-                                "kseq_bv", "traversal", "mdbv")
+                                "kseq_bv", "traversal", "mdbv", "mdbv_kseq")
     assert registry.names(lossless=True) == ("sd", "spectr", "bv", "gbv", "kseq_gbv", "kseq_bv", "traversal",
-                                             "mdbv")
+                                             "mdbv", "mdbv_kseq")
     assert registry.names(single_draft=True) == ("sd", "bv", "gbv")
     assert registry.names(modifies_targets=True) == ("gbv", "spectr_gbv_fixed", "kseq_gbv")
     assert bench_config.default_methods() == ("ar", "sd", "spectr", "bv", "gbv", "spectr_gbv", "kseq_gbv", "kseq_bv",
-                                       "traversal", "hf_assisted")
+                                       "traversal", "mdbv_kseq", "hf_assisted")
 
 
 @pytest.mark.parametrize("name", registry.names())
