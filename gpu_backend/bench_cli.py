@@ -26,11 +26,12 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     from reference.cli_args import (add_json_flag, dtype_or_auto, nonneg_int, output_dir, output_file,
                                     positive_int, seed_int, temperature_value)
 
+    from .bench_config import default_methods
     from .defaults import DEFAULT_K, DEFAULT_L
 
     p.add_argument("--methods", nargs="+", default=None,
-                   help="ar sd spectr bv gbv spectr_gbv kseq_gbv kseq_bv traversal hf_assisted (default: "
-                   "all of these; any other verifier name, e.g. mdbv, may be added; ar is required)")
+                   help=" ".join(default_methods()) + " (default: all of these: every registered rule "
+                   "with a batched plan; any other verifier name, e.g. mdbv, may be added; ar is required)")
     p.add_argument("--dataset", default="humaneval", help="humaneval, gsm8k or a .jsonl/.tsv file")
     p.add_argument("--prompts", type=positive_int, default=10, help="number of prompts (default 10)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
