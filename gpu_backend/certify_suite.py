@@ -281,10 +281,10 @@ def _fallback_is_budget(plan):
     """MDBV-KSEQ's plan with every inner node's fallback coin at its budget w instead of
     (w − ΣA)/(1 − ΣA): it ignores the mass its children already accepted, so it over-accepts."""
     def wrong(batch):
-        w, h, rank, live, theta, ratio = plan(batch)
+        w, h, *rest = plan(batch)
         h = h.clone()
         h[:, :, 1:batch.L] = w[:, :, 1:batch.L]
-        return w, h, rank, live, theta, ratio
+        return (w, h, *rest)
     return wrong
 
 

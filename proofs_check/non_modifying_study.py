@@ -202,7 +202,7 @@ def device_variant_tables(quick: bool = False, log=sys.stderr) -> str:
         lines.append(f"- {other}: {sum(x > TIE for x in d)} / {sum(abs(x) <= TIE for x in d)} / {sum(x < -TIE for x in d)}")
     gaps = [100.0 * (1.0 - t["mdbv_kseq"] / t["mdbv"]) for t in taus if t["mdbv"] > 1e-12]
     lines += ["", f"MDBV-KSEQ below MDBV: mean {sum(gaps) / len(gaps):.2f} %, worst {max(gaps):.2f} %.", ""]
-    multi = [n for n in registry.names(lossless=True, single_draft=False)]
+    multi = registry.names(lossless=True, single_draft=False)
     lines += ["#### Whole generation: tokens per target call (exact), lossless multi-draft rules", "",
               "| model | K | L | N | " + " | ".join(multi) + " | max TV |", "|---|---|---|---|" + "---|" * (len(multi) + 1)]
     models = [("toy", toy(K, L), K, L) for K, L in ((2, 2), (3, 2), (2, 3))]

@@ -57,7 +57,7 @@ def _valid(rho: torch.Tensor, above: torch.Tensor, below: torch.Tensor,
                 masses on each side of the edge, not as 1 − ρβ and 1 − β (p ≈ q: E and D small);
       β < 1/2:  g = [1 − (1 − β)^k] − ρβ with 1 − (1 − β)^k = −expm1(k·log1p(−β))
                 (resolves g ≈ (k − ρ)β when β is tiny, i.e. nearly disjoint supports).
-    With a budget w [N, 1] (``rho_star_scaled``) the right side is w·ρβ and the first form
+    With a budget w [N, 1] (``threshold_scaled``) the right side is w·ρβ and the first form
     becomes (1 − w) + w·E − D^k.
     """
     beta = above[:, 0] + below[:, 1] / rho
@@ -92,7 +92,16 @@ def rho_star(p: torch.Tensor, q: torch.Tensor, k, *, bins: int | None = None,
         if N > 1 and p.stride(0) == 0 and q.stride(0) == 0:
             return rho_star(p[:1], q[:1], k, bins=bins, levels=levels).expand(N)
         k = torch.full((N,), k, dtype=torch.int64, device=p.device)
-    return _chunked(p, q, k, None, bins, levels)
+    if bins is None or levels is None:
+        bins, levels = default_grid(V)
+    # each chunk's float64 copies are made inside the chunk, so they stay in cache
+    return torch.cat([_solve(*ratios(p[c], q[c]), k[c], bins, levels)[0] for c in _row_chunks(N, V, p.device)])
+
+
+def _row_chunks(N: int, V: int, device: torch.device) -> list[slice]:
+    """Row slices of about ROW_CHUNK_ELEMENTS elements on CPU; all rows at once on CUDA."""
+    rows = max(1, ROW_CHUNK_ELEMENTS // V) if device.type == "cpu" else N
+    return [slice(s, s + rows) for s in range(0, N, rows)]
 
 
 def ratios(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -136,33 +145,8 @@ def threshold_scaled(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: t
     if bins is None or levels is None:
         bins, levels = default_grid(V)
     w = w.to(torch.float64).clamp_min(1e-300)
-    rows = max(1, ROW_CHUNK_ELEMENTS // V) if t.device.type == "cpu" else N
-    parts = [_solve(p64[s:s + rows], q64[s:s + rows], t[s:s + rows], k[s:s + rows], bins, levels,
-                    w[s:s + rows]) for s in range(0, N, rows)]
+    parts = [_solve(p64[c], q64[c], t[c], k[c], bins, levels, w[c]) for c in _row_chunks(N, V, t.device)]
     return torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts])
-
-
-def rho_star_scaled(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, w: torch.Tensor, *,
-                    bins: int | None = None, levels: int | None = None) -> torch.Tensor:
-    """θ* of ``threshold_scaled`` from rows p, q [N, V] (float32 or float64)."""
-    return threshold_scaled(*ratios(p, q), k, w, bins=bins, levels=levels)[0]
-
-
-def _chunked(p, q, k, w, bins, levels) -> torch.Tensor:
-    N, V = p.shape
-    if bins is None or levels is None:
-        bins, levels = default_grid(V)
-    rows = max(1, ROW_CHUNK_ELEMENTS // V) if p.device.type == "cpu" else N
-    if N > rows:
-        return torch.cat([_rho_star(p[s:s + rows], q[s:s + rows], k[s:s + rows], bins, levels,
-                                    None if w is None else w[s:s + rows])
-                          for s in range(0, N, rows)])
-    return _rho_star(p, q, k, bins, levels, w)
-
-
-def _rho_star(p: torch.Tensor, q: torch.Tensor, k: torch.Tensor, bins: int, levels: int,
-              w: torch.Tensor | None = None) -> torch.Tensor:
-    return _solve(*ratios(p, q), k, bins, levels, w)[0]
 
 
 def _solve(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: torch.Tensor, bins: int,

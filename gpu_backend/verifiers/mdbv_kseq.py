@@ -12,7 +12,7 @@ selection law with A ≤ w·q that depends only on the node's rows, w and m).
 
 A node z of depth i with rows p, q, m drafts and budget w:
     θ  = the K-SEQ threshold on q/p: smallest θ ∈ [1/w, m/w] with 1 − (1 − β(θ))^m ≤ w·θ·β(θ),
-         β(θ) = Σ_x min(p(x), q(x)/θ)                              (kseq.rho_star_scaled; κ = wθ)
+         β(θ) = Σ_x min(p(x), q(x)/θ)                              (kseq.threshold_scaled; κ = wθ)
     e(x) = min(1, q(x)/(θ p(x))),  s = β(θ),  ΣA = 1 − (1 − s)^m,  A(x) = p(x) e(x) ΣA / s
     s_x  = P(winner = x | children) = m_x e_x ∫_0^1 (1 − e_x + e_x t)^{m_x−1} Π_{y≠x} (1 − e_y + e_y t)^{m_y} dt
            (Gauss–Legendre with K nodes: the integrand has degree ≤ K − 1, so the rule is exact)
@@ -123,11 +123,12 @@ def plan(batch: PreparedBatch):
     reference/rules/mdbv.py, with K-SEQ selection), as tensors.
 
     Returns:
-        (w, h, rank, live, theta, ratio), each [B, K, L+1] (slot k, depth i: draft k's node of
-        depth i, meaningful where owner[b, k, i] = k): float64 budgets; float64 coin
+        (w, h, rank, live, theta, ratio, owner), each [B, K, L+1] (slot k, depth i: draft k's
+        node of depth i, meaningful where owner[b, k, i] = k): float64 budgets; float64 coin
         probabilities (fallback h inside, the budget at depth L, 1 at the root); int64 position
         of the node in its parent's try order; bool "tried at all" (s_x > 0); float64 θ and
-        ΣA/s of the node's selection (depth < L; they form the residual w·q − A).
+        ΣA/s of the node's selection (depth < L; they form the residual w·q − A); int64 the
+        merged tree's node names (_tree.MergedTree.owner).
     """
     B, K, L, V = batch.B, batch.K, batch.L, batch.V
     dev = batch.device
@@ -183,16 +184,15 @@ def plan(batch: PreparedBatch):
         # s of child slot c: Σ over the drafts through it of e_j·I_j
         child = owner[:, :, i + 1]  # [B, K(j)]
         s_child = torch.zeros(B, K, **f64).scatter_add_(1, child, e * integral)
-        is_child = canon[:, :, i + 1]
-        par_of = parent  # the parent of child slot c is owner[b, c, i]
-        alive = is_child & (s_child > 0) & torch.gather(live[:, :, i] & canon[:, :, i], 1, par_of)
+        # child slot c's parent is owner[b, c, i] (= parent[b, c]); live nodes are named nodes
+        alive = canon[:, :, i + 1] & (s_child > 0) & torch.gather(live[:, :, i], 1, parent)
         s_child = torch.where(alive, s_child, torch.zeros_like(s_child))
-        sum_live = torch.zeros(B, K, **f64).scatter_add_(1, par_of, s_child)
-        slack = 1.0 - torch.gather(sum_live, 1, par_of)
-        first = s_child.clamp_max(1.0)
-        denom = s_child + slack
-        last = torch.where(denom > 0, s_child / denom.clamp_min(1e-300), torch.ones_like(s_child)).clamp_max(1.0)
         if i + 1 < L:
+            sum_live = torch.zeros(B, K, **f64).scatter_add_(1, parent, s_child)
+            slack = 1.0 - torch.gather(sum_live, 1, parent)
+            first = s_child.clamp_max(1.0)
+            denom = s_child + slack
+            last = torch.where(denom > 0, s_child / denom.clamp_min(1e-300), torch.ones_like(s_child)).clamp_max(1.0)
             budgets = torch.stack([first, last], dim=2)
             th2, s2, t2 = totals(i + 1, torch.where(alive.unsqueeze(2), budgets, torch.ones_like(budgets)))
             eff = torch.where(budgets > 0, t2 / budgets.clamp_min(1e-300), torch.ones_like(t2))
@@ -200,7 +200,7 @@ def plan(batch: PreparedBatch):
         else:
             loss = torch.zeros_like(s_child)
         # children of one parent ranked together; slots that are no live child go last, apart
-        group = torch.where(alive, par_of, torch.full_like(par_of, K))
+        group = torch.where(alive, parent, torch.full_like(parent, K))
         r = _ranks_descending(torch.where(alive, loss, torch.zeros_like(loss)), x, group)
         # budgets along the order: left = 1 − Σ s of the siblings tried before
         before = (group.unsqueeze(2) == group.unsqueeze(1)) & (r.unsqueeze(2) < r.unsqueeze(1))  # [B, c', c]
@@ -218,7 +218,7 @@ def plan(batch: PreparedBatch):
             else:
                 own = tuple(x.squeeze(2) for x in totals(i + 1, w[:, :, i + 1].unsqueeze(2)))
     h[:, :, L] = w[:, :, L]
-    return w, h, rank, live, theta, ratio
+    return w, h, rank, live, theta, ratio, owner
 
 
 class MDBVKSeq(Verifier):
@@ -232,9 +232,8 @@ class MDBVKSeq(Verifier):
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         B, K, L = batch.B, batch.K, batch.L
         b = batch_index(batch)
-        w, h, rank, live, theta, ratio = per_case(batch, plan)
+        w, h, rank, live, theta, ratio, owner = per_case(batch, plan)
         ks = torch.arange(K, device=batch.device).view(1, K).expand(B, K)
-        owner = merged_tree(batch.tokens).owner
         u = noise.uniforms  # [B, K, L+1]: coin (k, i)
         big = torch.full_like(rank[:, :, 0], K + 1)
         ok = live[:, :, L] & (u[:, :, L] <= h[:, :, L])

@@ -25,8 +25,8 @@ N_SAMPLES = 200_000
 ALPHA = 1e-6
 
 
-def certify_and_check(case: FixedCase, chunk: int, max_tv: float):
-    report = certify(suite_verifier(case.rule, torch.float32), [case], n_samples=N_SAMPLES, alpha=ALPHA, chunk=chunk)
+def certify_and_check(case: FixedCase, chunk: int, max_tv: float, dtype=torch.float32):
+    report = certify(suite_verifier(case.rule, dtype), [case], n_samples=N_SAMPLES, alpha=ALPHA, chunk=chunk)
     r = report.results[0]
     print(f"\n{r.name}: N={r.n} alpha={r.alpha:g} detectable TV={r.detectable_tv:.4f} "
           f"mean tau {r.mean_tau:.4f} in [{r.mean_ci[0]:.4f}, {r.mean_ci[1]:.4f}] "
@@ -96,10 +96,4 @@ def test_certify_mdbv_kseq_bfloat16(which):
         case = fixed_case("mdbv_kseq toy V=3 K=3 L=3 bfloat16 (tie)", "mdbv_kseq", draft, target, 3, 3,
                           TOY_SEED["mdbv"], backend_dtype="bfloat16")
         chunk, max_tv = 16384, 0.015
-    report = certify(suite_verifier("mdbv_kseq", torch.bfloat16), [case], n_samples=N_SAMPLES, alpha=ALPHA,
-                     chunk=chunk)
-    r = report.results[0]
-    print(f"\n{r.name}: N={r.n} alpha={r.alpha:g} detectable TV={r.detectable_tv:.4f} -> {r.verdict} in {r.seconds:.1f} s")
-    assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
-    assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
-    assert r.detectable_tv_pooled < max_tv and r.zero_cell_violations == 0
+    certify_and_check(case, chunk, max_tv, torch.bfloat16)
