@@ -13,6 +13,9 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
   constant schedule, confidence threshold 0.4), the bfloat16 draft;
 - ``hf_assisted int8``: the same as ``hf_assisted`` with our int8 draft as its assistant (what transformers would
   give with the same cheaper draft);
+- with ``--rules``: each rule named (``lossless``: every lossless rule of the registry that the
+  engine's benchmark runs) at K = 2 (1 for a single-draft rule), L = 4, with the bfloat16 draft,
+  named by the rule (``spectr`` is the row above); a lossy rule is marked "(lossy)";
 - ``auto``: what ``spectr-gbv generate`` runs by default: the int8 draft, K and L chosen from
   measured costs (gpu_backend/autoconfig.py; measured once before the timed runs, or read from
   the cache), or plain sampling where speculation is predicted not to pay.
@@ -27,7 +30,8 @@ meant to be compared.
 
     python benchmarks/engine_vs_assisted.py [--prompts 5] [--max-new-tokens 64]
         [--datasets humaneval gsm8k ../shared/data/mgsm/mgsm_en.tsv ...] [--methods ...]
-        [--json FILE] [--md FILE]
+        [--rules lossless | NAME ...] [--json FILE] [--md FILE] [--plot PNG]
+    python benchmarks/engine_vs_assisted.py --from-json FILE [--md FILE] [--plot PNG]
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import math
 import random
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -82,13 +87,39 @@ def hf_generate(target, ids, n, sampling, seed, eos):
                                                    else math.nan))
 
 
-def build_methods(pair, int8_draft, sampling, thresholds, auto=None):
+def rule_methods(requested: list[str]) -> list[str]:
+    """The rules that ``--rules`` names, in registry order (``lossless``: every lossless bench rule).
+
+    Raises:
+        ValueError: an unknown rule name (the message lists the known ones).
+    """
+    from reference.rules import registry
+
+    known = registry.names(bench=True)
+    wanted = set(requested)
+    if "lossless" in wanted:
+        wanted = (wanted - {"lossless"}) | set(registry.names(lossless=True, bench=True))
+    unknown = wanted - set(known)
+    if unknown:
+        raise ValueError(f"--rules: unknown {sorted(unknown)}; known: lossless, {', '.join(known)}")
+    return [n for n in known if n in wanted]
+
+
+def rule_label(name: str) -> str:
+    from reference.rules import registry
+
+    return name if registry.spec(name).lossless else f"{name} (lossy)"
+
+
+def build_methods(pair, int8_draft, sampling, thresholds, auto=None, rules=()):
     from gpu_backend.assisted import assisted_generate
     from gpu_backend.engine import SpeculativeEngine, autoregressive_generate
     from reference.draft_stopping import ConfidenceStop
 
-    def engine(draft, stop=None):
-        e = SpeculativeEngine(pair.target, draft, rule="spectr", K=2, L=4, sampling=sampling,
+    from reference.rules import registry
+
+    def engine(draft, stop=None, rule="spectr"):
+        e = SpeculativeEngine(pair.target, draft, rule=rule, K=registry.default_K(rule, 2), L=4, sampling=sampling,
                               eos_token_ids=pair.eos, draft_stop=stop)
         return lambda ids, n, s: e.generate(ids, n, seed=s)
 
@@ -100,6 +131,9 @@ def build_methods(pair, int8_draft, sampling, thresholds, auto=None):
     }
     for t in thresholds:
         methods[f"spectr int8 stop<{t}"] = engine(int8_draft, ConfidenceStop(t))
+    for rule in rules:
+        if rule != "spectr":
+            methods[rule_label(rule)] = engine(pair.draft, rule=rule)
     methods["hf_assisted"] = lambda ids, n, s: assisted_generate(pair.target, pair.draft, ids, n, sampling, 4, s,
                                                                  pair.eos)
     methods["hf_assisted L=20"] = lambda ids, n, s: assisted_generate(pair.target, pair.draft, ids, n, sampling, 20,
@@ -114,6 +148,47 @@ def build_methods(pair, int8_draft, sampling, thresholds, auto=None):
         else:
             methods["auto"] = methods["ar"]
     return methods
+
+
+def plot(runs, methods, sets, path, title) -> None:
+    """Two panels per method: speedup ratio over ``ar`` (mean and 95 % t-interval over the
+    prompts, as error bars) and tokens per target call (pooled); lossy rules hatched.  The title
+    states the real prompt counts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ar = {(r["set"], r["prompt"]): r for r in runs if r["method"] == "ar"}
+    names = list(methods)
+    means, halves, tpc = [], [], []
+    for name in names:
+        rows = [r for r in runs if r["method"] == name]
+        m, h = _ci([(r["tokens"] / r["wall"]) / (ar[(r["set"], r["prompt"])]["tokens"]
+                                                 / ar[(r["set"], r["prompt"])]["wall"]) for r in rows])
+        means.append(m)
+        halves.append(0.0 if h != h else h)
+        tpc.append(sum(r["tokens"] for r in rows) / sum(r["calls"] for r in rows))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 0.45 * len(names) + 1.8), sharey=True)
+    y = range(len(names))
+    for ax, values, err, label in ((axes[0], means, halves, "speedup ratio over our AR (mean, 95 % CI)"),
+                                   (axes[1], tpc, None, "tokens per target call (pooled)")):
+        bars = ax.barh(y, values, xerr=err, capsize=3, color=[f"C{i % 10}" for i in y])
+        for bar, name in zip(bars, names):
+            if name.endswith("(lossy)"):
+                bar.set_hatch("//")
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_xlabel(label)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(list(y), names, fontsize=8)
+    axes[0].invert_yaxis()
+    n_prompts = len({(r["set"], r["prompt"]) for r in runs})
+    fig.suptitle(textwrap.fill(f"{title}: {n_prompts} prompts (" + ", ".join(
+        f"{Path(s).name} {len({r['prompt'] for r in runs if r['set'] == s})}" for s in sets)
+        + "); hatched: lossy rules", 110), fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def render(runs, methods, sets, header) -> str:
@@ -152,6 +227,34 @@ def render(runs, methods, sets, header) -> str:
     return "\n".join(lines)
 
 
+def _order(names) -> list[str]:
+    """Methods in the order build_methods makes them (for runs saved without that order)."""
+    head = ["hf_generate", "ar", "spectr", "spectr int8"]
+    tail = ["hf_assisted", "hf_assisted L=20", "hf_assisted int8", "auto"]
+    stops = sorted(n for n in names if n.startswith("spectr int8 stop"))
+    from reference.rules import registry
+
+    rules = [rule_label(r) for r in registry.names() if rule_label(r) in names and r != "spectr"]
+    known = head + stops + rules + tail
+    return [n for n in known if n in names] + sorted(set(names) - set(known))
+
+
+def rerender(args) -> int:
+    """Tables (stdout, ``--md``) and ``--plot`` from the ``--json`` file of an earlier run."""
+    data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+    runs = data["runs"]
+    methods = data.get("methods") or _order({r["method"] for r in runs})
+    sets = list(dict.fromkeys(r["set"] for r in runs))
+    header = data.get("header") or [f"# The engine against transformers (re-rendered from {args.from_json})", ""]
+    text = render(runs, methods, sets, header)
+    print(text, flush=True)
+    if args.md:
+        Path(args.md).write_text(text + "\n", encoding="utf-8")
+    if args.plot:
+        plot(runs, methods, sets, args.plot, header[0].lstrip("# "))
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=int, default=5, help="prompts per set")
@@ -164,9 +267,21 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--methods", nargs="+", default=None,
                         help="methods to run (default all); ar and hf_assisted are always run")
+    parser.add_argument("--rules", nargs="+", default=[],
+                        help="rules run beside the default at K = 2, L = 4 with the bfloat16 draft "
+                             "('lossless': every lossless rule the engine's benchmark runs)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--md", default=None)
+    parser.add_argument("--plot", default=None, help="PNG: speedup ratios with 95 %% CIs and tokens per call")
+    parser.add_argument("--from-json", default=None,
+                        help="re-render the tables and the plot from a --json file of an earlier run (no models)")
     args = parser.parse_args(argv)
+    try:
+        rules = rule_methods(args.rules)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.from_json:
+        return rerender(args)
 
     from gpu_backend.bench_run import machine_description
     from gpu_backend.draft_quant import quantize_draft
@@ -187,12 +302,13 @@ def main(argv=None) -> int:
         auto = configure(pair.target, int8_draft, pair.tokenizer,
                          PairSpec(args.target, args.draft, args.dtype, "int8"), "spectr", sampling)
         print(auto.summary(), file=sys.stderr, flush=True)
-    methods = build_methods(pair, int8_draft, sampling, args.thresholds, auto)
+    methods = build_methods(pair, int8_draft, sampling, args.thresholds, auto, rules)
     if args.methods is not None:
         unknown = set(args.methods) - set(methods)
         if unknown:
             parser.error(f"--methods: unknown {sorted(unknown)}; known: {list(methods)}")
-        methods = {k: v for k, v in methods.items() if k in set(args.methods) | {"ar", "hf_assisted"}}
+        keep = set(args.methods) | {"ar", "hf_assisted"} | {rule_label(r) for r in rules}
+        methods = {k: v for k, v in methods.items() if k in keep}
     prompts = [(s, p, encode_prompt(pair.tokenizer, text))
                for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
     for fn in methods.values():  # warm-up, untimed
@@ -213,7 +329,8 @@ def main(argv=None) -> int:
                   f"{r.wall_time_s:.1f} s", file=sys.stderr, flush=True)
     header = [f"# The engine against transformers: {pair.description}, int8 draft "
               f"`quantize_draft`, T = {args.temperature}, {args.max_new_tokens} new tokens", "",
-              f"Made by `python benchmarks/engine_vs_assisted.py --prompts {args.prompts}` on "
+              "Made by `python benchmarks/engine_vs_assisted.py " + " ".join(argv if argv is not None else sys.argv[1:])
+              + f"` on "
               f"{time.strftime('%Y-%m-%d')}; {len(prompts)} prompts: " + ", ".join(
                   f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
               machine_description() + ".", ""]
@@ -224,7 +341,10 @@ def main(argv=None) -> int:
     if args.md:
         Path(args.md).write_text(text + "\n", encoding="utf-8")
     if args.json:
-        Path(args.json).write_text(json.dumps(dict(args=vars(args), runs=runs), indent=1), encoding="utf-8")
+        Path(args.json).write_text(json.dumps(dict(args=vars(args), runs=runs, methods=list(methods), header=header),
+                                              indent=1), encoding="utf-8")
+    if args.plot:
+        plot(runs, methods, sets, args.plot, header[0].lstrip("# "))
     return 0
 
 

@@ -11,8 +11,8 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
-METHODS = ["hf_generate", "ar", "spectr", "spectr int8", "spectr int8 stop<0.3", "hf_assisted", "hf_assisted L=20",
-           "hf_assisted int8", "auto"]
+METHODS = ["hf_generate", "ar", "spectr", "spectr int8", "spectr int8 stop<0.3", "sd", "spectr_gbv (lossy)",
+           "hf_assisted", "hf_assisted L=20", "hf_assisted int8", "auto"]
 
 
 @pytest.mark.models
@@ -20,7 +20,8 @@ def test_script_prints_every_method(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--prompts", "1",
          "--max-new-tokens", "4", "--datasets", "humaneval", "--target", "tiny", "--draft", "tiny",
-         "--dtype", "float32", "--json", str(tmp_path / "runs.json"), "--md", str(tmp_path / "t.md")],
+         "--dtype", "float32", "--rules", "sd", "spectr_gbv", "--json", str(tmp_path / "runs.json"),
+         "--md", str(tmp_path / "t.md"), "--plot", str(tmp_path / "p.png")],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
         env={**os.environ, "SPECTR_GBV_AUTOCONFIG": str(tmp_path / "autoconfig.json")})
     assert out.returncode == 0, out.stderr[-2000:]
@@ -32,3 +33,17 @@ def test_script_prints_every_method(tmp_path):
     assert "`auto`: auto-configuration (measured in" in out.stdout and "→ not speculating" in out.stdout
     assert (tmp_path / "autoconfig.json").is_file()
     assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() == out.stdout.strip()
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # the tables re-rendered from the saved runs, without models, are the same
+    again = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--from-json", str(tmp_path / "runs.json"),
+         "--plot", str(tmp_path / "q.png")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip() == out.stdout.strip()
+    assert (tmp_path / "q.png").is_file()
+
+
+def test_rules_option_names_unknown_rules():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--rules", "nope"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "--rules: unknown ['nope']" in out.stderr
