@@ -15,7 +15,7 @@ def register(subparsers) -> None:
         "bench",
         help="benchmark AR, the rules and transformers' assisted generation on real models",
         description="Medians over prompts of block efficiency, speedup ratio vs AR (tokens/s), "
-        "tokens/s, mean τ and acceptance rate (mean τ / L); methods interleaved per prompt.",
+        "tokens/s, mean τ and acceptance rate (Σ τ / Σ drafted positions); methods interleaved per prompt.",
     )
     add_bench_arguments(p)
     p.set_defaults(func=run, check=check)

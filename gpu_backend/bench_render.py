@@ -92,7 +92,7 @@ def to_markdown(result: BenchResult, command: str = "") -> str:
         f"{c.max_new_tokens} new tokens, top-k {c.top_k or 'off'}, top-p {c.top_p or 'off'}.",
         "Medians over prompts (Q1-Q3: the quartiles over prompts); speedup ratio = tokens/s of "
         "the method / tokens/s of AR on the same prompt and temperature (the CPU-time variant "
-        "divides by the process's CPU seconds instead of wall seconds); acceptance rate = mean τ / L; "
+        "divides by the process's CPU seconds instead of wall seconds); acceptance rate = Σ τ / Σ drafted positions; "
         "decode tokens/s counts the tokens after the first iteration over the time after it; "
         "(lossy): a rule that does not keep the target's law, shown for reference only.",
     ]

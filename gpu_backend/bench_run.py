@@ -14,7 +14,8 @@ Measurement protocol (the machine is shared, so absolute times drift):
 - reported numbers are **medians over prompts**: block efficiency (tokens / target calls),
   speedup ratio, tokens/s, mean τ (draft tokens kept in the output per target call, after
   truncation at EOS / max_new_tokens: ``engine.GenerationResult.taus``), acceptance rate
-  (= mean τ / L), and the largest peak RSS;
+  (Σ τ / Σ drafted positions: mean τ / L when no block was cut short, the last blocks being
+  capped at the tokens still needed), and the largest peak RSS;
 - the speedup ratio is also given in CPU time (tokens per CPU second of the process, all
   threads), which other jobs on a shared machine disturb less than wall time.
 

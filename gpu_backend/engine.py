@@ -4,8 +4,8 @@ One iteration of ``SpeculativeEngine`` (Leviathan et al. 2023; SpecTr, Sun et al
 SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
 
 1. **Draft.** The draft model's KV cache holds the context; its pending tokens (usually one,
-   two after a bonus) give the first draft row, then the K drafts of L tokens are grown
-   together, one draft forward call per depth, each token drawn from exactly the processed
+   two after a bonus) give the first draft row, then the K drafts of L tokens (fewer near the
+   end of the generation, ``cap_blocks``) are grown together, one draft forward call per depth, each token drawn from exactly the processed
    row that is handed to the verifier (``draft_probs``).
 2. **Score.** The target's cache holds the context minus its last token; ONE forward call
    scores the last context token and every draft token: ``target_probs [K, L+1, V]`` (row L
@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from reference.draft_stopping import block_cap
 from reference.rules import registry
 from reference.seeds import generator_seed  # also re-exported (gpu_backend.assisted)
 
@@ -96,7 +97,8 @@ class GenerationResult:
             ``memory.reset_peak_rss``).
         stop_reason: "eos" or "max_new_tokens".
         block_lengths: the length S ≤ L of each iteration's drafted block (L unless a
-            draft-side stopping policy ended drafting early); empty for AR.
+            draft-side stopping policy ended drafting early or the block was capped at the
+            tokens still needed, ``cap_blocks``); empty for AR.
         time_to_first_token_s: seconds from the start until the first iteration's tokens (AR:
             the first token) were emitted: the prompt's prefill plus one iteration.
     """
@@ -135,7 +137,7 @@ class GenerationResult:
     @property
     def acceptance_rate(self) -> float:
         """Kept τ over drafted positions: Σ τ / Σ S, the fraction of the drafted positions
-        accepted and returned (= mean τ / L without a stopping policy, every S = L); not
+        accepted and returned (= mean τ / L when every S = L); not
         accepted / (K·S): only one draft's tokens can be kept."""
         if not self.taus or not self.L:
             return float("nan")
@@ -146,8 +148,8 @@ class GenerationResult:
     @property
     def per_position_acceptance(self) -> list[float]:
         """Entry i-1 = fraction of the iterations that drafted at least i positions whose kept
-        τ ≥ i, i = 1..L (NaN where none drafted i positions; without a stopping policy every
-        iteration drafts L and the entries sum to mean τ)."""
+        τ ≥ i, i = 1..L (NaN where none drafted i positions; when every iteration drafts L
+        the entries sum to mean τ)."""
         if not self.taus:
             return []
         lengths = self.block_lengths or [self.L] * len(self.taus)
@@ -159,7 +161,7 @@ class GenerationResult:
 
     @property
     def draft_positions_per_iteration(self) -> float:
-        """Mean drafted block length S per iteration (L without a stopping policy)."""
+        """Mean drafted block length S per iteration (L when no block was cut short)."""
         return sum(self.block_lengths) / len(self.block_lengths) if self.block_lengths else float("nan")
 
     @property
@@ -397,6 +399,12 @@ class SpeculativeEngine:
             verifier gets the S ≤ L drafted positions.  Accepted only for rules whose registry
             entry declares ``draft_stopping`` (proved lossless under stopping,
             proofs_check/DRAFT_STOPPING.md); with a custom ``verifier`` the caller vouches.
+        cap_blocks: near the end of a generation, draft only the positions that can still be
+            emitted (``reference.draft_stopping.block_cap``: S = max(1, min(L, N − n − 1))
+            with n of N tokens out), saving draft forwards whose tokens would be cut off.
+            None (default): on for a registered lossless rule (each is checked exactly to keep
+            its law under the cap, proofs_check/BLOCK_CAP.md), off for a lossy rule and for a
+            custom ``verifier``.
     Raises:
         ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
             vocabulary mismatch between draft and target, a draft or target whose cache
@@ -410,7 +418,7 @@ class SpeculativeEngine:
                  L: int = DEFAULT_L, sampling: SamplingConfig | None = None,
                  draft_sampling: SamplingConfig | None = None, eos_token_ids=(),
                  verifier=None, validate: bool = False, layout: str = "packed",
-                 share_prefixes: bool = True, draft_stop=None):
+                 share_prefixes: bool = True, draft_stop=None, cap_blocks: bool | None = None):
         from .weights import check_same_vocabulary
 
         if layout not in ("packed", "batched"):
@@ -430,6 +438,9 @@ class SpeculativeEngine:
                              f"early (proofs_check/DRAFT_STOPPING.md); rules that are: "
                              f"{', '.join(registry.names(draft_stopping=True))}")
         self.draft_stop = draft_stop
+        if cap_blocks is not None and not isinstance(cap_blocks, bool):
+            raise ValueError(f"cap_blocks must be True, False or None, got {cap_blocks!r}")
+        self.cap_blocks = (verifier is None and registry.spec(rule).lossless) if cap_blocks is None else cap_blocks
         from .draft_quant import is_dynamically_quantised
 
         if verifier is None and not registry.spec(rule).varying_draft_rows and is_dynamically_quantised(draft):
@@ -487,10 +498,12 @@ class SpeculativeEngine:
         """
         max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
         ids = _prompt_tensor(prompt_ids, self.V).to(self.device)
-        self._check_windows(ids.numel() + max_new_tokens)
+        # the cap never grows as tokens come out: the first block is the longest
+        most = block_cap(0, max_new_tokens, self.L) if self.cap_blocks else self.L
+        self._check_windows(ids.numel() + max_new_tokens, most)
         gen = seeded_generator(seed, self.device)
         start, cpu_start = time.perf_counter(), time.process_time()
-        state = self._start(ids, gen)
+        state = self._start(ids, gen, most)
         stack = ModificationStack(self.L)
         out: list[int] = []
         taus: list[int] = []
@@ -498,6 +511,8 @@ class SpeculativeEngine:
         lengths: list[int] = []
         stop_reason = "max_new_tokens"
         while len(out) < max_new_tokens:
+            if self.cap_blocks:
+                state.limit = block_cap(len(out), max_new_tokens, self.L)
             tau, emitted = self._iteration(state, stack, len(out), len(taus), on_iteration)
             if not taus:
                 first_token = time.perf_counter() - start
@@ -519,20 +534,21 @@ class SpeculativeEngine:
                                 stop_reason, time.process_time() - cpu_start, taus_raw, lengths,
                                 first_token)
 
-    def _check_windows(self, length: int) -> None:
-        """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) could
-        outgrow an accepted model's sliding window."""
+    def _check_windows(self, length: int, block: int) -> None:
+        """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) with
+        blocks of at most ``block`` positions could outgrow an accepted model's sliding window."""
         # the most positions a cache holds: the context, the last token and every tree node
-        most = length + self.K * self.L + 1
+        most = length + self.K * block + 1
         for role, window in self._windows:
             if most > window:
                 raise ValueError(f"{role} model's sliding window ({window}) is too short for "
                                  f"this generation (up to {most} positions)")
 
-    def _start(self, ids: torch.Tensor, gen: torch.Generator) -> DraftState:
+    def _start(self, ids: torch.Tensor, gen: torch.Generator, L: int) -> DraftState:
         """A generation's state for the prompt ``ids`` int64 [T] (on the device): empty
-        caches and draft buffers; the target's cache gets the prompt minus its last token."""
-        K, L, V, dev = self.K, self.L, self.V, self.device
+        caches and draft buffers of ``L`` ≤ self.L positions (the longest block it will draft);
+        the target's cache gets the prompt minus its last token."""
+        K, V, dev = self.K, self.V, self.device
         state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
                            torch.empty(K, L, dtype=torch.int64, device=dev),
                            torch.empty(K, L, V, dtype=torch.float32, device=dev),
@@ -572,7 +588,7 @@ class SpeculativeEngine:
         # 5. cut back: keep the selected draft (any when τ = 0: they share the context)
         row = max(selected, 0)
         self._layout.cut_back(state, row, tau)
-        stack.advance(n, emitted, row, trace, verdict.modification, bool(is_active))
+        stack.advance(n, emitted, row, trace, verdict.modification, bool(is_active), span=S)
         if on_iteration is not None:
             on_iteration(IterationRecord(n, list(state.context), draft_tokens.clone(),
                                          draft_probs.clone(), target_raw.clone(),

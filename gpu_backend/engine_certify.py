@@ -236,7 +236,9 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
         runs.first_tokens.append(int(result.tokens[0]))
         for rec in records:
             runs.taus.append(int(rec.verdict.tau[0]))
-            runs.laws.append(tau_law(ref, *rows_float64(rec)))
+            law = tau_law(ref, *rows_float64(rec))
+            # a block capped at the tokens still needed has S < L positions: τ ≤ S
+            runs.laws.append(np.pad(law, (0, L + 1 - len(law))))
         runs.generate_s += t1 - t0
         runs.law_s += time.perf_counter() - t1
     return runs

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
         "generate",
         help="generate text for one prompt with speculative decoding and print metrics",
         description="Draft with the draft model, verify with RULE against the target; prints the "
-        "text, then block efficiency, mean τ, acceptance rate (Σ τ / Σ drafted positions; mean τ / L without --stop-below), tokens/s and peak RSS.  "
+        "text, then block efficiency, mean τ, acceptance rate (Σ τ / Σ drafted positions: the last blocks are capped at the tokens still needed, and --stop-below ends blocks early), tokens/s and peak RSS.  "
         "Without --K and --L the shape is chosen by measured costs (timed once per machine and model pair, "
         "cached): the K and L with the most predicted decode tokens/s, or plain sampling when speculation "
         "is predicted not to pay and --rule is not given.  "

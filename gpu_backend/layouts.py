@@ -40,7 +40,9 @@ class DraftState:
     ``context[d_len:]``).  The target's cache always holds the context minus its last token.
     ``tree``: the packed layout's token tree of the current iteration (None in the batched
     layout).  ``S``: the current iteration's block length (L, or less when a draft-side
-    stopping policy ended drafting early); the buffers' first S depths are the drafts.
+    stopping policy or ``limit`` ended drafting early); the buffers' first S depths are the
+    drafts.  ``limit``: the most positions the next iteration may draft (the engine sets it
+    from the tokens still needed, ``reference.draft_stopping.block_cap``; 0: no limit, L).
     """
 
     t_cache: object
@@ -53,6 +55,7 @@ class DraftState:
     d_len: int = 0
     tree: DraftTree | None = None
     S: int = 0
+    limit: int = 0
 
 
 def sample_rows(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -92,6 +95,10 @@ class Layout:
         self.K, self.L, self.device = K, L, device
         self.stop = stop
 
+    def _most(self, state: DraftState) -> int:
+        """The block length this iteration drafts up to: L, or ``state.limit`` when smaller."""
+        return min(self.L, state.limit) if state.limit > 0 else self.L
+
     def _stops(self, state: DraftState, i: int) -> bool:
         """Whether drafting ends after depth ``i`` (0-based; the policy sees position i + 1).
         A ``ConfidenceStop`` (exactly that class: a subclass may override ``__call__``) gets
@@ -106,10 +113,11 @@ class Layout:
 
     def draft_and_score(self, state: DraftState) -> torch.Tensor:
         """Steps 1–2: fill ``state.draft_tokens`` / ``draft_probs`` / ``draft_ok`` with K
-        drafts of L tokens and score them with ONE target call.
+        drafts of S ≤ L tokens (``state.S``: L unless a stopping policy or ``state.limit`` ends
+        drafting earlier) and score them with ONE target call.
 
         Returns:
-            the target's processed rows float32 [K, L+1, V] (row L is the bonus row).
+            the target's processed rows float32 [K, S+1, V] (row S is the bonus row).
         """
         raise NotImplementedError
 
@@ -144,7 +152,7 @@ class BatchedLayout(Layout):
         self._first_draft_row(state)
         widen(state.d_cache, K)
         state.S = 1
-        while state.S < self.L and not self._stops(state, state.S - 1):
+        while state.S < self._most(state) and not self._stops(state, state.S - 1):
             i = state.S
             logits = self.draft(tokens[:, i - 1:i], cache=state.d_cache, use_cache=True).logits
             probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
@@ -186,7 +194,7 @@ class PackedLayout(Layout):
         return self._score_tree(state, tree, node_tokens)
 
     def _grow_tree(self, state: DraftState, tree: DraftTree) -> list[int]:
-        """Depths 2..S of the drafts (S = L unless the stopping policy ends them), one draft
+        """Depths 2..S of the drafts (S = L unless the stopping policy or the limit ends them), one draft
         call per depth on that depth's new nodes; returns every node's token in creation
         order and sets ``state.S``."""
         dev = self.device
@@ -195,7 +203,7 @@ class PackedLayout(Layout):
         new, nodes = tree.add_depth(tokens[:, 0].tolist())
         node_tokens = list(new)
         state.S = 1
-        while state.S < self.L and not self._stops(state, state.S - 1):
+        while state.S < self._most(state) and not self._stops(state, state.S - 1):
             i = state.S
             state.S += 1
             first, last = tree.depth_start[i - 1], tree.depth_start[i]

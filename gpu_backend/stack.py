@@ -8,8 +8,9 @@ handed to the verifier are, for positions still inside a live window, the layere
 rows (oldest window first) computed from that iteration's raw target and draft rows.  This is
 ``reference/decode.py`` (``Decoder._layers``, ``Decoder.advance``) in float64 log space on
 torch tensors, restricted to the rows that can lie in a window: a window opened at emitted
-length s ends at s + L and the next iteration starts at n ≥ s + 1, so only rows
-i < L − 1 of a block are ever modified (never the bonus row).
+length s by a block of S ≤ L positions ends at s + S and the next iteration starts at n ≥ s + 1,
+so only rows i < S − 1 of a later block are modified (never the bonus row; a block capped at the
+tokens still needed keeps at least those rows, reference.draft_stopping.block_cap).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class Window:
 
     Attributes:
         start: emitted length when the window opened (its first position).
-        end: start + L; positions < end not yet emitted are modified.
+        end: start + S (S ≤ L the verified block's length); positions < end not yet emitted are
+            modified.
         modification: the verdict's modification record; only ``weights`` is used.
         log_q: log joint of the tokens emitted since ``start`` under the window's own target.
         log_p: log joint of the same tokens under the draft.
@@ -68,7 +70,8 @@ class ModificationStack:
     """The live windows of one generation, oldest first.
 
     Args:
-        L: block length of the generation (window length).
+        L: block length of the generation (the window length of a block of L positions; a
+            shorter block's window spans its own length, ``advance(span=)``).
     """
 
     def __init__(self, L: int):
@@ -85,17 +88,25 @@ class ModificationStack:
 
         Args:
             n: tokens emitted so far (the block's row i predicts emitted position n + i).
-            draft_tokens: int64 [K, L].  draft_probs: float [K, L, V] (the draft rows the
-                tokens were drawn from).  target_probs: float [K, L+1, V], the raw target rows.
+            draft_tokens: int64 [K, S].  draft_probs: float [K, S, V] (the draft rows the
+                tokens were drawn from).  target_probs: float [K, S+1, V], the raw target rows
+                (S ≤ L the block's drafted positions).
         Returns:
             (target rows, trace): ``target_probs`` itself when no window is live, else a copy
             (same dtype) whose first R rows are the layered modified rows; the trace is what
             ``advance`` needs (None when no window is live).
+        Raises:
+            ValueError: a live window covers more rows than the block has drafted positions.
         Source: docs/rules.md §3; reference/decode.py ``Decoder._layers``.
         """
         R = self.rows_modified(n)
         if R <= 0:
             return target_probs, None
+        if R > draft_tokens.shape[1]:
+            # a window reaching past this block would need its bonus row and a draft row it
+            # lacks; block_cap never shortens a block that far (BLOCK_CAP.md)
+            raise ValueError(f"a live modification window covers {R} rows but the block has "
+                             f"{draft_tokens.shape[1]} drafted positions")
         p_rows = draft_probs[:, :R].double()
         log_p_rows = torch.log(p_rows)
         x = draft_tokens[:, :R].unsqueeze(-1)
@@ -126,7 +137,7 @@ class ModificationStack:
         return out, StackTrace(n, bases, log_q_steps, log_p_steps, p_rows)
 
     def advance(self, n: int, emitted: list[int], selected: int, trace: StackTrace | None,
-                modification=None, active: bool = False) -> None:
+                modification=None, active: bool = False, span: int | None = None) -> None:
         """Move past an iteration's emitted tokens (in place).
 
         Older windows continue their joints over the emitted tokens under the row beneath
@@ -142,6 +153,9 @@ class ModificationStack:
             modification: the verdict's modification record (batch of one).
             active: whether it opened a window; its log joints are read from
                 ``modification.log_q_joint[0]`` and ``.log_p_joint[0]``.
+            span: the verified block's length S, the new window's span (default L; shorter
+                when the block was capped at the tokens still needed, as reference/decode.py's
+                ``Decoder.advance`` does).
         Source: docs/rules.md §3; reference/decode.py ``Decoder.advance``.
         """
         n_new = n + len(emitted)
@@ -159,8 +173,9 @@ class ModificationStack:
                 float(trace.draft_rows[selected, tau, y]))
             kept.append(Window(w.start, w.end, w.modification, w.log_q + lq, w.log_p + lp))
         self.windows = kept
-        if modification is not None and active and n + self.L > n_new:
-            self.windows.append(Window(n, n + self.L, modification,
+        span = self.L if span is None else int(span)
+        if modification is not None and active and n + span > n_new:
+            self.windows.append(Window(n, n + span, modification,
                                        float(modification.log_q_joint[0]),
                                        float(modification.log_p_joint[0])))
 

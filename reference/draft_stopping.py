@@ -130,6 +130,48 @@ class StopAt:
         return position == self.position
 
 
+def block_cap(emitted: int, n_tokens: int, L: int) -> int:
+    """The most positions worth drafting when ``emitted`` of ``n_tokens`` tokens are out.
+
+    An iteration emits at most S + 1 tokens (τ ≤ S accepted, then a correction or the bonus
+    token), so S = n_tokens − emitted − 1 positions reach the limit; at least one position is
+    drafted (the verifier takes S ≥ 1).  The cap reads only the number of tokens emitted, never
+    a draft or target row, so for a rule lossless under draft-side stopping it is one more
+    stopping time; proofs_check/BLOCK_CAP.md checks every rule under it exactly.
+
+    Args:
+        emitted: tokens emitted so far (int ≥ 0).  n_tokens: the generation's limit (≥ 1).
+        L: the block length (≥ 1).
+    Returns:
+        int S_max ∈ [1, L].
+    """
+    return max(1, min(L, n_tokens - emitted - 1))
+
+
+@dataclass(frozen=True)
+class Capped:
+    """``stop`` with drafting also ended after position ``cap`` (reference.draft_stopping.block_cap).
+
+    Args:
+        cap: int ≥ 1; a cap ≥ L never stops.  stop: a policy, or None for none.
+    Raises:
+        ValueError: cap not an integer ≥ 1 (bools refused), or stop neither None nor callable.
+    """
+
+    cap: int
+    stop: StoppingPolicy | None = None
+
+    def __post_init__(self):
+        if isinstance(self.cap, bool) or not isinstance(self.cap, numbers.Integral) or self.cap < 1:
+            raise ValueError(f"cap must be an integer >= 1, got {self.cap!r}")
+        check_policy(self.stop)
+
+    def __call__(self, position: int, draft_rows: np.ndarray, tokens: np.ndarray) -> bool:
+        if position >= self.cap:
+            return True
+        return self.stop is not None and decision(self.stop, self.stop(position, draft_rows, tokens))
+
+
 def check_policy(stop, name: str = "stop"):
     """``stop`` itself if it is None or callable.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .decode import Decoder, DecodeState
-from .draft_stopping import StoppingPolicy, check_policy, stopped_configurations
+from .draft_stopping import Capped, StoppingPolicy, block_cap, check_policy, stopped_configurations
 from .models import ToyModel
 from .randomness import enumerate_law
 from .rules.base import Block, Rule, make_block
@@ -124,7 +124,7 @@ class GenerationLaw:
 
 
 def generation_law(rule: Rule, draft: ToyModel, target: ToyModel, K: int, L: int,
-                   n_tokens: int, stop: StoppingPolicy | None = None) -> GenerationLaw:
+                   n_tokens: int, stop: StoppingPolicy | None = None, cap: bool = False) -> GenerationLaw:
     """Exact law of the first ``n_tokens`` emitted tokens, Algorithm 2 carried across iterations.
 
     Args:
@@ -133,6 +133,8 @@ def generation_law(rule: Rule, draft: ToyModel, target: ToyModel, K: int, L: int
         K, L: drafts and block length (≥ 1).
         n_tokens: N ≥ 1 (use N ≥ L + 2 so that several iterations and the modification count).
         stop: a draft-side stopping policy (reference.draft_stopping); None: always L tokens.
+        cap: each iteration drafts at most ``block_cap(emitted, n_tokens, L)`` positions, the
+            tokens still needed less the bonus (what the engine does near the end).
     Returns:
         GenerationLaw.
     Raises:
@@ -151,10 +153,13 @@ def generation_law(rule: Rule, draft: ToyModel, target: ToyModel, K: int, L: int
         for state, prob in frontier.pop(length).values():
             calls += prob
             visited += 1
-            if stop is None:
+            policy = stop
+            if cap and block_cap(len(state.tokens), n_tokens, L) < L:
+                policy = Capped(block_cap(len(state.tokens), n_tokens, L), stop)
+            if policy is None:
                 outcomes = {(v, L): pr for v, pr in iteration_law(rule, decoder, state).items()}
             else:
-                outcomes = stopped_iteration_law(rule, decoder, state, stop)
+                outcomes = stopped_iteration_law(rule, decoder, state, policy)
             for (verdict, S), pr in outcomes.items():
                 nxt = decoder.advance(state, verdict, S)
                 if len(nxt.tokens) >= n_tokens:

@@ -18,6 +18,8 @@ from gpu_backend.engine import (  # noqa: E402
     load_verifier,
 )
 from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
+from reference.draft_stopping import block_cap  # noqa: E402
+from reference.rules import registry  # noqa: E402
 
 V = 96
 PROMPT = [5, 17, 33, 2, 71, 8, 40]
@@ -97,14 +99,15 @@ def test_verifier_rows_equal_uncached_model_calls(models, rule, K, layout, share
     taus = [r.verdict.tau[0].item() for r in records]
     # the cache paths: a crop (τ < L) and two pending draft tokens after a bonus (τ = L)
     assert min(taus) < 4 and max(taus) == 4, taus
-    for rec in records:
+    for rec in records:  # the last blocks are capped at the tokens still needed: S ≤ 4
+        S = rec.draft_tokens.shape[1]
         for k in range(K):
             block = rec.draft_tokens[k].tolist()
-            for i in range(5):
+            for i in range(S + 1):
                 prefix = rec.context + block[:i]
                 want_q = uncached_row(target, prefix, sampling)
                 torch.testing.assert_close(rec.target_probs_raw[k, i], want_q, atol=1e-5, rtol=0)
-                if i < 4:
+                if i < S:
                     want_p = uncached_row(draft, prefix, draft_sampling)
                     torch.testing.assert_close(rec.draft_probs[k, i], want_p, atol=1e-5, rtol=0)
                     # the draft token was drawn from that very row
@@ -137,7 +140,7 @@ def test_packed_layout_with_eager_attention_matches_uncached():
     for rec in records:
         for k in range(2):
             block = rec.draft_tokens[k].tolist()
-            for i in range(4):
+            for i in range(len(block) + 1):  # S + 1 rows (S < 3 in capped last blocks)
                 want = uncached_row(target, rec.context + block[:i], sampling)
                 torch.testing.assert_close(rec.target_probs_raw[k, i], want, atol=1e-5, rtol=0)
 
@@ -215,6 +218,12 @@ def test_one_hot_target_reproduces_autoregressive_output(models, rule, K):
     wrong cache row, crop or stack would change a target row and, soon, the argmax."""
     records = assert_one_hot_target_reproduces_greedy(*models, rule, K, 24)
     assert torch.all((records[0].target_probs_raw == 0) | (records[0].target_probs_raw == 1))
+    # every block has the cap's length for the lossless rules, L for the released ones (the
+    # engine's cap_blocks default); with these seeds the cap binds at the end, so both paths run
+    lossless = registry.spec(rule).lossless
+    for rec in records:
+        assert rec.draft_tokens.shape[1] == (block_cap(rec.n, 24, 4) if lossless else 4)
+    assert any(rec.draft_tokens.shape[1] < 4 for rec in records) == lossless
 
 
 def assert_one_hot_target_reproduces_greedy(target, draft, rule, K, n_tokens):
@@ -248,10 +257,12 @@ def test_seeded_runs_are_reproducible(models):
 
 @pytest.mark.parametrize("rule,K", [("gbv", 1), ("spectr", 2)])
 def test_max_new_tokens_truncates_the_same_stream(models, rule, K):
-    """The random stream does not depend on max_new_tokens: a short run is a prefix of a
-    long one, cut exactly at the limit."""
+    """Without the block cap the random stream does not depend on max_new_tokens: a short run
+    is a prefix of a long one, cut exactly at the limit.  (With the cap, the default, the last
+    blocks are shorter and draw less: test_block_cap.py.)"""
     target, draft = models
-    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=SamplingConfig(1.0))
+    engine = SpeculativeEngine(target, draft, rule=rule, K=K, L=4, sampling=SamplingConfig(1.0),
+                               cap_blocks=False)
     long = engine.generate(PROMPT, 30, seed=4)
     for n in (1, 6, 7, 13):
         short = engine.generate(PROMPT, n, seed=4)
@@ -279,8 +290,11 @@ def test_eos_stops_after_the_first_eos(models):
 
 
 def test_metrics_are_consistent(models):
+    """The metrics' relations when every block has L positions (no cap, no stopping: the
+    capped case is test_engine_block_cap.py's, Σ τ / Σ S)."""
     target, draft = models
-    engine = SpeculativeEngine(target, draft, rule="spectr", K=2, L=5, sampling=SamplingConfig(1.0))
+    engine = SpeculativeEngine(target, draft, rule="spectr", K=2, L=5, sampling=SamplingConfig(1.0),
+                               cap_blocks=False)
     r = engine.generate(PROMPT, 40, seed=2)
     assert r.new_tokens == 40
     assert r.target_calls == len(r.taus)

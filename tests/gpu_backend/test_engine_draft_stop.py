@@ -65,10 +65,10 @@ def test_one_hot_target_reproduces_autoregressive_output_when_drafting_stops(mod
 
 def test_policy_that_never_stops_gives_the_same_stream(models):
     """A threshold of 0 never stops and draws nothing extra: the same seed gives the same
-    tokens, τ and block lengths as no policy."""
+    tokens, τ and block lengths as no policy (the block cap off, so that every S = L)."""
     target, draft = models
     runs = [SpeculativeEngine(target, draft, rule="spectr", K=2, L=4, sampling=SamplingConfig(0.9),
-                              draft_stop=stop).generate(PROMPT, 30, seed=11)
+                              draft_stop=stop, cap_blocks=False).generate(PROMPT, 30, seed=11)
             for stop in (None, ConfidenceStop(0.0))]
     assert runs[0].tokens == runs[1].tokens and runs[0].taus == runs[1].taus
     assert runs[0].block_lengths == runs[1].block_lengths == [4] * len(runs[0].taus)
@@ -77,7 +77,7 @@ def test_policy_that_never_stops_gives_the_same_stream(models):
 def test_constant_policy_and_metrics(models):
     target, draft = models
     engine = SpeculativeEngine(target, draft, rule="bv", K=1, L=4, sampling=SamplingConfig(0.9),
-                               draft_stop=StopAt(2))
+                               draft_stop=StopAt(2), cap_blocks=False)  # S = 2 even at the end
     result = engine.generate(PROMPT, 30, seed=2)
     assert set(result.block_lengths) == {2} and max(result.taus_raw) <= 2
     assert result.draft_positions_per_iteration == 2.0
@@ -110,7 +110,7 @@ def test_acceptance_metrics_count_drafted_positions(models):
     conditioned on the position being drafted."""
     target, draft = models
     result = SpeculativeEngine(target, draft, rule="bv", K=1, L=4, sampling=SamplingConfig(0.9),
-                               draft_stop=StopAt(2)).generate(PROMPT, 30, seed=2)
+                               draft_stop=StopAt(2), cap_blocks=False).generate(PROMPT, 30, seed=2)
     assert result.acceptance_rate == pytest.approx(sum(result.taus) / (2 * len(result.taus)), abs=1e-12)
     ppa = result.per_position_acceptance
     assert ppa[0] == pytest.approx(sum(t >= 1 for t in result.taus) / len(result.taus), abs=1e-12)

@@ -22,6 +22,8 @@ from gpu_backend.engine import (  # noqa: E402
 from gpu_backend.prompts import encode_prompt  # noqa: E402
 from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
 from gpu_backend.weights import load_causal_lm  # noqa: E402
+from reference.draft_stopping import block_cap  # noqa: E402
+from reference.rules import registry  # noqa: E402
 
 pytestmark = pytest.mark.models
 
@@ -71,12 +73,13 @@ def test_rows_equal_uncached_calls_on_smollm2(tiny32):
     taus = [int(r.verdict.tau[0]) for r in records]
     assert min(taus) < 3, taus  # at least one crop
     for rec in records:
+        S = rec.draft_tokens.shape[1]  # < 3 in capped last blocks
         for k in range(2):
             block = rec.draft_tokens[k].tolist()
-            for i in range(4):
+            for i in range(S + 1):
                 want = _uncached(model, rec.context + block[:i], TARGET_T)
                 torch.testing.assert_close(rec.target_probs_raw[k, i], want, atol=1e-4, rtol=0)
-                if i < 3:
+                if i < S:
                     want = _uncached(model, rec.context + block[:i], DRAFT_T)
                     torch.testing.assert_close(rec.draft_probs[k, i], want, atol=1e-4, rtol=0)
 
@@ -112,7 +115,8 @@ class RecordedModel:
 def test_stack_on_real_rows_equals_reference_decoder(tiny32, rule, K):
     """Feed the engine's own verdicts to reference/decode.py's Decoder over the engine's raw
     rows: the target rows the engine handed to its verifier (modified by its stack) equal the
-    reference's effective target rows to 1e-6 (float32 storage), at every iteration."""
+    reference's effective target rows to 1e-6 (float32 storage), at every iteration, the last
+    ones included, whose blocks are capped at the tokens still needed (S < L, windows of S)."""
     from reference.decode import Decoder, DecodeState
     from reference.verdict import Modification, Verdict
 
@@ -120,16 +124,21 @@ def test_stack_on_real_rows_equals_reference_decoder(tiny32, rule, K):
     L = 4
     engine = SpeculativeEngine(model, model, rule=rule, K=K, L=L, sampling=TARGET_T,
                                draft_sampling=SamplingConfig(1.6))
-    _, records = _run(engine, ids, 40, seed=5)
+    result, records = _run(engine, ids, 40, seed=5)
+    # every block has the cap's length (on for the lossless rules only); with this seed it binds
+    lossless = registry.spec(rule).lossless
+    assert [r.draft_tokens.shape[1] for r in records] == [block_cap(r.n, 40, L) if lossless else L for r in records]
+    assert (min(result.block_lengths) < L) == lossless, result.block_lengths
     V = records[0].draft_probs.shape[-1]
     draft, target = RecordedModel(V), RecordedModel(V)
     for rec in records:
         gen = tuple(rec.context[len(ids):])
+        S = rec.draft_tokens.shape[1]
         for k in range(K):
             block = tuple(rec.draft_tokens[k].tolist())
-            for i in range(L + 1):
+            for i in range(S + 1):
                 target.rows[gen + block[:i]] = rec.target_probs_raw[k, i].double().numpy()
-                if i < L:
+                if i < S:
                     draft.rows[gen + block[:i]] = rec.draft_probs[k, i].double().numpy()
             # the reference also looks up the draft row after a whole block, which nothing uses
             # (the bonus row is never in a window): NaN makes any use show in the comparison
@@ -155,7 +164,7 @@ def test_stack_on_real_rows_equals_reference_decoder(tiny32, rule, K):
                                    math.exp(float(mod.log_q_joint[0])),
                                    math.exp(float(mod.log_p_joint[0])))
         verdict = Verdict(int(v.tau[0]), int(v.selected[0]), tuple(rec.emitted), ref_mod)
-        state = decoder.advance(state, verdict)
+        state = decoder.advance(state, verdict, len(drafts[0]))
         decoder.clear_cache()
     assert modified >= 2, f"only {modified} iterations had live windows"
 
@@ -190,7 +199,8 @@ def test_one_qwen_iteration():
     assert {151643, 151645} <= eos
     ids = encode_prompt(tok, "def add(a, b):")
     engine = SpeculativeEngine(target, draft, rule="kseq_gbv", K=2, L=3,
-                               sampling=SamplingConfig(0.7), eos_token_ids=eos)
+                               sampling=SamplingConfig(0.7), eos_token_ids=eos,
+                               cap_blocks=False)  # one token wanted: a whole block all the same
     result, records = _run(engine, ids, 1, seed=0)
     assert len(records) == 1 and result.new_tokens == 1
     rec = records[0]

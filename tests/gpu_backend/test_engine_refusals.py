@@ -69,7 +69,7 @@ def test_a_window_that_never_binds_is_accepted_and_exact():
             for rec in records:
                 for k in range(2):
                     block = rec.draft_tokens[k].tolist()
-                    for i in range(4):
+                    for i in range(len(block) + 1):  # S + 1 rows, S < 3 in capped last blocks
                         logits = target(torch.tensor([rec.context + block[:i]])).logits[0, -1]
                         torch.testing.assert_close(rec.target_probs_raw[k, i],
                                                    probabilities(logits, sampling),
@@ -253,10 +253,16 @@ def test_tau_counts_kept_draft_tokens_at_eos_and_max_new_tokens(models):
     assert r.acceptance_rate == pytest.approx(3 / 5)
     assert r.per_position_acceptance == [1, 1, 1, 0, 0]
     assert sum(r.per_position_acceptance) == pytest.approx(r.mean_accepted)
-    # max_new_tokens = 8: iteration 1 keeps 6 (τ 5), iteration 2 keeps 2 draft tokens
-    r = free.generate(PROMPT, 8, seed=0)
-    assert (r.taus_raw, r.taus) == ([5, 5], [5, 2])
+    # max_new_tokens = 8 without the block cap: iteration 1 keeps 6 (τ 5), iteration 2 drafts
+    # 5 and keeps 2 draft tokens
+    uncapped = SpeculativeEngine(target, target, rule="sd", K=1, L=5, sampling=greedy, cap_blocks=False)
+    r = uncapped.generate(PROMPT, 8, seed=0)
+    assert (r.taus_raw, r.taus, r.block_lengths) == ([5, 5], [5, 2], [5, 5])
     assert r.mean_accepted == 3.5 and r.block_efficiency == 4.0
+    # with it (the default), iteration 2 drafts the one position that can still be kept
+    r = free.generate(PROMPT, 8, seed=0)
+    assert (r.taus_raw, r.taus, r.block_lengths) == ([5, 1], [5, 1], [5, 1])
+    assert r.tokens == long.tokens[:8] and r.block_efficiency == 4.0
 
 
 def test_hf_assisted_counts_target_calls_only_with_the_same_model_object(models):
