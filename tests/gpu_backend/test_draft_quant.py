@@ -45,11 +45,12 @@ def test_draft_rows_are_the_rows_sampled_from_and_depend_on_the_call(models):
                                draft_sampling=SamplingConfig(1.2))
     _, records = run_recorded(engine, 20, seed=4)
     worst = 0.0
-    for rec in records:
-        torch.testing.assert_close(rec.draft_probs.sum(-1), torch.ones(2, 3), atol=1e-5, rtol=0)
+    for rec in records:  # S ≤ 3 positions (the last blocks are capped at the tokens still needed)
+        S = rec.draft_tokens.shape[1]
+        torch.testing.assert_close(rec.draft_probs.sum(-1), torch.ones(2, S), atol=1e-5, rtol=0)
         for k in range(2):
             block = rec.draft_tokens[k].tolist()
-            for i in range(3):
+            for i in range(S):
                 assert rec.draft_probs[k, i, block[i]] > 0
                 alone = uncached_row(draft, rec.context + block[:i], SamplingConfig(1.2))
                 worst = max(worst, float((rec.draft_probs[k, i] - alone).abs().max()))
