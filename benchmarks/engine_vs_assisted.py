@@ -227,23 +227,11 @@ def render(runs, methods, sets, header) -> str:
     return "\n".join(lines)
 
 
-def _order(names) -> list[str]:
-    """Methods in the order build_methods makes them (for runs saved without that order)."""
-    head = ["hf_generate", "ar", "spectr", "spectr int8"]
-    tail = ["hf_assisted", "hf_assisted L=20", "hf_assisted int8", "auto"]
-    stops = sorted(n for n in names if n.startswith("spectr int8 stop"))
-    from reference.rules import registry
-
-    rules = [rule_label(r) for r in registry.names() if rule_label(r) in names and r != "spectr"]
-    known = head + stops + rules + tail
-    return [n for n in known if n in names] + sorted(set(names) - set(known))
-
-
 def rerender(args) -> int:
     """Tables (stdout, ``--md``) and ``--plot`` from the ``--json`` file of an earlier run."""
     data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
     runs = data["runs"]
-    methods = data.get("methods") or _order({r["method"] for r in runs})
+    methods = data.get("methods") or sorted({r["method"] for r in runs})  # older files: no saved order
     sets = list(dict.fromkeys(r["set"] for r in runs))
     header = data.get("header") or [f"# The engine against transformers (re-rendered from {args.from_json})", ""]
     text = render(runs, methods, sets, header)

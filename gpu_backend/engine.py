@@ -5,8 +5,9 @@ SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
 
 1. **Draft.** The draft model's KV cache holds the context; its pending tokens (usually one,
    two after a bonus) give the first draft row, then the K drafts of L tokens (fewer near the
-   end of the generation, ``cap_blocks``) are grown together, one draft forward call per depth, each token drawn from exactly the processed
-   row that is handed to the verifier (``draft_probs``).
+   end of the generation, ``cap_blocks``) are grown together, one draft forward call per
+   depth, each token drawn from exactly the processed row that is handed to the verifier
+   (``draft_probs``).
 2. **Score.** The target's cache holds the context minus its last token; ONE forward call
    scores the last context token and every draft token: ``target_probs [K, L+1, V]`` (row L
    is the bonus row).

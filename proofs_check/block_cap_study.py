@@ -23,8 +23,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 
@@ -32,7 +30,7 @@ from reference.draft_stopping import ConfidenceStop
 from reference.exact import generation_law, target_law, total_variation
 from reference.rules import get_rule, registry
 
-from .draft_stopping_study import CASES, CONCENTRATION, LOSSLESS_TOL, QUICK_CASES
+from .draft_stopping_study import CASES, CONCENTRATION, LOSSLESS_TOL, run_study
 from .instances import random_instance
 
 
@@ -138,18 +136,7 @@ def markdown(result: dict, command: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="two small cases only")
-    parser.add_argument("--md", default="proofs_check/BLOCK_CAP.md")
-    parser.add_argument("--json", default=None)
-    args = parser.parse_args(argv)
-    result = study(QUICK_CASES if args.quick else CASES, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    command = "python -m proofs_check.block_cap_study" + (" --quick" if args.quick else "")
-    with open(args.md, "w", encoding="utf-8") as fh:
-        fh.write(markdown(result, command))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(result, fh, indent=1)
+    result = run_study(argv, __doc__, "proofs_check.block_cap_study", "proofs_check/BLOCK_CAP.md", study, markdown)
     broken = [n for n, r in result["rules"].items() if verdict(r).startswith("**")]
     if broken:
         print(f"the cap breaks these lossless rules: {broken}", file=sys.stderr)

@@ -134,19 +134,28 @@ def markdown(result: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_study(argv, doc: str, module: str, default_md: str, study_fn, markdown_fn) -> dict:
+    """The command line shared by the exact studies of this kind: ``--quick`` (QUICK_CASES),
+    ``--md`` (default ``default_md``), ``--json``; runs ``study_fn(cases, progress=)``, writes
+    ``markdown_fn(result, command)`` and the JSON, and returns the result."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="two small cases only")
-    parser.add_argument("--md", default="proofs_check/DRAFT_STOPPING.md")
+    parser.add_argument("--md", default=default_md)
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
-    result = study(QUICK_CASES if args.quick else CASES, progress=lambda m: print(m, file=sys.stderr, flush=True))
-    command = "python -m proofs_check.draft_stopping_study" + (" --quick" if args.quick else "")
+    result = study_fn(QUICK_CASES if args.quick else CASES, progress=lambda m: print(m, file=sys.stderr, flush=True))
+    command = f"python -m {module}" + (" --quick" if args.quick else "")
     with open(args.md, "w", encoding="utf-8") as fh:
-        fh.write(markdown(result, command))
+        fh.write(markdown_fn(result, command))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(result, fh, indent=1)
+    return result
+
+
+def main(argv=None) -> int:
+    result = run_study(argv, __doc__, "proofs_check.draft_stopping_study", "proofs_check/DRAFT_STOPPING.md",
+                       study, markdown)
     bad = [n for n, r in result["rules"].items()
            if r["declared"] and (r["worst_tv"] > LOSSLESS_TOL or r["worst_constant_tv"] > LOSSLESS_TOL)]
     if bad:
