@@ -269,7 +269,10 @@ def main(argv=None) -> int:
     except ValueError as e:
         parser.error(str(e))
     if args.from_json:
-        return rerender(args)
+        try:
+            return rerender(args)
+        except (OSError, ValueError, KeyError) as e:  # json's decode error is a ValueError
+            parser.error(f"--from-json: cannot read runs from {args.from_json}: {e!r}")
 
     from gpu_backend.bench_run import machine_description
     from gpu_backend.draft_quant import quantize_draft

@@ -43,6 +43,17 @@ def test_script_prints_every_method(tmp_path):
     assert (tmp_path / "q.png").is_file()
 
 
+@pytest.mark.parametrize("content", [None, "not json", "{}"])
+def test_from_json_refuses_a_missing_or_malformed_file(tmp_path, content):
+    path = tmp_path / "runs.json"
+    if content is not None:
+        path.write_text(content, encoding="utf-8")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--from-json", str(path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and "--from-json: cannot read runs from" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_rules_option_names_unknown_rules():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--rules", "nope"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
