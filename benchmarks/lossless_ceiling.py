@@ -1,0 +1,219 @@
+"""What no lossless rule can exceed on the real model pair: the prefix-match ceiling of tokens per
+target call, estimated on the target's own texts, beside what the engine's rules measure.
+
+Per prompt (the benchmark's four sets by default, the same seeds as
+``benchmarks/engine_vs_assisted.py``):
+
+1. a text of ``--max-new-tokens`` tokens sampled from the target (token verification, K = 1,
+   L = 4: lossless, so the text has the target's law at the temperature);
+2. both models teacher-forced over it, each token's probability under the target q and the
+   draft p (processed rows: temperature, as the engine samples);
+3. the unbiased estimate of the prefix-match ceiling at every start and depth
+   (``oracle.prefix_match.prefix_match_bound_estimate``, docs/bounds.md §6): per (K, L),
+   ``1 + Σ_i u_i`` bounds the tokens per target call of one iteration of any lossless rule
+   with K i.i.d. drafts of L tokens, modifying later targets or not;
+4. each ``--rules`` rule run by the engine on the same prompt with the same seed and uncapped
+   blocks, its measured tokens per iteration (mean of τ + 1 over iterations, the verifier's τ
+   before truncation: the quantity the ceiling bounds).
+
+Prints the ceiling for every (K, L) (mean over prompts with the 95 % t-interval over prompts),
+per prompt set at the ``--main`` shape, and per rule the measured tokens per iteration, the
+ceiling at its shape and the paired difference per prompt.  Not a timing benchmark: a busy
+machine changes nothing but the wall time.
+
+    python benchmarks/lossless_ceiling.py [--prompts 8] [--max-new-tokens 64]
+        [--K 1 2 3 4] [--L 1 2 3 4 6 8 12 16 20] [--rules spectr bv] [--main 2x4]
+        [--datasets humaneval gsm8k ...] [--dtype bfloat16] [--json FILE] [--md FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+DEFAULT_SETS = ["humaneval", "gsm8k", str(SHARED / "mgsm" / "mgsm_en.tsv"),
+                str(SHARED / "alpaca_eval" / "instructions.jsonl")]
+
+
+def _ci(values: list[float]) -> tuple[float, float]:
+    """Mean and half-width of the 95 % t-interval over prompts (scipy.stats.t); NaN for n < 2."""
+    from scipy import stats
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan
+    return mean, float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def _fmt(mean: float, half: float) -> str:
+    return f"{mean:.2f} ± {half:.2f}" if math.isfinite(half) else f"{mean:.2f}"
+
+
+def _shape(text: str) -> tuple[int, int]:
+    try:
+        K, L = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected KxL, e.g. 2x4, got {text!r}") from None
+    if K < 1 or L < 1:
+        raise argparse.ArgumentTypeError(f"K and L must be >= 1, got {text!r}")
+    return K, L
+
+
+def ceilings(q_tok, p_tok, Ks, Ls) -> dict:
+    """{(K, L): (mean of 1 + Σ_i estimate over windows, per-depth means [L])} for one text;
+    shapes whose L exceeds the text are left out."""
+    import numpy as np
+
+    from oracle.prefix_match import prefix_match_bound_estimate
+
+    out = {}
+    for K in Ks:
+        for L in Ls:
+            if L > len(q_tok):
+                continue
+            est = prefix_match_bound_estimate(q_tok, p_tok, [len(q_tok)], K, L)
+            out[(K, L)] = (float(1.0 + est.sum(axis=1).mean()), np.mean(est, axis=0).tolist())
+    return out
+
+
+def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
+    lines = list(header)
+    lines += ["## The ceiling of tokens per target call, one iteration (mean over prompts ± 95 % CI)", "",
+              "| K \\ L | " + " | ".join(str(L) for L in Ls) + " |",
+              "|---|" + "---|" * len(Ls)]
+    for K in Ks:
+        cells = []
+        for L in Ls:
+            vals = [p["ceiling"][f"{K}x{L}"][0] for p in prompts if f"{K}x{L}" in p["ceiling"]]
+            cells.append(_fmt(*_ci(vals)) if vals else "n/a")
+        lines.append(f"| {K} | " + " | ".join(cells) + " |")
+    key = f"{main[0]}x{main[1]}"
+    lines += ["", f"## Per prompt set, K = {main[0]}, L = {main[1]}", "",
+              "| set | prompts | ceiling, tokens per iteration | P(τ ≥ i) ceiling, i = 1.." + str(main[1]) + " |",
+              "|---|---|---|---|"]
+    sets = list(dict.fromkeys(p["set"] for p in prompts))
+    for s in sets + ["all"]:
+        group = [p for p in prompts if s in ("all", p["set"]) and key in p["ceiling"]]
+        if not group:
+            continue
+        depth = [statistics.fmean(p["ceiling"][key][1][i] for p in group) for i in range(main[1])]
+        lines.append(f"| {Path(s).name} | {len(group)} | {_fmt(*_ci([p['ceiling'][key][0] for p in group]))} | "
+                     + ", ".join(f"{d:.3f}" for d in depth) + " |")
+    if rules:
+        lines += ["", "## Measured against the ceiling (same prompts and seeds; the rule's own samples)", "",
+                  "| rule | K | L | measured tokens per iteration (mean τ + 1, pooled) | ceiling (mean) "
+                  "| ceiling − measured, paired per prompt (mean ± 95 % CI) | measured ÷ ceiling |",
+                  "|---|---|---|---|---|---|---|"]
+        for r in rules:
+            K, L = r["K"], r["L"]
+            key = f"{K}x{L}"
+            group = [p for p in prompts if key in p["ceiling"] and r["name"] in p["measured"]]
+            taus = [t for p in group for t in p["measured"][r["name"]]]
+            pooled = 1.0 + statistics.fmean(taus)
+            ceil = statistics.fmean(p["ceiling"][key][0] for p in group)
+            diff = [p["ceiling"][key][0] - (1.0 + statistics.fmean(p["measured"][r["name"]])) for p in group]
+            lines.append(f"| `{r['name']}` | {K} | {L} | {pooled:.2f} | {ceil:.2f} | {_fmt(*_ci(diff))} | "
+                         f"{pooled / ceil:.3f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--prompts", type=int, default=8, help="prompts per set")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="length of each sampled text")
+    parser.add_argument("--datasets", nargs="+", default=None)
+    parser.add_argument("--K", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--L", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 16, 20])
+    parser.add_argument("--rules", nargs="*", default=["spectr", "bv"],
+                        help="rules measured by the engine (K = 2 for a multi-draft rule, 1 else; L from --main)")
+    parser.add_argument("--main", type=_shape, default=(2, 4), help="KxL of the per-set table and the rules")
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--target", default="target")
+    parser.add_argument("--draft", default="draft")
+    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--md", default=None)
+    args = parser.parse_args(argv)
+    if args.prompts < 1 or args.max_new_tokens < 1:
+        parser.error("--prompts and --max-new-tokens must be >= 1")
+    if min(args.K) < 1 or min(args.L) < 1:
+        parser.error("--K and --L must be >= 1")
+    if args.temperature < 1e-4:
+        parser.error(f"--temperature must be >= 1e-4, got {args.temperature}")
+    from reference.rules import registry
+
+    for name in args.rules:
+        try:
+            registry.spec(name)
+        except ValueError as e:
+            parser.error(f"--rules: {e}")
+    Ks, Ls = sorted(set(args.K)), sorted(set(args.L))
+
+    import torch
+
+    from gpu_backend.autoconfig import teacher_forced_rows
+    from gpu_backend.bench_run import machine_description
+    from gpu_backend.engine import SpeculativeEngine
+    from gpu_backend.model_pair import load_pair
+    from gpu_backend.prompts import encode_prompt, load_prompts
+    from gpu_backend.sampling import SamplingConfig
+
+    sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]
+    pair = load_pair(args.target, args.draft, args.dtype)
+    sampling = SamplingConfig(args.temperature)
+    sampler = SpeculativeEngine(pair.target, pair.draft, rule="sd", K=1, L=4, sampling=sampling,
+                                eos_token_ids=pair.eos)
+    rules = [dict(name=n, K=1 if registry.is_single_draft(n) else args.main[0], L=args.main[1]) for n in args.rules]
+    engines = {r["name"]: SpeculativeEngine(pair.target, pair.draft, rule=r["name"], K=r["K"], L=r["L"],
+                                            sampling=sampling, eos_token_ids=pair.eos, cap_blocks=False)
+               for r in rules}
+    prompts = [(s, p, encode_prompt(pair.tokenizer, text))
+               for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
+    out = []
+    for n_prompt, (s, p, ids) in enumerate(prompts):
+        seed = 1000 + n_prompt
+        text = sampler.generate(ids, args.max_new_tokens, seed=seed).tokens
+        tok = torch.tensor(text, dtype=torch.int64)
+        q_tok = teacher_forced_rows(pair.target, ids, text, sampling).gather(1, tok[:, None])[:, 0]
+        p_tok = teacher_forced_rows(pair.draft, ids, text, sampling).gather(1, tok[:, None])[:, 0]
+        q_tok, p_tok = q_tok.double().numpy(), p_tok.double().numpy()
+        ceil = ceilings(q_tok, p_tok, Ks, Ls)
+        measured = {name: [int(t) for t in eng.generate(ids, args.max_new_tokens, seed=seed).taus_raw]
+                    for name, eng in engines.items()}
+        out.append(dict(set=Path(s).name, prompt=p, text=[int(t) for t in text], q_token=q_tok.tolist(),
+                        p_token=p_tok.tolist(), ceiling={f"{K}x{L}": v for (K, L), v in ceil.items()},
+                        measured=measured))
+        main_key = f"{args.main[0]}x{args.main[1]}"
+        print(f"{Path(s).name} {p}: {len(text)} tokens, ceiling {main_key} "
+              f"{ceil[tuple(args.main)][0] if tuple(args.main) in ceil else float('nan'):.2f}, measured "
+              + ", ".join(f"{k} {1 + statistics.fmean(v):.2f}" for k, v in measured.items()),
+              file=sys.stderr, flush=True)
+    header = [f"# The lossless ceiling on the real models: {pair.description}, T = {args.temperature}, "
+              f"texts of {args.max_new_tokens} tokens", "",
+              "Made by `python benchmarks/lossless_ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:])
+              + f"` on {time.strftime('%Y-%m-%d')}; {len(prompts)} prompts: "
+              + ", ".join(f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
+              machine_description() + ".", "",
+              "The ceiling: 1 + Σ_i u_i, u_i = Σ_{|z|=i} min(q(z), 1 − (1 − p(z))^K) (docs/bounds.md §6), "
+              "estimated at every start of the target's own text; no lossless rule with K i.i.d. drafts of "
+              "L tokens emits more tokens per target call in one iteration, in expectation over the "
+              "contexts it starts from.", ""]
+    text = render(out, Ks, Ls, rules, args.main, header)
+    print(text, flush=True)
+    if args.md:
+        Path(args.md).write_text(text + "\n", encoding="utf-8")
+    if args.json:
+        Path(args.json).write_text(json.dumps(dict(args={k: v for k, v in vars(args).items()}, header=header,
+                                                   rules=rules, prompts=out)), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
