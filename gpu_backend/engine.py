@@ -399,7 +399,8 @@ class SpeculativeEngine:
             ``ConfidenceStop(0.4)``): drafting ends after a depth where it says so, and the
             verifier gets the S ≤ L drafted positions.  Accepted only for rules whose registry
             entry declares ``draft_stopping`` (proved lossless under stopping,
-            proofs_check/DRAFT_STOPPING.md); with a custom ``verifier`` the caller vouches.
+            proofs_check/DRAFT_STOPPING.md); with a custom ``verifier`` the caller vouches,
+            except that one declaring ``modifies_targets`` is refused.
         cap_blocks: near the end of a generation, draft only the positions that can still be
             emitted (``reference.draft_stopping.block_cap``: S = max(1, min(L, N − n − 1))
             with n of N tokens out), saving draft forwards whose tokens would be cut off.
@@ -410,7 +411,8 @@ class SpeculativeEngine:
         ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
             vocabulary mismatch between draft and target, a draft or target whose cache
             cannot be cut back (``check_model``: sliding window, recurrent or hybrid state),
-            ``draft_stop`` not a policy or with a rule not certified lossless under stopping, or a dynamically
+            ``draft_stop`` not a policy or with a rule not certified lossless under stopping (or a
+            custom verifier declaring ``modifies_targets``), or a dynamically
             quantised draft (``draft_quant``) with a rule whose registry entry does not declare
             ``varying_draft_rows``.
     """
@@ -438,6 +440,13 @@ class SpeculativeEngine:
             raise ValueError(f"draft_stop: rule {rule!r} is not certified lossless when drafting stops "
                              f"early (proofs_check/DRAFT_STOPPING.md); rules that are: "
                              f"{', '.join(registry.names(draft_stopping=True))}")
+        if draft_stop is not None and verifier is not None and getattr(verifier, "modifies_targets", False):
+            # a stopped block can be shorter than a live Algorithm 2 window, which the stack
+            # cannot extend (ModificationStack.modify): refuse before any forward, not mid-way
+            raise ValueError("draft_stop: the custom verifier declares modifies_targets (Algorithm 2 "
+                             "windows span the verified block), which drafting that stops early "
+                             "cannot keep; no rule that modifies later targets is lossless under "
+                             "stopping (proofs_check/DRAFT_STOPPING.md)")
         self.draft_stop = draft_stop
         if cap_blocks is not None and not isinstance(cap_blocks, bool):
             raise ValueError(f"cap_blocks must be True, False or None, got {cap_blocks!r}")

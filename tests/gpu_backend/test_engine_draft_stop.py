@@ -91,6 +91,22 @@ def test_rules_not_proved_under_stopping_are_refused(models, rule, K):
         SpeculativeEngine(target, draft, rule=rule, K=K, L=4, draft_stop=ConfidenceStop(0.4))
 
 
+def test_custom_verifier_that_modifies_targets_is_refused_with_stopping(models):
+    """Its Algorithm 2 windows would outlast a stopped block: refused at construction, while
+    the same verifier without stopping, and a non-modifying custom verifier with it, are taken."""
+    from gpu_backend.verifiers import get_verifier
+
+    target, draft = models
+    gbv = get_verifier("gbv")
+    assert gbv.modifies_targets
+    with pytest.raises(ValueError, match="draft_stop: the custom verifier declares modifies_targets"):
+        SpeculativeEngine(target, draft, K=1, L=4, verifier=gbv, draft_stop=ConfidenceStop(0.4))
+    SpeculativeEngine(target, draft, K=1, L=4, verifier=gbv)
+    result = SpeculativeEngine(target, draft, K=1, L=4, verifier=get_verifier("sd"),
+                               draft_stop=StopAt(2)).generate(PROMPT, 9, seed=3)
+    assert max(result.block_lengths) <= 2
+
+
 def test_engine_refuses_a_bare_threshold_and_calls_a_subclass_as_the_reference_does(models):
     target, draft = models
     with pytest.raises(ValueError, match="draft_stop must be a stopping policy"):
