@@ -2,27 +2,28 @@
 target call, estimated on the target's own texts, beside what the engine's rules measure.
 
 Per prompt (the benchmark's four sets by default, the same seeds as
-``benchmarks/engine_vs_assisted.py``):
+``benchmarks/engine_vs_assisted.py``) and per ``--rules`` rule (lossless rules only):
 
-1. a text of ``--max-new-tokens`` tokens sampled from the target (token verification, K = 1,
-   L = 4: lossless, so the text has the target's law at the temperature);
-2. both models teacher-forced over it, each token's probability under the target q and the
-   draft p (processed rows: temperature, as the engine samples);
-3. the unbiased estimate of the prefix-match ceiling at every start and depth
+1. the rule generates ``--max-new-tokens`` tokens with uncapped blocks; its measured tokens per
+   iteration is the mean of τ + 1 over iterations (the verifier's τ before truncation: the
+   quantity the ceiling bounds);
+2. the rule is lossless, so its output is a text sampled from the target: both models are
+   teacher-forced over it, each token's probability under the target q and the draft p
+   (processed rows: temperature, as the engine samples);
+3. on that text, the unbiased estimate of the prefix-match ceiling at every start and depth
    (``oracle.prefix_match.prefix_match_bound_estimate``, docs/bounds.md §6): per (K, L),
    ``1 + Σ_i u_i`` bounds the tokens per target call of one iteration of any lossless rule
-   with K i.i.d. drafts of L tokens, modifying later targets or not;
-4. each ``--rules`` rule run by the engine on the same prompt with the same seed and uncapped
-   blocks, its measured tokens per iteration (mean of τ + 1 over iterations, the verifier's τ
-   before truncation: the quantity the ceiling bounds).
+   with K i.i.d. drafts of L tokens, modifying later targets or not.
 
-Prints the ceiling for every (K, L) (mean over prompts with the 95 % t-interval over prompts),
-per prompt set at the ``--main`` shape, and per rule the measured tokens per iteration, the
-ceiling at its shape and the paired difference per prompt.  Not a timing benchmark: a busy
-machine changes nothing but the wall time.
+Estimating the ceiling on the rule's own text pairs the two numbers on the same contexts, so
+their difference is resolved with far fewer prompts than two independent samples would need.
+Prints the ceiling for every (K, L) (per prompt the mean over the rules' texts; mean over
+prompts with the 95 % t-interval over prompts), per prompt set at the ``--main`` shape, and per
+rule the measured tokens per iteration, the ceiling at its shape on its texts and the paired
+difference per prompt.  Not a timing benchmark: a busy machine changes only the wall time.
 
     python benchmarks/lossless_ceiling.py [--prompts 8] [--max-new-tokens 64]
-        [--K 1 2 3 4] [--L 1 2 3 4 6 8 12 16 20] [--rules spectr bv] [--main 2x4]
+        [--K 1 2 3 4] [--L 1 2 3 4 6 8 12 16 20] [--rules spectr traversal bv sd] [--main 2x4]
         [--datasets humaneval gsm8k ...] [--dtype bfloat16] [--json FILE] [--md FILE]
 """
 
@@ -83,6 +84,14 @@ def ceilings(q_tok, p_tok, Ks, Ls) -> dict:
     return out
 
 
+def _prompt_ceiling(prompt: dict, key: str):
+    """(mean over the prompt's texts of the ceiling at ``key``, per-depth means), or None."""
+    vals = [c[key] for c in prompt["ceiling"].values() if key in c]
+    if not vals:
+        return None
+    return statistics.fmean(v[0] for v in vals), [statistics.fmean(d) for d in zip(*(v[1] for v in vals))]
+
+
 def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
     lines = list(header)
     lines += ["## The ceiling of tokens per target call, one iteration (mean over prompts ± 95 % CI)", "",
@@ -91,7 +100,7 @@ def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
     for K in Ks:
         cells = []
         for L in Ls:
-            vals = [p["ceiling"][f"{K}x{L}"][0] for p in prompts if f"{K}x{L}" in p["ceiling"]]
+            vals = [c[0] for p in prompts if (c := _prompt_ceiling(p, f"{K}x{L}")) is not None]
             cells.append(_fmt(*_ci(vals)) if vals else "n/a")
         lines.append(f"| {K} | " + " | ".join(cells) + " |")
     key = f"{main[0]}x{main[1]}"
@@ -100,25 +109,26 @@ def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
               "|---|---|---|---|"]
     sets = list(dict.fromkeys(p["set"] for p in prompts))
     for s in sets + ["all"]:
-        group = [p for p in prompts if s in ("all", p["set"]) and key in p["ceiling"]]
+        group = [c for p in prompts if s in ("all", p["set"]) and (c := _prompt_ceiling(p, key)) is not None]
         if not group:
             continue
-        depth = [statistics.fmean(p["ceiling"][key][1][i] for p in group) for i in range(main[1])]
-        lines.append(f"| {Path(s).name} | {len(group)} | {_fmt(*_ci([p['ceiling'][key][0] for p in group]))} | "
+        depth = [statistics.fmean(c[1][i] for c in group) for i in range(main[1])]
+        lines.append(f"| {Path(s).name} | {len(group)} | {_fmt(*_ci([c[0] for c in group]))} | "
                      + ", ".join(f"{d:.3f}" for d in depth) + " |")
     if rules:
-        lines += ["", "## Measured against the ceiling (same prompts and seeds; the rule's own samples)", "",
+        lines += ["", "## Measured against the ceiling on the rule's own outputs", "",
                   "| rule | K | L | measured tokens per iteration (mean τ + 1, pooled) | ceiling (mean) "
                   "| ceiling − measured, paired per prompt (mean ± 95 % CI) | measured ÷ ceiling |",
                   "|---|---|---|---|---|---|---|"]
         for r in rules:
             K, L = r["K"], r["L"]
             key = f"{K}x{L}"
-            group = [p for p in prompts if key in p["ceiling"] and r["name"] in p["measured"]]
+            group = [p for p in prompts if key in p["ceiling"][r["name"]]]
             taus = [t for p in group for t in p["measured"][r["name"]]]
             pooled = 1.0 + statistics.fmean(taus)
-            ceil = statistics.fmean(p["ceiling"][key][0] for p in group)
-            diff = [p["ceiling"][key][0] - (1.0 + statistics.fmean(p["measured"][r["name"]])) for p in group]
+            ceil = statistics.fmean(p["ceiling"][r["name"]][key][0] for p in group)
+            diff = [p["ceiling"][r["name"]][key][0] - (1.0 + statistics.fmean(p["measured"][r["name"]]))
+                    for p in group]
             lines.append(f"| `{r['name']}` | {K} | {L} | {pooled:.2f} | {ceil:.2f} | {_fmt(*_ci(diff))} | "
                          f"{pooled / ceil:.3f} |")
     return "\n".join(lines)
@@ -131,8 +141,9 @@ def main(argv=None) -> int:
     parser.add_argument("--datasets", nargs="+", default=None)
     parser.add_argument("--K", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--L", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 16, 20])
-    parser.add_argument("--rules", nargs="*", default=["spectr", "bv"],
-                        help="rules measured by the engine (K = 2 for a multi-draft rule, 1 else; L from --main)")
+    parser.add_argument("--rules", nargs="+", default=["spectr", "traversal", "bv", "sd"],
+                        help="lossless rules run by the engine, whose outputs are the texts (K from --main "
+                             "for a multi-draft rule, 1 for a single-draft one; L from --main)")
     parser.add_argument("--main", type=_shape, default=(2, 4), help="KxL of the per-set table and the rules")
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--target", default="target")
@@ -151,9 +162,11 @@ def main(argv=None) -> int:
 
     for name in args.rules:
         try:
-            registry.spec(name)
+            lossless = registry.spec(name).lossless
         except ValueError as e:
             parser.error(f"--rules: {e}")
+        if not lossless:
+            parser.error(f"--rules: {name!r} is not lossless: its output is not a sample of the target")
     Ks, Ls = sorted(set(args.K)), sorted(set(args.L))
 
     import torch
@@ -168,8 +181,6 @@ def main(argv=None) -> int:
     sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]
     pair = load_pair(args.target, args.draft, args.dtype)
     sampling = SamplingConfig(args.temperature)
-    sampler = SpeculativeEngine(pair.target, pair.draft, rule="sd", K=1, L=4, sampling=sampling,
-                                eos_token_ids=pair.eos)
     rules = [dict(name=n, K=1 if registry.is_single_draft(n) else args.main[0], L=args.main[1]) for n in args.rules]
     engines = {r["name"]: SpeculativeEngine(pair.target, pair.draft, rule=r["name"], K=r["K"], L=r["L"],
                                             sampling=sampling, eos_token_ids=pair.eos, cap_blocks=False)
@@ -179,22 +190,23 @@ def main(argv=None) -> int:
     out = []
     for n_prompt, (s, p, ids) in enumerate(prompts):
         seed = 1000 + n_prompt
-        text = sampler.generate(ids, args.max_new_tokens, seed=seed).tokens
-        tok = torch.tensor(text, dtype=torch.int64)
-        q_tok = teacher_forced_rows(pair.target, ids, text, sampling).gather(1, tok[:, None])[:, 0]
-        p_tok = teacher_forced_rows(pair.draft, ids, text, sampling).gather(1, tok[:, None])[:, 0]
-        q_tok, p_tok = q_tok.double().numpy(), p_tok.double().numpy()
-        ceil = ceilings(q_tok, p_tok, Ks, Ls)
-        measured = {name: [int(t) for t in eng.generate(ids, args.max_new_tokens, seed=seed).taus_raw]
-                    for name, eng in engines.items()}
-        out.append(dict(set=Path(s).name, prompt=p, text=[int(t) for t in text], q_token=q_tok.tolist(),
-                        p_token=p_tok.tolist(), ceiling={f"{K}x{L}": v for (K, L), v in ceil.items()},
-                        measured=measured))
+        record = dict(set=Path(s).name, prompt=p, texts={}, q_token={}, p_token={}, ceiling={}, measured={})
+        for name, engine in engines.items():
+            result = engine.generate(ids, args.max_new_tokens, seed=seed)
+            text = [int(t) for t in result.tokens]
+            tok = torch.tensor(text, dtype=torch.int64)
+            q_tok = teacher_forced_rows(pair.target, ids, text, sampling).gather(1, tok[:, None])[:, 0]
+            p_tok = teacher_forced_rows(pair.draft, ids, text, sampling).gather(1, tok[:, None])[:, 0]
+            q_tok, p_tok = q_tok.double().numpy(), p_tok.double().numpy()
+            record["texts"][name], record["q_token"][name], record["p_token"][name] = text, q_tok.tolist(), p_tok.tolist()
+            record["ceiling"][name] = {f"{K}x{L}": v for (K, L), v in ceilings(q_tok, p_tok, Ks, Ls).items()}
+            record["measured"][name] = [int(t) for t in result.taus_raw]
+        out.append(record)
         main_key = f"{args.main[0]}x{args.main[1]}"
-        print(f"{Path(s).name} {p}: {len(text)} tokens, ceiling {main_key} "
-              f"{ceil[tuple(args.main)][0] if tuple(args.main) in ceil else float('nan'):.2f}, measured "
-              + ", ".join(f"{k} {1 + statistics.fmean(v):.2f}" for k, v in measured.items()),
-              file=sys.stderr, flush=True)
+        print(f"{Path(s).name} {p}: " + ", ".join(
+            f"{name} {1 + statistics.fmean(record['measured'][name]):.2f} (ceiling "
+            f"{record['ceiling'][name].get(main_key, (math.nan,))[0]:.2f})" for name in engines),
+            file=sys.stderr, flush=True)
     header = [f"# The lossless ceiling on the real models: {pair.description}, T = {args.temperature}, "
               f"texts of {args.max_new_tokens} tokens", "",
               "Made by `python benchmarks/lossless_ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -202,7 +214,8 @@ def main(argv=None) -> int:
               + ", ".join(f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
               machine_description() + ".", "",
               "The ceiling: 1 + Σ_i u_i, u_i = Σ_{|z|=i} min(q(z), 1 − (1 − p(z))^K) (docs/bounds.md §6), "
-              "estimated at every start of the target's own text; no lossless rule with K i.i.d. drafts of "
+              "estimated at every start of each rule's output (a sample of the target); no lossless rule "
+              "with K i.i.d. drafts of "
               "L tokens emits more tokens per target call in one iteration, in expectation over the "
               "contexts it starts from.", ""]
     text = render(out, Ks, Ls, rules, args.main, header)

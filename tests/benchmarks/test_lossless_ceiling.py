@@ -1,6 +1,6 @@
 """benchmarks/lossless_ceiling.py end to end on the tiny model as target and draft: with draft =
 target every window's estimate is exactly 1 at every depth (P = Q), so the ceiling is L + 1 for
-every K and L, and every rule accepts every draft token (τ = L each iteration)."""
+every K and L, and every rule accepts every draft token (τ = L each iteration); the texts are the rules' outputs."""
 
 import json
 import subprocess
@@ -25,12 +25,14 @@ def test_script_ceiling_and_measured_on_draft_equal_target(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))
     (prompt,) = data["prompts"]
-    assert prompt["set"] == "humaneval" and len(prompt["text"]) == 10
-    # L = 16 exceeds the 10-token text: no window
-    assert sorted(prompt["ceiling"]) == ["1x2", "1x4", "3x2", "3x4"]
-    for key, (mean, depths) in prompt["ceiling"].items():
-        L = int(key.split("x")[1])
-        assert mean == pytest.approx(L + 1, abs=1e-12) and depths == pytest.approx([1.0] * L, abs=1e-12)
+    assert prompt["set"] == "humaneval" and sorted(prompt["texts"]) == ["bv", "spectr"]
+    assert all(len(text) == 10 for text in prompt["texts"].values())
+    for rule, ceiling in prompt["ceiling"].items():
+        # L = 16 exceeds the 10-token text: no window
+        assert sorted(ceiling) == ["1x2", "1x4", "3x2", "3x4"]
+        for key, (mean, depths) in ceiling.items():
+            L = int(key.split("x")[1])
+            assert mean == pytest.approx(L + 1, abs=1e-12) and depths == pytest.approx([1.0] * L, abs=1e-12)
     assert [r["K"] for r in data["rules"]] == [3, 1]
     assert all(t == 4 for taus in prompt["measured"].values() for t in taus)
     table = out.stdout.splitlines()
@@ -41,6 +43,7 @@ def test_script_ceiling_and_measured_on_draft_equal_target(tmp_path):
 
 @pytest.mark.parametrize("args,match", [
     (["--rules", "nope"], "--rules: "),
+    (["--rules", "spectr_gbv"], "--rules: 'spectr_gbv' is not lossless"),
     (["--main", "2by4"], "--main: expected KxL"),
     (["--K", "0"], "--K and --L must be >= 1"),
     (["--temperature", "0"], "--temperature must be >= 1e-4"),
