@@ -27,6 +27,9 @@ def register(subparsers) -> None:
     p.add_argument("--draft", type=existing_file, required=True, help="draft model file (JSON)")
     p.add_argument("--target", type=existing_file, required=True, help="target model file (JSON)")
     p.add_argument("--tokens", type=positive_int, default=None, help="N emitted tokens for the TV (default L + 2)")
+    p.add_argument("--cap", action="store_true",
+                   help="cap each block at the tokens still needed, as the engine does (S = max(1, min(L, N - n - 1)); "
+                   "proofs_check/BLOCK_CAP.md)")
     p.add_argument("--max-outcomes", type=positive_int, default=DEFAULT_MAX_OUTCOMES,
                    help="refuse when the estimated enumeration (draft configurations over all decode "
                    f"states, plus target sequences) exceeds this (default {DEFAULT_MAX_OUTCOMES:,})")
@@ -89,6 +92,8 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .cli_args import UsageError, text_stream, write_json
+    from oracle.prefix_match import prefix_match_bound
+
     from .exact import expected_tau, generation_law, target_law, total_variation
     from .rules import get_rule
 
@@ -100,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         start = time.perf_counter()
         e_tau = expected_tau(rule, draft, target, args.K, args.L)
-        gen = generation_law(rule, draft, target, args.K, args.L, n_tokens)
+        gen = generation_law(rule, draft, target, args.K, args.L, n_tokens, cap=args.cap)
+        ceiling = float(prefix_match_bound(draft.block_law(args.L), target.block_law(args.L), args.K).sum())
         tv = total_variation(gen.token_law, target_law(target, n_tokens))
         seconds = time.perf_counter() - start
     except ValueError as exc:  # e.g. a draft token the target gives no row for
@@ -112,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
         "tokens": n_tokens,
         "expected_accepted": e_tau,
         "block_efficiency": e_tau + 1.0,
+        "prefix_match_ceiling": ceiling + 1.0,
+        "capped_blocks": args.cap,
         "tv_to_target": tv,
         "lossless": tv <= 1e-12,
         "expected_target_calls": gen.expected_target_calls,
@@ -123,8 +131,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"rule {args.rule}  K={args.K}  L={args.L}", file=out)
     print(f"E[tau] (one iteration)          {e_tau:.12f}", file=out)
     print(f"block efficiency E[tau] + 1     {e_tau + 1:.12f}   (tokens per target call, one iteration)", file=out)
+    print(f"ceiling, any lossless rule      {ceiling + 1:.12f}   (1 + U(K, L), docs/bounds.md section 6)", file=out)
     print(f"TV(first {n_tokens} tokens, target)   {tv:.3e}   "
           f"({'lossless' if tv <= 1e-12 else 'NOT lossless'} at 1e-12)", file=out)
     print(f"expected target calls for {n_tokens} tokens  {gen.expected_target_calls:.12f}"
-          f"  ({gen.tokens_per_call:.6f} tokens per call)", file=out)
+          f"  ({gen.tokens_per_call:.6f} tokens per call{', capped blocks' if args.cap else ''})", file=out)
     return 0

@@ -81,3 +81,22 @@ def test_json_means_the_same_on_every_form(dest, capsys, tmp_path):
     text, blob = (out, (tmp_path / "e.json").read_text()) if dest == "file" else (err, out)
     assert json.loads(blob)["expected_accepted"] == pytest.approx(11 / 9, abs=1e-12)
     assert "E[tau] (one iteration)" in text
+
+
+def test_exact_ceiling_and_capped_blocks(capsys):
+    toy = ["--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json")]
+    out = run_json(capsys, "--rule", "kseq_gbv", "--K", "2", "--L", "2", *toy)
+    # docs/bounds.md §6: 1 + U(2, 2) = 1 + 134/81 on the toy, above the rule's block efficiency
+    assert out["prefix_match_ceiling"] == pytest.approx(1 + 134 / 81, abs=1e-12)
+    assert out["block_efficiency"] < out["prefix_match_ceiling"] and out["capped_blocks"] is False
+    # BV at L = 2, N = 5: the third iteration's block is capped (proofs_check/BLOCK_CAP.md),
+    # which saves drafts but not target calls in expectation; the law stays the target's
+    plain = run_json(capsys, "--rule", "bv", "--K", "1", "--L", "2", "--tokens", "5", *toy)
+    capped = run_json(capsys, "--rule", "bv", "--K", "1", "--L", "2", "--tokens", "5", "--cap", *toy)
+    assert capped["capped_blocks"] is True and capped["tv_to_target"] <= 1e-12
+    assert capped["expected_target_calls"] == pytest.approx(plain["expected_target_calls"], abs=1e-12)
+    # the capped path is taken: the released (lossy) rule's law moves under the cap
+    rel = [run_json(capsys, "--rule", "spectr_gbv", "--K", "2", "--L", "2", "--tokens", "5", *cap, *toy)
+           for cap in ([], ["--cap"])]
+    assert rel[0]["tv_to_target"] == pytest.approx(0.071458137577380, abs=1e-12)
+    assert rel[1]["tv_to_target"] == pytest.approx(0.065161987274747, abs=1e-12)
