@@ -202,11 +202,12 @@ def main(argv=None) -> int:
             record["ceiling"][name] = {f"{K}x{L}": v for (K, L), v in ceilings(q_tok, p_tok, Ks, Ls).items()}
             record["measured"][name] = [int(t) for t in result.taus_raw]
         out.append(record)
-        main_key = f"{args.main[0]}x{args.main[1]}"
-        print(f"{Path(s).name} {p}: " + ", ".join(
-            f"{name} {1 + statistics.fmean(record['measured'][name]):.2f} (ceiling "
-            f"{record['ceiling'][name].get(main_key, (math.nan,))[0]:.2f})" for name in engines),
-            file=sys.stderr, flush=True)
+        parts = []
+        for r in rules:
+            own = record["ceiling"][r["name"]].get(f"{r['K']}x{r['L']}", (math.nan,))[0]
+            parts.append(f"{r['name']} {1 + statistics.fmean(record['measured'][r['name']]):.2f} "
+                         f"(ceiling at K = {r['K']}: {own:.2f})")
+        print(f"{Path(s).name} {p}: " + ", ".join(parts), file=sys.stderr, flush=True)
     header = [f"# The lossless ceiling on the real models: {pair.description}, T = {args.temperature}, "
               f"texts of {args.max_new_tokens} tokens", "",
               "Made by `python benchmarks/lossless_ceiling.py " + " ".join(argv if argv is not None else sys.argv[1:])
