@@ -38,20 +38,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-DEFAULT_SETS = ["humaneval", "gsm8k", str(SHARED / "mgsm" / "mgsm_en.tsv"),
-                str(SHARED / "alpaca_eval" / "instructions.jsonl")]
-
-
-def _ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95 % t-interval over prompts (scipy.stats.t); NaN for n < 2."""
-    from scipy import stats
-
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan
-    return mean, float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the side-by-side benchmark's prompt sets and 95 % t-intervals over prompts, shared
+from engine_vs_assisted import DEFAULT_SETS, _ci  # noqa: E402
 
 
 def _fmt(mean: float, half: float) -> str:
