@@ -63,13 +63,14 @@ def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None
     """Every oracle value for one iteration after the empty context.
 
     Returns:
-        dict with bound_B, cic_optimum, cic_block_optimum, global_ot_optimum,
-        no_modification_optimum (accepted tokens per iteration), alpha_star (L = 1 only, else
-        None), and the solver statuses.
+        dict with bound_B, prefix_match_ceiling (U(K, L), docs/bounds.md §6), cic_optimum,
+        cic_block_optimum, global_ot_optimum, no_modification_optimum (accepted tokens per
+        iteration), alpha_star (L = 1 only, else None), and the solver statuses.
     """
     from reference.validation import check_positive_int
 
     from .bounds import alpha_star, bound_B
+    from .prefix_match import prefix_match_bound
     from .programs import cic_block_program, cic_program, global_ot, no_modification_lp
 
     K = check_positive_int(K, "K")
@@ -86,6 +87,7 @@ def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None
         "K": K,
         "L": L,
         "bound_B": bound_B(p_block, q_block, K),
+        "prefix_match_ceiling": float(prefix_match_bound(p_block, q_block, K).sum()),
         "cic_optimum": cic.optimum,
         "cic_block_optimum": cic_b.optimum,
         "global_ot_optimum": got.optimum,
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     write_json(args.json_file, json_safe(values), indent=None, allow_nan=False)
     out = text_stream(args)
     print(f"K={args.K}  L={args.L}   (accepted tokens per iteration)", file=out)
-    for key in ("bound_B", "cic_optimum", "cic_block_optimum", "global_ot_optimum", "no_modification_optimum",
+    for key in ("bound_B", "prefix_match_ceiling", "cic_optimum", "cic_block_optimum", "global_ot_optimum", "no_modification_optimum",
                 "alpha_star"):
         if values[key] is not None:
             shown = f"{values[key]:.10f}" if math.isfinite(values[key]) else "not reached"

@@ -92,8 +92,6 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from .cli_args import UsageError, text_stream, write_json
-    from oracle.prefix_match import prefix_match_bound
-
     from .exact import expected_tau, generation_law, target_law, total_variation
     from .rules import get_rule
 
@@ -106,7 +104,6 @@ def run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         e_tau = expected_tau(rule, draft, target, args.K, args.L)
         gen = generation_law(rule, draft, target, args.K, args.L, n_tokens, cap=args.cap)
-        ceiling = float(prefix_match_bound(draft.block_law(args.L), target.block_law(args.L), args.K).sum())
         tv = total_variation(gen.token_law, target_law(target, n_tokens))
         seconds = time.perf_counter() - start
     except ValueError as exc:  # e.g. a draft token the target gives no row for
@@ -118,7 +115,6 @@ def run(args: argparse.Namespace) -> int:
         "tokens": n_tokens,
         "expected_accepted": e_tau,
         "block_efficiency": e_tau + 1.0,
-        "prefix_match_ceiling": ceiling + 1.0,
         "capped_blocks": args.cap,
         "tv_to_target": tv,
         "lossless": tv <= 1e-12,
@@ -131,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"rule {args.rule}  K={args.K}  L={args.L}", file=out)
     print(f"E[tau] (one iteration)          {e_tau:.12f}", file=out)
     print(f"block efficiency E[tau] + 1     {e_tau + 1:.12f}   (tokens per target call, one iteration)", file=out)
-    print(f"ceiling, any lossless rule      {ceiling + 1:.12f}   (1 + U(K, L), docs/bounds.md section 6)", file=out)
     print(f"TV(first {n_tokens} tokens, target)   {tv:.3e}   "
           f"({'lossless' if tv <= 1e-12 else 'NOT lossless'} at 1e-12)", file=out)
     print(f"expected target calls for {n_tokens} tokens  {gen.expected_target_calls:.12f}"

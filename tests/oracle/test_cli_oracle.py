@@ -24,6 +24,7 @@ def test_oracle_toy_K2_L2():
     assert v["cic_block_optimum"] == pytest.approx(31 / 20, abs=1e-6)
     assert v["global_ot_optimum"] == pytest.approx(134 / 81, abs=1e-9)
     assert v["no_modification_optimum"] == pytest.approx(131 / 81, abs=1e-9)
+    assert v["prefix_match_ceiling"] == pytest.approx(134 / 81, abs=1e-12)  # docs/bounds.md §6: tight here
     assert v["alpha_star"] is None
 
 
@@ -31,6 +32,7 @@ def test_oracle_toy_L1_alpha_star():
     v = oracle_json(2, 1)
     assert v["alpha_star"] == pytest.approx(8 / 9, abs=1e-12)
     assert v["global_ot_optimum"] == pytest.approx(8 / 9, abs=1e-9)
+    assert v["prefix_match_ceiling"] == pytest.approx(8 / 9, abs=1e-12)
 
 
 def test_oracle_not_solved_is_null_in_json_and_exit_1():

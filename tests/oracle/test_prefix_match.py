@@ -33,6 +33,22 @@ def test_toy_exact_values():
     assert ot == pytest.approx(float(F(134, 81)), abs=1e-7)  # tight on the toy
 
 
+TOY_U = {(1, 1): F(2, 3), (1, 2): F(4, 3), (1, 3): F(50, 27), (2, 1): F(8, 9), (2, 2): F(134, 81),
+         (2, 3): F(1760, 729), (3, 1): F(1), (3, 2): F(1351, 729)}  # docs/toy.md §1
+
+
+@pytest.mark.parametrize("K,L", sorted(TOY_U))
+def test_toy_table(K, L):
+    assert prefix_match_bound(TOY_P.block_law(L), TOY_Q.block_law(L), K).sum() == pytest.approx(
+        float(TOY_U[(K, L)]), abs=1e-12)
+
+
+def test_strictly_above_the_global_ot_on_the_toy_at_K2_L3():
+    ot = global_ot(TOY_P.block_law(3), TOY_Q.block_law(3), 2, return_coupling=False).optimum
+    assert ot == pytest.approx(1708 / 729, abs=1e-7)
+    assert float(TOY_U[(2, 3)]) - ot > 0.07
+
+
 @pytest.mark.parametrize("L", [1, 2, 3])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_K1_is_B1(L, seed):
