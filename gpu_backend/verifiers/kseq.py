@@ -19,7 +19,9 @@ Solver: a fixed number of histogram refinements, no data-dependent iteration cou
 synchronisation.  At ρ inside a window [lo, hi] every token is either "above" (t = q/p ≥ ρ,
 contributing q − ρp to E) or "below" (contributing p − q/ρ to D); one pass bins the tokens by
 t into ``bins`` equal cells of the window (scatter_add of p and q), after which E and D, hence
-g, are exact at all bins + 1 cell edges.  The first valid edge and its left neighbour become the
+g, are exact at all bins + 1 cell edges.  Tokens outside the window go to DUMP_CELLS cells on
+each side, chosen by token id, and are summed after the pass: one cell per side made every
+scatter-add on a CPU wait for the previous one (a solve at V = 151,936 took 1.5x as long).  The first valid edge and its left neighbour become the
 next window.  3 passes of 4096 cells (6 of 64, or 12 of 8, at smaller V) resolve ρ* to
 (k − 1)·2^-36 ≈ 1.5e-11·(k − 1) (absolute), always on the valid side (the returned ρ is an edge
 where g ≤ 0).  A bisection to 1 ulp, like the reference's, would take ~53 passes over the
@@ -41,6 +43,19 @@ GRIDS = ((65536, (4096, 3)), (512, (64, 6)), (0, (8, 12)))  # (smallest V, (bins
 # chunk then stays in cache (16 rows of V = 151,936 at once took 7 ms per row, one at a time
 # ~4 ms).  On CUDA all rows go in one launch sequence.
 ROW_CHUNK_ELEMENTS = 1 << 18
+# Tokens outside the solver's window are binned into this many cells per side, not one (_solve).
+DUMP_CELLS = 64
+_DUMP_BOUNDS: dict = {}
+
+
+def _dump_bounds(V: int, bins: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """float64 [V] clamp bounds of ``_solve``'s cell coordinate: token j's lowest value is
+    j mod D (a cell below the window), its highest D + bins + 1 + j mod D (a cell above it)."""
+    key = (V, bins, str(device))
+    if key not in _DUMP_BOUNDS:
+        spread = (torch.arange(V, device=device) % DUMP_CELLS).to(torch.float64)
+        _DUMP_BOUNDS[key] = (spread, spread + (DUMP_CELLS + bins + 1))
+    return _DUMP_BOUNDS[key]
 
 
 def default_grid(V: int) -> tuple[int, int]:
@@ -167,16 +182,25 @@ def _solve(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: torch.Tenso
     u = torch.empty((N, V), dtype=torch.float64, device=device)  # scratch reused by every level (fresh big temporaries are slow)
     idx32 = torch.empty((N, V), dtype=torch.int32, device=device)
     idx = torch.empty((N, V), dtype=torch.int64, device=device)
+    D = DUMP_CELLS
+    floor_at, ceil_at = _dump_bounds(V, bins, device)
     for level in range(levels):
         width = (hi - lo).clamp_min(1e-300)
         scale = (bins / width).unsqueeze(1)
-        # cell c = floor((t − lo)·scale) + 1 ∈ 1..bins inside the window; 0: t < lo; bins+1: t ≥ hi.
+        # cell D + c, c = floor((t − lo)·scale) + 1 ∈ 1..bins inside the window.  Tokens outside
+        # (all but ~V/bins after the first level) are clamped to token-dependent bounds, so that
+        # they land in D cells per side (by token id mod D) instead of one: adding them all into
+        # one cell makes each scatter-add wait for the previous one on a CPU (6x slower at
+        # V = 151,936).  Cells 0..D hold t < lo, D + bins + 1 .. bins + 2D hold t ≥ hi.
         # float64 → int32 → int64: the direct float64 → int64 cast is ~20x slower on CPU.
-        torch.sub(t, (lo - width / bins).unsqueeze(1), out=u).mul_(scale).clamp_(0, bins + 1)
+        torch.sub(t, (lo - width / bins - D / scale[:, 0]).unsqueeze(1), out=u).mul_(scale)
+        torch.clamp(u, min=floor_at, max=ceil_at, out=u)
         idx.copy_(idx32.copy_(u))
-        sum_p = torch.zeros(N, bins + 2, dtype=torch.float64, device=device).scatter_add_(1, idx, p64)
-        sum_q = torch.zeros(N, bins + 2, dtype=torch.float64, device=device).scatter_add_(1, idx, q64)
-        sums = torch.stack([sum_p, sum_q], dim=1)  # [N, 2, bins+2], small
+        cells_p = torch.zeros(N, bins + 2 * D + 1, dtype=torch.float64, device=device).scatter_add_(1, idx, p64)
+        cells_q = torch.zeros_like(cells_p).scatter_add_(1, idx, q64)
+        binned = torch.stack([cells_p, cells_q], dim=1)  # [N, 2, bins + 2D + 1], small
+        sums = torch.cat([binned[:, :, :D + 1].sum(dim=2, keepdim=True), binned[:, :, D + 1:D + bins + 1],
+                          binned[:, :, D + bins + 1:].sum(dim=2, keepdim=True)], dim=2)  # [N, 2, bins+2]
         below = torch.cumsum(sums, dim=2)[:, :, : bins + 1]  # cells 0..e: t < edge e
         above = torch.flip(torch.cumsum(torch.flip(sums, [2]), dim=2), [2])[:, :, 1:]  # t ≥ edge e
         edges = lo.unsqueeze(1) + width.unsqueeze(1) * (cells / bins)  # [N, bins+1]

@@ -248,3 +248,26 @@ def test_rho_star_matches_60_digit_arithmetic_and_the_reference():
         for j in range(3):
             ref = reference_rho(P[j].to(dtype).double().numpy(), Q[j].to(dtype).double().numpy(), int(k[j]))
             assert abs(float(mine[j]) - ref) <= tol * ref, (dtype, j, float(mine[j]), ref)
+
+
+def test_rho_star_at_the_real_vocabulary_with_most_tokens_outside_the_window():
+    """V = 151,936, draft and target rows correlated as real models' are: after the first pass
+    nearly every token falls outside the window and is binned into the dump cells
+    (kseq.DUMP_CELLS per side); the root still matches the reference to 2e-10 (relative), and
+    the dump cells lie below and above the window's cells D + 1 .. D + bins."""
+    from gpu_backend.verifiers.kseq import DUMP_CELLS, _dump_bounds, rho_star
+    from reference.kseq import rho_star as reference_rho
+
+    V = 151_936
+    g = torch.Generator().manual_seed(3)
+    z = torch.randn(2, V, generator=g, dtype=torch.float64) * 3
+    P = torch.softmax(z + 0.5 * torch.randn(2, V, generator=g, dtype=torch.float64), -1)
+    Q = torch.softmax(z, -1)
+    for k in (2, 4):
+        mine = rho_star(P, Q, k)
+        for j in range(2):
+            ref = reference_rho(P[j].numpy(), Q[j].numpy(), k)
+            assert abs(float(mine[j]) - ref) <= 2e-10 * ref, (k, j, float(mine[j]), ref)
+    low, high = _dump_bounds(V, 4096, torch.device("cpu"))
+    assert low.min() == 0 and low.max() == DUMP_CELLS - 1
+    assert high.min() == DUMP_CELLS + 4097 and high.max() == 2 * DUMP_CELLS + 4096
