@@ -16,7 +16,9 @@ ill-conditioned — changing the rows by 1e-16 (e.g. how their sums round) moves
 to ~1e-10.
 
 Solver: a fixed number of histogram refinements, no data-dependent iteration count, no host
-synchronisation.  At ρ inside a window [lo, hi] every token is either "above" (t = q/p ≥ ρ,
+synchronisation.  On a CPU only, rows with one candidate (k ≤ 1, whose answer is the window's
+start) are picked out by reading k, which waits for no device, and take one pass instead
+(``_solve_some``): SpecTr's rows after the drafts diverge, MDBV-KSEQ's single-draft nodes.  At ρ inside a window [lo, hi] every token is either "above" (t = q/p ≥ ρ,
 contributing q − ρp to E) or "below" (contributing p − q/ρ to D); one pass bins the tokens by
 t into ``bins`` equal cells of the window (scatter_add of p and q), after which E and D, hence
 g, are exact at all bins + 1 cell edges.  Tokens outside the window go to DUMP_CELLS cells on
@@ -164,8 +166,27 @@ def threshold_scaled(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: t
     return torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts])
 
 
+def _solve_some(p64, q64, t, k, bins, levels, w):
+    """``_solve`` for CPU rows of which some have k ≤ 1: those in one pass, the others solved."""
+    N = t.shape[0]
+    ones = torch.ones(N, dtype=torch.float64)
+    theta = ones if w is None else ones / w.to(torch.float64).clamp_min(1e-300)
+    s = torch.minimum(p64, q64 / theta.unsqueeze(1)).sum(dim=1)
+    multi = torch.nonzero(k > 1)[:, 0]
+    if len(multi):
+        theta_m, s_m = _solve(p64[multi], q64[multi], t[multi], k[multi], bins, levels,
+                              None if w is None else w[multi])
+        theta, s = theta.index_put((multi,), theta_m), s.index_put((multi,), s_m)
+    return theta, s
+
+
 def _solve(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: torch.Tensor, bins: int,
            levels: int, w: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    if t.device.type == "cpu" and not bool((k > 1).all()):
+        # A row with one candidate has its answer at the window's start (θ = 1/w, ρ = 1): on a
+        # CPU, reading k costs nothing (no device to wait for), so such rows skip the passes
+        # and get β(1/w) = Σ min(p, w·q) in one; elsewhere every row takes the fixed passes.
+        return _solve_some(p64, q64, t, k, bins, levels, w)
     N, V = t.shape
     device = t.device
     kf = k.clamp_min(1).to(torch.float64)

@@ -271,3 +271,27 @@ def test_rho_star_at_the_real_vocabulary_with_most_tokens_outside_the_window():
     low, high = _dump_bounds(V, 4096, torch.device("cpu"))
     assert low.min() == 0 and low.max() == DUMP_CELLS - 1
     assert high.min() == DUMP_CELLS + 4097 and high.max() == 2 * DUMP_CELLS + 4096
+
+
+def test_single_candidate_rows_skip_the_passes_on_cpu_with_the_same_answer():
+    """A batch mixing k ≤ 1 and k ≥ 2 rows (kseq._solve_some, CPU only): a k ≤ 1 row gets
+    θ = 1/w and s = β(1/w) = Σ min(p, w·q) without the passes; a k ≥ 2 row gets what solving it
+    alone (every row k ≥ 2: the fixed passes) gives, bit for bit."""
+    from gpu_backend.verifiers.kseq import ratios, rho_star, threshold_scaled
+
+    rng = np.random.default_rng(11)
+    P = rng.dirichlet(np.ones(50), size=4)
+    Q = rng.dirichlet(np.ones(50), size=4)
+    k = torch.tensor([1, 3, 0, 2])
+    w = torch.tensor([0.5, 0.7, 1.0, 0.3], dtype=torch.float64)
+    rows = ratios(torch.tensor(P), torch.tensor(Q))
+    theta, s = threshold_scaled(*rows, k, w)
+    for j in (0, 2):
+        assert float(theta[j]) == pytest.approx(1 / float(w[j]), rel=1e-15)
+        assert float(s[j]) == pytest.approx(np.minimum(P[j], float(w[j]) * Q[j]).sum(), abs=1e-15)
+    for j in (1, 3):
+        alone = threshold_scaled(*(r[j:j + 1] for r in rows), k[j:j + 1], w[j:j + 1])
+        assert float(theta[j]) == float(alone[0][0]) and float(s[j]) == float(alone[1][0])
+        assert float(theta[j]) > 1 / float(w[j])  # a real root, not the window's start
+    rho = rho_star(torch.tensor(P), torch.tensor(Q), k)
+    assert float(rho[0]) == 1.0 and float(rho[2]) == 1.0 and float(rho[1]) > 1.0
