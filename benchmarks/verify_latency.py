@@ -24,9 +24,10 @@ Usage:
                                         [--max-gb 3] [--threads 1] [--device cpu|cuda|all]
                                         [--rules spectr ...] [--K 2 3] [--L 4 8]
 
-Figures on this machine (1 thread, float32, B = 1, V = 151,936): SpecTr 15-45 ms (9-26 % of
-170 ms; L solves of ρ* at ~4 ms each), SpecTr-GBV 0.25-0.6× SpecTr for K = 3, 7 (1.4-2.4× at
-K = 1, where SpecTr needs no ρ*), K-SEQ-GBV 0.2-0.65× SpecTr (≤ 7.6 % of 170 ms).
+Figures (1 thread, float32, B = 1, V = 151,936): benchmarks/VERIFY_MDBV_KSEQ.md; with the K-SEQ
+solver of 2026-12-01, SpecTr 4.5-11 ms at K = 2-4, L = 4-8 (2.6-6.6 % of 170 ms), where these
+rows' drafts diverge at the first position and the later depths' single-draft rows skip the
+solver's passes on a CPU; up to L solves of ρ* at ~2 ms each when the drafts share a prefix.
 """
 
 from __future__ import annotations
