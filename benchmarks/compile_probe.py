@@ -41,19 +41,22 @@ def decode_steps(model, forward, context, steps: int) -> list[float]:
 
 
 def main(argv=None) -> int:
+    from reference.cli_args import dtype_name, output_file, positive_int
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="draft")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--dtype", type=dtype_name, default="bfloat16")
     parser.add_argument("--quant", choices=["none", "int8"], default="none",
                         help="int8: torch's dynamic int8 linear layers (gpu_backend/draft_quant.py), float32 weights")
-    parser.add_argument("--context", type=int, default=160, help="cached context tokens before the steps")
-    parser.add_argument("--steps", type=int, default=12, help="decode steps per repetition (the first 2 are dropped)")
-    parser.add_argument("--reps", type=int, default=3, help="interleaved repetitions of eager and compiled")
-    parser.add_argument("--md", default=None)
+    parser.add_argument("--context", type=positive_int, default=160, help="cached context tokens before the steps")
+    parser.add_argument("--steps", type=positive_int, default=12,
+                        help="decode steps per repetition (>= 3; the first 2 are dropped)")
+    parser.add_argument("--reps", type=positive_int, default=3, help="interleaved repetitions of eager and compiled")
+    parser.add_argument("--md", type=output_file, default=None)
     args = parser.parse_args(argv)
-    if args.context < 1 or args.steps < 3 or args.reps < 1:
-        parser.error("--context must be >= 1, --steps >= 3 and --reps >= 1")
-    if args.quant == "int8" and args.dtype != "float32":
+    if args.steps < 3:
+        parser.error(f"--steps must be >= 3 (the first 2 steps of each repetition are dropped), got {args.steps}")
+    if args.quant == "int8" and args.dtype not in ("float32", "float"):
         parser.error("--quant int8 needs --dtype float32 (the dynamic int8 kernels quantise float32 weights)")
 
     import torch
@@ -62,7 +65,10 @@ def main(argv=None) -> int:
     from gpu_backend.draft_quant import quantize_draft
     from gpu_backend.weights import load_causal_lm
 
-    model, _ = load_causal_lm(args.model, args.dtype)
+    try:
+        model, _ = load_causal_lm(args.model, args.dtype)
+    except (OSError, ValueError) as e:
+        parser.error(f"--model: cannot load {args.model!r}: {e}")
     if args.quant == "int8":
         model = quantize_draft(model, "int8")
     context = torch.randint(0, min(1000, model.config.vocab_size), (1, args.context),

@@ -136,6 +136,7 @@ def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
         for r in rules:
             K, L, name = r["K"], r["L"], r["name"]
             ceil_all = [p["ceiling"][name][f"{K}x{L}"][0] for p in prompts if f"{K}x{L}" in p["ceiling"][name]]
+            ceil_all_text = f"{statistics.fmean(ceil_all):.2f}" if ceil_all else "n/a"
             pairs = [iteration_pairs(p["q_token"][name], p["p_token"][name], p["measured"][name], K, L)
                      for p in prompts]
             pairs = [(c, m) for c, m in pairs if len(c)]
@@ -149,48 +150,36 @@ def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
             lines.append(f"| `{name}`{modifies} | {K} | {L} | {len(meas)} | {statistics.fmean(meas):.2f} | "
                          f"{statistics.fmean(ceil):.2f} | {_fmt(*_ci(diff))} | "
                          f"{statistics.fmean(meas) / statistics.fmean(ceil):.3f} | "
-                         f"{statistics.fmean(ceil_all):.2f} |")
+                         f"{ceil_all_text} |")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
+    from reference.cli_args import dtype_name, output_file, positive_int, temperature_value
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--prompts", type=int, default=8, help="prompts per set")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="length of each sampled text")
+    parser.add_argument("--prompts", type=positive_int, default=8, help="prompts per set")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=64, help="length of each rule's output")
     parser.add_argument("--datasets", nargs="+", default=None)
-    parser.add_argument("--K", type=int, nargs="+", default=[1, 2, 3, 4])
-    parser.add_argument("--L", type=int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 16, 20])
+    parser.add_argument("--K", type=positive_int, nargs="+", default=[1, 2, 3, 4],
+                        help="drafts of the ceiling table (each rule's own K is added)")
+    parser.add_argument("--L", type=positive_int, nargs="+", default=[1, 2, 3, 4, 6, 8, 12, 16, 20],
+                        help="block lengths of the ceiling table (--main's L is added)")
     parser.add_argument("--rules", nargs="+", default=["spectr", "traversal", "bv", "sd"],
                         help="lossless rules run by the engine, whose outputs are the texts (K from --main "
                              "for a multi-draft rule, 1 for a single-draft one; L from --main)")
     parser.add_argument("--main", type=_shape, default=(2, 4), help="KxL of the per-set table and the rules")
-    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--temperature", type=temperature_value, default=0.7)
     parser.add_argument("--target", default="target")
     parser.add_argument("--draft", default="draft")
-    parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--json", default=None)
-    parser.add_argument("--md", default=None)
+    parser.add_argument("--dtype", type=dtype_name, default="bfloat16")
+    parser.add_argument("--json", type=output_file, default=None)
+    parser.add_argument("--md", type=output_file, default=None)
     parser.add_argument("--from-json", default=None,
                         help="re-render the tables from a --json file of an earlier run (no models)")
     args = parser.parse_args(argv)
-    if args.from_json:
-        try:
-            data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
-            saved = data["args"]
-            text = render(data["prompts"], sorted(set(saved["K"])), sorted(set(saved["L"])), data["rules"],
-                          tuple(saved["main"]), data["header"])
-        except (OSError, ValueError, KeyError, TypeError) as e:  # json's decode error is a ValueError
-            parser.error(f"--from-json: cannot read a run from {args.from_json}: {e!r}")
-        print(text, flush=True)
-        if args.md:
-            Path(args.md).write_text(text + "\n", encoding="utf-8")
-        return 0
-    if args.prompts < 1 or args.max_new_tokens < 1:
-        parser.error("--prompts and --max-new-tokens must be >= 1")
-    if min(args.K) < 1 or min(args.L) < 1:
-        parser.error("--K and --L must be >= 1")
-    if args.temperature < 1e-4:
-        parser.error(f"--temperature must be >= 1e-4, got {args.temperature}")
+    if args.from_json is not None:
+        return rerender(parser, args)
     from reference.rules import registry
 
     for name in args.rules:
@@ -200,27 +189,37 @@ def main(argv=None) -> int:
             parser.error(f"--rules: {e}")
         if not lossless:
             parser.error(f"--rules: {name!r} is not lossless: its output is not a sample of the target")
-    Ks, Ls = sorted(set(args.K)), sorted(set(args.L))
+    rules = [dict(name=n, K=1 if registry.is_single_draft(n) else args.main[0], L=args.main[1],
+                  modifies_targets=registry.spec(n).modifies_targets) for n in args.rules]
+    # every shape the tables show must be in the grid
+    Ks = sorted(set(args.K) | {r["K"] for r in rules} | {args.main[0]})
+    Ls = sorted(set(args.L) | {args.main[1]})
+
+    from gpu_backend.prompts import encode_prompt, load_prompts
+
+    sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]
+    try:  # before any model is loaded
+        texts = [(s, p, text) for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
+    except (OSError, ValueError) as e:
+        parser.error(f"--datasets: {e}")
 
     import torch
 
     from gpu_backend.autoconfig import teacher_forced_rows
     from gpu_backend.bench_run import machine_description
     from gpu_backend.engine import SpeculativeEngine
-    from gpu_backend.model_pair import load_pair
-    from gpu_backend.prompts import encode_prompt, load_prompts
+    from gpu_backend.model_pair import ModelLoadError, load_pair
     from gpu_backend.sampling import SamplingConfig
 
-    sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]
-    pair = load_pair(args.target, args.draft, args.dtype)
+    try:
+        pair = load_pair(args.target, args.draft, args.dtype)
+    except ModelLoadError as e:
+        parser.error(f"--{e.role}: {e}")
     sampling = SamplingConfig(args.temperature)
-    rules = [dict(name=n, K=1 if registry.is_single_draft(n) else args.main[0], L=args.main[1],
-                  modifies_targets=registry.spec(n).modifies_targets) for n in args.rules]
     engines = {r["name"]: SpeculativeEngine(pair.target, pair.draft, rule=r["name"], K=r["K"], L=r["L"],
                                             sampling=sampling, eos_token_ids=pair.eos, cap_blocks=False)
                for r in rules}
-    prompts = [(s, p, encode_prompt(pair.tokenizer, text))
-               for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
+    prompts = [(s, p, encode_prompt(pair.tokenizer, text)) for s, p, text in texts]
     out = []
     for n_prompt, (s, p, ids) in enumerate(prompts):
         seed = 1000 + n_prompt
@@ -253,13 +252,32 @@ def main(argv=None) -> int:
               "with K i.i.d. drafts of "
               "L tokens emits more tokens per target call in one iteration, in expectation over the "
               "contexts it starts from.", ""]
+    if args.json:  # first: the raw data is the costly part
+        Path(args.json).write_text(json.dumps(dict(args=vars(args), grid=dict(K=Ks, L=Ls), header=header,
+                                                   rules=rules, prompts=out)), encoding="utf-8")
     text = render(out, Ks, Ls, rules, args.main, header)
     print(text, flush=True)
     if args.md:
         Path(args.md).write_text(text + "\n", encoding="utf-8")
-    if args.json:
-        Path(args.json).write_text(json.dumps(dict(args={k: v for k, v in vars(args).items()}, header=header,
-                                                   rules=rules, prompts=out)), encoding="utf-8")
+    return 0
+
+
+def rerender(parser, args) -> int:
+    """``--from-json``: the tables of a saved run, no models."""
+    try:
+        data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        grid = data.get("grid") or data["args"]  # runs saved before the grid was stored: the flags
+        header = data["header"]
+        if not isinstance(header, list) or not all(isinstance(line, str) for line in header):
+            raise ValueError("header must be a list of lines")
+        text = render(data["prompts"], sorted(set(grid["K"])), sorted(set(grid["L"])), data["rules"],
+                      tuple(data["args"]["main"]), header)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError,
+            statistics.StatisticsError) as e:  # json's decode error is a ValueError
+        parser.error(f"--from-json: cannot read a run from {args.from_json}: {e!r}")
+    print(text, flush=True)
+    if args.md:
+        Path(args.md).write_text(text + "\n", encoding="utf-8")
     return 0
 
 

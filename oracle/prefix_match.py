@@ -23,24 +23,48 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from reference.validation import check_positive_int
-
 from .bounds import check_block_pair, prefix_marginals
 
 __all__ = ["prefix_match_bound", "prefix_match_bound_estimate", "drafted_probability"]
 
+# Above this a count can no longer be a float exactly; no draft count or block length gets near.
+MAX_COUNT = 2**53
 
-def drafted_probability(p: np.ndarray, K: int) -> np.ndarray:
+
+def _check_count(value, name: str) -> int:
+    """An integer in [1, MAX_COUNT] (K, L, segment lengths), else a ValueError naming ``name``."""
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not ok and isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        value, ok = int(value), True
+    if not ok or not 1 <= int(value) <= MAX_COUNT:
+        raise ValueError(f"{name} must be an integer in [1, 2**53], got {value!r}")
+    return int(value)
+
+
+def drafted_probability(p, K: int) -> np.ndarray:
     """1 − (1 − p)^K, the probability that a prefix of draft probability p is among K i.i.d.
     drafts, computed as −expm1(K·log1p(−p)) so that p ≈ 1e-12 keeps its digits.
 
     Args:
-        p: float array of probabilities in [0, 1].
-        K: number of drafts, integer ≥ 1.
+        p: float array (or scalar) of probabilities in [0, 1].
+        K: number of drafts, integer in [1, 2**53].
     Returns:
         float64 array of p's shape, in [0, 1].
+    Raises:
+        ValueError: naming the argument: p not real, NaN/inf or outside [0, 1]; K not such an
+            integer.
     """
-    p = np.asarray(p, dtype=np.float64)
+    K = _check_count(K, "K")
+    p = np.asarray(p)
+    if not (np.issubdtype(p.dtype, np.floating) or np.issubdtype(p.dtype, np.integer)) or p.dtype == bool:
+        raise ValueError(f"p: expected real probabilities, got dtype {p.dtype}")
+    p = p.astype(np.float64)
+    if not np.all(np.isfinite(p)) or np.any(p < 0) or np.any(p > 1):
+        raise ValueError("p: probabilities must be finite and lie in [0, 1]")
+    return _drafted(p, K)
+
+
+def _drafted(p: np.ndarray, K: int) -> np.ndarray:
     with np.errstate(divide="ignore"):  # p = 1: log1p(−1) = −inf, and −expm1(−inf) = 1 exactly
         return -np.expm1(K * np.log1p(-p))
 
@@ -57,11 +81,12 @@ def prefix_match_bound(p_block: np.ndarray, q_block: np.ndarray, K: int) -> np.n
         float64 [L]; ``u.sum()`` = U(K, L) bounds E[τ] (accepted tokens per iteration), and
         1 + U bounds the block efficiency.  U(1, L) = B(1, L) = GBV's E[τ].
     Raises:
-        ValueError: naming the argument, on invalid block laws, a shape mismatch or K < 1.
+        ValueError: naming the argument, on invalid block laws, a shape mismatch or K not an
+            integer in [1, 2**53].
     """
-    K = check_positive_int(K, "K")
+    K = _check_count(K, "K")
     p, q = check_block_pair(p_block, q_block)
-    return np.array([float(np.minimum(qz, drafted_probability(pz, K)).sum())
+    return np.array([float(np.minimum(qz, _drafted(pz, K)).sum())
                      for pz, qz in zip(prefix_marginals(p), prefix_marginals(q))])
 
 
@@ -99,35 +124,55 @@ def prefix_match_bound_estimate(q_token, p_token, segments, K: int, L: int) -> n
         q_token: float [T], the target's (processed, e.g. tempered) probability of each token of
             the text given the text before it; > 0, since the text is sampled from it.
         p_token: float [T], the draft's probability of the same tokens, in [0, 1].
-        segments: ints, lengths of the texts concatenated in q_token (windows stay inside one).
-        K: number of drafts, integer ≥ 1.
-        L: block length, integer ≥ 1; windows start at s with s + L ≤ the segment's length.
+        segments: ints ≥ 1, lengths of the texts concatenated in q_token (windows stay inside
+            one).
+        K: number of drafts, integer in [1, 2**53].
+        L: block length, integer in [1, 2**53]; windows start at s with s + L ≤ the segment's
+            length.
     Returns:
         float64 [W, L], W windows in order of segment and start; entry [w, i − 1] estimates
-        P(τ ≥ i) ≤ u_i at window w's context.  Values are in [0, 1].
+        P(τ ≥ i) ≤ u_i at window w's context.  Values are in [0, 1] (one window's values need
+        not decrease with i; their expectations do); computed in logs, so products that
+        underflow a float64 keep their ratio.
     Raises:
         ValueError: naming the argument: non-1-d, NaN/inf or out-of-[0, 1] probabilities, a zero
             target probability, q_token/p_token of different lengths, segments that are not
-            positive or do not sum to T, K < 1, L < 1, or no segment of length ≥ L.
+            positive integers or do not sum to T, K or L not an integer in [1, 2**53], or L
+            longer than every segment.
     """
-    K = check_positive_int(K, "K")
-    L = check_positive_int(L, "L")
+    K = _check_count(K, "K")
+    L = _check_count(L, "L")
     q = _check_token_probs(q_token, "q_token", positive=True)
     p = _check_token_probs(p_token, "p_token", positive=False)
     if q.shape != p.shape:
         raise ValueError(f"p_token: length {p.size} differs from q_token's {q.size}")
-    segments = [int(s) for s in segments]
-    if any(s < 1 for s in segments) or sum(segments) != q.size:
-        raise ValueError(f"segments: {segments} must be positive and sum to T = {q.size}")
-    out, start = [], 0
+    if isinstance(segments, (str, bytes, dict)) or not hasattr(segments, "__iter__"):
+        raise ValueError(f"segments: expected a sequence of text lengths, got {segments!r}")
+    segments = list(segments)
     for length in segments:
+        if isinstance(length, (bool, np.bool_)) or not isinstance(length, (int, np.integer)) or length < 1:
+            raise ValueError(f"segments: lengths must be integers >= 1, got {segments!r}")
+    if sum(int(x) for x in segments) != q.size:
+        raise ValueError(f"segments: {segments} must sum to T = {q.size}")
+    if all(int(x) < L for x in segments):
+        raise ValueError(f"L = {L} exceeds every text's length (segments {segments}): no window")
+    log_q, log_p = np.log(q), _log0(p)
+    out, start = [], 0
+    for length in map(int, segments):
         if length >= L:
-            qw = np.cumprod(sliding_window_view(q[start:start + length], L), axis=1)
-            pw = np.cumprod(sliding_window_view(p[start:start + length], L), axis=1)
-            # Q can underflow to 0 only for an astronomically unlikely text; 1 keeps the bound
-            ratio = np.divide(drafted_probability(pw, K), qw, out=np.ones_like(qw), where=qw > 0)
-            out.append(np.minimum(1.0, ratio))
+            # in logs, so that products of many small probabilities neither underflow to 0/0
+            # nor lose the draft's side: log r = log(1 − (1 − P)^K), ≈ log K + log P below e^-700
+            lq = np.cumsum(sliding_window_view(log_q[start:start + length], L), axis=1)
+            lp = np.cumsum(sliding_window_view(log_p[start:start + length], L), axis=1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                big = lp > -700.0
+                log_r = np.where(big, _log0(_drafted(np.exp(np.where(big, lp, 0.0)), K)), np.log(K) + lp)
+            out.append(np.exp(np.minimum(0.0, log_r - lq)))
         start += length
-    if not out:
-        raise ValueError(f"segments: no text has at least L = {L} tokens (lengths {segments})")
     return np.concatenate(out, axis=0)
+
+
+def _log0(a: np.ndarray) -> np.ndarray:
+    """log with log 0 = −inf, without the warning."""
+    with np.errstate(divide="ignore"):
+        return np.log(a)

@@ -11,8 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--steps", "2"], "--steps >= 3"),
-    (["--context", "0"], "--context must be >= 1"),
+    (["--steps", "2"], "--steps must be >= 3"),
+    (["--context", "0"], "argument --context: must be >= 1"),
+    (["--reps", "1.5"], "argument --reps"),
+    (["--dtype", "foo"], "argument --dtype: must be one of"),
+    (["--md", "/nonexistent/p.md"], "argument --md: cannot write"),
     (["--quant", "int8", "--dtype", "bfloat16"], "--quant int8 needs --dtype float32"),
     (["--quant", "int4"], "invalid choice: 'int4'"),
 ])

@@ -20,11 +20,13 @@ def test_script_ceiling_and_measured_on_draft_equal_target(tmp_path):
     out = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "lossless_ceiling.py"), "--prompts", "1", "--datasets",
          "humaneval", "--max-new-tokens", "10", "--target", "tiny", "--draft", "tiny", "--dtype", "float32",
-         "--K", "1", "3", "--L", "2", "4", "16", "--rules", "spectr", "bv", "--main", "3x4",
+         "--K", "1", "--L", "2", "16", "--rules", "spectr", "bv", "--main", "3x4",
          "--json", str(tmp_path / "c.json"), "--md", str(tmp_path / "c.md")],
         cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads((tmp_path / "c.json").read_text(encoding="utf-8"))
+    # --main's K and L join the grid, so that every table has its shape
+    assert data["grid"] == {"K": [1, 3], "L": [2, 4, 16]}
     (prompt,) = data["prompts"]
     assert prompt["set"] == "humaneval" and sorted(prompt["texts"]) == ["bv", "spectr"]
     assert all(len(text) == 10 for text in prompt["texts"].values())
@@ -73,15 +75,35 @@ def test_from_json_rerenders_the_tables(tmp_path):
     assert "| `spectr` | 2 | 3 | 2 | 4.00 | 4.00 | 0.00 | 1.000 | 4.00 |" in again.stdout.splitlines()
 
 
+@pytest.mark.parametrize("content", ['{"args": {}, "header": [], "rules": [], "prompts": []}',
+                                     '{"args": {"K": [1], "L": [2], "main": [1, 2]}, "header": "x", "rules": [], '
+                                     '"prompts": []}',
+                                     '{"args": {"K": [1], "L": [2], "main": [1, 2]}, "header": [], '
+                                     '"rules": [{"name": "sd", "K": 1, "L": 2}], "prompts": [{"ceiling": []}]}',
+                                     '[1, 2]', 'not json'])
+def test_from_json_of_the_wrong_shape_is_one_line_exit_2(tmp_path, content):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content, encoding="utf-8")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lossless_ceiling.py"), "--from-json", str(bad)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "--from-json: cannot read a run from" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 @pytest.mark.parametrize("args,match", [
     (["--rules", "nope"], "--rules: "),
     (["--rules", "spectr_gbv"], "--rules: 'spectr_gbv' is not lossless"),
     (["--main", "2by4"], "--main: expected KxL"),
-    (["--K", "0"], "--K and --L must be >= 1"),
-    (["--temperature", "0"], "--temperature must be >= 1e-4"),
+    (["--K", "0"], "argument --K: must be >= 1, got 0"),
+    (["--temperature", "0"], "argument --temperature: must be > 0"),
+    (["--temperature", "nan"], "argument --temperature: must be a finite number"),
+    (["--dtype", "foo"], "argument --dtype: must be one of"),
+    (["--md", "/nonexistent/c.md"], "argument --md: cannot write /nonexistent/c.md"),
+    (["--datasets", "/nonexistent/prompts.jsonl"], "--datasets: "),
     (["--from-json", "/nonexistent/c.json"], "--from-json: cannot read a run from /nonexistent/c.json"),
 ])
 def test_bad_arguments_are_one_line_exit_2(args, match):
+    """Each refused before any model is loaded: one line naming the flag, exit 2."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lossless_ceiling.py"), *args],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and match in out.stderr and "Traceback" not in out.stderr

@@ -135,9 +135,28 @@ def test_estimator_hand_values_and_windows():
     assert prefix_match_bound_estimate(q, p, [2, 8], 1, 3).shape == (6, 3)
 
 
-def test_drafted_probability_keeps_small_values():
+def test_drafted_probability_keeps_small_values_and_checks_its_arguments():
     assert drafted_probability(1e-12, 3) == pytest.approx(3e-12, rel=1e-9)
     assert drafted_probability(1.0, 2) == 1.0 and drafted_probability(0.0, 2) == 0.0
+    for p, K, match in ((2.0, 1, "p: probabilities must be finite"), (float("nan"), 1, "p: "),
+                        (-0.5, 1, "p: "), (0.5, -1, "K must be"), (0.5, "2", "K must be"),
+                        (0.5, 0.5, "K must be"), (True, 1, "p: expected real")):
+        with pytest.raises(ValueError, match=match):
+            drafted_probability(p, K)
+
+
+def test_estimator_keeps_ratios_of_products_that_underflow():
+    """Q = (1e-200)^2 and P = (1e-250)^2 underflow a float64; in logs the estimate is still
+    min(1, K·P/Q) = 4e-100 at depth 2, and 0 where the draft gives the token no mass."""
+    est = prefix_match_bound_estimate(np.full(3, 1e-200), np.full(3, 1e-250), [3], K=4, L=2)
+    np.testing.assert_allclose(est[:, 0], 4e-50, rtol=1e-12)
+    np.testing.assert_allclose(est[:, 1], 4e-100, rtol=1e-12)
+    zero = prefix_match_bound_estimate(np.full(3, 1e-200), np.zeros(3), [3], K=1, L=2)
+    np.testing.assert_array_equal(zero, 0.0)
+    rng = np.random.default_rng(4)
+    est = prefix_match_bound_estimate(rng.uniform(1e-3, 1, 40), rng.uniform(0, 1, 40), [40], K=3, L=6)
+    # each window's estimate lies in [0, 1]; only its expectation is non-increasing in depth
+    assert np.all((est >= 0) & (est <= 1)) and np.any(np.diff(est, axis=1) > 0.1)
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -147,9 +166,19 @@ def test_drafted_probability_keeps_small_values():
     (dict(p_token=[0.5]), "p_token: length 1 differs"),
     (dict(segments=[1]), "segments: .* sum to T = 2"),
     (dict(segments=[0, 2]), "segments"),
-    (dict(K=0), "K must be an integer >= 1"),
-    (dict(L=0), "L must be an integer >= 1"),
-    (dict(L=3), "segments: no text has at least L = 3"),
+    (dict(K=0), r"K must be an integer in \[1, 2\*\*53\], got 0"),
+    (dict(L=0), "L must be an integer in"),
+    (dict(K=None), "K must be an integer in"),
+    (dict(K=10**400), "K must be an integer in"),
+    (dict(K=float("nan")), "K must be an integer in"),
+    (dict(K=2.5), "K must be an integer in"),
+    (dict(K=True), "K must be an integer in"),
+    (dict(L=3), "L = 3 exceeds every text's length"),
+    (dict(segments=[1.5, 0.5]), "segments: lengths must be integers >= 1"),
+    (dict(segments=[True, True]), "segments: lengths must be integers >= 1"),
+    (dict(segments=["2"]), "segments: lengths must be integers >= 1"),
+    (dict(segments=2), "segments: expected a sequence of text lengths"),
+    (dict(segments={2: 1}), "segments: expected a sequence of text lengths"),
     (dict(q_token=[[0.5, 0.5]]), "q_token: expected a non-empty 1-d array"),
 ])
 def test_estimator_errors(kwargs, match):
