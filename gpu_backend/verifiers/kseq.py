@@ -16,18 +16,19 @@ ill-conditioned — changing the rows by 1e-16 (e.g. how their sums round) moves
 to ~1e-10.
 
 Solver: a fixed number of histogram refinements, no data-dependent iteration count, no host
-synchronisation.  On a CPU only, rows with one candidate (k ≤ 1, whose answer is the window's
-start) are picked out by reading k, which waits for no device, and take one pass instead
-(``_solve_some``): SpecTr's rows after the drafts diverge, MDBV-KSEQ's single-draft nodes.  At ρ inside a window [lo, hi] every token is either "above" (t = q/p ≥ ρ,
+synchronisation.  At ρ inside a window [lo, hi] every token is either "above" (t = q/p ≥ ρ,
 contributing q − ρp to E) or "below" (contributing p − q/ρ to D); one pass bins the tokens by
 t into ``bins`` equal cells of the window (scatter_add of p and q), after which E and D, hence
 g, are exact at all bins + 1 cell edges.  Tokens outside the window go to DUMP_CELLS cells on
 each side, chosen by token id, and are summed after the pass: one cell per side made every
-scatter-add on a CPU wait for the previous one (a solve at V = 151,936 took 1.5x as long).  The first valid edge and its left neighbour become the
-next window.  3 passes of 4096 cells (6 of 64, or 12 of 8, at smaller V) resolve ρ* to
-(k − 1)·2^-36 ≈ 1.5e-11·(k − 1) (absolute), always on the valid side (the returned ρ is an edge
-where g ≤ 0).  A bisection to 1 ulp, like the reference's, would take ~53 passes over the
-vocabulary per solve.
+scatter-add on a CPU wait for the previous one (a solve at V = 151,936 took 1.5x as long).
+The first valid edge and its left neighbour become the next window.  3 passes of 4096 cells
+(6 of 64, or 12 of 8, at smaller V) resolve ρ* to (k − 1)·2^-36 ≈ 1.5e-11·(k − 1) (absolute),
+always on the valid side (the returned ρ is an edge where g ≤ 0).  A bisection to 1 ulp, like
+the reference's, would take ~53 passes over the vocabulary per solve.  On a CPU only, rows with
+one candidate (k ≤ 1, whose answer is the window's start) are picked out by reading k, which
+waits for no device there, and take one pass instead (``_solve_some``): SpecTr's rows after
+the drafts diverge, MDBV-KSEQ's single-draft nodes.
 
 Conventions of the reference kept: k = 1 → ρ = 1; g(1) ≤ 0 (e.g. p = q) → ρ = 1; disjoint
 supports (β(1) = 0, where every ρ is a root) → ρ = 1.
