@@ -19,14 +19,15 @@ Solver: a fixed number of histogram refinements, no data-dependent iteration cou
 synchronisation.  At ρ inside a window [lo, hi] every token is either "above" (t = q/p ≥ ρ,
 contributing q − ρp to E) or "below" (contributing p − q/ρ to D); one pass bins the tokens by
 t into ``bins`` equal cells of the window (scatter_add of p and q), after which E and D, hence
-g, are exact at all bins + 1 cell edges.  Tokens outside the window go to DUMP_CELLS cells on
-each side, chosen by token id, and are summed after the pass: one cell per side made every
-scatter-add on a CPU wait for the previous one (a solve at V = 151,936 took 1.5x as long).
+g, are exact at all bins + 1 cell edges.  At V ≥ LARGE_V, tokens outside the window go to
+DUMP_CELLS cells on each side, chosen by token id, and are summed after the pass: one cell per
+side made every scatter-add on a CPU wait for the previous one (a solve at V = 151,936 took
+1.5x as long).
 The first valid edge and its left neighbour become the next window.  3 passes of 4096 cells
 (6 of 64, or 12 of 8, at smaller V) resolve ρ* to (k − 1)·2^-36 ≈ 1.5e-11·(k − 1) (absolute),
 always on the valid side (the returned ρ is an edge where g ≤ 0).  A bisection to 1 ulp, like
-the reference's, would take ~53 passes over the vocabulary per solve.  On a CPU only, rows with
-one candidate (k ≤ 1, whose answer is the window's start) are picked out by reading k, which
+the reference's, would take ~53 passes over the vocabulary per solve.  On a CPU at V ≥ LARGE_V
+only, rows with one candidate (k ≤ 1, whose answer is the window's start) are picked out by reading k, which
 waits for no device there, and take one pass instead (``_solve_some``): SpecTr's rows after
 the drafts diverge, MDBV-KSEQ's single-draft nodes.
 
@@ -46,18 +47,28 @@ GRIDS = ((65536, (4096, 3)), (512, (64, 6)), (0, (8, 12)))  # (smallest V, (bins
 # chunk then stays in cache (16 rows of V = 151,936 at once took 7 ms per row, one at a time
 # ~4 ms).  On CUDA all rows go in one launch sequence.
 ROW_CHUNK_ELEMENTS = 1 << 18
-# Tokens outside the solver's window are binned into this many cells per side, not one (_solve).
+# At V >= LARGE_V, tokens outside the solver's window are binned into DUMP_CELLS cells per side
+# instead of one (``_solve``), and on a CPU single-candidate rows skip the passes
+# (``_solve_some``).  Below it the passes are cheap and both would cost more than they save
+# (the toy's many rows of V = 2: 2-3x slower).
+LARGE_V = 512
 DUMP_CELLS = 64
 _DUMP_BOUNDS: dict = {}
 
 
+def _dump_cells(V: int) -> int:
+    return DUMP_CELLS if V >= LARGE_V else 1
+
+
 def _dump_bounds(V: int, bins: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """float64 [V] clamp bounds of ``_solve``'s cell coordinate: token j's lowest value is
-    j mod D (a cell below the window), its highest D + bins + 1 + j mod D (a cell above it)."""
+    """float64 [V] clamp bounds of ``_solve``'s cell coordinate, D = ``_dump_cells(V)``: token
+    j's lowest value is j mod D (a cell below the window), its highest D + bins + 1 + j mod D
+    (a cell above it)."""
     key = (V, bins, str(device))
     if key not in _DUMP_BOUNDS:
-        spread = (torch.arange(V, device=device) % DUMP_CELLS).to(torch.float64)
-        _DUMP_BOUNDS[key] = (spread, spread + (DUMP_CELLS + bins + 1))
+        D = _dump_cells(V)
+        spread = (torch.arange(V, device=device) % D).to(torch.float64)
+        _DUMP_BOUNDS[key] = (spread, spread + (D + bins + 1))
     return _DUMP_BOUNDS[key]
 
 
@@ -183,7 +194,7 @@ def _solve_some(p64, q64, t, k, bins, levels, w):
 
 def _solve(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: torch.Tensor, bins: int,
            levels: int, w: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    if t.device.type == "cpu" and not bool((k > 1).all()):
+    if t.device.type == "cpu" and t.shape[1] >= LARGE_V and not bool((k > 1).all()):
         # A row with one candidate has its answer at the window's start (θ = 1/w, ρ = 1): on a
         # CPU, reading k costs nothing (no device to wait for), so such rows skip the passes
         # and get β(1/w) = Σ min(p, w·q) in one; elsewhere every row takes the fixed passes.
@@ -204,7 +215,7 @@ def _solve(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: torch.Tenso
     u = torch.empty((N, V), dtype=torch.float64, device=device)  # scratch reused by every level (fresh big temporaries are slow)
     idx32 = torch.empty((N, V), dtype=torch.int32, device=device)
     idx = torch.empty((N, V), dtype=torch.int64, device=device)
-    D = DUMP_CELLS
+    D = _dump_cells(V)
     floor_at, ceil_at = _dump_bounds(V, bins, device)
     for level in range(levels):
         width = (hi - lo).clamp_min(1e-300)

@@ -223,7 +223,10 @@ def test_toy_rho_star_alpha_star_and_cic(toy_text):
 
 def test_toy_programs(toy_tables):
     t = table(toy_tables, "program")
-    names = {"global block OT": "global_ot", "no-modification LP": "no_modification"}
+    from oracle.prefix_match import prefix_match_bound
+
+    names = {"global block OT": "global_ot", "no-modification LP": "no_modification",
+             "prefix-match ceiling U (docs/bounds.md §6)": "prefix_match"}
     n = 0
     for row in t.rows:
         program = names[row[0]]
@@ -231,23 +234,29 @@ def test_toy_programs(toy_tables):
             K, L = map(int, re.findall(r"\d+", col))
             if not cell:
                 continue
-            check(number(cell), Q.program(toy(K, L), program), f"{program}({K}, {L})", LP_TOL)
+            if program == "prefix_match":  # a closed form: exact
+                check(number(cell), float(prefix_match_bound(*Q.blocks(toy(K, L)), K).sum()), f"U({K}, {L})")
+            else:
+                check(number(cell), Q.program(toy(K, L), program), f"{program}({K}, {L})", LP_TOL)
             n += 1
-    assert n == 15
+    assert n == 23
 
 
 def test_toy_oracle_cli_line(toy_text):
     """`spectr-gbv oracle --K 2 --L 2` as printed (ten decimals; the CIC programs' last digits are
     cvxpy's tolerance, compared to 1e-8)."""
-    m = re.search(r"prints B = (\S+), CIC (\S+), CIC-block (\S+), global OT (\S+), no-modification (\S+?)\.?\s",
-                  one_line(toy_text) + " ")
+    from oracle.prefix_match import prefix_match_bound
+
+    m = re.search(r"prints B = (\S+), the prefix-match ceiling (\S+), CIC (\S+), CIC-block (\S+), "
+                  r"global OT (\S+), no-modification (\S+?)\.?\s", one_line(toy_text) + " ")
     assert m, "oracle CLI line not found"
     inst = toy(2, 2)
     check(number(m.group(1)), Q.bound_B(inst), "B")
-    check(number(m.group(2)), Q.program(inst, "cic"), "CIC", 1e-8)
-    check(number(m.group(3)), Q.program(inst, "cic_block"), "CIC-block", 1e-8)
-    check(number(m.group(4)), Q.program(inst, "global_ot"), "global OT", 1e-11)  # LPs: exact to ~1e-12
-    check(number(m.group(5)), Q.program(inst, "no_modification"), "no-modification", 1e-11)
+    check(number(m.group(2)), float(prefix_match_bound(*Q.blocks(inst), 2).sum()), "prefix-match ceiling")
+    check(number(m.group(3)), Q.program(inst, "cic"), "CIC", 1e-8)
+    check(number(m.group(4)), Q.program(inst, "cic_block"), "CIC-block", 1e-8)
+    check(number(m.group(5)), Q.program(inst, "global_ot"), "global OT", 1e-11)  # LPs: exact to ~1e-12
+    check(number(m.group(6)), Q.program(inst, "no_modification"), "no-modification", 1e-11)
 
 
 def test_toy_one_iteration(toy_tables, toy_text):
