@@ -133,10 +133,21 @@ def _row_chunks(N: int, V: int, device: torch.device) -> list[slice]:
     return [slice(s, s + rows) for s in range(0, N, rows)]
 
 
-def ratios(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def ratios(p: torch.Tensor, q: torch.Tensor,
+           out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(p, q, t = q/p) in float64, the solver's inputs; p = 0 is read as the smallest normal, so
     0/0 → 0 (no mass either way) and x/0 → huge (above every window).  Computing them once lets
-    several solves on one row (``threshold_scaled`` at several budgets) share them."""
+    several solves on one row (``threshold_scaled`` at several budgets) share them.  ``out``:
+    three float64 tensors of p's shape to write into (the same values; reused buffers spare a
+    CPU the page faults of fresh ones)."""
+    if out is not None:
+        p64, q64, t = out
+        p64.copy_(p)
+        q64.copy_(q)
+        torch.div(q64, torch.clamp_min(p64, torch.finfo(torch.float64).tiny, out=t), out=t)
+        t.nan_to_num_(nan=0.0)
+        return p64, q64, t
     p64 = p.to(torch.float64)
     q64 = q.to(torch.float64)
     t = q64 / p64.clamp_min(torch.finfo(torch.float64).tiny)
@@ -178,12 +189,30 @@ def threshold_scaled(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: t
     return torch.cat([a for a, _ in parts]), torch.cat([b for _, b in parts])
 
 
+def single_candidate(p64: torch.Tensor, q64: torch.Tensor, w: torch.Tensor | None = None,
+                     out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(θ, s) of rows with one candidate (k ≤ 1), whose answer is the window's start: θ = 1/w
+    (ρ = 1 without a budget) and s = β(θ) = Σ_x min(p(x), q(x)/θ), in one pass and without
+    q/p — what ``threshold_scaled`` returns for such rows, bit for bit.
+
+    Args:
+        p64, q64: float64 [N, V]; w: float64 [N] budgets, or None (w = 1); out: float64 [N, V]
+            scratch (optional; the values do not depend on it).
+    Returns:
+        (θ, s), float64 [N] each.
+    Source: K-SEQ's ρ* at k = 1 (1 − (1 − β) = ρβ holds at ρ = 1); docs/rules.md §2.2.
+    """
+    ones = torch.ones(p64.shape[0], dtype=torch.float64, device=p64.device)
+    theta = ones if w is None else ones / w.to(torch.float64).clamp_min(1e-300)
+    if out is None:
+        return theta, torch.minimum(p64, q64 / theta.unsqueeze(1)).sum(dim=1)
+    torch.minimum(p64, torch.div(q64, theta.unsqueeze(1), out=out), out=out)
+    return theta, out.sum(dim=1)
+
+
 def _solve_some(p64, q64, t, k, bins, levels, w):
     """``_solve`` for CPU rows of which some have k ≤ 1: those in one pass, the others solved."""
-    N = t.shape[0]
-    ones = torch.ones(N, dtype=torch.float64)
-    theta = ones if w is None else ones / w.to(torch.float64).clamp_min(1e-300)
-    s = torch.minimum(p64, q64 / theta.unsqueeze(1)).sum(dim=1)
+    theta, s = single_candidate(p64, q64, w)
     multi = torch.nonzero(k > 1)[:, 0]
     if len(multi):
         theta_m, s_m = _solve(p64[multi], q64[multi], t[multi], k[multi], bins, levels,

@@ -26,10 +26,14 @@ two per child slot (its first/last budgets, for the order); at K ≤ 2 a node ha
 children, whose budgets are exactly those two, so their own mechanisms are taken from these
 solves (1 + 2·K·(L − 1) solves); at K ≥ 3 each child is solved once more at its budget
 (1 + 3·K·(L − 1)).  The rows' float64 copies and q/p are formed once and shared.  Each solve is
-kseq.py's fixed number of histogram passes over V: O(K·L·V) work per row.  The decision runs
+kseq.py's fixed number of histogram passes over V: O(K·L·V) work per row.  On a CPU at
+V ≥ kseq.LARGE_V the plan instead solves only the nodes it reads (``_HostNodes``; reading masks
+there waits for no device): each merged-tree node once, a child's last budget only beside a
+sibling, one pass without q/p at a node with one draft — identical drafts take L solves, as
+SpecTr does, and the plan is the fixed one's bit for bit.  The decision runs
 bottom-up: a node's outcome is its lowest-ranked successful child's outcome, else its own
 fallback coin (the root's always succeeds), which is the reference's depth-first walk.  No host
-synchronisation; Python loops only over K, L and the solver's fixed passes.  An expanded batch
+synchronisation off the CPU; Python loops only over K, L and the solver's fixed passes (and, on the host path, over the nodes solved).  An expanded batch
 (one case repeated) is planned once (batch.per_case).
 
 Numerics: θ comes from the histogram solver (resolution (m − 1)/w·2^-36, always on the valid
@@ -51,7 +55,7 @@ from ._tree import merged_tree
 from .base import Verifier
 from .batch import batch_index, gather_rows, make_verdict, per_case
 from .inputs import PreparedBatch
-from .kseq import ratios, threshold_scaled
+from .kseq import LARGE_V, ratios, single_candidate, threshold_scaled
 from .noise import Noise
 
 
@@ -80,11 +84,18 @@ def node_totals(rows: tuple[torch.Tensor, torch.Tensor, torch.Tensor], m: torch.
     return theta, s, total
 
 
+_GL: dict = {}
+
+
 def _gauss_legendre(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nodes and weights of n-point Gauss–Legendre on [0, 1] (exact to degree 2n − 1)."""
-    x, wts = np.polynomial.legendre.leggauss(n)
-    return (torch.tensor((x + 1.0) / 2.0, dtype=torch.float64, device=device),
-            torch.tensor(wts / 2.0, dtype=torch.float64, device=device))
+    """Nodes and weights of n-point Gauss–Legendre on [0, 1] (exact to degree 2n − 1); made once
+    per (n, device) (numpy's leggauss cost 0.5 ms per verification)."""
+    key = (n, str(device))
+    if key not in _GL:
+        x, wts = np.polynomial.legendre.leggauss(n)
+        _GL[key] = (torch.tensor((x + 1.0) / 2.0, dtype=torch.float64, device=device),
+                    torch.tensor(wts / 2.0, dtype=torch.float64, device=device))
+    return _GL[key]
 
 
 def _ranks_descending(value: torch.Tensor, key: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
@@ -118,9 +129,73 @@ def _ranks_descending(value: torch.Tensor, key: torch.Tensor, group: torch.Tenso
     return torch.empty_like(final).scatter_(1, final, idx - start)
 
 
-def plan(batch: PreparedBatch):
+class _HostNodes:
+    """On a CPU, the node solves that the plan uses, one row at a time (``plan``'s host path).
+
+    Reading masks on a CPU waits for no device, so the plan solves only the nodes it reads: a
+    merged-tree node once (not once per draft slot through it), a child's last-in-order budget
+    only when it has a sibling (alone, its order is decided without it), a node's own budget
+    only when it is neither of those two.  A node's float64 rows are formed when it is solved,
+    in buffers reused across calls (fresh ones cost a CPU page faults: a one-pass solve took
+    1.2 ms instead of 0.15), and q/p only for a node with several drafts (one draft:
+    kseq.single_candidate).  The fixed path forms [B, K, L, V] float64 copies up front and
+    solves every slot at both budgets: 1 + 2·K·(L − 1) solves.
+    """
+
+    _buffers: dict = {}
+
+    def __init__(self, batch: PreparedBatch, mult: torch.Tensor):
+        self.dp, self.tp, self.mult = batch.dp, batch.tp, mult
+        key = (batch.V, str(batch.device))
+        if key not in self._buffers:
+            self._buffers[key] = torch.empty(4, 1, batch.V, dtype=torch.float64, device=batch.device)
+        self.buf = self._buffers[key]
+
+    def solve(self, i: int, budgets: torch.Tensor, need: torch.Tensor):
+        """θ, s, ΣA [B, K, n] of the depth-i nodes at budgets [B, K, n] where ``need`` [B, K, n]
+        (elsewhere θ = 1, s = ΣA = 0: entries the plan does not read)."""
+        shape = budgets.shape
+        theta = torch.ones(shape, dtype=torch.float64)
+        s = torch.zeros(shape, dtype=torch.float64)
+        total = torch.zeros(shape, dtype=torch.float64)
+        rows = {}
+        for b, k, j in torch.nonzero(need).tolist():
+            rows.setdefault((b, k), []).append(j)
+        for (b, k), js in rows.items():
+            m = int(self.mult[b, k, i])
+            mm = self.mult[b, k, i].reshape(1)
+            p64, q64, t, scratch = self.buf
+            if m > 1:
+                ratios(self.dp[b, k, i].unsqueeze(0), self.tp[b, k, i].unsqueeze(0), out=(p64, q64, t))
+            else:
+                p64.copy_(self.dp[b, k, i].unsqueeze(0))
+                q64.copy_(self.tp[b, k, i].unsqueeze(0))
+            for j in js:
+                w = budgets[b, k, j].reshape(1)
+                if m > 1:
+                    th, sj = threshold_scaled(p64, q64, t, mm, w)
+                else:
+                    th, sj = single_candidate(p64, q64, w.clamp_min(1e-300), out=scratch)
+                tot = torch.where((w > 0) & (sj > 0), _cover(sj, mm), torch.zeros_like(sj))
+                theta[b, k, j], s[b, k, j], total[b, k, j] = th[0], sj[0], tot[0]
+        return theta, s, total
+
+
+def host_plan(batch: PreparedBatch) -> bool:
+    """Whether ``plan`` takes the host path: on a CPU at V ≥ kseq.LARGE_V (below, the fixed
+    path's batched passes over tiny rows cost less than per-node calls)."""
+    return batch.device.type == "cpu" and batch.V >= LARGE_V
+
+
+def plan(batch: PreparedBatch, host: bool | None = None):
     """Budgets, coin probabilities, child ranks and node mechanisms of every node (steps 1-4 of
     reference/rules/mdbv.py, with K-SEQ selection), as tensors.
+
+    Args:
+        batch: the prepared batch.
+        host: take the host path (``_HostNodes``: solve only the nodes read; CPU only) or the
+            fixed one (every slot at both budgets, no host read); default ``host_plan(batch)``.
+            Both give the same plan (tests/gpu_backend/test_mdbv_kseq_node.py).
 
     Returns:
         (w, h, rank, live, theta, ratio, owner), each [B, K, L+1] (slot k, depth i: draft k's
@@ -147,17 +222,28 @@ def plan(batch: PreparedBatch):
     live[:, 0, 0] = True
     t_gl, w_gl = _gauss_legendre(K, dev)
     b_idx = batch_index(batch).view(B, 1)
-    P64, Q64, T = ratios(batch.dp, batch.tp[:, :, :L])  # [B, K, L, V], shared by every solve
+    if host is None:
+        host = host_plan(batch)
+    if host:
+        nodes = _HostNodes(batch, mult)
 
-    def totals(i, slots_w):
-        # the nodes of depth i (slot rows) at budgets slots_w [B, K, n] → θ, s, ΣA [B, K, n]
-        n = slots_w.shape[2]
-        rows = tuple(x[:, :, i].unsqueeze(2).expand(B, K, n, V).reshape(B * K * n, V) for x in (P64, Q64, T))
-        m = mult[:, :, i].unsqueeze(2).expand(B, K, n).reshape(-1)
-        return tuple(x.view(B, K, n) for x in node_totals(rows, m, slots_w.reshape(-1)))
+        def totals(i, slots_w, need):
+            return nodes.solve(i, slots_w, need)
 
-    # the root (slot 0 of depth 0, budget 1): one solve
-    root = node_totals(tuple(x[:, 0, 0] for x in (P64, Q64, T)), mult[:, 0, 0], w[:, 0, 0])
+        root = tuple(x[:, 0, 0] for x in nodes.solve(0, w[:, :, :1], (ks == 0).expand(B, K).unsqueeze(2)))
+    else:
+        P64, Q64, T = ratios(batch.dp, batch.tp[:, :, :L])  # [B, K, L, V], shared by every solve
+
+        def totals(i, slots_w, need):
+            # the nodes of depth i (slot rows) at budgets slots_w [B, K, n] → θ, s, ΣA [B, K, n];
+            # every entry is solved (reading ``need`` would wait for the device)
+            n = slots_w.shape[2]
+            rows = tuple(x[:, :, i].unsqueeze(2).expand(B, K, n, V).reshape(B * K * n, V) for x in (P64, Q64, T))
+            m = mult[:, :, i].unsqueeze(2).expand(B, K, n).reshape(-1)
+            return tuple(x.view(B, K, n) for x in node_totals(rows, m, slots_w.reshape(-1)))
+
+        # the root (slot 0 of depth 0, budget 1): one solve
+        root = node_totals(tuple(x[:, 0, 0] for x in (P64, Q64, T)), mult[:, 0, 0], w[:, 0, 0])
     pad = (torch.ones(B, K - 1, **f64), torch.zeros(B, K - 1, **f64), torch.zeros(B, K - 1, **f64))
     own = tuple(torch.cat([r.unsqueeze(1), z], dim=1) for r, z in zip(root, pad))
     for i in range(L):
@@ -194,7 +280,11 @@ def plan(batch: PreparedBatch):
             denom = s_child + slack
             last = torch.where(denom > 0, s_child / denom.clamp_min(1e-300), torch.ones_like(s_child)).clamp_max(1.0)
             budgets = torch.stack([first, last], dim=2)
-            th2, s2, t2 = totals(i + 1, torch.where(alive.unsqueeze(2), budgets, torch.ones_like(budgets)))
+            # a child alone under its parent is ranked without its last budget's solve
+            siblings = torch.gather(torch.zeros(B, K, dtype=torch.int64, device=dev).scatter_add_(
+                1, parent, alive.to(torch.int64)), 1, parent)
+            need = torch.stack([alive, alive & (siblings > 1)], dim=2)
+            th2, s2, t2 = totals(i + 1, torch.where(alive.unsqueeze(2), budgets, torch.ones_like(budgets)), need)
             eff = torch.where(budgets > 0, t2 / budgets.clamp_min(1e-300), torch.ones_like(t2))
             loss = s_child * (eff[:, :, 0] - eff[:, :, 1])
         else:
@@ -215,8 +305,16 @@ def plan(batch: PreparedBatch):
                 # last s/(s + slack), the two budgets solved for the order above
                 pick = (r > 0).unsqueeze(2)
                 own = tuple(torch.where(pick, x[:, :, 1:], x[:, :, :1]).squeeze(2) for x in (th2, s2, t2))
+            elif host:
+                # a budget equal to one already solved (the first tried: min(1, s)) reuses it
+                wn = w[:, :, i + 1].unsqueeze(2)
+                same = [wn == budgets[:, :, j:j + 1] for j in range(2)]
+                same[1] &= need[:, :, 1:]
+                solved = totals(i + 1, wn, alive.unsqueeze(2) & ~same[0] & ~same[1])
+                own = tuple(torch.where(same[0], x2[:, :, :1], torch.where(same[1], x2[:, :, 1:], x)).squeeze(2)
+                            for x, x2 in zip(solved, (th2, s2, t2)))
             else:
-                own = tuple(x.squeeze(2) for x in totals(i + 1, w[:, :, i + 1].unsqueeze(2)))
+                own = tuple(x.squeeze(2) for x in totals(i + 1, w[:, :, i + 1].unsqueeze(2), None))
     h[:, :, L] = w[:, :, L]
     return w, h, rank, live, theta, ratio, owner
 
@@ -256,9 +354,13 @@ class MDBVKSeq(Verifier):
         inner = tau < L
         p_row = gather_rows(batch.dp, row, tau.clamp_max(L - 1)).to(torch.float64)
         th = theta[b, row, tau].unsqueeze(1)
-        A = torch.minimum(p_row, q_row.to(torch.float64) / th) * ratio[b, row, tau].unsqueeze(1)
-        residual = (w[b, row, tau].unsqueeze(1) * q_row.to(torch.float64) - A).clamp_min(0.0)
-        weights = torch.where(inner.unsqueeze(1), residual, q_row.to(torch.float64)).to(batch.dtype)
+        # residual (w·q − A)_+, A = min(p, q/θ)·ΣA/s, in float64; in place (each fresh [B, V]
+        # temporary costs a CPU page faults)
+        q64 = q_row.to(torch.float64)
+        A = torch.minimum(p_row, torch.div(q64, th, out=p_row.new_empty(p_row.shape)))
+        A.mul_(ratio[b, row, tau].unsqueeze(1))
+        residual = q64.mul_(w[b, row, tau].unsqueeze(1)).sub_(A).clamp_min_(0.0)
+        weights = torch.where(inner.unsqueeze(1), residual.to(batch.dtype), q_row)
         last = noise.draw(weights, q_row)
         selected = torch.where(tau > 0, row, torch.full_like(row, -1))
         return make_verdict(batch, tau, selected, row, last)
