@@ -9,6 +9,10 @@ shared machine compare ratios measured side by side, not absolute values across 
 
 Rules: every registered rule with a batched plan (registry bench=True; ``--rules`` picks
 others, e.g. ``--rules spectr mdbv_kseq``; mdbv's host plan takes seconds per iteration).
+``mdbv_kseq_fixed`` times mdbv_kseq with its fixed plan (no host read: what CUDA runs) on a CPU
+too, where mdbv_kseq otherwise solves only the nodes it reads.  ``--drafts identical`` repeats
+draft 0 K times (every depth has K drafts through one node), the default draws each draft from
+its own rows (they diverge at the first position).
 Reported ratios: each multi-draft rule's time / SpecTr's, and SpecTr's time / 170 ms (one
 forward of the real target model on this CPU).
 
@@ -40,7 +44,7 @@ import time
 
 import torch
 
-from gpu_backend.verifiers import VERIFIERS, get_verifier
+from gpu_backend.verifiers import VERIFIERS, get_verifier, mdbv_kseq
 from reference.rules import registry
 from gpu_backend.verifiers.noise import make_noise, race_groups, seeded_exponentials
 
@@ -51,12 +55,36 @@ FULL_GRID = dict(K=(1, 3, 7), L=(4, 8, 12), B=(1, 16))
 QUICK_GRID = dict(K=(1, 3, 7), L=(4, 12), B=(1,))
 
 
-def make_inputs(B, K, L, V, dtype, device, seed=0):
+def make_inputs(B, K, L, V, dtype, device, seed=0, identical=False):
+    """Random rows and drafts; ``identical``: the K drafts are draft 0 repeated (tokens and
+    rows), the case where every depth has K drafts through one node."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     dp = torch.softmax(torch.randn(B, K, L, V, generator=g) * 3.0, dim=-1)
     tp = torch.softmax(torch.randn(B, K, L + 1, V, generator=g) * 3.0, dim=-1)
     tok = torch.multinomial(dp.reshape(-1, V), 1, generator=g).reshape(B, K, L)
+    if identical:
+        tok, dp, tp = (x[:, :1].expand(x.shape).contiguous() for x in (tok, dp, tp))
     return tok.to(device), dp.to(dtype).to(device), tp.to(dtype).to(device)
+
+
+# mdbv_kseq with its fixed plan (every slot at both budgets, no host read: what CUDA runs)
+# also on a CPU, where it otherwise plans on the host (gpu_backend/verifiers/mdbv_kseq.py)
+FIXED_PLAN = "mdbv_kseq_fixed"
+
+
+def get_timed_verifier(name):
+    if name != FIXED_PLAN:
+        return get_verifier(name)
+    verifier = get_verifier("mdbv_kseq")
+
+    def fixed(*args, **kwargs):
+        saved = mdbv_kseq.host_plan
+        mdbv_kseq.host_plan = lambda batch: False
+        try:
+            return verifier(*args, **kwargs)
+        finally:
+            mdbv_kseq.host_plan = saved
+    return fixed
 
 
 def sync(device):
@@ -77,13 +105,13 @@ def time_call(fn, runs, warmup, device):
     return statistics.median(times) * 1e3, times
 
 
-def bench_config(B, K, L, V, dtype, device, runs, warmup, rules):
-    tok, dp, tp = make_inputs(B, K, L, V, dtype, device)
+def bench_config(B, K, L, V, dtype, device, runs, warmup, rules, identical=False):
+    tok, dp, tp = make_inputs(B, K, L, V, dtype, device, identical=identical)
     out = {}
     for name in rules:
         if name in SINGLE_DRAFT and K != 1:
             continue
-        verifier = get_verifier(name)
+        verifier = get_timed_verifier(name)
 
         def call(r, verifier=verifier):
             seeds = torch.arange(B, dtype=torch.int64, device=device) + r * B
@@ -143,11 +171,15 @@ def main(argv=None):
                          "registry bench=True; mdbv's host plan takes seconds per iteration)")
     ap.add_argument("--K", type=int, nargs="+", default=None, help="replace the grid's K values")
     ap.add_argument("--L", type=int, nargs="+", default=None, help="replace the grid's L values")
+    ap.add_argument("--drafts", choices=("independent", "identical"), default="independent",
+                    help="independent: each draft from its own random rows (they diverge at the "
+                         "first position); identical: draft 0 repeated K times (every depth has K "
+                         "drafts through one node: the most solves for SpecTr and MDBV-KSEQ)")
     args = ap.parse_args(argv)
     rules = tuple(args.rules or registry.names(bench=True))
-    unknown = [r for r in rules if r not in VERIFIERS]
+    unknown = [r for r in rules if r not in VERIFIERS and r != FIXED_PLAN]
     if unknown:
-        ap.error(f"--rules: unknown rule(s) {', '.join(unknown)}; known: {', '.join(VERIFIERS)}")
+        ap.error(f"--rules: unknown rule(s) {', '.join(unknown)}; known: {', '.join(VERIFIERS)}, {FIXED_PLAN}")
     if "spectr" not in rules:
         ap.error("--rules must include spectr (the ratios' denominator)")
     if args.runs < 5:
@@ -167,7 +199,8 @@ def main(argv=None):
     V = args.V
     results, skipped = [], []
     print(f"# verify_latency: V = {V}, torch {torch.__version__}, CPU threads {torch.get_num_threads()}, "
-          f"devices {[str(d) for d in devices]}, median of {args.runs} runs after {args.warmup} warm-up",
+          f"devices {[str(d) for d in devices]}, median of {args.runs} runs after {args.warmup} warm-up, "
+          f"{args.drafts} drafts",
           flush=True)
     for device in devices:
         for dtype in dtypes:
@@ -181,7 +214,8 @@ def main(argv=None):
                             print(f"skip {cfg}: inputs {gb:.2f} GB > --max-gb {args.max_gb}", flush=True)
                             continue
                         t0 = time.perf_counter()
-                        times = bench_config(B, K, L, V, dtype, device, args.runs, args.warmup, rules)
+                        times = bench_config(B, K, L, V, dtype, device, args.runs, args.warmup, rules,
+                                             identical=args.drafts == "identical")
                         results.append({**cfg, "input_gb": gb, "rules": times})
                         line = "  ".join(f"{n} {v['median_ms']:.1f}" for n, v in times.items())
                         print(f"{cfg['device']} {cfg['dtype']} B={B} K={K} L={L}: {line} ms "
@@ -202,7 +236,7 @@ def main(argv=None):
                                                  f"({s['input_gb']:.1f} GB)" for s in skipped))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"V": V, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            json.dump({"V": V, "torch": torch.__version__, "threads": torch.get_num_threads(), "drafts": args.drafts,
                        "target_forward_ms": TARGET_FORWARD_MS, "runs": args.runs,
                        "results": results, "skipped": skipped,
                        "noise_ms": {d: {str(B): r for B, r in per_b.items()} for d, per_b in noise.items()}},
@@ -221,7 +255,7 @@ def table(results, rules):
 
 def ratio_table(results):
     """Each multi-draft rule's time over SpecTr's, and SpecTr's time over one target forward."""
-    others = [n for n in ("spectr_gbv", "kseq_gbv", "kseq_bv", "traversal", "mdbv_kseq")
+    others = [n for n in ("spectr_gbv", "kseq_gbv", "kseq_bv", "traversal", "mdbv_kseq", FIXED_PLAN)
               if any(n in r["rules"] for r in results)]
     lines = ["| device | dtype | B | K | L | SpecTr ms | SpecTr / 170 ms | " + " | ".join(f"{n} / SpecTr" for n in others) + " |",
              "|" + "---|" * (7 + len(others))]
