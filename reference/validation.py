@@ -42,8 +42,18 @@ def check_probability_vector(p: np.ndarray, name: str, axis: int = -1) -> np.nda
 
 
 def check_positive_int(value: int, name: str) -> int:
-    """Raise ValueError unless ``value`` is an integer ≥ 1 (K, L, token counts)."""
-    if isinstance(value, bool) or int(value) != value or value < 1:
+    """``value`` as an int, if it is an integer ≥ 1 (K, L, token counts).
+
+    Accepts Python and numpy integers and integral finite floats (2.0); refuses bools, None,
+    strings, NaN, infinities and fractions.
+    Raises:
+        ValueError: naming ``name`` and the value, for anything else (never a raw TypeError,
+            OverflowError or int()'s own message).
+    """
+    ok = not isinstance(value, (bool, np.bool_)) and (
+        isinstance(value, (int, np.integer))
+        or (isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer()))
+    if not ok or value < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 

@@ -103,3 +103,26 @@ def test_models_reject_bad_rows_and_prefixes():
         model_from_json({"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "a": [0.5, 0.5]}})
     with pytest.raises(ValueError, match="prefix: token id 5 outside"):
         RandomModel(2, 0).conditional((5,))
+
+
+@pytest.mark.parametrize("value", [None, "3", "abc", 2.5, float("nan"), float("inf"), -float("inf"),
+                                   True, False, np.bool_(True), 0, -1, 0.0, [2], 1 + 0j])
+def test_check_positive_int_refuses_with_the_argument_named(value):
+    from reference.validation import check_positive_int
+    with pytest.raises(ValueError, match=r"^K must be an integer >= 1, got "):
+        check_positive_int(value, "K")
+
+
+@pytest.mark.parametrize("value,expected", [(1, 1), (np.int64(4), 4), (np.int32(2), 2), (3.0, 3),
+                                            (np.float64(5.0), 5), (10**20, 10**20)])
+def test_check_positive_int_accepts_integers(value, expected):
+    from reference.validation import check_positive_int
+    out = check_positive_int(value, "L")
+    assert out == expected and type(out) is int
+
+
+@pytest.mark.parametrize("K", [None, "two", float("nan")])
+def test_decoder_bad_K_type_is_one_value_error(K):
+    with pytest.raises(ValueError, match="K must be an integer >= 1"):
+        m = ContextFree([0.5, 0.5])
+        Decoder(m, m, K, 2)
