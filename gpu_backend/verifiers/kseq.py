@@ -192,8 +192,9 @@ def threshold_scaled(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: t
 def single_candidate(p64: torch.Tensor, q64: torch.Tensor, w: torch.Tensor | None = None,
                      out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(θ, s) of rows with one candidate (k ≤ 1), whose answer is the window's start: θ = 1/w
-    (ρ = 1 without a budget) and s = β(θ) = Σ_x min(p(x), q(x)/θ), in one pass and without
-    q/p — what ``threshold_scaled`` returns for such rows, bit for bit.
+    (ρ = 1 without a budget) and s = β(θ) = Σ_x min(p(x), w·q(x)), in one pass and without
+    q/p — what ``threshold_scaled`` returns for such rows (it calls this).  w·q rather than
+    q/θ: a product costs a CPU a fraction of a division, and differs by at most an ulp.
 
     Args:
         p64, q64: float64 [N, V]; w: float64 [N] budgets, or None (w = 1); out: float64 [N, V]
@@ -203,10 +204,14 @@ def single_candidate(p64: torch.Tensor, q64: torch.Tensor, w: torch.Tensor | Non
     Source: K-SEQ's ρ* at k = 1 (1 − (1 − β) = ρβ holds at ρ = 1); docs/rules.md §2.2.
     """
     ones = torch.ones(p64.shape[0], dtype=torch.float64, device=p64.device)
-    theta = ones if w is None else ones / w.to(torch.float64).clamp_min(1e-300)
+    if w is None:
+        theta, scale = ones, ones
+    else:
+        scale = w.to(torch.float64).clamp_min(1e-300)
+        theta = ones / scale
     if out is None:
-        return theta, torch.minimum(p64, q64 / theta.unsqueeze(1)).sum(dim=1)
-    torch.minimum(p64, torch.div(q64, theta.unsqueeze(1), out=out), out=out)
+        return theta, torch.minimum(p64, q64 * scale.unsqueeze(1)).sum(dim=1)
+    torch.minimum(p64, torch.mul(q64, scale.unsqueeze(1), out=out), out=out)
     return theta, out.sum(dim=1)
 
 

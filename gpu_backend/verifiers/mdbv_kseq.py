@@ -135,10 +135,10 @@ class _HostNodes:
     Reading masks on a CPU waits for no device, so the plan solves only the nodes it reads: a
     merged-tree node once (not once per draft slot through it), a child's last-in-order budget
     only when it has a sibling (alone, its order is decided without it), a node's own budget
-    only when it is neither of those two.  A node's float64 rows are formed when it is solved,
-    in buffers reused across calls (fresh ones cost a CPU page faults: a one-pass solve took
-    1.2 ms instead of 0.15), and q/p only for a node with several drafts (one draft:
-    kseq.single_candidate).  The fixed path forms [B, K, L, V] float64 copies up front and
+    only when it is neither of those two.  A node with several drafts gets its float64 rows and
+    q/p when it is solved, in buffers reused across calls (fresh ones cost a CPU page faults: a
+    one-pass solve took 1.2 ms instead of 0.15); a node with one draft takes one pass over its
+    rows (kseq.single_candidate).  The fixed path forms [B, K, L, V] float64 copies up front and
     solves every slot at both budgets: 1 + 2·K·(L − 1) solves.
     """
 
@@ -165,17 +165,17 @@ class _HostNodes:
             m = int(self.mult[b, k, i])
             mm = self.mult[b, k, i].reshape(1)
             p64, q64, t, scratch = self.buf
+            p_row, q_row = self.dp[b, k, i].unsqueeze(0), self.tp[b, k, i].unsqueeze(0)
             if m > 1:
-                ratios(self.dp[b, k, i].unsqueeze(0), self.tp[b, k, i].unsqueeze(0), out=(p64, q64, t))
-            else:
-                p64.copy_(self.dp[b, k, i].unsqueeze(0))
-                q64.copy_(self.tp[b, k, i].unsqueeze(0))
+                ratios(p_row, q_row, out=(p64, q64, t))
             for j in js:
                 w = budgets[b, k, j].reshape(1)
                 if m > 1:
                     th, sj = threshold_scaled(p64, q64, t, mm, w)
                 else:
-                    th, sj = single_candidate(p64, q64, w.clamp_min(1e-300), out=scratch)
+                    # the work-dtype rows promote to float64 inside the pass: the same values as
+                    # their float64 copies, without making them
+                    th, sj = single_candidate(p_row, q_row, w.clamp_min(1e-300), out=scratch)
                 tot = torch.where((w > 0) & (sj > 0), _cover(sj, mm), torch.zeros_like(sj))
                 theta[b, k, j], s[b, k, j], total[b, k, j] = th[0], sj[0], tot[0]
         return theta, s, total
