@@ -4,8 +4,9 @@ Median per-iteration verification time of each rule at V = 151,936 (Qwen2 vocabu
 K ∈ {1, 3, 7}, L ∈ {4, 8, 12}, B ∈ {1, 16}, float32 inputs (bfloat16 with --bf16), on the CPU and
 on CUDA when available; validate=False (the engine's hot path), a fresh seed per run.
 Inputs are generated once per configuration: rows are softmax(3·N(0, 1) logits), draft tokens
-sampled from the draft rows.  Warm-up runs precede ≥ 5 timed runs (median reported; on a
-shared machine compare ratios measured side by side, not absolute values across runs).
+sampled from the draft rows.  Warm-up runs precede ≥ 5 timed runs, the rules interleaved run
+by run (median reported; compare ratios measured side by side, not absolute values across
+runs).
 
 Rules: every registered rule with a batched plan (registry bench=True; ``--rules`` picks
 others, e.g. ``--rules spectr mdbv_kseq``; mdbv's host plan takes seconds per iteration).
@@ -106,8 +107,10 @@ def time_call(fn, runs, warmup, device):
 
 
 def bench_config(B, K, L, V, dtype, device, runs, warmup, rules, identical=False):
+    """Median ms per rule; the rules' timed calls are interleaved (run r of every rule, then run
+    r + 1), so that a slow spell of a shared machine falls on all of them alike."""
     tok, dp, tp = make_inputs(B, K, L, V, dtype, device, identical=identical)
-    out = {}
+    calls = {}
     for name in rules:
         if name in SINGLE_DRAFT and K != 1:
             continue
@@ -117,10 +120,21 @@ def bench_config(B, K, L, V, dtype, device, runs, warmup, rules, identical=False
             seeds = torch.arange(B, dtype=torch.int64, device=device) + r * B
             return verifier(tok, dp, tp, seeds=seeds, validate=False)
 
-        med, times = time_call(call, runs, warmup, device)
-        out[name] = {"median_ms": med, "runs_ms": [t * 1e3 for t in times]}
+        calls[name] = call
+    for _ in range(warmup):
+        for call in calls.values():
+            call(0)
+    sync(device)
+    times = {name: [] for name in calls}
+    for r in range(runs):
+        for name, call in calls.items():
+            t0 = time.perf_counter()
+            call(r + 1)
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
     del tok, dp, tp
-    return out
+    return {name: {"median_ms": statistics.median(t) * 1e3, "runs_ms": [x * 1e3 for x in t]}
+            for name, t in times.items()}
 
 
 def bench_noise(B, V, device, runs):
