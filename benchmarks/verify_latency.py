@@ -28,11 +28,12 @@ Usage:
     python benchmarks/verify_latency.py [--quick] [--json FILE] [--bf16] [--runs 7]
                                         [--max-gb 3] [--threads 1] [--device cpu|cuda|all]
                                         [--rules spectr ...] [--K 2 3] [--L 4 8]
+                                        [--drafts independent|identical]
 
-Figures (1 thread, float32, B = 1, V = 151,936): benchmarks/VERIFY_MDBV_KSEQ.md; with the K-SEQ
-solver of 2026-12-01, SpecTr 4.5-11 ms at K = 2-4, L = 4-8 (2.6-6.6 % of 170 ms), where these
-rows' drafts diverge at the first position and the later depths' single-draft rows skip the
-solver's passes on a CPU; up to L solves of ρ* at ~2 ms each when the drafts share a prefix.
+Figures (1 thread, float32, B = 1, V = 151,936): benchmarks/VERIFY_MDBV_KSEQ.md (2026-12-01):
+SpecTr 2.2-9.3 ms with independent drafts at K = 1-4, L = 4-8 (1.3-5.5 % of 170 ms), 10-22 ms
+with identical drafts (K-SEQ roots at every depth); MDBV-KSEQ 1.3-2.4× SpecTr at K = 2-4 with its
+host plan, 5-17× with the fixed plan.
 """
 
 from __future__ import annotations
