@@ -41,13 +41,13 @@ def main(argv=None) -> int:
     from gpu_backend.bench_run import machine_description
     from gpu_backend.draft_quant import resolve_mode
     from gpu_backend.engine import SpeculativeEngine, autoregressive_generate
-    from gpu_backend.machine import auto_dtype
+    from gpu_backend.dtype_probe import resolve as resolve_dtype
     from gpu_backend.model_pair import load_pair
     from gpu_backend.prompts import encode_prompt, load_prompts
     from gpu_backend.sampling import SamplingConfig
     from gpu_backend.speed_model import expected_tokens, iteration_seconds
 
-    dtype = auto_dtype("cpu") if args.dtype == "auto" else args.dtype
+    dtype = resolve_dtype(args.dtype)[0]
     quant = resolve_mode("auto", args.draft, "spectr")
     pair = load_pair(args.target, args.draft, dtype, quant)
     sampling = SamplingConfig(0.7)

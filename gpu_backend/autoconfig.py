@@ -38,7 +38,9 @@ from .speed_model import Acceptance, Choice, Costs, choose
 
 from .defaults import K_CANDIDATES, L_CANDIDATES
 
-CACHE_VERSION = 1
+# 2 (2026-12-01): verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes
+# are stale; the dtype probe (dtype_probe.py) shares this file
+CACHE_VERSION = 2
 CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))
 CALIBRATION_TOKENS = 64
 TIMING_REPEATS = 3

@@ -54,7 +54,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
     p.add_argument("--dtype", type=dtype_or_auto, default="auto",
-                   help="auto (default): bfloat16 where the CPU computes it natively, else float32")
+                   help="auto (default): bfloat16 where this machine computes it no slower than float32 (measured once per machine: gpu_backend/dtype_probe.py), else float32")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode prompts without the chat template")
@@ -195,7 +195,7 @@ def load_models(target: str, draft: str | None, dtype: str, draft_quant: str = "
 def config_from_args(args: argparse.Namespace):
     """BenchConfig from parsed arguments (``--quick`` overrides prompts and tokens)."""
     from .bench_config import SWEEP_VALUES, BenchConfig, default_methods
-    from .machine import resolve_dtype
+    from .dtype_probe import resolve as resolve_dtype
     from .defaults import DEFAULT_K, DEFAULT_L
 
     sweeps = ("none", "K", "L", "T") if "all" in args.sweep else tuple(args.sweep)
@@ -209,7 +209,7 @@ def config_from_args(args: argparse.Namespace):
         K_values=tuple(K) if len(K) > 1 else SWEEP_VALUES["K"],
         L_values=tuple(L) if len(L) > 1 else SWEEP_VALUES["L"],
         T_values=tuple(T) if len(T) > 1 else SWEEP_VALUES["T"],
-        target=args.target, draft=args.draft, dtype=resolve_dtype(args.dtype), seed=args.seed,
+        target=args.target, draft=args.draft, dtype=resolve_dtype(args.dtype)[0], seed=args.seed,
         chat=not args.no_chat, warmup=not args.no_warmup, sweep_prompts=args.sweep_prompts)
     if args.quick:
         config.prompts, config.max_new_tokens, config.sweeps = 2, 32, ("none",)

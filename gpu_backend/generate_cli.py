@@ -37,7 +37,8 @@ def register(subparsers) -> None:
     p.add_argument("--no-auto", action="store_true",
                    help=f"no cost measurement: --K/--L default to {DEFAULT_K}/{DEFAULT_L}, always speculate")
     p.add_argument("--recalibrate", action="store_true",
-                   help="measure the costs and acceptance again instead of reading them from the cache")
+                   help="measure the costs and acceptance (and, with --dtype auto, the dtype probe) again "
+                   "instead of reading them from the cache")
     p.add_argument("--temperature", type=temperature_value, default=0.7,
                    help="T >= 1e-4 (default 0.7; smaller T overflows float32 logits / T)")
     p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
@@ -47,8 +48,8 @@ def register(subparsers) -> None:
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
     p.add_argument("--dtype", type=dtype_or_auto, default="auto",
-                   help="weights' dtype; auto (default): bfloat16 where the CPU computes it natively "
-                   "(AVX512-BF16 or AMX-BF16; CUDA compute capability >= 8), else float32")
+                   help="weights' dtype; auto (default): bfloat16 where this machine computes it no "
+                   "slower than float32, measured once per machine (gpu_backend/dtype_probe.py), else float32")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode the prompt as plain text")
     p.add_argument("--draft-quant", choices=["auto", "none", "int8"], default="auto",
@@ -108,6 +109,13 @@ def check(args: argparse.Namespace) -> None:
             check_cache_path()
         except ValueError as err:
             raise UsageError(str(err)) from None
+    if args.dtype == "auto" and not args.auto:  # the dtype probe is cached in the same file
+        from .autoconfig import check_cache_path
+
+        try:
+            check_cache_path()
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     if args.recalibrate and not args.auto:
         raise UsageError("--recalibrate: nothing is measured with --no-auto, with both --K and --L given, "
                          "or with --rule ar")
@@ -139,7 +147,6 @@ def run(args: argparse.Namespace) -> int:
 
     from .bench_cli import load_models, set_threads
     from .engine import SpeculativeEngine, autoregressive_generate
-    from .machine import auto_dtype
     from .prompts import encode_prompt
     from .sampling import SamplingConfig
 
@@ -147,11 +154,15 @@ def run(args: argparse.Namespace) -> int:
         check(args)
     rule, K, L = args.rule_resolved, args.K_resolved, args.L_resolved
     quant = getattr(args, "draft_quant_resolved", "none")
-    dtype = auto_dtype("cpu") if args.dtype == "auto" else args.dtype
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     set_threads(args.threads)
+    from .dtype_probe import resolve
+
+    dtype, probe = resolve(args.dtype, refresh=args.recalibrate)
     pair = load_models(args.target, args.draft if rule != "ar" else None, dtype, quant)
     target, tokenizer, eos = pair.target, pair.tokenizer, pair.eos
+    if probe is not None:  # after loading: a load failure stays one line
+        print(probe.summary(), file=sys.stderr)
     streamer = None
     if not args.no_stream:
         from transformers import TextStreamer

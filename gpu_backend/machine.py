@@ -3,8 +3,10 @@ beside benchmark numbers, the int8 ones: VNNI, AMX-INT8).
 
 bfloat16 pays only where the hardware computes it: on a CPU without AVX512-BF16 or AMX-BF16,
 torch emulates it, and a 1.5B model's prefill was measured 3.6× slower in bfloat16 than in
-float32 on such a CPU (AMD EPYC Zen 3, AVX2 only).  ``auto_dtype`` therefore picks bfloat16
-only where it is native, and every benchmark records these flags beside its numbers.
+float32 on such a CPU (AMD EPYC Zen 3, AVX2 only).  ``auto_dtype`` picks bfloat16 only where
+the flags say it is native (CUDA: capability ≥ 8); on a CPU, ``--dtype auto`` goes by the
+measured cost instead (dtype_probe.py), and every benchmark records these flags beside its
+numbers.
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def register(subparsers) -> None:
     p.add_argument("--target", default="target")
     p.add_argument("--draft", default="draft")
     p.add_argument("--dtype", type=dtype_or_auto, default="auto",
-                   help="auto (default): bfloat16 where the CPU computes it natively, else float32")
+                   help="auto (default): bfloat16 where this machine computes it no slower than float32 (measured once per machine: gpu_backend/dtype_probe.py), else float32")
     p.add_argument("--threads", type=positive_int, default=None)
     p.set_defaults(func=run, check=check)
 
@@ -173,11 +173,11 @@ def bench_part(args, out_dir: str) -> Part:
         from .bench_config import BenchConfig
         from .bench_render import markdown_table, write_bar_plot
         from .bench_run import run_bench
-        from .machine import resolve_dtype
+        from .dtype_probe import resolve as resolve_dtype
 
         set_threads(args.threads)
         config = BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens,
-                             target=args.target, draft=args.draft, dtype=resolve_dtype(args.dtype))
+                             target=args.target, draft=args.draft, dtype=resolve_dtype(args.dtype)[0])
         result = run_bench(config, progress=sys.stderr.isatty())
         plot = write_bar_plot(result.rows, os.path.join(out_dir, "plots"))
         rows = {r["method"]: r for r in result.rows}

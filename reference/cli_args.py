@@ -326,7 +326,7 @@ def dtype_name(text: str) -> str:
 
 
 def dtype_or_auto(text: str) -> str:
-    """``auto`` (bfloat16 where the machine computes it natively, else float32:
+    """``auto`` (bfloat16 where the machine computes it no slower than float32, measured:
     ``gpu_backend.machine.auto_dtype``) or a floating torch dtype name (``DTYPES``)."""
     if text == "auto":
         return text
