@@ -64,6 +64,21 @@ def _short(result) -> str:
     return result.instance_label if ex else ""
 
 
+# what the verdicts of claims 12g-12j say about the goal of the non-modifying rules (written
+# beside the table whenever 12h is run)
+NON_MODIFYING_READING = (
+    '**Which of the non-modifying goals holds (claims 12g, 12h, 12j).**  Neither outcome that the go'
+    'al asks for is established.  MDBV is not within 2 % of the no-modification LP on every instance'
+    ' (12h fails; no rule of this project is), and no proof says that its family cannot be.  What is'
+    ' shown: the LP does not overstate what a practical rule can do.  On each instance it is attaine'
+    'd by a rule that decides only on the drafted rows (proofs_check/NON_MODIFYING_RULES.md §2; proo'
+    'fs_check/information_lp.py, 45 instances, violation ≤ 6.7e-7 at solver precision).  So the shor'
+    'tfall belongs to the rule family (per-node mechanisms with budgets), not to an information limi'
+    't, and whether such a family can reach 2 % everywhere is open.  MDBV-KSEQ is never below SpecTr'
+    ', K-SEQ-BV or Traversal (12j holds); MDBV falls below one of them on the known instances of 12g (12g fails).'
+)
+
+
 def markdown(verdicts, command: str) -> str:
     lines = [
         "# Verdicts: the papers' claims, checked numerically",
@@ -85,6 +100,8 @@ def markdown(verdicts, command: str) -> str:
     for r in verdicts.results:
         lines.append(f"| {r.id} | {r.claim} | {r.source} | {r.instances} | **{r.verdict}** | "
                      f"{r.worst_deviation:.3g} | {_short(r)} |")
+    if any(r.id == "12h" for r in verdicts.results):
+        lines += ["", NON_MODIFYING_READING]
     for title, table in verdicts.tables.items():
         lines += ["", f"## {title}", "", table]
     examples = [r for r in verdicts.results if r.counterexample or r.witness]
