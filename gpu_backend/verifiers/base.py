@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import torch
+
 from reference.contract import BatchVerdict
 
 from .inputs import PreparedBatch, as_tensor, prepare
@@ -60,6 +62,10 @@ class Verifier(ABC):
             ValueError: malformed inputs, naming the argument (batch.check_shapes,
                 batch.check_values, noise.make_noise); K ≠ 1 for a single-draft rule.
         """
+        with torch.no_grad():  # inputs that require grad would break the rules' in-place steps
+            return self._call(draft_tokens, draft_probs, target_probs, seeds, noise, validate)
+
+    def _call(self, draft_tokens, draft_probs, target_probs, seeds, noise, validate) -> BatchVerdict:
         dev, dt = self.input_device, self.input_dtype
         draft_tokens = as_tensor(draft_tokens, "draft_tokens", dev)
         draft_probs = as_tensor(draft_probs, "draft_probs", dev, dt)

@@ -197,7 +197,8 @@ def check_values(draft_tokens, draft_probs, target_probs) -> None:
         ValueError: naming the argument (see ``check_rows``).
     """
     V = draft_probs.shape[3]
-    out = (draft_tokens < 0) | (draft_tokens >= V)
+    ids = draft_tokens.long()  # compared in int64: V does not fit every integer dtype (uint8: 600 → 88)
+    out = (ids < 0) | (ids >= V)
     if bool(out.any()):
         where = _first_index(out)
         raise ValueError(f"draft_tokens{list(where)} = {int(draft_tokens[where])} outside "

@@ -45,6 +45,8 @@ selection_given_children; plan_nodes; decide).
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import torch
 
@@ -142,14 +144,15 @@ class _HostNodes:
     solves every slot at both budgets: 1 + 2·K·(L − 1) solves.
     """
 
-    _buffers: dict = {}
+    _local = threading.local()  # the buffers are per thread: two threads must not share them
 
     def __init__(self, batch: PreparedBatch, mult: torch.Tensor):
         self.dp, self.tp, self.mult = batch.dp, batch.tp, mult
+        buffers = self._local.__dict__.setdefault("buffers", {})
         key = (batch.V, str(batch.device))
-        if key not in self._buffers:
-            self._buffers[key] = torch.empty(4, 1, batch.V, dtype=torch.float64, device=batch.device)
-        self.buf = self._buffers[key]
+        if key not in buffers:
+            buffers[key] = torch.empty(4, 1, batch.V, dtype=torch.float64, device=batch.device)
+        self.buf = buffers[key]
 
     def solve(self, i: int, budgets: torch.Tensor, need: torch.Tensor):
         """θ, s, ΣA [B, K, n] of the depth-i nodes at budgets [B, K, n] where ``need`` [B, K, n]

@@ -123,3 +123,25 @@ def test_solve_counts(L, monkeypatch):
     assert host == {"root": 1, "single": 4 + 2 * (L - 2), "rows": 1 + 4 + 2 * (L - 2)}
     fixed = count_solves(monkeypatch, *split, host=False)
     assert fixed["rows"] == 1 + 2 * K * (L - 1)
+
+
+def test_host_plan_is_thread_safe():
+    """Two threads planning different batches at one V get each batch's own plan (the host
+    plan's float64 buffers are per thread)."""
+    import threading
+
+    batches = [prepare(*batch_rows(2, 3, 4, 4096, seed)) for seed in (0, 1)]
+    expected = [mdbv_kseq.plan(b, host=True) for b in batches]
+    bad = []
+
+    def work(i):
+        for _ in range(8):
+            got = mdbv_kseq.plan(batches[i], host=True)
+            bad.extend(j for j, (a, e) in enumerate(zip(got, expected[i])) if not torch.equal(a, e))
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bad == []

@@ -203,3 +203,25 @@ def test_unvalidated_garbage_never_gives_nan_or_bad_ids(name, data):
             assert not torch.isnan(f).any()
     if mod is not None:
         assert torch.isfinite(mod.rho).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int16, torch.int32])
+def test_small_integer_token_dtypes_are_compared_in_int64(dtype):
+    """V = 600 does not fit uint8 or int8: the range check must not wrap it (600 → 88)."""
+    V = 600
+    dp = torch.full((1, 2, 1, V), 1.0 / V, dtype=torch.float64)
+    tp = torch.full((1, 2, 2, V), 1.0 / V, dtype=torch.float64)
+    tok = torch.full((1, 2, 1), 100, dtype=dtype)
+    out = run(tok, dp, tp, rule="spectr")
+    assert out.tau.shape == (1,) and 0 <= int(out.tau[0]) <= 1
+    if dtype != torch.uint8:
+        raises(r"draft_tokens\[0, 0, 0\] = -3 outside \[0, V\) with V = 600", torch.full((1, 2, 1), -3, dtype=dtype), dp, tp)
+
+
+@pytest.mark.parametrize("rule", ["spectr", "mdbv_kseq", "bv"])
+def test_inputs_that_require_grad_are_verified(rule):
+    K = 1 if rule == "bv" else 2
+    tok, dp, tp = good(K=K, V=600)
+    out = run(tok, dp.clone().requires_grad_(True), tp.clone().requires_grad_(True), rule=rule)
+    ref = run(tok, dp, tp, rule=rule)
+    assert torch.equal(out.tau, ref.tau) and torch.equal(out.tokens, ref.tokens)
