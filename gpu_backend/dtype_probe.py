@@ -7,31 +7,36 @@ layer's multiply-adds at these lengths) on random weights, in bfloat16 and float
 input lengths: a decode step (1 token), a verify block (9 tokens: K = 2 drafts of L = 4 plus
 the root) and a prompt's prefill (128 tokens).  The weights' values do not change the cost.
 
-Decision: bfloat16 iff it is no slower than float32 at the verify and prefill lengths, where an
-emulated bfloat16 shows (compute-bound: on an AVX2-only CPU a 10-token target forward cost 4.8
-decode steps in bfloat16 against 3.5 in float32, and the prefill 26.9 s against 7.4 s); float32
-otherwise.  The measurement is cached per machine (``machine.fingerprint``) in the
+Decision: bfloat16 iff it is no slower than float32 at all three lengths: an emulated bfloat16
+shows at the verify and prefill lengths (compute-bound: on an AVX2-only CPU a 10-token target
+forward cost 4.8 decode steps in bfloat16 against 3.5 in float32, and the prefill 26.9 s
+against 7.4 s), and a 1-token product can take a slow bfloat16 path of its own (a review run
+here saw 6× float32's time at 1 token on a loaded machine); float32 otherwise.  The measurement is cached per machine (``machine.fingerprint``) in the
 auto-configuration cache, so a machine probes once (about a second here).
 
-Measured on this 2-core AMD EPYC (AVX512-BF16, no AMX), 2 threads: bfloat16 ÷ float32 = 0.52 at
-1 token, 0.28 at 16, 0.25 at 128 tokens.
+Measured on this 2-core AMD EPYC (AVX512-BF16, no AMX), 2 threads, idle: bfloat16 ÷ float32 =
+0.52-0.59 at 1 token, 0.22 at 9, 0.25-0.26 at 128 tokens; with 1 thread 0.90 at 1 token.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 # (in, out) of the linear layers of one Qwen2.5-Coder-1.5B decoder layer: q, k, v, o, gate, up, down
 LAYER_SHAPES = ((1536, 1536), (1536, 256), (1536, 256), (1536, 1536), (1536, 8960), (1536, 8960), (8960, 1536))
 LENGTHS = (1, 9, 128)  # decode step, verify block, prefill
-DECIDING = (9, 128)
+DECIDING = LENGTHS
 DTYPES = ("bfloat16", "float32")
 REPEATS = 5
+MAX_WEIGHTS = 1 << 28  # per layer (1 GB in float32): a probe, not a model
+MAX_TOKENS = 1 << 16
 
 
 @dataclass
@@ -48,8 +53,15 @@ class DtypeProbe:
 
     @property
     def dtype(self) -> str:
-        """"bfloat16" iff it is no slower than float32 at every length in ``DECIDING``."""
+        """"bfloat16" iff it is no slower than float32 at every length in ``DECIDING``.
+
+        Raises:
+            ValueError: the probe lacks a length of ``DECIDING`` (a custom ``measure``).
+        """
         s = self.seconds
+        missing = [n for n in DECIDING if any(n not in s.get(d, {}) for d in DTYPES)]
+        if missing:
+            raise ValueError(f"this probe has no times at lengths {missing}, which the dtype decision needs")
         return "bfloat16" if all(s["bfloat16"][n] <= s["float32"][n] for n in DECIDING) else "float32"
 
     def summary(self) -> str:
@@ -64,12 +76,34 @@ class DtypeProbe:
         return {d: {str(n): v for n, v in per.items()} for d, per in self.seconds.items()}
 
     @classmethod
-    def from_json(cls, data: dict, cached: bool = True) -> "DtypeProbe":
-        seconds = {d: {int(n): float(v) for n, v in data[d].items()} for d in DTYPES}
+    def from_json(cls, data, cached: bool = True) -> "DtypeProbe":
+        """The probe from ``to_json``'s form.
+
+        Raises:
+            ValueError: anything else: a dtype or length missing, keys that are not the lengths'
+                decimal forms, times that are not finite positive numbers.
+        """
+        if not isinstance(data, dict) or any(not isinstance(data.get(d), dict) for d in DTYPES):
+            raise ValueError(f"dtype probe entry: expected {{dtype: {{length: seconds}}}} for {DTYPES}")
+        seconds = {}
         for d in DTYPES:
-            missing = [n for n in LENGTHS if n not in seconds[d]]
-            if missing or any(not (v > 0) for v in seconds[d].values()):
-                raise ValueError(f"dtype probe entry for {d}: lengths {missing} missing or non-positive times")
+            per = {}
+            for key, value in data[d].items():
+                if not (isinstance(key, str) and key.isdigit() and str(int(key)) == key):
+                    raise ValueError(f"dtype probe entry for {d}: length key {key!r} is not a decimal integer")
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"dtype probe entry for {d}: time {value!r} is not a number")
+                try:
+                    v = float(value)
+                except OverflowError:
+                    v = math.inf
+                if not (math.isfinite(v) and v > 0):
+                    raise ValueError(f"dtype probe entry for {d}: time {value!r} is not finite and positive")
+                per[int(key)] = v
+            missing = [n for n in LENGTHS if n not in per]
+            if missing:
+                raise ValueError(f"dtype probe entry for {d}: lengths {missing} missing")
+            seconds[d] = per
         return cls(seconds, cached)
 
 
@@ -85,14 +119,26 @@ def measure(shapes=LAYER_SHAPES, lengths=LENGTHS, repeats: int = REPEATS, seed: 
     Returns:
         DtypeProbe with seconds per pass.
     Raises:
-        ValueError: empty ``shapes``, non-positive sizes, lengths or repeats.
+        ValueError: naming the argument: ``shapes`` not (in, out) pairs of positive integers or a
+            layer above MAX_WEIGHTS weights; ``lengths`` not integers in [1, MAX_TOKENS];
+            ``repeats`` not an integer ≥ 1.
     """
-    if not shapes or any(int(i) < 1 or int(o) < 1 for i, o in shapes):
-        raise ValueError(f"shapes must be non-empty (in, out) pairs of positive sizes, got {shapes!r}")
-    if not lengths or any(int(n) < 1 for n in lengths):
-        raise ValueError(f"lengths must be positive token counts, got {lengths!r}")
-    if int(repeats) < 1:
-        raise ValueError(f"repeats must be >= 1, got {repeats!r}")
+    def count(x) -> bool:
+        return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+    shapes = list(shapes) if not isinstance(shapes, (str, bytes)) and hasattr(shapes, "__iter__") else None
+    if (not shapes or any(not (isinstance(s, (tuple, list)) and len(s) == 2 and all(count(x) and x >= 1 for x in s))
+                          for s in shapes)):
+        raise ValueError("shapes must be a non-empty sequence of (in, out) pairs of integers >= 1")
+    if any(int(i) * int(o) > MAX_WEIGHTS for i, o in shapes):
+        raise ValueError(f"shapes: a layer above {MAX_WEIGHTS} weights is not a probe")
+    shapes = [(int(i), int(o)) for i, o in shapes]
+    lengths = list(lengths) if not isinstance(lengths, (str, bytes)) and hasattr(lengths, "__iter__") else None
+    if not lengths or any(not (count(n) and 1 <= n <= MAX_TOKENS) for n in lengths):
+        raise ValueError(f"lengths must be a non-empty sequence of integers in [1, {MAX_TOKENS}]")
+    lengths = [int(n) for n in lengths]
+    if not (count(repeats) and repeats >= 1):
+        raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
     g = torch.Generator().manual_seed(seed)
     master = [torch.randn(o, i, generator=g) * i ** -0.5 for i, o in shapes]
     seconds = {}
@@ -123,7 +169,8 @@ def probe_dtype(threads: int | None = None, refresh: bool = False, log=None) -> 
     """The measured dtype choice for this machine, from the auto-configuration cache when there.
 
     Args:
-        threads: torch threads the measurement is keyed by (None: ``torch.get_num_threads()``).
+        threads: torch threads to measure with and key the cache by, an integer ≥ 1 (None:
+            ``torch.get_num_threads()``); the caller's setting is restored after.
         refresh: measure again even when cached.
         log: callable for a line when the cache cannot be written (default: stderr).
     Returns:
@@ -134,17 +181,24 @@ def probe_dtype(threads: int | None = None, refresh: bool = False, log=None) -> 
     from . import autoconfig
     from .machine import fingerprint
 
+    from reference.validation import check_positive_int
+
     log = log or (lambda line: print(line, file=sys.stderr))
-    threads = torch.get_num_threads() if threads is None else int(threads)
+    threads = torch.get_num_threads() if threads is None else check_positive_int(threads, "threads")
     key = json.dumps(["dtype_probe", fingerprint(threads), LAYER_SHAPES, LENGTHS])
     data = autoconfig._read_cache()
     entries = data.setdefault("entries", {})
     if not refresh and key in entries:
         try:
             return DtypeProbe.from_json(entries[key])
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except ValueError:
             pass  # a damaged entry is measured again
-    probe = measure()
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)  # measured with the threads it is filed under
+    try:
+        probe = measure()
+    finally:
+        torch.set_num_threads(before)
     entries[key] = probe.to_json()
     autoconfig._write_cache(data, log)
     return probe

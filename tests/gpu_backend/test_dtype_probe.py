@@ -25,7 +25,7 @@ ONE = {1: 1.0, 9: 1.0, 128: 1.0}
 @pytest.mark.parametrize("bf16,expected", [
     (FAST, "bfloat16"),                       # native: 2-4x faster (this machine's ratios)
     (SLOW, "float32"),                        # emulated: slower at every length (an AVX2-only CPU)
-    ({1: 2.0, 9: 0.9, 128: 0.9}, "bfloat16"),  # slower decode alone does not decide
+    ({1: 2.0, 9: 0.9, 128: 0.9}, "float32"),   # a slower decode step alone decides
     ({1: 0.5, 9: 0.9, 128: 1.01}, "float32"),  # slower prefill alone does
     ({1: 0.5, 9: 1.01, 128: 0.9}, "float32"),  # and so does a slower verify block
     (ONE, "bfloat16"),                        # a tie keeps bfloat16 (half the memory)
@@ -44,10 +44,30 @@ def test_json_round_trip_and_damaged_entries():
     p = probe(FAST, SLOW)
     back = DtypeProbe.from_json(json.loads(json.dumps(p.to_json())))
     assert back.seconds == p.seconds and back.cached
+    good = {"1": 1, "9": 1, "128": 1}
     with pytest.raises(ValueError, match="lengths \\[128\\] missing"):
-        DtypeProbe.from_json({"bfloat16": {"1": 1, "9": 1}, "float32": {"1": 1, "9": 1, "128": 1}})
-    with pytest.raises(ValueError, match="non-positive"):
-        DtypeProbe.from_json({"bfloat16": {"1": 1, "9": 0, "128": 1}, "float32": {"1": 1, "9": 1, "128": 1}})
+        DtypeProbe.from_json({"bfloat16": {"1": 1, "9": 1}, "float32": good})
+
+
+@pytest.mark.parametrize("entry,match", [
+    ({"bfloat16": {"1": 1, "9": 0, "128": 1}}, "not finite and positive"),
+    ({"bfloat16": {"1": 1, "9": float("inf"), "128": 1}}, "not finite and positive"),
+    ({"bfloat16": {"1": 1, "9": float("nan"), "128": 1}}, "not finite and positive"),
+    ({"bfloat16": {"1": 1, "9": 10 ** 400, "128": 1}}, "not finite and positive"),
+    ({"bfloat16": {"1": 1, "9": True, "128": 1}}, "is not a number"),
+    ({"bfloat16": {"1": 1, "9": "0.5", "128": 1}}, "is not a number"),
+    ({"bfloat16": {"1": 1, "09": 1, "128": 1}}, "is not a decimal integer"),
+    ({"bfloat16": {"1": 1, "+9": 1, "128": 1}}, "is not a decimal integer"),
+    ({"bfloat16": [1, 2]}, "expected {dtype"),
+    ({}, "expected {dtype"),
+])
+def test_damaged_entries_are_one_value_error(entry, match):
+    data = {"bfloat16": {"1": 1, "9": 1, "128": 1}, "float32": {"1": 1, "9": 1, "128": 1}}
+    data.update(entry)
+    if not entry:
+        data = []
+    with pytest.raises(ValueError, match=match):
+        DtypeProbe.from_json(data)
 
 
 def test_measure_at_tiny_shapes():
@@ -55,13 +75,29 @@ def test_measure_at_tiny_shapes():
     assert set(out.seconds) == {"bfloat16", "float32"}
     for per in out.seconds.values():
         assert set(per) == {1, 3} and all(v > 0 for v in per.values())
+    with pytest.raises(ValueError, match=r"no times at lengths \[9, 128\]"):
+        out.dtype
+    gen = dtype_probe.measure(shapes=(s for s in ((8, 8),)), lengths=(n for n in (1, 9, 128)), repeats=1)
+    assert set(gen.seconds["float32"]) == {1, 9, 128}  # generators are read once, not used up by the checks
 
 
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(shapes=()), "shapes must be non-empty"),
-    (dict(shapes=((0, 4),)), "shapes must be non-empty"),
-    (dict(shapes=((4, 4),), lengths=(0,)), "lengths must be positive"),
-    (dict(shapes=((4, 4),), lengths=(1,), repeats=0), "repeats must be >= 1"),
+    (dict(shapes=()), "shapes must be a non-empty sequence"),
+    (dict(shapes=((0, 4),)), "shapes must be a non-empty sequence"),
+    (dict(shapes=((2.5, 4),)), "shapes must be a non-empty sequence"),
+    (dict(shapes=((4.0, 4),)), "shapes must be a non-empty sequence"),
+    (dict(shapes=((True, True),)), "shapes must be a non-empty sequence"),
+    (dict(shapes=(4, 4)), "shapes must be a non-empty sequence"),
+    (dict(shapes=((4, 4, 4),)), "shapes must be a non-empty sequence"),
+    (dict(shapes=((10 ** 6, 10 ** 6),)), "is not a probe"),
+    (dict(shapes=((4, 4),), lengths=(0,)), "lengths must be a non-empty sequence of integers"),
+    (dict(shapes=((4, 4),), lengths=(1.5,)), "lengths must be a non-empty sequence of integers"),
+    (dict(shapes=((4, 4),), lengths="12"), "lengths must be a non-empty sequence of integers"),
+    (dict(shapes=((4, 4),), lengths=9), "lengths must be a non-empty sequence of integers"),
+    (dict(shapes=((4, 4),), lengths=(10 ** 6,)), "lengths must be a non-empty sequence of integers"),
+    (dict(shapes=((4, 4),), lengths=(1,), repeats=0), "repeats must be an integer >= 1"),
+    (dict(shapes=((4, 4),), lengths=(1,), repeats=2.7), "repeats must be an integer >= 1"),
+    (dict(shapes=((4, 4),), lengths=(1,), repeats=True), "repeats must be an integer >= 1"),
 ])
 def test_measure_argument_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
@@ -107,6 +143,19 @@ def test_damaged_cache_entry_is_measured_again(cache):
     path.write_text(json.dumps(data))
     again = dtype_probe.probe_dtype(threads=1)
     assert not again.cached and len(calls) == 2
+
+
+def test_probe_measures_with_the_threads_it_is_filed_under(cache, monkeypatch):
+    import torch
+
+    seen = []
+    monkeypatch.setattr(dtype_probe, "measure", lambda: seen.append(torch.get_num_threads()) or probe(FAST, ONE))
+    before = torch.get_num_threads()
+    dtype_probe.probe_dtype(threads=1)
+    assert seen == [1] and torch.get_num_threads() == before
+    for bad in (0, -3, "x", 1.5):
+        with pytest.raises(ValueError, match="threads must be an integer >= 1"):
+            dtype_probe.probe_dtype(threads=bad)
 
 
 def test_resolve(cache):
