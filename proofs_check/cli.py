@@ -72,7 +72,7 @@ NON_MODIFYING_READING = (
     ' (12h fails; no rule of this project is), and no proof says that its family cannot be.  What is'
     ' shown: the LP does not overstate what a practical rule can do.  On each instance it is attaine'
     'd by a rule that decides only on the drafted rows (proofs_check/NON_MODIFYING_RULES.md §2; proo'
-    'fs_check/information_lp.py, 45 instances, violation ≤ 6.7e-7 at solver precision).  So the shor'
+    'fs_check/information_lp.py, 45 instances, largest violation 2.4e-8, at solver precision).  So the shor'
     'tfall belongs to the rule family (per-node mechanisms with budgets), not to an information limi'
     't, and whether such a family can reach 2 % everywhere is open.  MDBV-KSEQ is never below SpecTr'
     ', K-SEQ-BV or Traversal (12j holds); MDBV falls below one of them on the known instances of 12g (12g fails).'

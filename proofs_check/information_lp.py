@@ -42,8 +42,9 @@ The program is solved as that argument runs, because HiGHS declared the whole pr
 infeasible on peaked rows where it is not (it has tiny P(D), ~1e-16): (1) the instance's own
 program (the LP), then (2) with the instance's decisions fixed at the optimum found, the least
 total violation of the perturbed copies' constraints over their own decisions
-(``InformationBound.violation``, 0 to ~1e-15 when the optimum extends: a certificate that the
-information-limited optimum equals the LP).  Columns are joint masses P(D)·y (coefficients 1
+(``InformationBound.violation``, the largest violation of one constraint, 0 to the solvers'
+tolerance when the optimum extends: a certificate that the information-limited optimum equals
+the LP).  Columns are joint masses P(D)·y (coefficients 1
 and −q rather than products of small probabilities).
 
 Perturbations used by ``default_perturbations``: at every prefix u with 1 ≤ |u| ≤ L − 1, the
@@ -96,12 +97,16 @@ class InformationBound:
     """What ``information_bound`` found.
 
     Attributes:
-        lp: the no-modification LP on the instance (max E[τ], accepted tokens per iteration).
+        lp: the no-modification LP on the instance (max E[τ], accepted tokens per iteration);
+            NaN with ``observed=False`` (the blind program is solved instead).
         optimum: the information-limited optimum certified: ``lp`` when ``violation`` is 0 (up to
             the solver's ~1e-15), the blind program's optimum with ``observed=False``.
-        violation: the least Σ|A x − b| of the perturbed copies' constraints over their own
-            decisions, with the instance's decisions fixed at the LP optimum found; 0 means that
-            optimum extends to every copy, i.e. a rule deciding on what it sees attains the LP.
+        violation: with the instance's decisions fixed at the LP optimum found, the largest
+            |A x − b| over the perturbed copies' constraints (one per (model, z, x) and per key's
+            normalisation) at the copies' own decisions that minimise Σ|A x − b|, recomputed
+            from those decisions (≥ 0); 0 to the solver's feasibility tolerance (1e-9 per
+            constraint) means the optimum extends to every copy: a rule deciding on what it sees
+            attains the LP.  0 with ``observed=False``.
         models: 1 + the number of perturbed copies.
         columns, rows: the whole program's size.
         solver: the ``SOLVERS`` entries that solved step 1 and step 2.
@@ -123,7 +128,15 @@ def default_perturbations(V: int, L: int, random_rows: int = 2, joint: int = 2, 
 
     Returns:
         rows: {row_id: float64 [V]}; perturbations: list of Perturbation.
+    Raises:
+        ValueError: V or L not an integer ≥ 1; random_rows, joint or seed not an integer ≥ 0.
     """
+    from reference.validation import check_positive_int
+
+    V, L = check_positive_int(V, "V"), check_positive_int(L, "L")
+    for name, value in (("random_rows", random_rows), ("joint", joint), ("seed", seed)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     rng = np.random.default_rng(seed)
     rows, out = {}, []
     prefixes = [u for n in range(1, L) for u in itertools.product(range(V), repeat=n)]
@@ -173,19 +186,38 @@ def information_bound(inst: Instance, rows: dict | None = None, perturbations=No
     Returns:
         InformationBound.
     Raises:
-        ValueError: K or L not integers ≥ 1; a perturbation row that is not a probability vector
-            over V tokens, or at a prefix that is not of length 1..L−1; the LP not solved.
+        ValueError: K or L not integers ≥ 1; draft and target vocabularies differ; ``observed``
+            not a bool; a perturbation that is not a Perturbation of (prefix, row id) pairs, a
+            prefix that is not a tuple of token ids of length 1..L−1, a row that is not a real
+            probability vector over V tokens; a program not solved.
     """
     K, L, V = check_positive_int(inst.K, "K"), check_positive_int(inst.L, "L"), inst.V
+    if inst.draft.vocab_size != V:
+        raise ValueError(f"inst: vocabulary mismatch: draft has V = {inst.draft.vocab_size}, target has V = {V}")
+    if not isinstance(observed, (bool, np.bool_)):
+        raise ValueError(f"observed must be True or False, got {observed!r}")
     if perturbations is None:
         rows, perturbations = default_perturbations(V, L)
-    rows = rows or {}
+    rows = {} if rows is None else rows
+    if not isinstance(rows, dict):
+        raise ValueError(f"rows must map row ids to probability vectors, got {type(rows).__name__}")
+    perturbations = list(perturbations)
     for pert in perturbations:
-        for u, rid in tuple(pert.changed) + tuple(pert.changed_p):
-            if not (isinstance(u, tuple) and 1 <= len(u) <= L - 1 and all(0 <= t < V for t in u)):
+        if not isinstance(pert, Perturbation):
+            raise ValueError(f"perturbations: {pert!r} is not a Perturbation")
+        for pair in tuple(pert.changed) + tuple(pert.changed_p):
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise ValueError(f"perturbations: {pair!r} is not a (prefix, row id) pair")
+            u, rid = pair
+            if not (isinstance(u, tuple) and 1 <= len(u) <= L - 1
+                    and all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) and 0 <= t < V for t in u)):
                 raise ValueError(f"perturbations: prefix {u!r} is not a prefix of length 1..L-1 = {L - 1} over V = {V}")
-            r = np.asarray(rows.get(rid), dtype=float) if rid in rows else None
-            if r is None or r.shape != (V,) or not np.all(np.isfinite(r)) or np.any(r < 0) or abs(r.sum() - 1) > 1e-9:
+            try:
+                r = np.asarray(rows[rid]) if rid in rows else None
+            except TypeError:  # an unhashable id
+                r = None
+            if (r is None or r.dtype.kind not in "fiu" or r.shape != (V,) or not np.all(np.isfinite(r))
+                    or np.any(r < 0) or abs(float(r.sum()) - 1) > 1e-9):
                 raise ValueError(f"perturbations: row {rid!r} is not a probability vector over V = {V} tokens")
     models = [({}, {})] + [(dict(p.changed), dict(p.changed_p)) for p in perturbations]
 
@@ -294,7 +326,7 @@ def information_bound(inst: Instance, rows: dict | None = None, perturbations=No
     A, b, objective, row = build(joint_unit)
     if not observed:  # blind decisions: one joint program (the keys are shared by every model)
         res, label = _solve(objective, A, b, inst, "the blind program")
-        return InformationBound(-res.fun, -res.fun, 0.0, len(models), n_cols, row, label)
+        return InformationBound(float("nan"), -res.fun, 0.0, len(models), n_cols, row, label)
     # 1. the instance's own program (the base keys come first, the base rows are its model's
     #    and the base keys' normalisations): the no-modification LP
     n_base = 1 + max(key_of[0])
@@ -319,7 +351,12 @@ def information_bound(inst: Instance, rows: dict | None = None, perturbations=No
     slack = sp.hstack([free, sp.eye(m), -sp.eye(m)], format="csr")
     cost = np.r_[np.zeros(free.shape[1]), np.ones(2 * m)]
     ext, label2 = _solve(cost, slack, b[other_rows] - fixed, inst, "the extension to the perturbed copies")
-    return InformationBound(-res.fun, -res.fun, float(ext.fun), len(models), n_cols, row, f"{label}; {label2}")
+    # the violation recomputed from the decisions found (clipped to ≥ 0), not read off the
+    # solver's objective: its slacks may come back negative within tolerance
+    x_free = np.maximum(ext.x[:free.shape[1]], 0.0)
+    residual = np.abs(free @ x_free + fixed - b[other_rows])
+    return InformationBound(-res.fun, -res.fun, float(residual.max()), len(models), n_cols, row,
+                            f"{label}; {label2}")
 
 
 def _solve(cost, A, b, inst, what):
@@ -388,8 +425,8 @@ def study(instances, log=None) -> list[dict]:
 
 def markdown(rows: list[dict]) -> str:
     """The study as a markdown table."""
-    lines = ["| instance | no-modification LP (oracle) | step 1 − oracle | violation of the perturbed copies "
-             "(Σ abs, step 2) | copies | columns | solver (steps 1; 2) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| instance | no-modification LP (oracle) | step 1 − oracle | largest violation of a copy's "
+             "constraint (step 2) | copies | columns | solver (steps 1; 2) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['label']} | {r['oracle']:.9f} | not solved | – | – | – | {r['error'][:80]} |")

@@ -75,6 +75,14 @@ def test_no_non_modifying_rule_exceeds_it(inst):
     (Perturbation((((0,), "r"),)), {"r": np.array([0.5, 0.6])}, "row 'r' is not a probability vector"),
     (Perturbation((), (((0,), "r"),)), {"r": np.array([1.0])}, "row 'r' is not a probability vector"),
     (Perturbation((((0,), "missing"),)), {}, "row 'missing' is not a probability vector"),
+    (Perturbation((((0.5,), "r"),)), {"r": np.array([0.5, 0.5])}, "not a prefix of length 1..L-1"),
+    (Perturbation(((("0",), "r"),)), {"r": np.array([0.5, 0.5])}, "not a prefix of length 1..L-1"),
+    (Perturbation(((([0],), "r"),)), {"r": np.array([0.5, 0.5])}, "not a prefix of length 1..L-1"),
+    (Perturbation((((0,), ["r"]),)), {"r": np.array([0.5, 0.5])}, "is not a probability vector"),
+    (Perturbation((((0,), "r"),)), {"r": np.array([0.5 + 0j, 0.5])}, "is not a probability vector"),
+    (Perturbation((((0,), "r"),)), {"r": np.array(["0.5", "0.5"])}, "is not a probability vector"),
+    (Perturbation(((0,),)), {}, "is not a \\(prefix, row id\\) pair"),
+    (((((0,), "r"),),), {"r": np.array([0.5, 0.5])}, "is not a Perturbation"),
 ])
 def test_bad_perturbations(pert, rows, match):
     with pytest.raises(ValueError, match=match):
@@ -85,3 +93,34 @@ def test_bad_K():
     inst = toy(2, 2).with_K(0)
     with pytest.raises(ValueError, match="K must be an integer >= 1"):
         information_bound(inst, {}, [])
+
+
+def test_generators_are_read_once():
+    rows = {"r": np.array([0.3, 0.7])}
+    b = information_bound(toy(2, 2), rows, (p for p in [Perturbation((((0,), "r"),))]))
+    assert b.models == 2 and abs(b.violation) <= 1e-9
+
+
+def test_other_argument_errors():
+    from reference.models import ContextFree
+    from proofs_check.instances import Instance
+
+    with pytest.raises(ValueError, match="vocabulary mismatch: draft has V = 2, target has V = 3"):
+        information_bound(Instance(ContextFree([0.5, 0.5]), ContextFree([0.2, 0.3, 0.5]), 2, 2), {}, [])
+    with pytest.raises(ValueError, match="observed must be True or False"):
+        information_bound(toy(2, 2), {}, [], observed="no")
+    with pytest.raises(ValueError, match="rows must map row ids"):
+        information_bound(toy(2, 2), [1], [])
+    blind = information_bound(toy(2, 2), observed=False)
+    assert np.isnan(blind.lp) and blind.optimum <= 1e-9
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(V=0, L=2), "V must be an integer >= 1"), (dict(V=2.5, L=2), "V must be an integer >= 1"),
+    (dict(V=2, L=0), "L must be an integer >= 1"), (dict(V=2, L=2, random_rows=-1), "random_rows must be"),
+    (dict(V=2, L=2, random_rows=2.5), "random_rows must be"), (dict(V=2, L=2, joint=-1), "joint must be"),
+    (dict(V=2, L=2, seed=-1), "seed must be"), (dict(V=2, L=2, seed="x"), "seed must be"),
+])
+def test_default_perturbations_argument_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        default_perturbations(**kwargs)
