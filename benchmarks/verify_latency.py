@@ -169,23 +169,25 @@ def input_gb(B, K, L, V, dtype):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from reference.cli_args import nonneg_int, output_file, positive_float, positive_int
+
     ap.add_argument("--quick", action="store_true", help="B = 1, K ∈ {1, 3, 7}, L ∈ {4, 12}")
-    ap.add_argument("--json", help="write all measurements to this file")
+    ap.add_argument("--json", type=output_file, help="write all measurements to this file")
     ap.add_argument("--bf16", action="store_true", help="also time bfloat16 inputs")
-    ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--max-gb", type=float, default=3.0, help="skip configurations whose inputs exceed this")
-    ap.add_argument("--threads", type=int, default=1,
+    ap.add_argument("--runs", type=positive_int, default=7)
+    ap.add_argument("--warmup", type=nonneg_int, default=2)
+    ap.add_argument("--max-gb", type=positive_float, default=3.0, help="skip configurations whose inputs exceed this")
+    ap.add_argument("--threads", type=nonneg_int, default=1,
                     help="torch.set_num_threads (default 1: on this shared 2-core machine OpenMP's "
                          "second thread made the same runs 10-100x slower, e.g. SpecTr K=3 L=12 "
                          "44 ms -> 2.4 s; 0 keeps torch's default)")
     ap.add_argument("--device", choices=("cpu", "cuda", "all"), default="all")
-    ap.add_argument("--V", type=int, default=V_REAL)
+    ap.add_argument("--V", type=positive_int, default=V_REAL)
     ap.add_argument("--rules", nargs="+", default=None,
                     help="rules to time (default: every registered rule with a batched plan, i.e. "
                          "registry bench=True; mdbv's host plan takes seconds per iteration)")
-    ap.add_argument("--K", type=int, nargs="+", default=None, help="replace the grid's K values")
-    ap.add_argument("--L", type=int, nargs="+", default=None, help="replace the grid's L values")
+    ap.add_argument("--K", type=positive_int, nargs="+", default=None, help="replace the grid's K values")
+    ap.add_argument("--L", type=positive_int, nargs="+", default=None, help="replace the grid's L values")
     ap.add_argument("--drafts", choices=("independent", "identical"), default="independent",
                     help="independent: each draft from its own random rows (they diverge at the "
                          "first position); identical: draft 0 repeated K times (every depth has K "
@@ -197,6 +199,12 @@ def main(argv=None):
         ap.error(f"--rules: unknown rule(s) {', '.join(unknown)}; known: {', '.join(VERIFIERS)}, {FIXED_PLAN}")
     if "spectr" not in rules:
         ap.error("--rules must include spectr (the ratios' denominator)")
+    if len(set(rules)) != len(rules):
+        ap.error(f"--rules: a rule is named twice ({' '.join(rules)})")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: CUDA is not available in this torch build or machine")
+    if args.V < 2:
+        ap.error("--V must be >= 2 (one token leaves nothing to verify)")
     if args.runs < 5:
         ap.error("--runs must be >= 5 (medians of at least 5 runs)")
     if args.threads:

@@ -50,12 +50,16 @@ def check_positive_int(value: int, name: str) -> int:
         ValueError: naming ``name`` and the value, for anything else (never a raw TypeError,
             OverflowError or int()'s own message).
     """
-    ok = not isinstance(value, (bool, np.bool_)) and (
-        isinstance(value, (int, np.integer))
-        or (isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer()))
-    if not ok or value < 1:
+    out = None
+    if isinstance(value, (bool, np.bool_, np.timedelta64)):
+        pass
+    elif isinstance(value, (int, np.integer)):
+        out = int.__index__(value) if isinstance(value, int) else int(value)  # not a subclass's __int__
+    elif isinstance(value, (float, np.floating)) and np.isfinite(value) and float(value).is_integer():
+        out = int(float(value))
+    if out is None or out < 1:
         raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+    return out
 
 
 def check_iteration_inputs(

@@ -48,7 +48,21 @@ def test_fixed_plan_column_and_json(tmp_path):
     (["--rules", "mdbv_kseq"], "--rules must include spectr"),
     (["--drafts", "shared"], "argument --drafts: invalid choice"),
     (["--runs", "3"], "--runs must be >= 5"),
+    (["--K", "0"], "argument --K"), (["--L", "-1"], "argument --L"), (["--V", "0"], "argument --V"),
+    (["--V", "1"], "--V must be >= 2"), (["--threads", "-1"], "argument --threads"),
+    (["--warmup", "-3"], "argument --warmup"), (["--max-gb", "-1"], "argument --max-gb"),
+    (["--max-gb", "nan"], "argument --max-gb"), (["--json", "/proc/nope/x.json"], "argument --json"),
+    (["--rules", "spectr", "spectr"], "a rule is named twice"),
 ])
 def test_bad_arguments(args, match):
+    if args == ["--V", "1"] or args[0] == "--rules":
+        args = args + ["--device", "cpu"]
     out = run(*args)
     assert out.returncode == 2 and match in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cuda_refused_without_cuda():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    out = run("--device", "cuda")
+    assert out.returncode == 2 and "CUDA is not available" in out.stderr and "Traceback" not in out.stderr

@@ -106,7 +106,8 @@ def test_models_reject_bad_rows_and_prefixes():
 
 
 @pytest.mark.parametrize("value", [None, "3", "abc", 2.5, float("nan"), float("inf"), -float("inf"),
-                                   True, False, np.bool_(True), 0, -1, 0.0, [2], 1 + 0j])
+                                   True, False, np.bool_(True), 0, -1, 0.0, [2], 1 + 0j,
+                                   np.timedelta64(3)])
 def test_check_positive_int_refuses_with_the_argument_named(value):
     from reference.validation import check_positive_int
     with pytest.raises(ValueError, match=r"^K must be an integer >= 1, got "):
@@ -126,3 +127,15 @@ def test_decoder_bad_K_type_is_one_value_error(K):
     with pytest.raises(ValueError, match="K must be an integer >= 1"):
         m = ContextFree([0.5, 0.5])
         Decoder(m, m, K, 2)
+
+
+def test_check_positive_int_reads_an_int_subclass_by_its_value():
+    from reference.validation import check_positive_int
+
+    class Odd(int):
+        def __int__(self):
+            return -5
+
+    assert check_positive_int(Odd(3), "K") == 3
+    with pytest.raises(ValueError, match="K must be an integer >= 1"):
+        check_positive_int(Odd(0), "K")
