@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from reference.validation import check_positive_int
+
+from .autoconfig import _timed
 
 # (in, out) of the linear layers of one Qwen2.5-Coder-1.5B decoder layer: q, k, v, o, gate, up, down
 LAYER_SHAPES = ((1536, 1536), (1536, 256), (1536, 256), (1536, 1536), (1536, 8960), (1536, 8960), (8960, 1536))
@@ -44,7 +46,8 @@ class DtypeProbe:
     """Seconds per pass through the probe's linear layers, per dtype and input length.
 
     Attributes:
-        seconds: {dtype: {tokens: seconds}} (medians of ``REPEATS`` passes after one warm-up).
+        seconds: {dtype: {tokens: seconds}} (medians of ``REPEATS`` passes after one warm-up,
+            as ``measure`` times them).
         cached: the measurement came from the cache.
     """
 
@@ -115,7 +118,8 @@ def measure(shapes=LAYER_SHAPES, lengths=LENGTHS, repeats: int = REPEATS, seed: 
         shapes: (in_features, out_features) of the layers, applied one after the other to an
             input of matching width (random; the values do not change the cost).
         lengths: input lengths (tokens), ints ≥ 1.
-        repeats: timed passes per (dtype, length), ≥ 1; the median is kept.
+        repeats: timed passes per (dtype, length), an integer ≥ 1; the median after one warm-up
+            is kept (autoconfig._timed: one more pass instead where the warm-up took over a second).
     Returns:
         DtypeProbe with seconds per pass.
     Raises:
@@ -137,8 +141,9 @@ def measure(shapes=LAYER_SHAPES, lengths=LENGTHS, repeats: int = REPEATS, seed: 
     if not lengths or any(not (count(n) and 1 <= n <= MAX_TOKENS) for n in lengths):
         raise ValueError(f"lengths must be a non-empty sequence of integers in [1, {MAX_TOKENS}]")
     lengths = [int(n) for n in lengths]
-    if not (count(repeats) and repeats >= 1):
+    if isinstance(repeats, float):
         raise ValueError(f"repeats must be an integer >= 1, got {repeats!r}")
+    repeats = check_positive_int(repeats, "repeats")
     g = torch.Generator().manual_seed(seed)
     master = [torch.randn(o, i, generator=g) * i ** -0.5 for i, o in shapes]
     seconds = {}
@@ -147,19 +152,13 @@ def measure(shapes=LAYER_SHAPES, lengths=LENGTHS, repeats: int = REPEATS, seed: 
         weights = [w.to(dtype) for w in master]
         per = {}
         for n in lengths:
-            inputs = {i: torch.randn(int(n), i, generator=g).to(dtype) for i in {i for i, _ in shapes}}
+            inputs = {i: torch.randn(n, i, generator=g).to(dtype) for i in {i for i, _ in shapes}}
 
             def one_pass():
                 for (i, _), w in zip(shapes, weights):
                     torch.nn.functional.linear(inputs[i], w)
 
-            one_pass()
-            times = []
-            for _ in range(int(repeats)):
-                start = time.perf_counter()
-                one_pass()
-                times.append(time.perf_counter() - start)
-            per[int(n)] = statistics.median(times)
+            per[n] = _timed(one_pass, repeats)  # the median after one warm-up
         seconds[name] = per
         del weights
     return DtypeProbe(seconds)
@@ -180,8 +179,6 @@ def probe_dtype(threads: int | None = None, refresh: bool = False, log=None) -> 
 
     from . import autoconfig
     from .machine import fingerprint
-
-    from reference.validation import check_positive_int
 
     log = log or (lambda line: print(line, file=sys.stderr))
     threads = torch.get_num_threads() if threads is None else check_positive_int(threads, "threads")

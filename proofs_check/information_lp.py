@@ -271,13 +271,14 @@ def information_bound(inst: Instance, rows: dict | None = None, perturbations=No
     # decisions) the conditional form, unit 1.
     joint_unit = list(mass) if all(x is not None for x in mass) else [1.0] * len(mass)
 
-    def build(unit):
-        # the program with columns y·unit per key (unit 1: conditional probabilities)
+    def build(unit, n_models=len(models), n_keys=len(col_of)):
+        # the program with columns y·unit per key (unit 1: conditional probabilities), for the
+        # first n_models models and n_keys keys (whose columns come first)
         inner = [z for n in range(L) for z in itertools.product(range(V), repeat=n)]
         slot = {(z, x): j for j, (z, x) in enumerate((z, x) for z in inner for x in range(V))}
         r_idx, c_idx, vals, rhs = [], [], [], []
         row = 0
-        for mi, m in enumerate(models):
+        for mi, m in enumerate(models[:n_models]):
             base = row
             q_of = {z: q_row(m, z) for z in inner}
             # row (z, x):  Σ_D P(D) [y(z, x) + N-mass ⪰ zx − q(x|z)·N-mass ⪰ z] = q(x) at the root
@@ -306,16 +307,17 @@ def information_bound(inst: Instance, rows: dict | None = None, perturbations=No
                                 vals.append(-w * q_of[z][x])
             rhs.extend(q_of[z][x] if not z else 0.0 for z in inner for x in range(V))
             row += len(slot)
-        for k, cols in enumerate(col_of):  # normalisation per key: Σ y = 1, i.e. Σ Y = unit
+        for k, cols in enumerate(col_of[:n_keys]):  # normalisation per key: Σ y = 1, i.e. Σ Y = unit
             for c in cols.values():
                 r_idx.append(row)
                 c_idx.append(c)
                 vals.append(1.0)
             rhs.append(unit[k])
             row += 1
-        A = sp.csr_matrix((vals, (r_idx, c_idx)), shape=(row, n_cols))
+        cols_used = sum(len(cols) for cols in col_of[:n_keys])
+        A = sp.csr_matrix((vals, (r_idx, c_idx)), shape=(row, cols_used))
         b = np.array(rhs)
-        objective = np.zeros(n_cols)
+        objective = np.zeros(cols_used)
         for di, (D, weights) in enumerate(drafts):
             if weights[0] == 0.0:
                 continue
@@ -336,8 +338,8 @@ def information_bound(inst: Instance, rows: dict | None = None, perturbations=No
     other_rows = np.setdiff1d(np.arange(row), base_rows)
     # in conditional form (the joint form's tiny right sides made HiGHS fail on peaked rows),
     # converted to joint masses for step 2
-    Ac, bc, objc, _ = build([1.0] * len(mass))
-    res, label = _solve(objc[:base_cols], Ac[base_rows][:, :base_cols], bc[base_rows], inst, "the no-modification LP")
+    Ac, bc, objc, _ = build([1.0] * len(mass), n_models=1, n_keys=n_base)
+    res, label = _solve(objc, Ac, bc, inst, "the no-modification LP")
     x0 = res.x * np.repeat(np.asarray(joint_unit[:n_base], dtype=float),
                            [len(col_of[k]) for k in range(n_base)])
     # 2. extend that optimum's decisions to every perturbed copy: the least total violation

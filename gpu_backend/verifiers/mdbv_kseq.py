@@ -33,8 +33,9 @@ sibling, one pass without q/p at a node with one draft — identical drafts take
 SpecTr does, and the plan is the fixed one's bit for bit.  The decision runs
 bottom-up: a node's outcome is its lowest-ranked successful child's outcome, else its own
 fallback coin (the root's always succeeds), which is the reference's depth-first walk.  No host
-synchronisation off the CPU; Python loops only over K, L and the solver's fixed passes (and, on the host path, over the nodes solved).  An expanded batch
-(one case repeated) is planned once (batch.per_case).
+synchronisation off the CPU; Python loops only over K, L and the solver's fixed passes (and, on
+the host path, over the nodes solved).  An expanded batch (one case repeated) is planned once
+(batch.per_case).
 
 Numerics: θ comes from the histogram solver (resolution (m − 1)/w·2^-36, always on the valid
 side) where the reference bisects in κ over snapped ratios; they agree to ~1e-10 relative on
@@ -178,7 +179,7 @@ class _HostNodes:
                 else:
                     # the work-dtype rows promote to float64 inside the pass: the same values as
                     # their float64 copies, without making them
-                    th, sj = single_candidate(p_row, q_row, w.clamp_min(1e-300), out=scratch)
+                    th, sj = single_candidate(p_row, q_row, w, out=scratch)
                 tot = torch.where((w > 0) & (sj > 0), _cover(sj, mm), torch.zeros_like(sj))
                 theta[b, k, j], s[b, k, j], total[b, k, j] = th[0], sj[0], tot[0]
         return theta, s, total
@@ -198,7 +199,7 @@ def plan(batch: PreparedBatch, host: bool | None = None):
         batch: the prepared batch.
         host: take the host path (``_HostNodes``: solve only the nodes read; CPU only) or the
             fixed one (every slot at both budgets, no host read); default ``host_plan(batch)``.
-            Both give the same plan (tests/gpu_backend/test_mdbv_kseq_node.py).
+            Both give the same plan (tests/gpu_backend/test_mdbv_kseq_host_plan.py).
 
     Returns:
         (w, h, rank, live, theta, ratio, owner), each [B, K, L+1] (slot k, depth i: draft k's
@@ -357,11 +358,11 @@ class MDBVKSeq(Verifier):
         inner = tau < L
         p_row = gather_rows(batch.dp, row, tau.clamp_max(L - 1)).to(torch.float64)
         th = theta[b, row, tau].unsqueeze(1)
-        # residual (w·q − A)_+, A = min(p, q/θ)·ΣA/s, in float64; in place (each fresh [B, V]
-        # temporary costs a CPU page faults)
+        # residual (w·q − A)_+, A = min(p, q/θ)·ΣA/s, in float64; in place where it can be (each
+        # fresh [B, V] temporary costs a CPU page faults)
         q64 = q_row.to(torch.float64)
-        A = torch.minimum(p_row, torch.div(q64, th, out=p_row.new_empty(p_row.shape)))
-        A.mul_(ratio[b, row, tau].unsqueeze(1))
+        A = q64 / th
+        torch.minimum(p_row, A, out=A).mul_(ratio[b, row, tau].unsqueeze(1))
         residual = q64.mul_(w[b, row, tau].unsqueeze(1)).sub_(A).clamp_min_(0.0)
         weights = torch.where(inner.unsqueeze(1), residual.to(batch.dtype), q_row)
         last = noise.draw(weights, q_row)
