@@ -145,3 +145,21 @@ def test_host_plan_is_thread_safe():
     for t in threads:
         t.join()
     assert bad == []
+
+
+def test_host_ranks_equal_tensor_ranks():
+    """The host plan's Python ranks (``_ranks_descending_host``) are ``_ranks_descending``'s on
+    values with exact ties, ties within reference.ties' tolerance (chained), signed zeros and
+    several groups per row."""
+    g = torch.Generator().manual_seed(5)
+    B, K = 400, 6
+    base = torch.rand(B, K, generator=g, dtype=torch.float64)
+    value = torch.where(torch.rand(B, K, generator=g) < 0.3, base[:, :1], base)  # exact ties
+    near = torch.rand(B, K, generator=g) < 0.3
+    value = torch.where(near, value[:, :1] * (1 + 1e-13), value)  # ties within tolerance
+    value = torch.where(torch.rand(B, K, generator=g) < 0.1, torch.full_like(value, -0.0), value)
+    key = torch.stack([torch.randperm(50, generator=g)[:K] for _ in range(B)])
+    group = torch.randint(0, 3, (B, K), generator=g)
+    host = mdbv_kseq._ranks_descending_host(value, key, group)
+    assert torch.equal(host, mdbv_kseq._ranks_descending(value, key, group))
+    assert int(host.max()) >= 3  # groups of several entries are ranked

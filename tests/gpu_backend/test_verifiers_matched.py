@@ -224,15 +224,20 @@ def test_tree_rules_matched_noise_covers_every_outcome_kind(name):
 @pytest.mark.parametrize("name", TREE_RULES)
 @pytest.mark.parametrize("V", [3, 4096])
 def test_tree_rules_at_k1_equal_the_torch_bv_verifier(name, V):
-    """K = 1: the same outputs as gpu_backend's BV under the same seeds (reference: K = 1 is BV
-    exactly, with the same coins (0, i) and the same residual up to a positive factor)."""
+    """K = 1: the tree walk (``decide_tree``) gives the same outputs as gpu_backend's BV under
+    the same seeds (reference: K = 1 is BV exactly, with the same coins (0, i) and the same
+    residual up to a positive factor); ``decide`` hands K = 1 to BV's verifier on that ground."""
     rng = np.random.default_rng(V)
     B = 400 if V == 3 else (40 if registry.spec(name).bench else 12)
     cases = make_tree_cases(rng, name, V, 1, 3, B)
     tok, dp, tp = stack_cases(cases, torch.float32)
     seeds = torch.arange(B, dtype=torch.int64) * 7919 + 3
-    mine = get_verifier(name)(tok, dp, tp, seeds=seeds)
+    tree = get_verifier(name)
+    tree.decide = getattr(tree, "decide_tree", tree.decide)  # the walk itself, not a hand-off
+    mine = tree(tok, dp, tp, seeds=seeds)
     bv = get_verifier("bv")(tok, dp, tp, seeds=seeds)
+    handed = get_verifier(name)(tok, dp, tp, seeds=seeds)
+    assert torch.equal(handed.tokens, bv.tokens) and torch.equal(handed.tau, bv.tau)
     assert torch.equal(mine.tau, bv.tau)
     assert torch.equal(mine.tokens, bv.tokens)
     assert torch.equal(mine.selected, bv.selected)
