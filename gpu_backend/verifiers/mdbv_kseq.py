@@ -30,7 +30,8 @@ kseq.py's fixed number of histogram passes over V: O(K·L·V) work per row.  On 
 V ≥ kseq.LARGE_V the plan instead solves only the nodes it reads (``_HostNodes``; reading masks
 there waits for no device): each merged-tree node once, a child's last budget only beside a
 sibling, one pass without q/p at a node with one draft — identical drafts take L solves, as
-SpecTr does, and the plan is the fixed one's bit for bit.  The decision runs
+SpecTr does, and the plan is the fixed one's bit for bit.  With one draft the rule is BV coin
+for coin, and ``decide`` hands K = 1 to BV's verifier (``decide_tree`` is the walk).  The decision runs
 bottom-up: a node's outcome is its lowest-ranked successful child's outcome, else its own
 fallback coin (the root's always succeeds), which is the reference's depth-first walk.  No host
 synchronisation off the CPU; Python loops only over K, L and the solver's fixed passes (and, on
