@@ -67,15 +67,21 @@ def _short(result) -> str:
 # what the verdicts of claims 12g-12j say about the goal of the non-modifying rules (written
 # beside the table whenever 12h is run)
 NON_MODIFYING_READING = (
-    '**Which of the non-modifying goals holds (claims 12g, 12h, 12j).**  Neither outcome that the go'
-    'al asks for is established.  MDBV is not within 2 % of the no-modification LP on every instance'
-    ' (12h fails; no rule of this project is), and no proof says that its family cannot be.  What is'
-    ' shown: the LP does not overstate what a practical rule can do.  On each instance it is attaine'
-    'd by a rule that decides only on the drafted rows (proofs_check/NON_MODIFYING_RULES.md §2; proo'
-    'fs_check/information_lp.py, 45 instances, largest violation 2.4e-8, at solver precision).  So the shor'
-    'tfall belongs to the rule family (per-node mechanisms with budgets), not to an information limi'
-    't, and whether such a family can reach 2 % everywhere is open.  MDBV-KSEQ is never below SpecTr'
-    ', K-SEQ-BV or Traversal (12j holds); MDBV falls below one of them on the known instances of 12g (12g fails).'
+    '**Which of the non-modifying goals holds (claims 12g, 12h, 12j).**  The second one: no rule of '
+    "MDBV's family can be within 2 % of the no-modification LP on every instance.  The family is the"
+    ' one-bit compositional rules (a budget per node of the merged draft tree, a sub-rule that succe'
+    "eds with exactly that probability, a parent that sees only its children's success bits; MDBV, M"
+    'DBV-KSEQ and SpecTr are members).  At L = 2 its optimum is bracketed by an LP over budget grids'
+    ' (proofs_check/one_bit_family.py; proofs_check/ONE_BIT_FAMILY.md; NON_MODIFYING_RULES.md §7b): '
+    "on 4 of 93 instances of claim 12h's space, its counterexample among them, even the family's bes"
+    't, knowing every row, is more than 2 % below the LP (there: LP 1.931098, family ≤ 1.892258, MDB'
+    'V 1.889034).  So 12h fails for the whole family, not only for MDBV; reaching 2 % needs a rule w'
+    'hose parents learn more from a subtree than its success bit.  The LP itself is not an informati'
+    'on limit: on each instance it is attained by a rule that decides only on the drafted rows (NON_'
+    'MODIFYING_RULES.md §2; proofs_check/information_lp.py, 45 instances, largest violation 2.4e-8).'
+    "  MDBV is not its family's best everywhere (a member beats it by 3.24 % on one instance).  MDBV"
+    '-KSEQ is never below SpecTr, K-SEQ-BV or Traversal (12j holds); MDBV falls below one of them on'
+    ' the known instances of 12g (12g fails).'
 )
 
 
