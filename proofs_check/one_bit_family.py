@@ -45,6 +45,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
+import numbers
 import sys
 import time
 from dataclasses import dataclass
@@ -54,23 +55,36 @@ import numpy as np
 import scipy.sparse as sp
 
 from oracle import programs
-from reference.validation import check_positive_int
+from reference.validation import check_positive_int, check_probability_vector
 
 from . import quantities as Q
 from .instances import Instance, random_instance, toy
+
+
+def _rows(q, p) -> tuple[np.ndarray, np.ndarray]:
+    q, p = check_probability_vector(q, "q"), check_probability_vector(p, "p")
+    if q.ndim != 1 or q.shape != p.shape:
+        raise ValueError(f"q and p must be one-dimensional rows of one vocabulary, got shapes {q.shape} and {p.shape}")
+    return q, p
 
 
 def efficiency(q: np.ndarray, p: np.ndarray, m: int):
     """g(b) = 1 + α*(b·q, p, m)/b of a depth-1 node with rows (q, p) and m drafts.
 
     Args:
-        q, p: float64 [V] target and draft rows at the node; m: drafts through the node (≥ 1).
+        q, p: float64 [V] target and draft rows at the node (probability vectors); m: drafts
+            through the node (an integer ≥ 1).  Cost: 2^V subsets, tabulated once.
     Returns:
-        a function of budgets b (float64 array, values in [0, 1]) → float64 array, the expected
-        accepted tokens of the node and its subtree given that it succeeds; g(0) = 1 + q(supp p)
-        (the limit b → 0).
+        a function of budgets b (a float or float64 array, values in [0, 1]) → float64 array of
+        b's shape (at least 1-D), the expected accepted tokens of the node and its subtree given
+        that it succeeds; g(0) = 1 + q(supp p) (the limit b → 0).
+    Raises:
+        ValueError: q or p not a probability vector (NaN, negative, unnormalised), shapes that
+            differ, m not an integer ≥ 1; from g, a budget that is NaN or outside [0, 1].
     Source: module doc; α* of the coverage polymatroid capped by b·q (min over subsets H).
     """
+    q, p = _rows(q, p)
+    m = check_positive_int(m, "m")
     V = len(q)
     cover, free = [], []
     for r in range(V + 1):
@@ -83,16 +97,28 @@ def efficiency(q: np.ndarray, p: np.ndarray, m: int):
     at_zero = 1.0 + float(q[p > 0].sum())
 
     def g(b):
-        b = np.asarray(b, dtype=np.float64)
+        b = np.atleast_1d(np.asarray(b, dtype=np.float64))
+        if not np.all((b >= 0) & (b <= 1)):  # NaN fails both
+            raise ValueError(f"b: budgets must lie in [0, 1], got {b[~((b >= 0) & (b <= 1))][:3]}")
         safe = np.where(b > 0, b, 1.0)
-        return np.where(b > 0, 1.0 + np.min(a[None, :] + f[None, :] / safe[:, None], axis=1), at_zero)
+        return np.where(b > 0, 1.0 + np.min(a + f / safe[..., None], axis=-1), at_zero)
 
     return g
 
 
 def configurations(p: np.ndarray, K: int):
-    """(multiplicities n [V], probability) of every multiset of K first tokens drawn from p
-    with positive probability."""
+    """The multisets of K first tokens drawn i.i.d. from p.
+
+    Args:
+        p: float64 [V] draft row at the root (a probability vector); K: drafts (integer ≥ 1).
+    Yields:
+        (n, probability): n a tuple of V multiplicities summing to K, probability the
+        multinomial mass K!/Π n_x! · Π p(x)^n_x (> 0 only; they sum to 1).
+    Raises:
+        ValueError: p not a probability vector, K not an integer ≥ 1.
+    """
+    p = check_probability_vector(p, "p")
+    K = check_positive_int(K, "K")
     V = len(p)
     for n in itertools.product(range(K + 1), repeat=V):
         if sum(n) != K:
@@ -168,6 +194,10 @@ def _program(inst: Instance, grids: dict, eff: dict, upper: bool):
     return float(problem.value), np.asarray(x.value), layout, ncol, used
 
 
+def _real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_)) and math.isfinite(x)
+
+
 def family_bracket(inst: Instance, rounds: int = 12, parts: int = 4, tol: float = 1e-6,
                    decide_at: float | None = None) -> Bracket:
     """Lower and upper bounds on the best E[τ] of a one-bit compositional rule (module doc).
@@ -181,27 +211,30 @@ def family_bracket(inst: Instance, rounds: int = 12, parts: int = 4, tol: float 
     Returns:
         Bracket (E[τ] in accepted tokens per iteration).
     Raises:
-        ValueError: L ≠ 2, rounds < 1, parts < 2, tol not positive; RuntimeError: an LP that no
-        solver solved.
+        ValueError: inst.K not an integer ≥ 1, inst.L ≠ 2, rounds < 1, parts < 2, tol not a
+        positive number, decide_at not a finite number (bools are refused); RuntimeError: an LP
+        that no solver solved.
     Source: module doc; proofs_check/NON_MODIFYING_RULES.md §7b.
     """
-    if inst.L != 2:
-        raise ValueError(f"inst: the family's optimum is computed at L = 2 only, got L = {inst.L}")
+    check_positive_int(inst.K, "inst.K")
+    if isinstance(inst.L, (bool, np.bool_)) or check_positive_int(inst.L, "inst.L") != 2:
+        raise ValueError(f"inst: the family's optimum is computed at L = 2 only, got L = {inst.L!r}")
     rounds = check_positive_int(rounds, "rounds")
     parts = check_positive_int(parts, "parts")
     if parts < 2:
         raise ValueError(f"parts must be at least 2, got {parts}")
-    if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol > 0):
+    if not (_real(tol) and tol > 0):
         raise ValueError(f"tol must be a positive finite number, got {tol!r}")
-    if decide_at is not None and not (isinstance(decide_at, (int, float)) and math.isfinite(decide_at)):
+    if decide_at is not None and not _real(decide_at):
         raise ValueError(f"decide_at must be a finite number or None, got {decide_at!r}")
     eff = {(x, m): efficiency(inst.target.conditional((x,)), inst.draft.conditional((x,)), m)
            for x in range(inst.V) for m in range(1, inst.K + 1)}
     # one budget axis per (configuration, child): a cell is cut only where its configuration uses it
     grids = {"start": sorted({*np.linspace(0.0, 1.0, 11).tolist(), 1e-3, 1e-2})}
-    lower = -math.inf
+    lower, upper = -math.inf, math.inf
     for done in range(1, rounds + 1):
-        upper, xv, layout, ncol, used = _program(inst, grids, eff, upper=True)
+        bound, xv, layout, ncol, used = _program(inst, grids, eff, upper=True)
+        upper = min(upper, bound)  # every round's bound is valid; keep the tightest
         lower = max(lower, _program(inst, grids, eff, upper=False)[0])
         decided = decide_at is not None and (lower >= decide_at or upper < decide_at)
         if upper - lower < tol or decided or done == rounds:
@@ -299,13 +332,20 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=12, help="refinement rounds per instance (default 12)")
     ap.add_argument("--md", help="write the Markdown table here (default: stdout)")
     args = ap.parse_args(argv)
-    rounds = check_positive_int(args.rounds, "--rounds")
-    text = markdown(study(study_instances(args.quick), rounds=rounds))
+    if args.rounds < 1:
+        ap.error(f"--rounds must be an integer >= 1, got {args.rounds}")
+    out = None
     if args.md:
-        with open(args.md, "w") as fh:
-            fh.write(text)
-    else:
+        try:  # before the study, not after it
+            out = open(args.md, "w")
+        except OSError as exc:
+            ap.error(f"--md: cannot write {args.md!r} ({exc.strerror})")
+    text = markdown(study(study_instances(args.quick), rounds=args.rounds))
+    if out is None:
         print(text)
+    else:
+        with out:
+            out.write(text)
     return 0
 
 

@@ -54,8 +54,9 @@ class Verifier(ABC):
                 Unvalidated malformed probabilities still give τ ∈ [0, L] and token ids in
                 [0, V) (then -1), but the Algorithm 2 joints are NaN where the inputs hold NaN
                 or negative probabilities.  Draft token ids outside [0, V) are not covered: the
-                row gathers index with them (an IndexError on CPU, a device-side assert on
-                CUDA); the shape checks run either way, the id range only with validation.
+                row gathers index with them (torch.gather's RuntimeError "index … out of
+                bounds" on CPU, a device-side assert on CUDA); the shape checks run either
+                way, the id range only with validation.
         Returns:
             BatchVerdict on the inputs' device.
         Raises:

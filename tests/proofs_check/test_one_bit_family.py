@@ -93,9 +93,39 @@ def test_argument_errors(kwargs, match):
         family_bracket(toy(2, 2), **kwargs)
 
 
-def test_other_block_lengths_are_refused():
+def test_other_block_lengths_and_bad_k_are_refused():
     with pytest.raises(ValueError, match="L = 2"):
         family_bracket(toy(2, 3))
+    for K in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="inst.K"):
+            family_bracket(toy(K, 2))
+    with pytest.raises(ValueError, match="tol"):
+        family_bracket(toy(2, 2), tol=True)
+    with pytest.raises(ValueError, match="decide_at"):
+        family_bracket(toy(2, 2), decide_at=True)
+    assert family_bracket(toy(2, 2), rounds=1, tol=np.float32(1e-3)).rounds == 1  # numpy reals are reals
+
+
+@pytest.mark.parametrize("q,p,m,match", [
+    ([np.nan, 0.5], [0.5, 0.5], 1, "q"), ([0.5, 0.5], [1.5, -0.5], 1, "p"), ([2.0, 2.0], [0.5, 0.5], 1, "q"),
+    ([0.2, 0.3, 0.5], [0.5, 0.5], 1, "shapes"), ([0.5, 0.5], [0.5, 0.5], 0, "m"), ([0.5, 0.5], [0.5, 0.5], 1.5, "m")])
+def test_efficiency_refuses_bad_rows(q, p, m, match):
+    with pytest.raises(ValueError, match=match):
+        efficiency(np.array(q), np.array(p), m)
+
+
+def test_efficiency_budgets():
+    g = efficiency(np.array([0.5, 0.5]), np.array([0.5, 0.5]), 1)
+    assert g(0.5).shape == (1,) and g(0.5)[0] == 2.0  # p = q: every budget verifies fully
+    for bad in (np.nan, -0.1, 1.5):
+        with pytest.raises(ValueError, match="b:"):
+            g(np.array([0.5, bad]))
+
+
+def test_configurations_refuse_bad_input():
+    for p, K, match in (([np.nan, 0.5], 1, "p"), ([1.5, -0.5], 2, "p"), ([0.5, 0.5], 0, "K"), ([0.5, 0.5], 1.5, "K")):
+        with pytest.raises(ValueError, match=match):
+            list(configurations(np.array(p), K))
 
 
 def test_study_cli_writes_the_table(tmp_path):
@@ -107,5 +137,7 @@ def test_study_cli_writes_the_table(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| random") or line.startswith("| toy")]
     assert len(rows) == len(study_instances(quick=True)) == 15
     assert "Instances: 15." in text and "**no**" in text  # claim 12h's counterexample is decided
-    with pytest.raises(ValueError, match="--rounds"):
-        main(["--quick", "--rounds", "0"])
+    for bad in (["--rounds", "0"], ["--rounds", "-1"], ["--md", str(tmp_path / "no" / "such" / "dir.md")]):
+        with pytest.raises(SystemExit) as exc:  # argparse's refusal, before any study is run
+            main(["--quick", *bad])
+        assert exc.value.code == 2
