@@ -29,8 +29,18 @@ def test_script_prints_every_method(tmp_path):
              if line.startswith("| ") and not line.startswith("| method")]
     assert names == METHODS + METHODS  # the pooled table, then the per-set table
     assert "CPU flags: avx2" in out.stdout
-    # tiny as its own draft: speculation cannot pay, so auto runs plain sampling
-    assert "`auto`: auto-configuration (measured in" in out.stdout and "→ not speculating" in out.stdout
+    # auto runs what its measured costs chose.  Tiny as its own draft is a borderline case (K = 4
+    # batched drafts were predicted at 0.88x and 1.10x plain sampling in two runs on one idle
+    # machine), so the choice itself is timing noise here; that the method follows it is not.
+    summary = [line for line in out.stdout.splitlines() if line.startswith("`auto`: auto-configuration (measured in")]
+    assert len(summary) == 1, out.stdout
+    auto_row = next(line for line in out.stdout.splitlines() if line.startswith("| auto | "))
+    tokens_per_call, positions = auto_row.split(" | ")[1:3]
+    if "→ not speculating" in summary[0]:
+        assert (tokens_per_call, positions) == ("1.000", "nan"), auto_row  # plain sampling
+    else:
+        assert "→ speculating with K=" in summary[0], summary[0]
+        assert positions != "nan" and float(tokens_per_call) >= 1.0, auto_row
     assert (tmp_path / "autoconfig.json").is_file()
     assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() == out.stdout.strip()
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
