@@ -42,7 +42,6 @@ Run ``python -m proofs_check.one_bit_family --quick --md OUT.md`` for the study 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import numbers
@@ -338,25 +337,19 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    from reference.cli_args import CliParser, output_file, positive_int
+
+    ap = CliParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds and 2 settings per shape (15 instances)")
-    ap.add_argument("--rounds", type=int, default=12, help="refinement rounds per instance (default 12)")
-    ap.add_argument("--md", help="write the Markdown table here (default: stdout)")
+    ap.add_argument("--rounds", type=positive_int, default=12, help="refinement rounds per instance (default 12)")
+    ap.add_argument("--md", type=output_file, help="write the Markdown table here (default: stdout)")
     args = ap.parse_args(argv)
-    if args.rounds < 1:
-        ap.error(f"--rounds must be an integer >= 1, got {args.rounds}")
-    out = None
-    if args.md:
-        try:  # before the study, not after it
-            out = open(args.md, "w")
-        except OSError as exc:
-            ap.error(f"--md: cannot write {args.md!r} ({exc.strerror})")
     text = markdown(study(study_instances(args.quick), rounds=args.rounds))
-    if out is None:
-        print(text)
+    if args.md:
+        with open(args.md, "w") as fh:
+            fh.write(text)
     else:
-        with out:
-            out.write(text)
+        print(text)
     return 0
 
 

@@ -190,7 +190,7 @@ def threshold_scaled(p64: torch.Tensor, q64: torch.Tensor, t: torch.Tensor, k: t
 
 
 def single_candidate(p64: torch.Tensor, q64: torch.Tensor, w: torch.Tensor | None = None,
-                     out=None) -> tuple[torch.Tensor, torch.Tensor]:
+                     out: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(θ, s) of rows with one candidate (k ≤ 1), whose answer is the window's start: θ = 1/w
     (ρ = 1 without a budget) and s = β(θ) = Σ_x min(p(x), w·q(x)), in one pass and without
     q/p — what ``threshold_scaled`` returns for such rows (it calls this).  w·q rather than
@@ -198,11 +198,10 @@ def single_candidate(p64: torch.Tensor, q64: torch.Tensor, w: torch.Tensor | Non
 
     Args:
         p64, q64: [N, V] rows, float64 or a work dtype (promoted to float64: the same values);
-        w: float64 [N] budgets, or None (w = 1); out: float64 [N, V] scratch, or a pair
-            (p_buffer, scratch) of them (optional; the values do not depend on it).  With the
-            pair, work-dtype rows are converted into the buffers once: a mixed-dtype operation
-            makes a fresh float64 copy of its float32 operand, which costs a CPU page faults
-            (a quarter of the pass at V = 151,936).
+        w: float64 [N] budgets, or None (w = 1); out: optional float64 [N, V] buffers
+            (p_buffer, scratch); the values do not depend on them.  Work-dtype rows are converted
+            into them: a mixed-dtype operation would make a fresh float64 copy of its float32
+            operand, which costs a CPU page faults (a quarter of the pass at V = 151,936).
     Returns:
         (θ, s), float64 [N] each.
     Source: K-SEQ's ρ* at k = 1 (1 − (1 − β) = ρβ holds at ρ = 1); docs/rules.md §2.2.
@@ -215,14 +214,12 @@ def single_candidate(p64: torch.Tensor, q64: torch.Tensor, w: torch.Tensor | Non
         theta = ones / scale
     if out is None:
         return theta, torch.minimum(p64, q64 * scale.unsqueeze(1)).sum(dim=1)
-    p_buf, out = out if isinstance(out, tuple) else (None, out)
-    if p_buf is not None and p64.dtype != torch.float64:
+    p_buf, scratch = out
+    if p64.dtype != torch.float64:
         p64 = p_buf.copy_(p64)
-        out.copy_(q64).mul_(scale.unsqueeze(1))
-    else:
-        torch.mul(q64, scale.unsqueeze(1), out=out)
-    torch.minimum(p64, out, out=out)
-    return theta, out.sum(dim=1)
+    scratch.copy_(q64).mul_(scale.unsqueeze(1))
+    torch.minimum(p64, scratch, out=scratch)
+    return theta, scratch.sum(dim=1)
 
 
 def _solve_some(p64, q64, t, k, bins, levels, w):

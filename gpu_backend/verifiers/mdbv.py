@@ -60,13 +60,10 @@ from reference.ties import better, descending_order
 from reference.contract import BatchVerdict
 
 from .base import Verifier
-from .bv import BlockVerification
+from .bv import OneDraftIsBV
 from .batch import batch_index, gather_rows, make_verdict, per_case
 from .inputs import PreparedBatch
 from .noise import Noise
-
-_BV = BlockVerification()
-
 
 _BISECTION_STEPS = 200  # as the reference: the bracket reaches float64 spacing well before
 _CACHE: dict = {}
@@ -431,7 +428,7 @@ def plan(batch: PreparedBatch):
             torch.from_numpy(rows).to(dev))
 
 
-class MultiDraftBlockVerification(Verifier):
+class MultiDraftBlockVerification(OneDraftIsBV, Verifier):
     """MDBV (docs/rules.md §2.10) on the merged draft tree; see the module doc.
 
     Contract: gpu_backend.verifiers (module doc), except that ``plan`` synchronises once per
@@ -441,16 +438,8 @@ class MultiDraftBlockVerification(Verifier):
     name = "mdbv"
     modifies_targets = False
 
-    def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
-        if batch.K == 1:
-            # one draft: the rule is BV, coin for coin (tests/gpu_backend/test_verifiers_matched.py
-            # test_tree_rules_at_k1_equal_the_torch_bv_verifier runs decide_tree against it);
-            # BV's verifier skips the tree's bookkeeping (3x faster at V = 151,936)
-            return _BV.decide(batch, noise)
-        return self.decide_tree(batch, noise)
-
     def decide_tree(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
-        """``decide`` on the merged draft tree, at any K (``decide`` takes it for K ≥ 2)."""
+        """The rule on the merged draft tree, at any K (``decide`` takes it for K ≥ 2)."""
         b = batch_index(batch)
         ks, depth, h, rows = per_case(batch, plan)
         u = noise.uniforms[b.unsqueeze(1), ks, depth.clamp_min(0)]

@@ -43,13 +43,10 @@ from reference.contract import BatchVerdict
 
 from ._tree import merged_tree
 from .base import Verifier
-from .bv import BlockVerification
+from .bv import OneDraftIsBV
 from .batch import batch_index, gather_rows, make_verdict, per_case
 from .inputs import PreparedBatch
 from .noise import Noise
-
-
-_BV = BlockVerification()
 
 
 def _node_scalars(batch: PreparedBatch, owner: torch.Tensor):
@@ -234,7 +231,7 @@ def order_of(pos: torch.Tensor) -> torch.Tensor:
     return pos.argsort(dim=1)
 
 
-class TraversalVerification(Verifier):
+class TraversalVerification(OneDraftIsBV, Verifier):
     """Traversal Verification (Weng et al., NeurIPS 2025) on the merged tree of K drafts.
 
     Contract: gpu_backend.verifiers (module doc).  Source: reference/rules/traversal.py.
@@ -243,16 +240,8 @@ class TraversalVerification(Verifier):
     name = "traversal"
     modifies_targets = False
 
-    def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
-        if batch.K == 1:
-            # one draft: the rule is BV, coin for coin (tests/gpu_backend/test_verifiers_matched.py
-            # test_tree_rules_at_k1_equal_the_torch_bv_verifier runs decide_tree against it);
-            # BV's verifier skips the tree's bookkeeping (3x faster at V = 151,936)
-            return _BV.decide(batch, noise)
-        return self.decide_tree(batch, noise)
-
     def decide_tree(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
-        """``decide`` on the merged draft tree, at any K (``decide`` takes it for K ≥ 2)."""
+        """The rule on the merged draft tree, at any K (``decide`` takes it for K ≥ 2)."""
         B, K, L = batch.B, batch.K, batch.L
         device = batch.device
         if not batch.shared:

@@ -128,7 +128,7 @@ def test_configurations_refuse_bad_input():
             list(configurations(np.array(p), K))
 
 
-def test_study_cli_writes_the_table(tmp_path):
+def test_study_cli_writes_the_table(tmp_path, capsys):
     from proofs_check.one_bit_family import main, study_instances
 
     out = tmp_path / "family.md"
@@ -137,7 +137,10 @@ def test_study_cli_writes_the_table(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| random") or line.startswith("| toy")]
     assert len(rows) == len(study_instances(quick=True)) == 15
     assert "Instances: 15." in text and "**no**" in text  # claim 12h's counterexample is decided
+    capsys.readouterr()
     for bad in (["--rounds", "0"], ["--rounds", "-1"], ["--md", str(tmp_path / "no" / "such" / "dir.md")]):
-        with pytest.raises(SystemExit) as exc:  # argparse's refusal, before any study is run
+        with pytest.raises(SystemExit) as exc:  # refused before any study is run
             main(["--quick", *bad])
         assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and bad[0] in err, err  # one line naming the flag
