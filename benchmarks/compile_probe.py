@@ -25,7 +25,7 @@ def decode_steps(model, forward, context, steps: int) -> list[float]:
     """Seconds of ``steps`` one-token forwards after prefilling ``context`` [1, T] (int64)."""
     import torch
 
-    from gpu_backend.kv import new_cache
+    from spectr_gbv.gpu_backend.engine.kv import new_cache
 
     cache = new_cache(model)
     with torch.inference_mode():
@@ -41,13 +41,13 @@ def decode_steps(model, forward, context, steps: int) -> list[float]:
 
 
 def main(argv=None) -> int:
-    from reference.cli_args import dtype_name, output_file, positive_int
+    from spectr_gbv.cli.args import dtype_name, output_file, positive_int
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="draft")
     parser.add_argument("--dtype", type=dtype_name, default="bfloat16")
     parser.add_argument("--quant", choices=["none", "int8"], default="none",
-                        help="int8: torch's dynamic int8 linear layers (gpu_backend/draft_quant.py), float32 weights")
+                        help="int8: torch's dynamic int8 linear layers (gpu_backend/models/draft_quant.py), float32 weights")
     parser.add_argument("--context", type=positive_int, default=160, help="cached context tokens before the steps")
     parser.add_argument("--steps", type=positive_int, default=12,
                         help="decode steps per repetition (>= 3; the first 2 are dropped)")
@@ -61,9 +61,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gpu_backend.bench_run import machine_description
-    from gpu_backend.draft_quant import quantize_draft
-    from gpu_backend.weights import load_causal_lm
+    from spectr_gbv.gpu_backend.bench.run import machine_description
+    from spectr_gbv.gpu_backend.models.draft_quant import quantize_draft
+    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     try:
         model, _ = load_causal_lm(args.model, args.dtype)

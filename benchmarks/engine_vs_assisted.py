@@ -4,7 +4,7 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
 - ``hf_generate``: transformers' plain sampling (``generate(do_sample=True)``);
 - ``ar``: this project's autoregressive sampling (the speedup ratios' denominator);
 - ``spectr``: the engine's default rule, K = 2, L = 4, with the bfloat16 draft;
-- ``spectr int8``: the same with the int8 dynamically quantised draft (gpu_backend/draft_quant.py;
+- ``spectr int8``: the same with the int8 dynamically quantised draft (gpu_backend/models/draft_quant.py;
   lossless for spectr: registry ``varying_draft_rows``);
 - ``spectr int8 stop<0.3``: plus draft-side stopping (proofs_check/DRAFT_STOPPING.md);
 - ``hf_assisted``: transformers' assisted generation, 4 draft tokens, constant schedule (its own
@@ -17,7 +17,7 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
   engine's benchmark runs) at K = 2 (1 for a single-draft rule), L = 4, with the bfloat16 draft,
   named by the rule (``spectr`` is the row above); a lossy rule is marked "(lossy)";
 - ``auto``: what ``spectr-gbv generate`` runs by default: the int8 draft, K and L chosen from
-  measured costs (gpu_backend/autoconfig.py; measured once before the timed runs, or read from
+  measured costs (gpu_backend/tuning/autoconfig.py; measured once before the timed runs, or read from
   the cache), or plain sampling where speculation is predicted not to pay.
 
 Prints per method, pooled over the prompt sets: tokens per target call (all tokens / all
@@ -66,9 +66,9 @@ def hf_generate(target, ids, n, sampling, seed, eos):
     """transformers' plain sampling, counted like the engine's AR (one target call per token)."""
     import torch
 
-    from gpu_backend.assisted import IterationLog
-    from gpu_backend.engine import GenerationResult, generator_seed
-    from gpu_backend.memory import peak_rss_bytes
+    from spectr_gbv.gpu_backend.bench.assisted import IterationLog
+    from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, generator_seed
+    from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
 
     x = torch.tensor([ids])
     eos = sorted(eos)
@@ -93,7 +93,7 @@ def rule_methods(requested: list[str]) -> list[str]:
     Raises:
         ValueError: an unknown rule name (the message lists the known ones).
     """
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     known = registry.names(bench=True)
     wanted = set(requested)
@@ -106,17 +106,17 @@ def rule_methods(requested: list[str]) -> list[str]:
 
 
 def rule_label(name: str) -> str:
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     return name if registry.spec(name).lossless else f"{name} (lossy)"
 
 
 def build_methods(pair, int8_draft, sampling, thresholds, auto=None, rules=()):
-    from gpu_backend.assisted import assisted_generate
-    from gpu_backend.engine import SpeculativeEngine, autoregressive_generate
-    from reference.draft_stopping import ConfidenceStop
+    from spectr_gbv.gpu_backend.bench.assisted import assisted_generate
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
+    from spectr_gbv.reference.draft_stopping import ConfidenceStop
 
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     def engine(draft, stop=None, rule="spectr"):
         e = SpeculativeEngine(pair.target, draft, rule=rule, K=registry.default_K(rule, 2), L=4, sampling=sampling,
@@ -274,13 +274,13 @@ def main(argv=None) -> int:
         except (OSError, ValueError, KeyError) as e:  # json's decode error is a ValueError
             parser.error(f"--from-json: cannot read runs from {args.from_json}: {e!r}")
 
-    from gpu_backend.bench_run import machine_description
-    from gpu_backend.draft_quant import quantize_draft
-    from gpu_backend.memory import reset_peak_rss
-    from gpu_backend.model_pair import load_pair
-    from gpu_backend.prompts import encode_prompt, load_prompts
-    from gpu_backend.sampling import SamplingConfig
-    from gpu_backend.weights import load_causal_lm
+    from spectr_gbv.gpu_backend.bench.run import machine_description
+    from spectr_gbv.gpu_backend.models.draft_quant import quantize_draft
+    from spectr_gbv.gpu_backend.engine.memory import reset_peak_rss
+    from spectr_gbv.gpu_backend.models.pair import load_pair
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]
     pair = load_pair(args.target, args.draft, args.dtype)
@@ -288,7 +288,7 @@ def main(argv=None) -> int:
     sampling = SamplingConfig(args.temperature)
     auto = None
     if args.methods is None or "auto" in args.methods:
-        from gpu_backend.autoconfig import PairSpec, configure
+        from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure
 
         auto = configure(pair.target, int8_draft, pair.tokenizer,
                          PairSpec(args.target, args.draft, args.dtype, "int8"), "spectr", sampling)

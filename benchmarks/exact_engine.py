@@ -17,15 +17,15 @@ import platform
 import statistics
 import time
 
-from reference.rules import registry
+from spectr_gbv.reference.rules import registry
 
 SINGLE = registry.names(single_draft=True)
 
 
 def _timed(rule: str, V: int, K: int, L: int, queue) -> None:
-    from proofs_check.instances import random_instance
-    from reference.exact import generation_law, target_law, total_variation
-    from reference.rules import get_rule
+    from spectr_gbv.proofs_check.instances import random_instance
+    from spectr_gbv.reference.exact import generation_law, target_law, total_variation
+    from spectr_gbv.reference.rules import get_rule
 
     inst = random_instance(V, K, L, seed=1, concentration=1.0)
     start = time.perf_counter()

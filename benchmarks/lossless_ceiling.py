@@ -62,7 +62,7 @@ def ceilings(q_tok, p_tok, Ks, Ls) -> dict:
     shapes whose L exceeds the text are left out."""
     import numpy as np
 
-    from oracle.prefix_match import prefix_match_bound_estimate
+    from spectr_gbv.oracle.prefix_match import prefix_match_bound_estimate
 
     out = {}
     for K in Ks:
@@ -80,7 +80,7 @@ def iteration_pairs(q_tok, p_tok, taus, K: int, L: int) -> tuple[list[float], li
     before truncation).  Empty lists when no iteration qualifies."""
     import numpy as np
 
-    from oracle.prefix_match import prefix_match_bound_estimate
+    from spectr_gbv.oracle.prefix_match import prefix_match_bound_estimate
 
     n = len(q_tok)
     if n < L:
@@ -155,7 +155,7 @@ def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
 
 
 def main(argv=None) -> int:
-    from reference.cli_args import dtype_name, output_file, positive_int, temperature_value
+    from spectr_gbv.cli.args import dtype_name, output_file, positive_int, temperature_value
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=positive_int, default=8, help="prompts per set")
@@ -180,7 +180,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if args.from_json is not None:
         return rerender(parser, args)
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     for name in args.rules:
         try:
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
     Ks = sorted(set(args.K) | {r["K"] for r in rules} | {args.main[0]})
     Ls = sorted(set(args.L) | {args.main[1]})
 
-    from gpu_backend.prompts import encode_prompt, load_prompts
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
 
     sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]
     try:  # before any model is loaded
@@ -205,11 +205,11 @@ def main(argv=None) -> int:
 
     import torch
 
-    from gpu_backend.autoconfig import teacher_forced_rows
-    from gpu_backend.bench_run import machine_description
-    from gpu_backend.engine import SpeculativeEngine
-    from gpu_backend.model_pair import ModelLoadError, load_pair
-    from gpu_backend.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.tuning.autoconfig import teacher_forced_rows
+    from spectr_gbv.gpu_backend.bench.run import machine_description
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.models.pair import ModelLoadError, load_pair
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     try:
         pair = load_pair(args.target, args.draft, args.dtype)

@@ -24,9 +24,9 @@ import time
 
 import numpy as np
 
-from oracle import programs
-from oracle.bounds import bound_B
-from reference.models import RandomModel
+from spectr_gbv.oracle import programs
+from spectr_gbv.oracle.bounds import bound_B
+from spectr_gbv.reference.models import RandomModel
 
 # Size series per program, each a list of (V, K, L) in increasing size.  A series stops at
 # its first solve over the limit; a size whose variable count exceeds MAX_VARIABLES is not

@@ -70,15 +70,15 @@ def main(argv=None) -> int:
     parser.add_argument("--md", default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
 
-    from gpu_backend import layouts
-    from gpu_backend.bench_run import machine_description
-    from gpu_backend.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
-    from gpu_backend.engine import SpeculativeEngine
-    from gpu_backend.model_pair import load_pair
-    from gpu_backend.prompts import encode_prompt, load_prompts
-    from gpu_backend.sampling import SamplingConfig
-    from gpu_backend.stack import ModificationStack
-    from reference.draft_stopping import ConfidenceStop
+    from spectr_gbv.gpu_backend.engine import layouts
+    from spectr_gbv.gpu_backend.bench.run import machine_description
+    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.models.pair import load_pair
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.engine.stack import ModificationStack
+    from spectr_gbv.reference.draft_stopping import ConfidenceStop
 
     rule, K, L = args.rule or DEFAULT_RULE, args.K or DEFAULT_K, args.L or DEFAULT_L
     pair = load_pair(args.target, args.draft, args.dtype, args.draft_quant)

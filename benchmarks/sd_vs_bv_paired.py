@@ -28,7 +28,7 @@ def expected_taus(draft_tokens, draft_probs, target_probs) -> tuple[float, float
     Args: draft_tokens int [L]; draft_probs float [L, V]; target_probs float [L+1, V] (rows of
     the engine's IterationRecord for K = 1), any float dtype (cast to float64, renormalised).
     """
-    from reference.rules import get_rule
+    from spectr_gbv.reference.rules import get_rule
 
     dp = np.asarray(draft_probs, dtype=np.float64)[None]
     tp = np.asarray(target_probs, dtype=np.float64)[None]
@@ -50,10 +50,10 @@ def expected_taus(draft_tokens, draft_probs, target_probs) -> tuple[float, float
 
 def main() -> None:
 
-    from gpu_backend.model_pair import load_pair
-    from gpu_backend.engine import SpeculativeEngine
-    from gpu_backend.prompts import encode_prompt, load_prompts
-    from gpu_backend.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.models.pair import load_pair
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prompts", type=int, default=6)

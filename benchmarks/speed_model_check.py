@@ -1,9 +1,9 @@
 """How well the speed model predicts: predicted against measured decode speed, shape by shape.
 
 Loads the pair as ``spectr-gbv generate`` does (int8 draft for the embedded Qwen draft), runs the
-auto-configuration (``gpu_backend.autoconfig.configure``: measured once, then cached), then for
+auto-configuration (``gpu_backend.tuning.autoconfig.configure``: measured once, then cached), then for
 each shape generates on the same prompts (the same seed per prompt) and prints, per shape, the
-predicted tokens per target call and decode tokens/s (``gpu_backend.speed_model``) beside the
+predicted tokens per target call and decode tokens/s (``gpu_backend.tuning.speed_model``) beside the
 measured ones (tokens after the first iteration over the time after it, median over prompts;
 tokens per call pooled over prompts), plus plain sampling.  Run on an idle machine.
 
@@ -37,15 +37,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     shapes = [tuple(int(x) for x in s.lower().split("x")) for s in args.shapes]
 
-    from gpu_backend.autoconfig import PairSpec, configure
-    from gpu_backend.bench_run import machine_description
-    from gpu_backend.draft_quant import resolve_mode
-    from gpu_backend.engine import SpeculativeEngine, autoregressive_generate
-    from gpu_backend.dtype_probe import resolve as resolve_dtype
-    from gpu_backend.model_pair import load_pair
-    from gpu_backend.prompts import encode_prompt, load_prompts
-    from gpu_backend.sampling import SamplingConfig
-    from gpu_backend.speed_model import expected_tokens, iteration_seconds
+    from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure
+    from spectr_gbv.gpu_backend.bench.run import machine_description
+    from spectr_gbv.gpu_backend.models.draft_quant import resolve_mode
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
+    from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve as resolve_dtype
+    from spectr_gbv.gpu_backend.models.pair import load_pair
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.tuning.speed_model import expected_tokens, iteration_seconds
 
     dtype = resolve_dtype(args.dtype)[0]
     quant = resolve_mode("auto", args.draft, "spectr")

@@ -46,9 +46,9 @@ import time
 
 import torch
 
-from gpu_backend.verifiers import VERIFIERS, get_verifier, mdbv_kseq
-from reference.rules import registry
-from gpu_backend.verifiers.noise import make_noise, race_groups, seeded_exponentials
+from spectr_gbv.gpu_backend.verifiers import VERIFIERS, get_verifier, mdbv_kseq
+from spectr_gbv.reference.rules import registry
+from spectr_gbv.gpu_backend.verifiers.noise import make_noise, race_groups, seeded_exponentials
 
 V_REAL = 151_936
 TARGET_FORWARD_MS = 170.0
@@ -169,7 +169,7 @@ def input_gb(B, K, L, V, dtype):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    from reference.cli_args import nonneg_int, output_file, positive_float, positive_int
+    from spectr_gbv.cli.args import nonneg_int, output_file, positive_float, positive_int
 
     ap.add_argument("--quick", action="store_true", help="B = 1, K ∈ {1, 3, 7}, L ∈ {4, 12}")
     ap.add_argument("--json", type=output_file, help="write all measurements to this file")

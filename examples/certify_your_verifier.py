@@ -2,8 +2,8 @@
 checked against the exact law of the registered rule "sd" (run: python examples/certify_your_verifier.py)."""
 import numpy as np
 
-from oracle.harness import certify_verifier
-from reference.contract import BatchVerdict
+from spectr_gbv.oracle.harness import certify_verifier
+from spectr_gbv.reference.contract import BatchVerdict
 
 
 def my_sd(draft_tokens, draft_probs, target_probs, *, seeds):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.kseq import rho_star
-from reference.validation import check_positive_int, check_probability_vector
+from spectr_gbv.reference.kseq import rho_star
+from spectr_gbv.reference.validation import check_positive_int, check_probability_vector
 
 __all__ = [
     "check_block",

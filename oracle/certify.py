@@ -42,16 +42,16 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from reference.contract import to_numpy
-from reference.decode import Decoder, DecodeState
-from reference.exact import draft_paths
-from reference.models import ToyModel
-from reference.randomness import enumerate_law
-from reference.rules import Rule, get_rule
-from reference.seeds import generator_seed
-from reference.validation import check_iteration_inputs
+from spectr_gbv.reference.contract import to_numpy
+from spectr_gbv.reference.decode import Decoder, DecodeState
+from spectr_gbv.reference.exact import draft_paths
+from spectr_gbv.reference.models import ToyModel
+from spectr_gbv.reference.randomness import enumerate_law
+from spectr_gbv.reference.rules import Rule, get_rule
+from spectr_gbv.reference.seeds import generator_seed
+from spectr_gbv.reference.validation import check_iteration_inputs
 
-from .stats import conditional_gtests, counts_from_samples, gtest, law_of, mean_within_ci
+from spectr_gbv.oracle.stats import conditional_gtests, counts_from_samples, gtest, law_of, mean_within_ci
 
 Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
 

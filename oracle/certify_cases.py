@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.decode import Decoder, DecodeState
-from reference.models import ContextFree, Mixture, RandomModel, ToyModel
-from reference.randomness import SamplingSource
-from reference.rules import registry
+from spectr_gbv.reference.decode import Decoder, DecodeState
+from spectr_gbv.reference.models import ContextFree, Mixture, RandomModel, ToyModel
+from spectr_gbv.reference.randomness import SamplingSource
+from spectr_gbv.reference.rules import registry
 
-from .certify import FirstTokenCase, FixedCase
+from spectr_gbv.oracle.certify import FirstTokenCase, FixedCase
 
 
 

@@ -1,6 +1,6 @@
 """The public certification API: certify anyone's verifier against a rule's exact law.
 
-    from oracle.harness import certify_verifier
+    from spectr_gbv.oracle.harness import certify_verifier
     report = certify_verifier(my_verifier, "sd", K=1, L=3)
     assert report.ok, report.table()
 
@@ -19,11 +19,11 @@ import inspect
 from dataclasses import dataclass
 from typing import Sequence
 
-from reference.contract import to_numpy
-from reference.rules import registry
+from spectr_gbv.reference.contract import to_numpy
+from spectr_gbv.reference.rules import registry
 
-from .certify import CertificationReport, FixedCase, certify
-from .certify_cases import FAMILIES, case_family
+from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
+from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
 
 
 def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
@@ -99,7 +99,7 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3) ->
     """
     import numpy as np
 
-    from reference.rules import get_rule
+    from spectr_gbv.reference.rules import get_rule
 
     if "noise" not in inspect.signature(verifier.__call__ if not inspect.isfunction(verifier) else verifier).parameters:
         raise TypeError(f"{type(verifier).__name__} does not take noise=: its uniforms cannot be injected")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .bounds import check_block_pair, prefix_marginals
+from spectr_gbv.oracle.bounds import check_block_pair, prefix_marginals
 
 __all__ = ["prefix_match_bound", "prefix_match_bound_estimate", "drafted_probability"]
 

@@ -40,7 +40,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from .bounds import _check_K, check_block_pair
+from spectr_gbv.oracle.bounds import _check_K, check_block_pair
 
 __all__ = [
     "ProgramResult",

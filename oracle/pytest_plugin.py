@@ -2,7 +2,7 @@
 
 Installed with the package (entry point ``pytest11: spectr_gbv``), so in any test file:
 
-    from oracle.pytest_plugin import assert_lossless, assert_acceptance
+    from spectr_gbv.oracle.pytest_plugin import assert_lossless, assert_acceptance
 
     def test_my_sd_is_lossless():
         assert_lossless(my_sd, "sd", L=3)            # AssertionError with the report if not
@@ -46,8 +46,8 @@ class CertificationFailed(AssertionError):
 
 
 def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk):
-    from oracle.harness import certify_verifier
-    from oracle.certify_cases import FAMILIES
+    from spectr_gbv.oracle.harness import certify_verifier
+    from spectr_gbv.oracle.certify_cases import FAMILIES
 
     if families is not None and len(families) == 0 and len(cases) == 0:
         raise ValueError("no cases to certify: give families or cases (an empty run would pass vacuously)")
@@ -79,7 +79,7 @@ def _case_detail(r) -> str:
 def _claim(rule: str) -> tuple[str, str]:
     """(what failed, what passes) for ``rule``: losslessness for a rule the registry marks
     lossless, conformance to the rule's law otherwise."""
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     if registry.spec(rule).lossless:
         return (f"verifier is not lossless: it does not follow the exact law of the lossless rule {rule!r}",
@@ -198,7 +198,7 @@ class SpectrCertify:
 
     def certify(self, verifier, rule: str, **kwargs):
         """``oracle.harness.certify_verifier`` with this run's N and α (no assertion)."""
-        from oracle.harness import certify_verifier
+        from spectr_gbv.oracle.harness import certify_verifier
 
         return certify_verifier(verifier, rule, **self._kw(kwargs))
 

@@ -1,7 +1,7 @@
 """Hypothesis strategies for verifier inputs (property-based tests of a verifier).
 
     from hypothesis import given
-    from oracle.strategies import verifier_inputs, batched_inputs
+    from spectr_gbv.oracle.strategies import verifier_inputs, batched_inputs
 
     @given(verifier_inputs(V=4, K=2, L=3))
     def test_my_rule_accepts(inputs):
@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from reference.decode import Decoder, DecodeState
-from reference.models import Mixture, RandomModel, ToyModel
+from spectr_gbv.reference.decode import Decoder, DecodeState
+from spectr_gbv.reference.models import Mixture, RandomModel, ToyModel
 
 KINDS = ("peaked", "flat", "disjoint", "zero_mass", "equal")
 

@@ -18,7 +18,7 @@ reach N is given with and without the cap: the cap saves draft forwards, and may
 calls because a shorter block is verified by a different mechanism.
 
 Usage:
-    python -m proofs_check.block_cap_study [--quick] [--md PATH] [--json PATH]
+    python -m spectr_gbv.proofs_check.block_cap_study [--quick] [--md PATH] [--json PATH]
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from __future__ import annotations
 import sys
 import time
 
-from reference.draft_stopping import ConfidenceStop
-from reference.exact import generation_law, target_law, total_variation
-from reference.rules import get_rule, registry
+from spectr_gbv.reference.draft_stopping import ConfidenceStop
+from spectr_gbv.reference.exact import generation_law, target_law, total_variation
+from spectr_gbv.reference.rules import get_rule, registry
 
-from .draft_stopping_study import CASES, CONCENTRATION, LOSSLESS_TOL, run_study
-from .instances import random_instance
+from spectr_gbv.proofs_check.draft_stopping_study import CASES, CONCENTRATION, LOSSLESS_TOL, run_study
+from spectr_gbv.proofs_check.instances import random_instance
 
 
 def lengths(L: int) -> tuple[int, ...]:
@@ -100,7 +100,7 @@ def markdown(result: dict, command: str) -> str:
         "",
         f"Made by `{command}` ({result['seconds']:.0f} s).  An iteration that has emitted n of N tokens",
         "drafts S = max(1, min(L, N − n − 1)) positions (`reference.draft_stopping.block_cap`, what",
-        "`gpu_backend.engine.SpeculativeEngine` does).  Exact laws of the first N tokens of a whole",
+        "`gpu_backend.engine.speculative.SpeculativeEngine` does).  Exact laws of the first N tokens of a whole",
         "generation (reference.exact.generation_law with `cap=True`; greedy rules carry their Algorithm 2",
         "windows, each spanning the block actually verified) against the target's law, N ∈ {L + 1, L + 2}",
         f"(the cap binds from the second iteration on).  Instances: fuzzed prefix-dependent toy models (Dirichlet concentration {CONCENTRATION}),"
@@ -136,7 +136,7 @@ def markdown(result: dict, command: str) -> str:
 
 
 def main(argv=None) -> int:
-    result = run_study(argv, __doc__, "proofs_check.block_cap_study", "proofs_check/BLOCK_CAP.md", study, markdown)
+    result = run_study(argv, __doc__, "spectr_gbv.proofs_check.block_cap_study", "proofs_check/BLOCK_CAP.md", study, markdown)
     broken = [n for n, r in result["rules"].items() if verdict(r).startswith("**")]
     if broken:
         print(f"the cap breaks these lossless rules: {broken}", file=sys.stderr)

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from reference.rules import GreedyBlockVerification, SpecTrGBV, get_rule, registry
+from spectr_gbv.reference.rules import GreedyBlockVerification, SpecTrGBV, get_rule, registry
 
-from . import quantities as Q
-from .instances import Instance, fixed_instances, random_instance, toy
+from spectr_gbv.proofs_check import quantities as Q
+from spectr_gbv.proofs_check.instances import Instance, fixed_instances, random_instance, toy
 
 if TYPE_CHECKING:
-    from .runner import Claim
+    from spectr_gbv.proofs_check.runner import Claim
 
 LOSSLESS_TOL = 1e-12
 NON_MODIFYING_BASELINES = ("spectr", "kseq_bv", "traversal")
@@ -51,7 +51,7 @@ def _fixed(*toys, Ks=(1, 2, 3), Ls=(1, 2, 3), quick_budget=27, budget=729):
 
 def lossless_claim(id_: str, rule, text: str, source: str, Ks=(1, 2, 3), existential=False,
                    note: str = "") -> "Claim":
-    from .runner import Claim
+    from spectr_gbv.proofs_check.runner import Claim
 
     r = get_rule(rule) if isinstance(rule, str) else rule
     single = getattr(r, "single_draft", False)
@@ -62,7 +62,7 @@ def lossless_claim(id_: str, rule, text: str, source: str, Ks=(1, 2, 3), existen
 
 
 def _spectr_alpha(inst: Instance) -> float:
-    from oracle.bounds import alpha_star
+    from spectr_gbv.oracle.bounds import alpha_star
 
     acc = Q.e_tau(inst, "spectr")
     a = alpha_star(inst.draft.conditional(()), inst.target.conditional(()), inst.K)
@@ -101,7 +101,7 @@ def _B_monotone(inst: Instance) -> float:
 
 
 def _B_limit(inst: Instance) -> float:
-    from oracle.bounds import prefix_marginals
+    from spectr_gbv.oracle.bounds import prefix_marginals
 
     p, q = Q.blocks(inst)
     if np.any((q > 0) & (p == 0)):
@@ -122,7 +122,7 @@ def _iter_law_tv(rule_a, rule_b):
 
 
 def _kseq_gbv_formula(inst: Instance) -> float:
-    from oracle.bounds import expected_tau_kseq_gbv
+    from spectr_gbv.oracle.bounds import expected_tau_kseq_gbv
 
     p, q = Q.blocks(inst)
     return abs(Q.e_tau(inst, "kseq_gbv") - expected_tau_kseq_gbv(p, q, inst.K))
@@ -193,7 +193,7 @@ def build_claims() -> list:
 
 def _baseline_claims() -> list:
     """Claims 1–4: token verification, SpecTr's K-SEQ, BV and GBV."""
-    from .runner import Claim
+    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("1", "sd", "Token verification is lossless.", _SD_SRC),
@@ -217,7 +217,7 @@ def _baseline_claims() -> list:
 
 def _spectr_gbv_claims() -> list:
     """Claims 5–8: SpecTr-GBV's losslessness, the CIC programs and B(K, L)."""
-    from .runner import Claim
+    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("5a", SpecTrGBV("released", False),
@@ -262,7 +262,7 @@ def _spectr_gbv_claims() -> list:
 
 def _kseq_gbv_and_order_claims() -> list:
     """Claims 9–11: K-SEQ-GBV, the E[τ] orderings and whole-generation comparisons."""
-    from .runner import Claim
+    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("9a", "kseq_gbv", "K-SEQ-GBV is lossless.", "docs/rules.md §2.6 (this project)"),
@@ -300,7 +300,7 @@ def _kseq_gbv_and_order_claims() -> list:
 def _non_modifying_claims() -> list:
     """Claims 12: multi-draft rules that leave later iterations untouched (docs/rules.md
     §2.8–§2.10)."""
-    from .runner import Claim
+    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("12a", "kseq_bv", "K-SEQ-BV is lossless (no modification of later targets).", _NON_MODIFYING_SRC),

@@ -20,7 +20,7 @@ shorter block accepts fewer tokens per call; what it saves is draft forwards, wh
 engine's clock can weigh.
 
 Usage:
-    python -m proofs_check.draft_stopping_study [--quick] [--md PATH] [--json PATH]
+    python -m spectr_gbv.proofs_check.draft_stopping_study [--quick] [--md PATH] [--json PATH]
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import json
 import sys
 import time
 
-from reference.draft_stopping import ConfidenceStop, StopAt
-from reference.exact import generation_law, target_law, total_variation
-from reference.rules import get_rule, registry
+from spectr_gbv.reference.draft_stopping import ConfidenceStop, StopAt
+from spectr_gbv.reference.exact import generation_law, target_law, total_variation
+from spectr_gbv.reference.rules import get_rule, registry
 
-from .instances import random_instance
+from spectr_gbv.proofs_check.instances import random_instance
 
 LOSSLESS_TOL = 1e-12
 # (V, K, L, seeds): single-draft cases and multi-draft ones, as far as enumeration allows
@@ -154,7 +154,7 @@ def run_study(argv, doc: str, module: str, default_md: str, study_fn, markdown_f
 
 
 def main(argv=None) -> int:
-    result = run_study(argv, __doc__, "proofs_check.draft_stopping_study", "proofs_check/DRAFT_STOPPING.md",
+    result = run_study(argv, __doc__, "spectr_gbv.proofs_check.draft_stopping_study", "proofs_check/DRAFT_STOPPING.md",
                        study, markdown)
     bad = [n for n, r in result["rules"].items()
            if r["declared"] and (r["worst_tv"] > LOSSLESS_TOL or r["worst_constant_tv"] > LOSSLESS_TOL)]

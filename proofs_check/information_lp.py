@@ -68,9 +68,9 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from reference.validation import check_positive_int
+from spectr_gbv.reference.validation import check_positive_int
 
-from .instances import Instance
+from spectr_gbv.proofs_check.instances import Instance
 
 EPSILON = 0.02
 # (method, feasibility tolerance, presolve), tried in order until one reports success: HiGHS's
@@ -131,7 +131,7 @@ def default_perturbations(V: int, L: int, random_rows: int = 2, joint: int = 2, 
     Raises:
         ValueError: V or L not an integer ≥ 1; random_rows, joint or seed not an integer ≥ 0.
     """
-    from reference.validation import check_positive_int
+    from spectr_gbv.reference.validation import check_positive_int
 
     V, L = check_positive_int(V, "V"), check_positive_int(L, "L")
     for name, value in (("random_rows", random_rows), ("joint", joint), ("seed", seed)):
@@ -407,7 +407,7 @@ def study(instances, log=None) -> list[dict]:
     """
     import time
 
-    from .quantities import program
+    from spectr_gbv.proofs_check.quantities import program
 
     out = []
     for inst in instances:
@@ -439,12 +439,12 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    """``python -m proofs_check.information_lp [--quick]``: the study over
+    """``python -m spectr_gbv.proofs_check.information_lp [--quick]``: the study over
     non_modifying_study.study_instances, printed as markdown."""
     import argparse
     import sys
 
-    from .non_modifying_study import study_instances
+    from spectr_gbv.proofs_check.non_modifying_study import study_instances
 
     ap = argparse.ArgumentParser(description="the no-modification LP with what a verifier cannot see")
     ap.add_argument("--quick", action="store_true", help="leave out the cells with V^(K·L) > 729")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
-from reference.models import ContextFree, Prefix, RandomModel, ToyModel
+from spectr_gbv.reference.models import ContextFree, Prefix, RandomModel, ToyModel
 
 # the largest V^(K·L) (draft configurations per decode state) the fuzzers generate: beyond
 # this the exact engine takes minutes per instance

@@ -14,7 +14,7 @@ Regenerates the tables of proofs_check/NON_MODIFYING_RULES.md:
    target's law as a losslessness check.
 
 Usage:
-    python -m proofs_check.non_modifying_study [--quick] [--md PATH] [--json PATH]
+    python -m spectr_gbv.proofs_check.non_modifying_study [--quick] [--md PATH] [--json PATH]
 
 ``--single-position`` adds the one-position comparison of the node mechanisms (section 3 of
 the note): α* (Hu et al.), K-SEQ, class-K-SEQ, count-priority and MDBV's node choice, on random
@@ -45,13 +45,13 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
-from oracle.programs import global_ot, no_modification_lp
-from proofs_check.instances import Instance, random_instance, toy
-from reference.exact import expected_tau, generation_law, target_law, total_variation
-from reference.rules import RULES, registry
-from reference.rules.kseq_bv import KSeqBV
-from reference.rules.mdbv import MultiDraftBlockVerification
-from reference.rules.traversal import TraversalVerification
+from spectr_gbv.oracle.programs import global_ot, no_modification_lp
+from spectr_gbv.proofs_check.instances import Instance, random_instance, toy
+from spectr_gbv.reference.exact import expected_tau, generation_law, target_law, total_variation
+from spectr_gbv.reference.rules import RULES, registry
+from spectr_gbv.reference.rules.kseq_bv import KSeqBV
+from spectr_gbv.reference.rules.mdbv import MultiDraftBlockVerification
+from spectr_gbv.reference.rules.traversal import TraversalVerification
 
 NON_MODIFYING = {
     "spectr": RULES["spectr"],
@@ -328,9 +328,9 @@ def single_position_table(n: int = 1000, seed: int = 0) -> str:
     """
     import numpy as np
 
-    from oracle.bounds import alpha_star
-    from reference.kseq import rho_star
-    from reference.rules import mdbv
+    from spectr_gbv.oracle.bounds import alpha_star
+    from spectr_gbv.reference.kseq import rho_star
+    from spectr_gbv.reference.rules import mdbv
 
     rng = np.random.default_rng(seed)
     gaps = {"K-SEQ": [], "class-K-SEQ (best cut)": [], "count-priority": [], "MDBV node (better of the two)": []}

@@ -36,7 +36,7 @@ to the LP solver's tolerances (HiGHS, 1e-9 feasibility; CLARABEL if HiGHS fails)
 instance whose upper bound lies more than 2 % below the no-modification LP is one where **no rule
 of the family** comes within 2 % of it, whatever it knows of the rows.
 
-Run ``python -m proofs_check.one_bit_family --quick --md OUT.md`` for the study table
+Run ``python -m spectr_gbv.proofs_check.one_bit_family --quick --md OUT.md`` for the study table
 (NON_MODIFYING_RULES.md §7b).  Source: this project (proofs_check/NON_MODIFYING_RULES.md §2, §7b).
 """
 
@@ -53,11 +53,11 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from oracle import programs
-from reference.validation import check_positive_int, check_probability_vector
+from spectr_gbv.oracle import programs
+from spectr_gbv.reference.validation import check_positive_int, check_probability_vector
 
-from . import quantities as Q
-from .instances import Instance, random_instance, toy
+from spectr_gbv.proofs_check import quantities as Q
+from spectr_gbv.proofs_check.instances import Instance, random_instance, toy
 
 
 def _rows(q, p) -> tuple[np.ndarray, np.ndarray]:
@@ -337,7 +337,7 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv=None) -> int:
-    from reference.cli_args import CliParser, output_file, positive_int
+    from spectr_gbv.cli.args import CliParser, output_file, positive_int
 
     ap = CliParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds and 2 settings per shape (15 instances)")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.decode import Decoder
-from reference.exact import expected_tau, generation_law, iteration_law, target_law, total_variation
-from reference.rules import Rule, get_rule
+from spectr_gbv.reference.decode import Decoder
+from spectr_gbv.reference.exact import expected_tau, generation_law, iteration_law, target_law, total_variation
+from spectr_gbv.reference.rules import Rule, get_rule
 
-from .instances import Instance
+from spectr_gbv.proofs_check.instances import Instance
 
 _CACHE: dict = {}
 
@@ -77,7 +77,7 @@ def blocks(inst: Instance) -> tuple[np.ndarray, np.ndarray]:
 
 
 def bound_B(inst: Instance, K: int | None = None) -> float:
-    from oracle.bounds import bound_B as _B
+    from spectr_gbv.oracle.bounds import bound_B as _B
 
     p, q = blocks(inst)
     return _B(p, q, inst.K if K is None else K)
@@ -85,7 +85,7 @@ def bound_B(inst: Instance, K: int | None = None) -> float:
 
 def program(inst: Instance, name: str) -> float:
     """Optimum of an oracle program: cic, cic_block, global_ot, no_modification."""
-    from oracle import programs
+    from spectr_gbv.oracle import programs
 
     fn = {"cic": programs.cic_program, "cic_block": programs.cic_block_program,
           "global_ot": programs.global_ot, "no_modification": programs.no_modification_lp}[name]

@@ -18,7 +18,7 @@ from typing import Callable
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample, Unsatisfiable
 
-from .instances import Instance, instances
+from spectr_gbv.proofs_check.instances import Instance, instances
 
 
 @dataclass

@@ -4,10 +4,10 @@ carried across iterations (claims 10 and 11)."""
 
 from __future__ import annotations
 
-from reference.rules import registry
+from spectr_gbv.reference.rules import registry
 
-from . import quantities as Q
-from .instances import Instance, random_instance, toy
+from spectr_gbv.proofs_check import quantities as Q
+from spectr_gbv.proofs_check.instances import Instance, random_instance, toy
 
 
 
@@ -78,7 +78,7 @@ def fuzzed_instances(mode: str) -> list[Instance]:
     configuration budget, concentrations from peaked to flat, some zero-probability tokens."""
     import itertools
 
-    from .instances import CONCENTRATIONS, DEFAULT_CONFIG_BUDGET
+    from spectr_gbv.proofs_check.instances import CONCENTRATIONS, DEFAULT_CONFIG_BUDGET
 
     count = 8 if mode == "quick" else 44
     budget = 81 if mode == "quick" else DEFAULT_CONFIG_BUDGET

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .contract import BatchModification, BatchVerdict, to_numpy
-from .randomness import MatchedSource, SamplingSource
+from spectr_gbv.reference.contract import BatchModification, BatchVerdict, to_numpy
+from spectr_gbv.reference.randomness import MatchedSource, SamplingSource
 
 # float32 rows of a large vocabulary sum to 1 within ~1e-6·√V; bfloat16 values handed as
 # float32 within ~2e-3 (the torch contract's tolerances, gpu_backend/verifiers/inputs.py)

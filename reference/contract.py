@@ -81,7 +81,7 @@ def modification_weights(kind: str, K: int, rho, q_joint, p_joint, xp=np):
     w = q·(1 − m)^K with m = min(1, p/q), m = 1 where q = 0 (SpecTr-GBV; §2.5).  It works on
     probabilities, where q − ρ·p cancels exactly; w is homogeneous of degree 1 in (q, p), so a
     caller holding log joints shifts both by one constant before exponentiating
-    (gpu_backend/stack.py).
+    (gpu_backend/engine/stack.py).
 
     Args:
         kind: "excess" or "spectr_gbv".  K: number of drafts (used by "spectr_gbv").

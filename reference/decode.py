@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .models import ToyModel
-from .randomness import SamplingSource, Source
-from .rules.base import Rule
-from .validation import check_positive_int
-from .verdict import Modification, Verdict
+from spectr_gbv.reference.models import ToyModel
+from spectr_gbv.reference.randomness import SamplingSource, Source
+from spectr_gbv.reference.rules.base import Rule
+from spectr_gbv.reference.validation import check_positive_int
+from spectr_gbv.reference.verdict import Modification, Verdict
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .decode import Decoder, DecodeState
-from .draft_stopping import Capped, StoppingPolicy, block_cap, check_policy, stopped_configurations
-from .models import ToyModel
-from .randomness import enumerate_law
-from .rules.base import Block, Rule, make_block
-from .validation import check_positive_int
-from .verdict import Verdict
+from spectr_gbv.reference.decode import Decoder, DecodeState
+from spectr_gbv.reference.draft_stopping import Capped, StoppingPolicy, block_cap, check_policy, stopped_configurations
+from spectr_gbv.reference.models import ToyModel
+from spectr_gbv.reference.randomness import enumerate_law
+from spectr_gbv.reference.rules.base import Block, Rule, make_block
+from spectr_gbv.reference.validation import check_positive_int
+from spectr_gbv.reference.verdict import Verdict
 
 
 def draft_paths(decoder: Decoder, state: DecodeState) -> list[tuple[tuple[int, ...], float]]:

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from .validation import check_probability_vector
+from spectr_gbv.reference.validation import check_probability_vector
 
 Prefix = tuple[int, ...]
 

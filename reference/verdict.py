@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .contract import MODIFICATION_KINDS, modification_weights
+from spectr_gbv.reference.contract import MODIFICATION_KINDS, modification_weights
 
 __all__ = ["MODIFICATION_KINDS", "Modification", "Verdict", "min_ratio"]
 

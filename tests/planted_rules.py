@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from reference.randomness import Source
-from reference.rules.base import Block
-from reference.rules.bv import BlockVerification
-from reference.verdict import Verdict
-from reference.rules.base import draw_residual
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.rules.base import Block
+from spectr_gbv.reference.rules.bv import BlockVerification
+from spectr_gbv.reference.verdict import Verdict
+from spectr_gbv.reference.rules.base import draw_residual
 
 
 class SharedUniformBV(BlockVerification):

@@ -2,7 +2,7 @@
 naming the flag (and the file), exit status 2 and no traceback, before any model is loaded or
 any enumeration, program or claim check starts.
 
-The invocations run in-process through ``spectr_gbv_cli.main``; the model loaders, the exact
+The invocations run in-process through ``cli_main.main``; the model loaders, the exact
 engine, the oracle programs, the claim runner, the certification and the benchmark are
 replaced by functions that fail the test if they are reached.  Two invocations also run as a
 subprocess of the console entry point.
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-import spectr_gbv_cli
-from reference import cli_args
+from spectr_gbv.cli import main as cli_main
+from spectr_gbv.cli import args as cli_args
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -38,12 +38,12 @@ def _reached(what):
 def nothing_heavy_runs(monkeypatch):
     """No model load, enumeration, program, claim run, certification or benchmark may start;
     the hub is offline and the memory available is a fixed 64 GiB (deterministic refusals)."""
-    import gpu_backend.bench_run as bench_run
-    import gpu_backend.certify_cli as certify_cli
-    import gpu_backend.weights as weights
-    import oracle.programs as programs
-    import proofs_check.cli as prove_cli
-    import reference.exact as exact
+    import spectr_gbv.gpu_backend.bench.run as bench_run
+    import spectr_gbv.cli.certify as certify_cli
+    import spectr_gbv.gpu_backend.models.weights as weights
+    import spectr_gbv.oracle.programs as programs
+    import spectr_gbv.cli.prove as prove_cli
+    import spectr_gbv.reference.exact as exact
 
     monkeypatch.setattr(weights, "load_causal_lm", _reached("a model load"))
     # every model load goes through weights.load_causal_lm (model_pair.load_pair included)
@@ -285,7 +285,7 @@ def _fill(text: str, files: dict) -> str:
 
 def run_main(argv, capsys):
     try:
-        code = spectr_gbv_cli.main(argv)
+        code = cli_main.main(argv)
     except SystemExit as exc:  # main returns the status, but a SystemExit would be one too
         code = exc.code
     out, err = capsys.readouterr()
@@ -308,7 +308,7 @@ def test_bad_invocation_is_one_line_exit_2(argv, expected, files, capsys):
     argv = [_fill(a, files) for a in argv]
     expected = [_fill(e, files) for e in expected]
     code, out, err = run_main(argv, capsys)
-    sub = argv[0] if argv[0] in spectr_gbv_cli.SUBCOMMANDS else ""
+    sub = argv[0] if argv[0] in cli_main.SUBCOMMANDS else ""
     assert_one_line(code, out, err, sub, expected)
 
 
@@ -340,7 +340,7 @@ def torch_threads():
 def test_model_load_failure_names_the_flag(failing, flag, monkeypatch, capsys, torch_threads):
     """A model that passes the up-front checks but fails to load (e.g. a multi-line hub error)
     is still one line naming its flag."""
-    import gpu_backend.weights as weights
+    import spectr_gbv.gpu_backend.models.weights as weights
 
     def load(spec, dtype):
         if spec == failing:
@@ -360,7 +360,7 @@ def test_model_load_failure_names_the_flag(failing, flag, monkeypatch, capsys, t
 ])
 def test_console_entry_point_exit_2_one_line(argv, needle):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "spectr_gbv_cli", *argv], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "spectr_gbv.cli.main", *argv], capture_output=True,
                           text=True, cwd=ROOT, env=env, timeout=120)
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -381,5 +381,5 @@ def test_console_entry_point_exit_2_one_line(argv, needle):
 ])
 def test_the_checks_accept_good_invocations(argv):
     """The up-front checks do not refuse the documented runs (only the checks run here)."""
-    args = spectr_gbv_cli.build_parser().parse_args(argv)
+    args = cli_main.build_parser().parse_args(argv)
     args.check(args)

@@ -10,16 +10,18 @@ import numpy as np
 import pytest
 import torch
 
-import spectr_gbv_cli
-from gpu_backend import bench_config, certification
-from gpu_backend.certify_suite import suite_verifier
-from gpu_backend.verifiers import get_verifier
-from gpu_backend.verifiers.bv import BlockVerification as TorchBV
-from oracle.certify import certify_case
-from proofs_check import claims, tables
-from proofs_check.runner import run_claim
-from reference.rules import RULES, get_rule, registry
-from reference.rules.bv import BlockVerification as RefBV
+from spectr_gbv.cli import main as cli_main
+from spectr_gbv.gpu_backend.bench import config as bench_config
+from spectr_gbv.gpu_backend.certify import verifiers as certification
+from spectr_gbv.gpu_backend.certify.suite import suite_verifier
+from spectr_gbv.gpu_backend.verifiers import get_verifier
+from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification as TorchBV
+from spectr_gbv.oracle.certify import certify_case
+from spectr_gbv.proofs_check import claims
+from spectr_gbv.proofs_check import tables
+from spectr_gbv.proofs_check.runner import run_claim
+from spectr_gbv.reference.rules import RULES, get_rule, registry
+from spectr_gbv.reference.rules.bv import BlockVerification as RefBV
 
 NAME = "throwaway_bv"
 
@@ -90,7 +92,7 @@ def test_a_registered_rule_is_proved_certified_and_run_by_the_cli(throwaway, tmp
     toy = next(e for e in certification.plan([NAME], quick=True) if e.size == "toy").build()[0]
     r = certify_case(suite_verifier(toy.rule, torch.float32), toy, 20_000, 1e-6, 4096)
     assert r.verdict == "PASS", r
-    code = spectr_gbv_cli.main(["exact", "--rule", NAME, "--K", "1", "--L", "2", "--json",
+    code = cli_main.main(["exact", "--rule", NAME, "--K", "1", "--L", "2", "--json",
                                 "--draft", "examples/toy_draft.json", "--target", "examples/toy_target.json"])
     out = capsys.readouterr().out
     assert code == 0

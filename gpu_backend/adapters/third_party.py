@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from oracle.certify_cases import FAMILIES
+from spectr_gbv.oracle.certify_cases import FAMILIES
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,13 @@ class ThirdParty:
 
 
 def _transformers(weight=None):
-    from .transformers_sd import TransformersSpeculativeSampling
+    from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
 
     return lambda: TransformersSpeculativeSampling(weight)
 
 
 def _vllm_layout(rule: str):
-    from .vllm_layout import from_vllm_layout, rules_in_vllm_layout
+    from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout, rules_in_vllm_layout
 
     return lambda: from_vllm_layout(rules_in_vllm_layout(rule))
 
@@ -67,7 +67,7 @@ def certify_all(n_samples: int = 20_000, alpha: float = 1e-6, families=FAMILIES,
     Raises:
         ValueError: bad n_samples, alpha or families (oracle.harness.certify_verifier).
     """
-    from oracle.harness import certify_verifier
+    from spectr_gbv.oracle.harness import certify_verifier
 
     out = []
     for entry in entries if entries is not None else THIRD_PARTY:

@@ -19,8 +19,8 @@ import contextlib
 import numpy as np
 import torch
 
-from reference.contract import BatchVerdict, to_numpy
-from reference.seeds import generator_seed
+from spectr_gbv.reference.contract import BatchVerdict, to_numpy
+from spectr_gbv.reference.seeds import generator_seed
 
 
 class TransformersSpeculativeSampling:

@@ -64,8 +64,8 @@ import numbers
 import numpy as np
 import torch
 
-from reference.contract import BatchVerdict, to_numpy
-from reference.seeds import generator_seed
+from spectr_gbv.reference.contract import BatchVerdict, to_numpy
+from spectr_gbv.reference.seeds import generator_seed
 
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0.0
@@ -252,7 +252,7 @@ class VLLMLayoutRules:
 
     def __init__(self, verifier, validate: bool = True):
         if isinstance(verifier, str):
-            from gpu_backend.verifiers import get_verifier
+            from spectr_gbv.gpu_backend.verifiers import get_verifier
             verifier = get_verifier(verifier)
         if not callable(verifier):
             raise ValueError(f"verifier must be a rule name or a callable verifier, got {type(verifier).__name__}")
@@ -308,7 +308,7 @@ class VLLMLayoutRules:
     def _bonus_only(q: torch.Tensor, seeds: torch.Tensor) -> torch.Tensor:
         """int64 [G]: one token ∝ q per row, argmax of log q − log E with E ~ Exp(1) from the
         row's seed (gpu_backend.verifiers.noise.seeded_exponentials)."""
-        from gpu_backend.verifiers.noise import seeded_exponentials
+        from spectr_gbv.gpu_backend.verifiers.noise import seeded_exponentials
         e = seeded_exponentials(seeds, q.shape[1]).to(q.device)
         score = torch.where(q > 0, torch.log(q.to(torch.float64)) - torch.log(e), torch.full_like(e, -torch.inf))
         return score.argmax(dim=1)
@@ -316,7 +316,7 @@ class VLLMLayoutRules:
 
 def _is_project_verifier(v) -> bool:
     try:
-        from gpu_backend.verifiers import Verifier
+        from spectr_gbv.gpu_backend.verifiers import Verifier
     except ImportError:  # pragma: no cover
         return False
     return isinstance(v, Verifier)

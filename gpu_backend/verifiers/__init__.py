@@ -24,20 +24,20 @@ from __future__ import annotations
 
 import importlib
 
-from reference.rules import registry
+from spectr_gbv.reference.rules import registry
 
-from .base import Verifier
-from reference.contract import BatchModification, BatchVerdict
-from .bv import BlockVerification
-from .gbv import GreedyBlockVerification
-from .kseq_bv import KSeqBV
-from .kseq_gbv import KSeqGBV
-from .mdbv import MultiDraftBlockVerification
-from .mdbv_kseq import MDBVKSeq
-from .sd import TokenVerification
-from .spectr import SpecTr
-from .spectr_gbv import SpecTrGBV
-from .traversal import TraversalVerification
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.reference.contract import BatchModification, BatchVerdict
+from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
+from spectr_gbv.gpu_backend.verifiers.gbv import GreedyBlockVerification
+from spectr_gbv.gpu_backend.verifiers.kseq_bv import KSeqBV
+from spectr_gbv.gpu_backend.verifiers.kseq_gbv import KSeqGBV
+from spectr_gbv.gpu_backend.verifiers.mdbv import MultiDraftBlockVerification
+from spectr_gbv.gpu_backend.verifiers.mdbv_kseq import MDBVKSeq
+from spectr_gbv.gpu_backend.verifiers.sd import TokenVerification
+from spectr_gbv.gpu_backend.verifiers.spectr import SpecTr
+from spectr_gbv.gpu_backend.verifiers.spectr_gbv import SpecTrGBV
+from spectr_gbv.gpu_backend.verifiers.traversal import TraversalVerification
 
 def _torch_class(path) -> type:
     """The class of a registry ``torch`` entry: "module:Class", or the class itself."""

@@ -6,10 +6,10 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from reference.contract import BatchVerdict
+from spectr_gbv.reference.contract import BatchVerdict
 
-from .inputs import PreparedBatch, as_tensor, prepare
-from .noise import Noise, make_noise
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch, as_tensor, prepare
+from spectr_gbv.gpu_backend.verifiers.noise import Noise, make_noise
 
 
 class Verifier(ABC):

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import torch
 
-from reference.contract import BatchModification, BatchVerdict
+from spectr_gbv.reference.contract import BatchModification, BatchVerdict
 
-from .inputs import PreparedBatch
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch
 
 def per_case(batch: PreparedBatch, fn):
     """``fn(batch)`` for a deterministic per-row computation returning [B, ...] tensor(s),

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from reference.contract import BatchVerdict
+from spectr_gbv.reference.contract import BatchVerdict
 
-from .base import Verifier
-from .batch import gather_rows, make_verdict, per_case, reduce_rows
-from .inputs import PreparedBatch
-from .gbv import last_success
-from .noise import Noise
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.batch import gather_rows, make_verdict, per_case, reduce_rows
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch
+from spectr_gbv.gpu_backend.verifiers.gbv import last_success
+from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 
 def _excess_sum(p, q, w, buffers):

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import torch
 
-from reference.contract import BatchVerdict
+from spectr_gbv.reference.contract import BatchVerdict
 
-from .base import Verifier
-from .batch import batch_index, per_case
-from .inputs import PreparedBatch
-from .gbv import greedy_acceptance, greedy_outcome, last_success
-from .kseq import rho_star
-from .noise import Noise
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.batch import batch_index, per_case
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch
+from spectr_gbv.gpu_backend.verifiers.gbv import greedy_acceptance, greedy_outcome, last_success
+from spectr_gbv.gpu_backend.verifiers.kseq import rho_star
+from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 
 class KSeqGBV(Verifier):

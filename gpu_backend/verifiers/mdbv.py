@@ -54,16 +54,16 @@ import numpy as np
 import torch
 from numpy.polynomial import polynomial as npoly
 
-from reference.rules.mdbv import plan_nodes
-from reference.ties import better, descending_order
+from spectr_gbv.reference.rules.mdbv import plan_nodes
+from spectr_gbv.reference.ties import better, descending_order
 
-from reference.contract import BatchVerdict
+from spectr_gbv.reference.contract import BatchVerdict
 
-from .base import Verifier
-from .bv import OneDraftIsBV
-from .batch import batch_index, gather_rows, make_verdict, per_case
-from .inputs import PreparedBatch
-from .noise import Noise
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.bv import OneDraftIsBV
+from spectr_gbv.gpu_backend.verifiers.batch import batch_index, gather_rows, make_verdict, per_case
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch
+from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 _BISECTION_STEPS = 200  # as the reference: the bracket reaches float64 spacing well before
 _CACHE: dict = {}

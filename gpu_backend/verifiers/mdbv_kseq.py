@@ -52,16 +52,16 @@ import threading
 import numpy as np
 import torch
 
-from reference.contract import BatchVerdict
-from reference.ties import ATOL, RTOL, descending_order
+from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.ties import ATOL, RTOL, descending_order
 
-from ._tree import merged_tree
-from .base import Verifier
-from .bv import OneDraftIsBV
-from .batch import batch_index, gather_rows, make_verdict, per_case
-from .inputs import PreparedBatch
-from .kseq import LARGE_V, ratios, single_candidate, threshold_scaled
-from .noise import Noise
+from spectr_gbv.gpu_backend.verifiers.merged_tree import merged_tree
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.bv import OneDraftIsBV
+from spectr_gbv.gpu_backend.verifiers.batch import batch_index, gather_rows, make_verdict, per_case
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch
+from spectr_gbv.gpu_backend.verifiers.kseq import LARGE_V, ratios, single_candidate, threshold_scaled
+from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 
 def _cover(s: torch.Tensor, m: torch.Tensor) -> torch.Tensor:

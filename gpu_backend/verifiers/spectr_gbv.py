@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import torch
 
-from reference.contract import BatchVerdict
+from spectr_gbv.reference.contract import BatchVerdict
 
-from .base import Verifier
-from .batch import (batch_index, gather_rows, make_verdict, modification_record, per_case,
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.batch import (batch_index, gather_rows, make_verdict, modification_record, per_case,
                     reduce_rows, scaled_pair)
-from .inputs import PreparedBatch
-from .noise import Noise
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch
+from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 _RELEASED_EPS = 1e-20  # the released code's guard in every denominator
 

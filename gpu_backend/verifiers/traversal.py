@@ -39,14 +39,14 @@ from __future__ import annotations
 
 import torch
 
-from reference.contract import BatchVerdict
+from spectr_gbv.reference.contract import BatchVerdict
 
-from ._tree import merged_tree
-from .base import Verifier
-from .bv import OneDraftIsBV
-from .batch import batch_index, gather_rows, make_verdict, per_case
-from .inputs import PreparedBatch
-from .noise import Noise
+from spectr_gbv.gpu_backend.verifiers.merged_tree import merged_tree
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.bv import OneDraftIsBV
+from spectr_gbv.gpu_backend.verifiers.batch import batch_index, gather_rows, make_verdict, per_case
+from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch
+from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 
 def _node_scalars(batch: PreparedBatch, owner: torch.Tensor):

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .base import Block, Rule
-from .bv import BlockVerification
-from .gbv import GreedyBlockVerification
-from .kseq_bv import KSeqBV
-from .kseq_gbv import KSeqGBV
-from .mdbv import MultiDraftBlockVerification
-from .sd import TokenVerification
-from .spectr import SpecTr
-from .spectr_gbv import SpecTrGBV
-from .traversal import TraversalVerification
-from . import registry
+from spectr_gbv.reference.rules.base import Block, Rule
+from spectr_gbv.reference.rules.bv import BlockVerification
+from spectr_gbv.reference.rules.gbv import GreedyBlockVerification
+from spectr_gbv.reference.rules.kseq_bv import KSeqBV
+from spectr_gbv.reference.rules.kseq_gbv import KSeqGBV
+from spectr_gbv.reference.rules.mdbv import MultiDraftBlockVerification
+from spectr_gbv.reference.rules.sd import TokenVerification
+from spectr_gbv.reference.rules.spectr import SpecTr
+from spectr_gbv.reference.rules.spectr_gbv import SpecTrGBV
+from spectr_gbv.reference.rules.traversal import TraversalVerification
+from spectr_gbv.reference.rules import registry
 
 
 class _Rules(Mapping):

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..contract import BatchVerdict
-from ..randomness import Source
-from ..validation import check_iteration_inputs
-from ..verdict import Verdict
+from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.validation import check_iteration_inputs
+from spectr_gbv.reference.verdict import Verdict
 
 
 @dataclass
@@ -145,7 +145,7 @@ class Rule(ABC):
         Raises:
             ValueError: malformed inputs, naming the argument and the batch row.
         """
-        from ..batched import verify_batch
+        from spectr_gbv.reference.batched import verify_batch
 
         return verify_batch(self, draft_tokens, draft_probs, target_probs, seeds=seeds,
                             noise=noise, validate=validate)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..randomness import Source
-from ..verdict import Modification, Verdict
-from .base import Block, Rule, draw_residual
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.verdict import Modification, Verdict
+from spectr_gbv.reference.rules.base import Block, Rule, draw_residual
 
 
 def greedy_acceptance(block: Block, k: int, rho: float = 1.0) -> np.ndarray:

@@ -32,11 +32,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kseq import rho_star
-from ..randomness import Source
-from ..verdict import Verdict
-from .base import Block, Rule, draw_residual
-from .gbv import last_success
+from spectr_gbv.reference.kseq import rho_star
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.verdict import Verdict
+from spectr_gbv.reference.rules.base import Block, Rule, draw_residual
+from spectr_gbv.reference.rules.gbv import last_success
 
 
 def bv_acceptance(block: Block, k: int, rho: float = 1.0) -> tuple[np.ndarray, np.ndarray]:

@@ -12,11 +12,11 @@ Reduces to GBV at K = 1 and to K-SEQ at L = 1; E[τ] = Σ_{i≤L} Σ_{|z|=i} min
 
 from __future__ import annotations
 
-from ..kseq import rho_star
-from ..randomness import Source
-from ..verdict import Verdict
-from .base import Block, Rule
-from .gbv import greedy_acceptance, greedy_outcome, last_success
+from spectr_gbv.reference.kseq import rho_star
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.verdict import Verdict
+from spectr_gbv.reference.rules.base import Block, Rule
+from spectr_gbv.reference.rules.gbv import greedy_acceptance, greedy_outcome, last_success
 
 
 class KSeqGBV(Rule):

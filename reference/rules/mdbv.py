@@ -80,12 +80,12 @@ from math import comb
 import numpy as np
 from numpy.polynomial import polynomial as npoly
 
-from ..kseq import smallest_valid
-from ..randomness import Source
-from ..ties import better, descending_order
-from ..verdict import Verdict
-from .base import Block, Rule, draw_residual
-from .traversal import merged_tree
+from spectr_gbv.reference.kseq import smallest_valid
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.ties import better, descending_order
+from spectr_gbv.reference.verdict import Verdict
+from spectr_gbv.reference.rules.base import Block, Rule, draw_residual
+from spectr_gbv.reference.rules.traversal import merged_tree
 
 _CACHE: dict = {}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .base import Rule
+from spectr_gbv.reference.rules.base import Rule
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class RuleSpec:
             prefix — on how earlier tokens were batched into forward calls and, at K ≥ 2, on the
             other drafts' earlier tokens — as long as drafts that share a prefix share its row
             and the verifier gets the rows the tokens were drawn from.  An int8 dynamically
-            quantised draft (``gpu_backend.draft_quant``) has such rows: its activation scale is
+            quantised draft (``gpu_backend.models.draft_quant``) has such rows: its activation scale is
             computed per forward call.  True for rules that decide position by position (token
             verification, K-SEQ: given the history, the next accepted token is verified against
             proposals drawn i.i.d. from one row) and for BV at K = 1 (lossless for any draft
@@ -143,17 +143,17 @@ def help_text() -> str:
 
 
 def _builtin() -> None:
-    from .bv import BlockVerification
-    from .gbv import GreedyBlockVerification
-    from .kseq_bv import KSeqBV
-    from .kseq_gbv import KSeqGBV
-    from .mdbv import MDBVKSeq, MultiDraftBlockVerification
-    from .sd import TokenVerification
-    from .spectr import SpecTr
-    from .spectr_gbv import SpecTrGBV
-    from .traversal import TraversalVerification
+    from spectr_gbv.reference.rules.bv import BlockVerification
+    from spectr_gbv.reference.rules.gbv import GreedyBlockVerification
+    from spectr_gbv.reference.rules.kseq_bv import KSeqBV
+    from spectr_gbv.reference.rules.kseq_gbv import KSeqGBV
+    from spectr_gbv.reference.rules.mdbv import MDBVKSeq, MultiDraftBlockVerification
+    from spectr_gbv.reference.rules.sd import TokenVerification
+    from spectr_gbv.reference.rules.spectr import SpecTr
+    from spectr_gbv.reference.rules.spectr_gbv import SpecTrGBV
+    from spectr_gbv.reference.rules.traversal import TraversalVerification
 
-    v = "gpu_backend.verifiers."
+    v = "spectr_gbv.gpu_backend.verifiers."
     for s in (
         RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", True, True, False,
                  "Leviathan et al. 2023, Alg. 1; Chen et al. 2023", "token verification",

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..randomness import Source
-from ..verdict import Verdict
-from .base import Block, Rule, draw_residual
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.verdict import Verdict
+from spectr_gbv.reference.rules.base import Block, Rule, draw_residual
 
 
 class TokenVerification(Rule):

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kseq import rho_star
-from ..randomness import Source
-from ..verdict import Verdict
-from .base import Block, Rule, draw_residual
+from spectr_gbv.reference.kseq import rho_star
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.verdict import Verdict
+from spectr_gbv.reference.rules.base import Block, Rule, draw_residual
 
 
 class SpecTr(Rule):

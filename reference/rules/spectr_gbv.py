@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..randomness import Source
-from ..verdict import Modification, Verdict, min_ratio
-from .base import Block, Rule, draw_residual
+from spectr_gbv.reference.randomness import Source
+from spectr_gbv.reference.verdict import Modification, Verdict, min_ratio
+from spectr_gbv.reference.rules.base import Block, Rule, draw_residual
 
 _RELEASED_EPS = 1e-20  # the released code's guard in every denominator
 RESIDUALS = ("released", "consistent")

@@ -6,8 +6,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from oracle.certify import exact_verdict_law
-from reference.rules import get_rule
+from spectr_gbv.oracle.certify import exact_verdict_law
+from spectr_gbv.reference.rules import get_rule
 
 _PATH = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "sd_vs_bv_paired.py"
 _spec = importlib.util.spec_from_file_location("sd_vs_bv_paired", _PATH)

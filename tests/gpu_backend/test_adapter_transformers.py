@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling  # noqa: E402
-from oracle.certify_cases import case_family  # noqa: E402
-from oracle.harness import certify_verifier  # noqa: E402
+from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling  # noqa: E402
+from spectr_gbv.oracle.certify_cases import case_family  # noqa: E402
+from spectr_gbv.oracle.harness import certify_verifier  # noqa: E402
 from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 N = 20_000
@@ -59,7 +59,7 @@ def test_report_part_table():
     CAUGHT, our bv through vLLM's layout CERTIFIED (N = 5,000 on one family here; the report
     runs N = 20,000 on all six; zeros is where the ensemble weight is plainest: it accepts
     tokens of target probability 0)."""
-    from gpu_backend.adapters.third_party import THIRD_PARTY, certify_all, markdown, ok, verdict
+    from spectr_gbv.gpu_backend.adapters.third_party import THIRD_PARTY, certify_all, markdown, ok, verdict
 
     results = certify_all(n_samples=5_000, families=("zeros",))
     assert [verdict(e, r) for e, r in results] == ["CERTIFIED", "CAUGHT", "CERTIFIED"]

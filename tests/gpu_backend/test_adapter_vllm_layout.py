@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_backend.adapters.vllm_layout import (bonus_logits_indices, from_vllm_layout, generators_from_seeds,
+from spectr_gbv.gpu_backend.adapters.vllm_layout import (bonus_logits_indices, from_vllm_layout, generators_from_seeds,
                                               parse_output, rules_in_vllm_layout, target_logits_indices)
-from oracle.certify import FixedCase
-from oracle.certify_cases import case_family
-from oracle.harness import certify_verifier
+from spectr_gbv.oracle.certify import FixedCase
+from spectr_gbv.oracle.certify_cases import case_family
+from spectr_gbv.oracle.harness import certify_verifier
 from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 N = 20_000

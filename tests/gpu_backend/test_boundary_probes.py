@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
-from gpu_backend.verifiers import get_verifier
-from oracle.harness import PROBES, boundary_probes
-from reference.rules import RULES, registry
+from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
+from spectr_gbv.gpu_backend.verifiers import get_verifier
+from spectr_gbv.oracle.harness import PROBES, boundary_probes
+from spectr_gbv.reference.rules import RULES, registry
 from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 

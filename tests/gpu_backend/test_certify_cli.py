@@ -1,5 +1,5 @@
-"""``spectr-gbv certify`` (gpu_backend/certify_cli.py) at small N: exit status, JSON and markdown
-outputs, argument errors, and the planted wrong rules of gpu_backend/certify_suite.py.
+"""``spectr-gbv certify`` (cli/certify.py) at small N: exit status, JSON and markdown
+outputs, argument errors, and the planted wrong rules of gpu_backend/certify/suite.py.
 
 N = 5,000 per case (detectable TV ~0.06 on the toy cases): enough to catch every planted rule
 on fixed drafts (p-values below 1e-40) while each CLI run stays within a few seconds; the full-size runs are
@@ -14,20 +14,21 @@ import json
 import pytest
 import torch
 
-import spectr_gbv_cli
-from gpu_backend import certification, certify_cli
-from gpu_backend.certify_suite import PLANTED, FirstFailureBV, UnscaledSpecTr, suite_verifier
-from gpu_backend.verifiers.bv import BlockVerification
-from oracle.certify import certify_case
-from oracle.certify_cases import lossless_against_target, released_rule_against_target
-from reference.rules import registry
+from spectr_gbv.cli import main as cli_main
+from spectr_gbv.gpu_backend.certify import verifiers as certification
+from spectr_gbv.cli import certify as certify_cli
+from spectr_gbv.gpu_backend.certify.suite import PLANTED, FirstFailureBV, UnscaledSpecTr, suite_verifier
+from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
+from spectr_gbv.oracle.certify import certify_case
+from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
+from spectr_gbv.reference.rules import registry
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 
 N = "5000"
 
 
 def certify(argv, capsys):
-    code = spectr_gbv_cli.main(["certify"] + argv)
+    code = cli_main.main(["certify"] + argv)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -136,7 +137,7 @@ def test_law_level_cases():
 
 def test_report_certify_part_gets_the_markdown(monkeypatch, tmp_path):
     """``spectr-gbv report`` runs ``certify --quick --markdown FILE`` and embeds the file."""
-    from gpu_backend.report_cli import certify_part
+    from spectr_gbv.cli.report import certify_part
 
     monkeypatch.setattr(registry, "_SPECS", {"sd": registry.spec("sd")})
     monkeypatch.setattr(certification, "QUICK_N", {k: 3000 for k in certification.QUICK_N})

@@ -1,4 +1,4 @@
-"""gpu_backend.draft_quant: the int8 dynamically quantised draft, accepted by the engine for
+"""gpu_backend.models.draft_quant: the int8 dynamically quantised draft, accepted by the engine for
 the rules that stay lossless when draft rows depend on the batching of each call (registry
 ``varying_draft_rows``): the rows handed to the verifier are the rows sampled from, the
 one-hot-target construction still gives the target's greedy output, and the other rules are
@@ -9,11 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpu_backend.draft_quant import quantize_draft, resolve_mode  # noqa: E402
-from gpu_backend.engine import SpeculativeEngine  # noqa: E402
-from gpu_backend.model_pair import load_pair  # noqa: E402
-from gpu_backend.sampling import SamplingConfig  # noqa: E402
-from gpu_backend.weights import vocab_size  # noqa: E402
+from spectr_gbv.gpu_backend.models.draft_quant import quantize_draft, resolve_mode  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
+from spectr_gbv.gpu_backend.models.pair import load_pair  # noqa: E402
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.models.weights import vocab_size  # noqa: E402
 from test_engine import (V, assert_one_hot_target_reproduces_greedy, perturbed, random_lm,  # noqa: E402
                          run_recorded, uncached_row)
 

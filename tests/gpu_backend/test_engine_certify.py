@@ -1,4 +1,4 @@
-"""gpu_backend/engine_certify.py and ``spectr-gbv certify --engine``: the engine certified end to
+"""gpu_backend/certify/engine.py and ``spectr-gbv certify --engine``: the engine certified end to
 end on the embedded SmolLM2 (target float32 at T = 1, itself at T = 1.5 as draft).
 
 * ``tau_law`` (coins enumerated, the last draw not) equals the τ marginal of
@@ -19,12 +19,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import spectr_gbv_cli  # noqa: E402
-from gpu_backend import certify_cli  # noqa: E402
-from gpu_backend import engine_certify as ec  # noqa: E402
-from oracle.certify import exact_verdict_law  # noqa: E402
-from oracle.certify_cases import fixed_case, toy_models  # noqa: E402
-from reference.rules import get_rule, registry  # noqa: E402
+from spectr_gbv.cli import main as cli_main  # noqa: E402
+from spectr_gbv.cli import certify as certify_cli
+from spectr_gbv.gpu_backend.certify import engine as ec
+from spectr_gbv.oracle.certify import exact_verdict_law  # noqa: E402
+from spectr_gbv.oracle.certify_cases import fixed_case, toy_models  # noqa: E402
+from spectr_gbv.reference.rules import get_rule, registry  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -83,7 +83,7 @@ def tiny():
         target, draft, tok, eos = ec.load_pair("tiny")
     except FileNotFoundError as err:  # data wheels not installed
         pytest.skip(str(err))
-    from gpu_backend.prompts import encode_prompt
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt
 
     return target, draft, encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False), eos
 
@@ -117,8 +117,8 @@ def test_first_token_law_is_the_engines_processing(tiny):
     engine hands its verifier (same processing; cached vs uncached float32 forward calls
     differ by up to ~2e-5 relative, measured 1.6e-5 on the largest entry: to 1e-4, as
     test_engine_models.py)."""
-    from gpu_backend.engine import SpeculativeEngine
-    from gpu_backend.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     target, draft, ids, _ = tiny
     law = ec.target_first_token_law(target, ids, SamplingConfig(1.0))
@@ -144,7 +144,7 @@ def test_first_token_law_is_the_engines_processing(tiny):
 ])
 def test_engine_argument_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code = spectr_gbv_cli.main(["certify"] + argv)
+    code = cli_main.main(["certify"] + argv)
     out, err = capsys.readouterr()
     assert code == 2 and message in err and out == ""
     assert len(err.strip().splitlines()) == 1
@@ -157,7 +157,7 @@ def test_cli_engine_exit_zero(capsys, tmp_path):
     import json
 
     js = tmp_path / "e.json"
-    code = spectr_gbv_cli.main(["certify", "--engine", "--rules", "sd", "--samples", "4",
+    code = cli_main.main(["certify", "--engine", "--rules", "sd", "--samples", "4",
                                 "--max-new-tokens", "8", "--json", str(js)])
     out, _ = capsys.readouterr()
     assert code == 0, out
@@ -169,7 +169,7 @@ def test_cli_engine_exit_zero(capsys, tmp_path):
 def test_report_engine_part(monkeypatch, tmp_path):
     """``spectr-gbv report``'s engine part embeds ``quick_certification``'s table and passes only
     when every row is as expected (the 13-minute run itself is replaced by fixed rows here)."""
-    from gpu_backend.report_cli import engine_part
+    from spectr_gbv.cli.report import engine_part
 
     good = ec.EngineRow("sd", "sd", "lossless", 1, 4, 60, 400, 1e-3, first_p=0.5, first_delta=0.6,
                         mean_tau=1.3, expected_tau=1.3, mean_z=0.1, mean_p=0.9, tau_p=0.4, tau_delta=0.16)

@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpu_backend.engine import SpeculativeEngine, autoregressive_generate  # noqa: E402
-from gpu_backend.sampling import SamplingConfig  # noqa: E402
-from reference.draft_stopping import ConfidenceStop, StopAt  # noqa: E402
-from reference.rules import registry  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate  # noqa: E402
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.reference.draft_stopping import ConfidenceStop, StopAt  # noqa: E402
+from spectr_gbv.reference.rules import registry
 # the small models and the one-thread setting of test_engine.py (pytest fixtures, imported)
 from test_engine import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
 
@@ -94,7 +94,7 @@ def test_rules_not_proved_under_stopping_are_refused(models, rule, K):
 def test_custom_verifier_that_modifies_targets_is_refused_with_stopping(models):
     """Its Algorithm 2 windows would outlast a stopped block: refused at construction, while
     the same verifier without stopping, and a non-modifying custom verifier with it, are taken."""
-    from gpu_backend.verifiers import get_verifier
+    from spectr_gbv.gpu_backend.verifiers import get_verifier
 
     target, draft = models
     gbv = get_verifier("gbv")

@@ -1,4 +1,4 @@
-"""gpu_backend.engine on the real embedded models (marked ``models``; skipped without them).
+"""gpu_backend.engine.speculative on the real embedded models (marked ``models``; skipped without them).
 
 SmolLM2-135M plays both draft and target: the target processed at T = 0.7, the draft at a
 higher temperature (a "tempered copy"), so that drafts are rejected often enough to exercise
@@ -14,16 +14,16 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from gpu_backend.engine import (  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
     SpeculativeEngine,
     autoregressive_generate,
     eos_token_ids,
 )
-from gpu_backend.prompts import encode_prompt  # noqa: E402
-from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
-from gpu_backend.weights import load_causal_lm  # noqa: E402
-from reference.draft_stopping import block_cap  # noqa: E402
-from reference.rules import registry  # noqa: E402
+from spectr_gbv.gpu_backend.models.prompts import encode_prompt  # noqa: E402
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.models.weights import load_causal_lm  # noqa: E402
+from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
+from spectr_gbv.reference.rules import registry
 
 pytestmark = pytest.mark.models
 
@@ -117,8 +117,8 @@ def test_stack_on_real_rows_equals_reference_decoder(tiny32, rule, K):
     rows: the target rows the engine handed to its verifier (modified by its stack) equal the
     reference's effective target rows to 1e-6 (float32 storage), at every iteration, the last
     ones included, whose blocks are capped at the tokens still needed (S < L, windows of S)."""
-    from reference.decode import Decoder, DecodeState
-    from reference.verdict import Modification, Verdict
+    from spectr_gbv.reference.decode import Decoder, DecodeState
+    from spectr_gbv.reference.verdict import Modification, Verdict
 
     model, _, ids, _ = tiny32
     L = 4

@@ -11,16 +11,16 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpu_backend import kv  # noqa: E402
-from gpu_backend.assisted import assisted_generate  # noqa: E402
-from gpu_backend.engine import (  # noqa: E402
+from spectr_gbv.gpu_backend.engine import kv
+from spectr_gbv.gpu_backend.bench.assisted import assisted_generate  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
     NonFiniteError,
     SpeculativeEngine,
     autoregressive_generate,
     check_model,
     generator_seed,
 )
-from gpu_backend.sampling import SamplingConfig, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
 
 from test_engine import PROMPT, V, models, one_thread, perturbed, random_lm  # noqa: E402,F401  (fixtures)
 

@@ -1,4 +1,4 @@
-"""gpu_backend.stack: Algorithm 2's stack of modified targets equals reference/decode.py.
+"""gpu_backend.engine.stack: Algorithm 2's stack of modified targets equals reference/decode.py.
 
 The reference decode loop (``Decoder``) computes the effective target of every block row
 from its stack of windows.  Here the same iterations are replayed through
@@ -14,13 +14,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from gpu_backend.stack import ModificationStack  # noqa: E402
-from reference.batched import batch_modification  # noqa: E402
-from reference.contract import BatchModification  # noqa: E402
-from reference.decode import Decoder, DecodeState  # noqa: E402
-from reference.models import RandomModel  # noqa: E402
-from reference.randomness import SamplingSource  # noqa: E402
-from reference.rules import get_rule  # noqa: E402
+from spectr_gbv.gpu_backend.engine.stack import ModificationStack  # noqa: E402
+from spectr_gbv.reference.batched import batch_modification  # noqa: E402
+from spectr_gbv.reference.contract import BatchModification  # noqa: E402
+from spectr_gbv.reference.decode import Decoder, DecodeState  # noqa: E402
+from spectr_gbv.reference.models import RandomModel  # noqa: E402
+from spectr_gbv.reference.randomness import SamplingSource  # noqa: E402
+from spectr_gbv.reference.rules import get_rule  # noqa: E402
 
 
 def raw_rows(draft, target, context, drafts, L):

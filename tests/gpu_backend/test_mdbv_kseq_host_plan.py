@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_backend.verifiers import get_verifier
-from gpu_backend.verifiers import mdbv_kseq
-from gpu_backend.verifiers.inputs import prepare
+from spectr_gbv.gpu_backend.verifiers import get_verifier
+from spectr_gbv.gpu_backend.verifiers import mdbv_kseq
+from spectr_gbv.gpu_backend.verifiers.inputs import prepare
 
 V = 600
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from gpu_backend.verifiers.kseq import ratios
-from gpu_backend.verifiers.mdbv_kseq import node_totals
-from reference.rules import mdbv as ref
+from spectr_gbv.gpu_backend.verifiers.kseq import ratios
+from spectr_gbv.gpu_backend.verifiers.mdbv_kseq import node_totals
+from spectr_gbv.reference.rules import mdbv as ref
 from test_mdbv_node_mechanism import rows
 
 KINDS = ("peaked", "flat", "zeros", "ties", "equal")

@@ -15,8 +15,8 @@ import itertools
 import numpy as np
 import pytest
 
-from gpu_backend.verifiers import mdbv as port
-from reference.rules import mdbv as ref
+from spectr_gbv.gpu_backend.verifiers import mdbv as port
+from spectr_gbv.reference.rules import mdbv as ref
 
 
 def rows(kind: str, V: int, rng: np.random.Generator):

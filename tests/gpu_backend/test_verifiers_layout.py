@@ -14,10 +14,10 @@ import pytest
 import torch
 from scipy import stats as sps
 
-from gpu_backend.verifiers import VERIFIERS, get_verifier
-from gpu_backend.verifiers.noise import (grouped_race, make_noise, race, race_groups,
+from spectr_gbv.gpu_backend.verifiers import VERIFIERS, get_verifier
+from spectr_gbv.gpu_backend.verifiers.noise import (grouped_race, make_noise, race, race_groups,
                                          seeded_exponentials, seeded_uniforms, splitmix64_mix)
-from oracle.stats import gtest
+from spectr_gbv.oracle.stats import gtest
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import SINGLE_DRAFT, stack_cases, tree_case
 

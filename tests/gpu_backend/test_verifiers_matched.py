@@ -27,9 +27,9 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu_backend.verifiers import get_verifier
-from gpu_backend.verifiers.mdbv import plan_row
-from reference.rules import RULES, registry
+from spectr_gbv.gpu_backend.verifiers import get_verifier
+from spectr_gbv.gpu_backend.verifiers.mdbv import plan_row
+from spectr_gbv.reference.rules import RULES, registry
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import (RULE_VARIANTS, SINGLE_DRAFT, case_options, random_noise,
                                   reference_rule, run_matched, stack_cases, tree_case, variant_id,

@@ -19,12 +19,12 @@ import pytest
 import torch
 from mpmath import mp, mpf
 
-from gpu_backend.verifiers import VERIFIERS, get_verifier
-from gpu_backend.verifiers.inputs import prepare
-from reference.contract import BatchModification
-from gpu_backend.verifiers.gbv import greedy_acceptance
-from gpu_backend.verifiers.spectr_gbv import acceptance as spectr_gbv_acceptance
-from reference.verdict import Modification
+from spectr_gbv.gpu_backend.verifiers import VERIFIERS, get_verifier
+from spectr_gbv.gpu_backend.verifiers.inputs import prepare
+from spectr_gbv.reference.contract import BatchModification
+from spectr_gbv.gpu_backend.verifiers.gbv import greedy_acceptance
+from spectr_gbv.gpu_backend.verifiers.spectr_gbv import acceptance as spectr_gbv_acceptance
+from spectr_gbv.reference.verdict import Modification
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import (RULE_VARIANTS, SINGLE_DRAFT, MarginSource, case_options,
                                   random_noise, reference_rule, stack_cases, tree_case,
@@ -164,8 +164,8 @@ def test_modification_stack_rows_for_tiny_joints():
     """A window whose joints are e^-2000 (a long window of unlikely tokens; exp underflows):
     the stack shifts both log joints by one constant before w, which is homogeneous of degree
     1, so its modified rows equal the exact ones computed on the rescaled joints (1e-12)."""
-    from gpu_backend.stack import ModificationStack, Window
-    from reference.contract import modification_weights
+    from spectr_gbv.gpu_backend.engine.stack import ModificationStack, Window
+    from spectr_gbv.reference.contract import modification_weights
 
     q = np.array([[0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4], [0.25] * 4, [0.25] * 4])
     p = np.array([[0.1, 0.5, 0.2, 0.2], [0.3, 0.3, 0.2, 0.2], [0.25] * 4])
@@ -207,8 +207,8 @@ def test_rho_star_matches_60_digit_arithmetic_and_the_reference():
     """Batched ρ* on well-conditioned random rows (V = 2..50, k = 2..8), nearly disjoint rows
     and the 4096-cell grid (V = 70,000): 60-digit root to 2e-10 (relative), reference to 2e-10
     where the reference is well conditioned."""
-    from gpu_backend.verifiers.kseq import rho_star
-    from reference.kseq import rho_star as reference_rho
+    from spectr_gbv.gpu_backend.verifiers.kseq import rho_star
+    from spectr_gbv.reference.kseq import rho_star as reference_rho
     from test_verifiers_cases import kseq_well_conditioned
     rng = np.random.default_rng(5)
     rows, ks = [], []
@@ -255,8 +255,8 @@ def test_rho_star_at_the_real_vocabulary_with_most_tokens_outside_the_window():
     nearly every token falls outside the window and is binned into the dump cells
     (kseq.DUMP_CELLS per side); the root still matches the reference to 2e-10 (relative), and
     the dump cells lie below and above the window's cells D + 1 .. D + bins."""
-    from gpu_backend.verifiers.kseq import DUMP_CELLS, _dump_bounds, rho_star
-    from reference.kseq import rho_star as reference_rho
+    from spectr_gbv.gpu_backend.verifiers.kseq import DUMP_CELLS, _dump_bounds, rho_star
+    from spectr_gbv.reference.kseq import rho_star as reference_rho
 
     V = 151_936
     g = torch.Generator().manual_seed(3)
@@ -277,9 +277,9 @@ def test_single_candidate_rows_skip_the_passes_on_cpu_with_the_same_answer():
     """A batch mixing k ≤ 1 and k ≥ 2 rows (kseq._solve_some, CPU only): a k ≤ 1 row gets
     θ = 1/w and s = β(1/w) = Σ min(p, w·q) without the passes; a k ≥ 2 row gets what solving it
     alone (every row k ≥ 2: the fixed passes) gives, bit for bit."""
-    from gpu_backend.verifiers.kseq import ratios, rho_star, threshold_scaled
+    from spectr_gbv.gpu_backend.verifiers.kseq import ratios, rho_star, threshold_scaled
 
-    from gpu_backend.verifiers.kseq import LARGE_V
+    from spectr_gbv.gpu_backend.verifiers.kseq import LARGE_V
 
     rng = np.random.default_rng(11)
     P = rng.dirichlet(np.ones(LARGE_V), size=4)

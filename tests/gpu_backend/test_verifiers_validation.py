@@ -10,8 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu_backend.verifiers import VERIFIERS, get_verifier, verify
-from gpu_backend.verifiers.inputs import ROW_SUM_ATOL
+from spectr_gbv.gpu_backend.verifiers import VERIFIERS, get_verifier, verify
+from spectr_gbv.gpu_backend.verifiers.inputs import ROW_SUM_ATOL
 from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from test_verifiers_cases import SINGLE_DRAFT
 

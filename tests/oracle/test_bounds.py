@@ -8,7 +8,7 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from oracle.bounds import (
+from spectr_gbv.oracle.bounds import (
     alpha_star,
     alpha_star_brute_force,
     bound_B,
@@ -16,8 +16,8 @@ from oracle.bounds import (
     expected_tau_kseq_gbv,
     prefix_marginals,
 )
-from reference.kseq import beta, rho_star
-from reference.models import ContextFree, RandomModel
+from spectr_gbv.reference.kseq import beta, rho_star
+from spectr_gbv.reference.models import ContextFree, RandomModel
 
 TOY_P = ContextFree([2 / 3, 1 / 3])
 TOY_Q = ContextFree([1 / 3, 2 / 3])

@@ -6,12 +6,12 @@ detectable TV (power 0.99) of each case is asserted below the deviation it must 
 import numpy as np
 import pytest
 
-from oracle.certify import certify, certify_case, exact_verdict_law
-from oracle.certify_cases import (fixed_case, lossless_against_target, released_rule_against_target,
+from spectr_gbv.oracle.certify import certify, certify_case, exact_verdict_law
+from spectr_gbv.oracle.certify_cases import (fixed_case, lossless_against_target, released_rule_against_target,
                                   standard_cases, toy_models)
 from planted_rules import FirstFailureBV, SharedUniformBV
-from reference.contract import BatchVerdict
-from reference.rules import RULES
+from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import RULES
 
 N = 200_000
 ALPHA = 1e-6
@@ -70,7 +70,7 @@ def test_backend_output_checked():
 
 
 def test_round_to_dtype():
-    from oracle.certify import round_to_dtype
+    from spectr_gbv.oracle.certify import round_to_dtype
 
     x = np.array([1 / 3, 1e-30, 0.7])
     assert np.array_equal(round_to_dtype(x, "float64"), x)
@@ -87,7 +87,7 @@ def test_deterministic_tau_passes_mean_test():
     V = 5
     dp = np.full((1, 1, V), 0.2)
     tp = np.array([[[0.6, 0.1, 0.1, 0.1, 0.1], [0.2] * 5]])
-    from oracle.certify import FixedCase
+    from spectr_gbv.oracle.certify import FixedCase
 
     case = FixedCase("det", "sd", "sd", np.array([[0]]), dp, tp, backend_dtype="float64")
     result = certify_case(RULES, case, 20_000, ALPHA)

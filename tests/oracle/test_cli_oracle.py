@@ -11,7 +11,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def oracle_json(K, L):
-    out = subprocess.run([sys.executable, "-m", "spectr_gbv_cli", "oracle", "--K", str(K), "--L", str(L),
+    out = subprocess.run([sys.executable, "-m", "spectr_gbv.cli.main", "oracle", "--K", str(K), "--L", str(L),
                           "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json"),
                           "--json"], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
@@ -38,7 +38,7 @@ def test_oracle_toy_L1_alpha_star():
 def test_oracle_not_solved_is_null_in_json_and_exit_1():
     """A --time-limit too small for the solvers: the optima not reached are null (strict JSON,
     never a bare NaN), one line on stderr names them and --time-limit, and the exit status is 1."""
-    proc = subprocess.run([sys.executable, "-m", "spectr_gbv_cli", "oracle", "--K", "2", "--L", "2",
+    proc = subprocess.run([sys.executable, "-m", "spectr_gbv.cli.main", "oracle", "--K", "2", "--L", "2",
                            "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json"),
                            "--time-limit", "1e-9", "--json"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stderr
@@ -54,7 +54,7 @@ def test_oracle_not_solved_is_null_in_json_and_exit_1():
 
 
 def test_json_safe_maps_non_finite_to_null():
-    from reference.cli_args import json_safe
+    from spectr_gbv.cli.args import json_safe
 
     assert json_safe({"a": float("nan"), "b": [1.5, float("inf")], "c": {"d": -float("inf")}, "e": "x"}) == \
         {"a": None, "b": [1.5, None], "c": {"d": None}, "e": "x"}

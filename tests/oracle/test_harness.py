@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oracle.certify_cases import FAMILIES, case_family
-from oracle.pytest_plugin import CertificationFailed, assert_lossless
-from reference.contract import BatchVerdict, BatchedVerifier
-from reference.rules import RULES
+from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
+from spectr_gbv.oracle.pytest_plugin import CertificationFailed, assert_lossless
+from spectr_gbv.reference.contract import BatchVerdict, BatchedVerifier
+from spectr_gbv.reference.rules import RULES
 
 EXAMPLE = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "certify_your_verifier.py"))
 my_sd = EXAMPLE["my_sd"]

@@ -10,13 +10,13 @@ from fractions import Fraction as F
 import numpy as np
 import pytest
 
-from oracle.bounds import bound_B
-from oracle.prefix_match import drafted_probability, prefix_match_bound, prefix_match_bound_estimate
-from oracle.programs import global_ot
-from reference.decode import Decoder
-from reference.exact import iteration_law
-from reference.models import ContextFree, RandomModel
-from reference.rules import RULES, registry
+from spectr_gbv.oracle.bounds import bound_B
+from spectr_gbv.oracle.prefix_match import drafted_probability, prefix_match_bound, prefix_match_bound_estimate
+from spectr_gbv.oracle.programs import global_ot
+from spectr_gbv.reference.decode import Decoder
+from spectr_gbv.reference.exact import iteration_law
+from spectr_gbv.reference.models import ContextFree, RandomModel
+from spectr_gbv.reference.rules import RULES, registry
 
 TOY_P = ContextFree([2 / 3, 1 / 3])
 TOY_Q = ContextFree([1 / 3, 2 / 3])

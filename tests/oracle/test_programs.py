@@ -10,9 +10,9 @@ import cvxpy as cp
 import numpy as np
 import pytest
 
-from oracle.bounds import alpha_star, bound_B, expected_tau_kseq_gbv, prefix_marginals
-from oracle.programs import cic_block_program, cic_program, global_ot, no_modification_lp
-from reference.models import ContextFree, RandomModel
+from spectr_gbv.oracle.bounds import alpha_star, bound_B, expected_tau_kseq_gbv, prefix_marginals
+from spectr_gbv.oracle.programs import cic_block_program, cic_program, global_ot, no_modification_lp
+from spectr_gbv.reference.models import ContextFree, RandomModel
 
 LP_TOL = 1e-9  # HiGHS simplex, feasibility tolerances 1e-9
 CONIC_TOL = 1e-6  # CLARABEL interior point, tolerances 1e-8

@@ -20,13 +20,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 # oracle.harness (scipy) is imported here, before pytester's in-process runs: they drop the modules they import
-from oracle.harness import certify_verifier
-from oracle.pytest_plugin import (DEFAULT_ALPHA, DEFAULT_SAMPLES, CertificationFailed, assert_acceptance,
+from spectr_gbv.oracle.harness import certify_verifier
+from spectr_gbv.oracle.pytest_plugin import (DEFAULT_ALPHA, DEFAULT_SAMPLES, CertificationFailed, assert_acceptance,
                                   assert_lossless)
-from oracle.strategies import KINDS, batched_inputs, verifier_inputs
-from reference.randomness import SamplingSource
-from reference.rules import RULES, registry
-from reference.validation import check_iteration_inputs
+from spectr_gbv.oracle.strategies import KINDS, batched_inputs, verifier_inputs
+from spectr_gbv.reference.randomness import SamplingSource
+from spectr_gbv.reference.rules import RULES, registry
+from spectr_gbv.reference.validation import check_iteration_inputs
 
 pytest_plugins = ["pytester"]
 
@@ -36,8 +36,8 @@ EXAMPLE = ROOT / "examples" / "certify_your_verifier.py"
 USER_TESTS = f'''
 import runpy
 import numpy as np
-from oracle.pytest_plugin import assert_acceptance, assert_lossless
-from reference.contract import BatchVerdict
+from spectr_gbv.oracle.pytest_plugin import assert_acceptance, assert_lossless
+from spectr_gbv.reference.contract import BatchVerdict
 
 my_sd = runpy.run_path({str(EXAMPLE)!r})["my_sd"]
 FAMILIES = ("toy", "disjoint")
@@ -78,7 +78,7 @@ def user_run(pytester, monkeypatch):
 
 
 def test_entry_point_is_registered():
-    assert any(e.name == "spectr_gbv" and e.value == "oracle.pytest_plugin"
+    assert any(e.name == "spectr_gbv" and e.value == "spectr_gbv.oracle.pytest_plugin"
                for e in entry_points(group="pytest11"))
 
 

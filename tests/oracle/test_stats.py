@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from oracle.stats import (
+from spectr_gbv.oracle.stats import (
     MeanStats,
     conditional_gtests,
     counts_from_samples,

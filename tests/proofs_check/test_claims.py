@@ -6,14 +6,14 @@ import json
 import pytest
 
 from planted_rules import FirstFailureBV, SharedUniformBV
-from proofs_check import quantities as Q
-from proofs_check.claims import _generation_gap, _order, build_claims, lossless_claim
-from proofs_check.cli import markdown, prove
-from proofs_check.instances import random_instance, toy
-from proofs_check.runner import Claim, run_claim
-from reference.exact import generation_law, target_law, total_variation
-from reference.models import model_from_json
-from reference.rules import RULES, GreedyBlockVerification
+from spectr_gbv.proofs_check import quantities as Q
+from spectr_gbv.proofs_check.claims import _generation_gap, _order, build_claims, lossless_claim
+from spectr_gbv.cli.prove import markdown, prove
+from spectr_gbv.proofs_check.instances import random_instance, toy
+from spectr_gbv.proofs_check.runner import Claim, run_claim
+from spectr_gbv.reference.exact import generation_law, target_law, total_variation
+from spectr_gbv.reference.models import model_from_json
+from spectr_gbv.reference.rules import RULES, GreedyBlockVerification
 
 EXPECTED = {
     "1": "holds", "2a": "holds", "2b": "holds", "3a": "holds", "3b": "holds", "3c": "holds",
@@ -113,7 +113,7 @@ def test_generation_gap_measure():
 
 
 def test_gap_to_the_lp_is_relative_above_the_floor_and_absolute_below():
-    from proofs_check.quantities import RELATIVE_GAP_FLOOR, gap_to
+    from spectr_gbv.proofs_check.quantities import RELATIVE_GAP_FLOOR, gap_to
 
     assert gap_to(2.0, 1.5) == 0.25
     assert gap_to(131 / 81, 131 / 81) == 0.0

@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from proofs_check.information_lp import Perturbation, default_perturbations, information_bound
-from proofs_check.instances import random_instance, toy
-from proofs_check.quantities import program
-from reference.exact import expected_tau
-from reference.rules import get_rule
+from spectr_gbv.proofs_check.information_lp import Perturbation, default_perturbations, information_bound
+from spectr_gbv.proofs_check.instances import random_instance, toy
+from spectr_gbv.proofs_check.quantities import program
+from spectr_gbv.reference.exact import expected_tau
+from spectr_gbv.reference.rules import get_rule
 
 INSTANCES = [toy(2, 2), toy(2, 3), toy(3, 2), random_instance(2, 3, 2, 1, 1.0),
              random_instance(3, 2, 2, 6, 1.0), random_instance(2, 2, 3, 8, 1.0, 0.3)]
@@ -102,8 +102,8 @@ def test_generators_are_read_once():
 
 
 def test_other_argument_errors():
-    from reference.models import ContextFree
-    from proofs_check.instances import Instance
+    from spectr_gbv.reference.models import ContextFree
+    from spectr_gbv.proofs_check.instances import Instance
 
     with pytest.raises(ValueError, match="vocabulary mismatch: draft has V = 2, target has V = 3"):
         information_bound(Instance(ContextFree([0.5, 0.5]), ContextFree([0.2, 0.3, 0.5]), 2, 2), {}, [])

@@ -17,10 +17,10 @@ import math
 import numpy as np
 import pytest
 
-from oracle.bounds import alpha_star
-from proofs_check import quantities as Q
-from proofs_check.instances import random_instance, toy
-from proofs_check.one_bit_family import configurations, efficiency, family_bracket
+from spectr_gbv.oracle.bounds import alpha_star
+from spectr_gbv.proofs_check import quantities as Q
+from spectr_gbv.proofs_check.instances import random_instance, toy
+from spectr_gbv.proofs_check.one_bit_family import configurations, efficiency, family_bracket
 
 
 def test_efficiency_is_one_plus_alpha_star_over_b():
@@ -129,7 +129,7 @@ def test_configurations_refuse_bad_input():
 
 
 def test_study_cli_writes_the_table(tmp_path, capsys):
-    from proofs_check.one_bit_family import main, study_instances
+    from spectr_gbv.proofs_check.one_bit_family import main, study_instances
 
     out = tmp_path / "family.md"
     assert main(["--quick", "--rounds", "3", "--md", str(out)]) == 0

@@ -31,13 +31,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oracle.bounds import alpha_star
-from proofs_check import quantities as Q
-from proofs_check.instances import Instance, random_instance, toy
-from reference.decode import Decoder
-from reference.exact import iteration_law, target_law, total_variation
-from reference.kseq import rho_star
-from reference.rules import GreedyBlockVerification, get_rule, registry
+from spectr_gbv.oracle.bounds import alpha_star
+from spectr_gbv.proofs_check import quantities as Q
+from spectr_gbv.proofs_check.instances import Instance, random_instance, toy
+from spectr_gbv.reference.decode import Decoder
+from spectr_gbv.reference.exact import iteration_law, target_law, total_variation
+from spectr_gbv.reference.kseq import rho_star
+from spectr_gbv.reference.rules import GreedyBlockVerification, get_rule, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_MD = ROOT / "docs" / "toy.md"
@@ -223,7 +223,7 @@ def test_toy_rho_star_alpha_star_and_cic(toy_text):
 
 def test_toy_programs(toy_tables):
     t = table(toy_tables, "program")
-    from oracle.prefix_match import prefix_match_bound
+    from spectr_gbv.oracle.prefix_match import prefix_match_bound
 
     names = {"global block OT": "global_ot", "no-modification LP": "no_modification",
              "prefix-match ceiling U (docs/bounds.md §6)": "prefix_match"}
@@ -245,7 +245,7 @@ def test_toy_programs(toy_tables):
 def test_toy_oracle_cli_line(toy_text):
     """`spectr-gbv oracle --K 2 --L 2` as printed (ten decimals; the CIC programs' last digits are
     cvxpy's tolerance, compared to 1e-8)."""
-    from oracle.prefix_match import prefix_match_bound
+    from spectr_gbv.oracle.prefix_match import prefix_match_bound
 
     m = re.search(r"prints B = (\S+), the prefix-match ceiling (\S+), CIC (\S+), CIC-block (\S+), "
                   r"global OT (\S+), no-modification (\S+?)\.?\s", one_line(toy_text) + " ")
@@ -424,7 +424,7 @@ def instance_of(label: str) -> Instance:
 
 
 def claims_by_id() -> dict:
-    from proofs_check.claims import build_claims
+    from spectr_gbv.proofs_check.claims import build_claims
 
     return {c.id: c for c in build_claims()}
 
@@ -446,7 +446,7 @@ RERUN = [c["id"] for c in _committed() if c["seconds"] <= 1.0]
 
 @pytest.mark.parametrize("claim_id", RERUN)
 def test_cheap_claims_rerun_to_the_committed_verdict(claim_id):
-    from proofs_check.runner import run_claim
+    from spectr_gbv.proofs_check.runner import run_claim
 
     committed = next(c for c in _committed() if c["id"] == claim_id)
     got = run_claim(claims_by_id()[claim_id], "full").to_json()

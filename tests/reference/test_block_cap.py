@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proofs_check.block_cap_study import study, verdict
-from proofs_check.draft_stopping_study import LOSSLESS_TOL, QUICK_CASES
-from proofs_check.instances import random_instance
-from reference.draft_stopping import Capped, ConfidenceStop, block_cap
-from reference.exact import generation_law
-from reference.rules import get_rule, registry
+from spectr_gbv.proofs_check.block_cap_study import study, verdict
+from spectr_gbv.proofs_check.draft_stopping_study import LOSSLESS_TOL, QUICK_CASES
+from spectr_gbv.proofs_check.instances import random_instance
+from spectr_gbv.reference.draft_stopping import Capped, ConfidenceStop, block_cap
+from spectr_gbv.reference.exact import generation_law
+from spectr_gbv.reference.rules import get_rule, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from spectr_gbv_cli import main
+from spectr_gbv.cli.main import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -64,7 +64,7 @@ def test_exact_refuses_sizes_it_cannot_enumerate(capsys):
 
 
 def test_console_script_installed():
-    out = subprocess.run([sys.executable, "-m", "spectr_gbv_cli", "exact", "--rule", "bv", "--K", "1", "--L", "2",
+    out = subprocess.run([sys.executable, "-m", "spectr_gbv.cli.main", "exact", "--rule", "bv", "--K", "1", "--L", "2",
                           "--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json"),
                           "--json"], capture_output=True, text=True, check=True)
     assert json.loads(out.stdout)["expected_accepted"] == pytest.approx(11 / 9, abs=1e-12)

@@ -7,11 +7,11 @@ from collections import defaultdict
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from oracle.bounds import bound_B, expected_tau_kseq_gbv
-from proofs_check.instances import instances
-from reference.decode import Decoder
-from reference.exact import expected_tau, iteration_law
-from reference.rules import RULES, registry
+from spectr_gbv.oracle.bounds import bound_B, expected_tau_kseq_gbv
+from spectr_gbv.proofs_check.instances import instances
+from spectr_gbv.reference.decode import Decoder
+from spectr_gbv.reference.exact import expected_tau, iteration_law
+from spectr_gbv.reference.rules import RULES, registry
 
 TOL = 1e-12
 FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -54,7 +54,7 @@ def test_gbv_long_block_underflowing_joints():
     from the ratio q(z)/p(z), summed in log space: finite and right (no 0/0)."""
     import numpy as np
 
-    from reference.randomness import enumerate_law
+    from spectr_gbv.reference.randomness import enumerate_law
 
     V, L = 8, 16
     dp = np.full((1, L, V), 0.5 / (V - 1))
@@ -79,7 +79,7 @@ def test_rho_star_nearly_disjoint_supports():
     """1 − (1 − β)^k without cancellation: β ≈ 2e-9, k = 3 → ρ* = 3 − 4e-9 (series)."""
     import numpy as np
 
-    from reference.kseq import rho_star
+    from spectr_gbv.reference.kseq import rho_star
 
     got = rho_star(np.array([1 - 1e-9, 1e-9]), np.array([1e-9, 1 - 1e-9]), 3)
     # β(ρ) = 1e-9 + 1e-9/ρ·... : the root satisfies 3 − 3β + β² = ρ with β = 1e-9(1 + 1/ρ)

@@ -18,14 +18,14 @@ The generation tests cost ~1-2 minutes each on the 2-core CI machine (marked slo
 import numpy as np
 import pytest
 
-from oracle.certify import exact_verdict_law
-from oracle.certify_cases import fixed_case, toy_models
-from oracle.stats import counts_from_samples, gtest, mean_within_ci, sample_size_for_tv
-from proofs_check.instances import random_instance
-from reference.decode import generate
-from reference.exact import generation_law
-from reference.randomness import SamplingSource
-from reference.rules import RULES, registry
+from spectr_gbv.oracle.certify import exact_verdict_law
+from spectr_gbv.oracle.certify_cases import fixed_case, toy_models
+from spectr_gbv.oracle.stats import counts_from_samples, gtest, mean_within_ci, sample_size_for_tv
+from spectr_gbv.proofs_check.instances import random_instance
+from spectr_gbv.reference.decode import generate
+from spectr_gbv.reference.exact import generation_law
+from spectr_gbv.reference.randomness import SamplingSource
+from spectr_gbv.reference.rules import RULES, registry
 
 DELTA = 0.02
 ALPHA = 1e-6

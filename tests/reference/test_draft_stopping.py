@@ -11,12 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from proofs_check.draft_stopping_study import LOSSLESS_TOL, QUICK_CASES, study
-from proofs_check.instances import random_instance
-from reference.decode import Decoder, DecodeState
-from reference.draft_stopping import ConfidenceStop, StopAt, stopped_configurations
-from reference.exact import generation_law, iteration_law, target_law, total_variation
-from reference.rules import get_rule, registry
+from spectr_gbv.proofs_check.draft_stopping_study import LOSSLESS_TOL, QUICK_CASES, study
+from spectr_gbv.proofs_check.instances import random_instance
+from spectr_gbv.reference.decode import Decoder, DecodeState
+from spectr_gbv.reference.draft_stopping import ConfidenceStop, StopAt, stopped_configurations
+from spectr_gbv.reference.exact import generation_law, iteration_law, target_law, total_variation
+from spectr_gbv.reference.rules import get_rule, registry
 
 ROOT = Path(__file__).resolve().parents[2]
 

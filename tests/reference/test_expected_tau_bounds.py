@@ -5,10 +5,10 @@ against the other multi-draft rules, with its known counterexamples."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from oracle.programs import no_modification_lp
-from proofs_check.instances import fixed_instances, instances, random_instance, toy
-from reference.exact import expected_tau
-from reference.rules import RULES, registry
+from spectr_gbv.oracle.programs import no_modification_lp
+from spectr_gbv.proofs_check.instances import fixed_instances, instances, random_instance, toy
+from spectr_gbv.reference.exact import expected_tau
+from spectr_gbv.reference.rules import RULES, registry
 
 FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # multi-draft lossless rules that leave later iterations untouched: the LP bounds them

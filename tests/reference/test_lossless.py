@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from planted_rules import FirstFailureBV, SharedUniformBV
-from proofs_check.instances import fixed_instances, instances, random_instance
-from reference.exact import generation_law, target_law, total_variation
-from reference.rules import RULES, GreedyBlockVerification, registry
-from reference.rules.kseq_bv import KSeqBV, bv_acceptance
+from spectr_gbv.proofs_check.instances import fixed_instances, instances, random_instance
+from spectr_gbv.reference.exact import generation_law, target_law, total_variation
+from spectr_gbv.reference.rules import RULES, GreedyBlockVerification, registry
+from spectr_gbv.reference.rules.kseq_bv import KSeqBV, bv_acceptance
 
 SINGLE = registry.names(lossless=True, single_draft=True)
 MULTI = registry.names(lossless=True, single_draft=False)

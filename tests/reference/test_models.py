@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from reference.models import ContextFree, RandomModel, TableModel, Tempered, load_model_file, model_from_json
+from spectr_gbv.reference.models import ContextFree, RandomModel, TableModel, Tempered, load_model_file, model_from_json
 
 
 def test_table_longest_suffix_fallback():
@@ -91,8 +91,8 @@ def test_model_file_number_too_large_for_a_float_is_a_value_error(tmp_path):
     ('{"vocab_size": 2, "conditionals": {"": [0.5, 0.5], "00": [0.5, 0.5]}}', "not a prefix key"),
 ])
 def test_load_model_arg_names_flag_and_file(text, needle, tmp_path):
-    from reference.cli import load_model_arg
-    from reference.cli_args import UsageError
+    from spectr_gbv.cli.exact import load_model_arg
+    from spectr_gbv.cli.args import UsageError
 
     path = tmp_path / "m.json"
     path.write_text(text)

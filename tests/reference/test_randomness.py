@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from proofs_check.instances import random_instance
-from reference.decode import Decoder, DecodeState
-from reference.randomness import MatchedSource, SamplingSource, enumerate_law
-from reference.rules import RULES, registry
+from spectr_gbv.proofs_check.instances import random_instance
+from spectr_gbv.reference.decode import Decoder, DecodeState
+from spectr_gbv.reference.randomness import MatchedSource, SamplingSource, enumerate_law
+from spectr_gbv.reference.rules import RULES, registry
 
 
 def small_program(src):

@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from oracle.certify import exact_verdict_law
-from oracle.certify_cases import fixed_case, toy_models
-from reference.exact import total_variation
-from reference.rules import RULES, get_rule, registry
-from reference.ties import ATOL, RTOL, better, descending_order, tied
+from spectr_gbv.oracle.certify import exact_verdict_law
+from spectr_gbv.oracle.certify_cases import fixed_case, toy_models
+from spectr_gbv.reference.exact import total_variation
+from spectr_gbv.reference.rules import RULES, get_rule, registry
+from spectr_gbv.reference.ties import ATOL, RTOL, better, descending_order, tied
 
 SINGLE = registry.names(single_draft=True)
 # The released SpecTr-GBV's residual q·(1 − m^K) (or q·(1 − m)^K), m = min(1, p/q), vanishes as

@@ -5,13 +5,13 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from oracle.bounds import alpha_star, bound_B
-from proofs_check.instances import toy
-from reference.decode import Decoder
-from reference.exact import expected_tau, generation_law, iteration_law
-from reference.kseq import rho_star
-from reference.models import ContextFree
-from reference.rules import RULES, GreedyBlockVerification, SpecTrGBV
+from spectr_gbv.oracle.bounds import alpha_star, bound_B
+from spectr_gbv.proofs_check.instances import toy
+from spectr_gbv.reference.decode import Decoder
+from spectr_gbv.reference.exact import expected_tau, generation_law, iteration_law
+from spectr_gbv.reference.kseq import rho_star
+from spectr_gbv.reference.models import ContextFree
+from spectr_gbv.reference.rules import RULES, GreedyBlockVerification, SpecTrGBV
 
 P = ContextFree([2 / 3, 1 / 3])
 Q = ContextFree([1 / 3, 2 / 3])

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from reference.decode import Decoder
-from reference.exact import generation_law
-from reference.models import ContextFree, RandomModel, TableModel, Tempered, model_from_json
-from reference.randomness import SamplingSource
-from reference.rules import RULES, get_rule
+from spectr_gbv.reference.decode import Decoder
+from spectr_gbv.reference.exact import generation_law
+from spectr_gbv.reference.models import ContextFree, RandomModel, TableModel, Tempered, model_from_json
+from spectr_gbv.reference.randomness import SamplingSource
+from spectr_gbv.reference.rules import RULES, get_rule
 
 
 def good_inputs(K=2, L=2, V=3, seed=0):
@@ -109,7 +109,7 @@ def test_models_reject_bad_rows_and_prefixes():
                                    True, False, np.bool_(True), 0, -1, 0.0, [2], 1 + 0j,
                                    np.timedelta64(3)])
 def test_check_positive_int_refuses_with_the_argument_named(value):
-    from reference.validation import check_positive_int
+    from spectr_gbv.reference.validation import check_positive_int
     with pytest.raises(ValueError, match=r"^K must be an integer >= 1, got "):
         check_positive_int(value, "K")
 
@@ -117,7 +117,7 @@ def test_check_positive_int_refuses_with_the_argument_named(value):
 @pytest.mark.parametrize("value,expected", [(1, 1), (np.int64(4), 4), (np.int32(2), 2), (3.0, 3),
                                             (np.float64(5.0), 5), (10**20, 10**20)])
 def test_check_positive_int_accepts_integers(value, expected):
-    from reference.validation import check_positive_int
+    from spectr_gbv.reference.validation import check_positive_int
     out = check_positive_int(value, "L")
     assert out == expected and type(out) is int
 
@@ -130,7 +130,7 @@ def test_decoder_bad_K_type_is_one_value_error(K):
 
 
 def test_check_positive_int_reads_an_int_subclass_by_its_value():
-    from reference.validation import check_positive_int
+    from spectr_gbv.reference.validation import check_positive_int
 
     class Odd(int):
         def __int__(self):

@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import add_json_flag, output_file
+    from spectr_gbv.cli.args import add_json_flag, output_file
 
     p = subparsers.add_parser(
         "prove",
@@ -28,9 +28,9 @@ def register(subparsers) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Unknown claim ids are refused, listing the valid ones."""
-    from reference.cli_args import claim_ids
+    from spectr_gbv.cli.args import claim_ids
 
-    from .claims import build_claims
+    from spectr_gbv.proofs_check.claims import build_claims
 
     if args.claims is not None:
         args.claim_ids = claim_ids(args.claims, [c.id for c in build_claims()])
@@ -38,9 +38,9 @@ def check(args: argparse.Namespace) -> None:
 
 def prove(mode: str = "quick", claim_ids: list[str] | None = None, tables: bool = True, progress=None):
     """Run the claims; returns ``proofs_check.runner.Verdicts``."""
-    from .claims import build_claims
-    from .runner import Verdicts, run_claim
-    from .tables import generation_table, ordering_table, win_loss_table
+    from spectr_gbv.proofs_check.claims import build_claims
+    from spectr_gbv.proofs_check.runner import Verdicts, run_claim
+    from spectr_gbv.proofs_check.tables import generation_table, ordering_table, win_loss_table
 
     start = time.perf_counter()
     verdicts = Verdicts(mode=mode)
@@ -121,7 +121,7 @@ def markdown(verdicts, command: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference.cli_args import text_stream, write_json
+    from spectr_gbv.cli.args import text_stream, write_json
 
     mode = "quick" if args.quick else "full"
     if args.claims is not None and getattr(args, "claim_ids", None) is None:  # check() not run

@@ -1,10 +1,10 @@
 """Certification of the registered torch verifiers: the plan of cases per rule, the run, and
 the report (rows, text and markdown tables).  The CLI (``spectr-gbv certify``,
-gpu_backend/certify_cli.py) parses arguments and prints; ``spectr-gbv report`` calls
+cli/certify.py) parses arguments and prints; ``spectr-gbv report`` calls
 ``certify_rules`` and ``markdown`` directly.
 
 What is run (``plan``): per registered rule (``reference.rules.registry``) its fixed-draft
-cases of gpu_backend/certify_suite.py against the reference rule's exact law, the law-level
+cases of gpu_backend/certify/suite.py against the reference rule's exact law, the law-level
 case for lossless rules, and the planted wrong rules of its base; each case through
 ``oracle.certify.certify_case`` with the torch verifier taking numpy rows in the case's dtype
 (``certify_suite.suite_verifier``).  Row kinds, sizes and measured times: certify_cli's doc.
@@ -139,10 +139,10 @@ def parse_rules(text: str | None, known: tuple[str, ...]) -> list[str]:
 
 def plan(rules: list[str], quick: bool) -> list[Entry]:
     """The entries for ``rules``: per rule its fixed cases, then the law-level and planted ones."""
-    from oracle.certify_cases import lossless_against_target, released_rule_against_target
-    from reference.rules import registry
+    from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
+    from spectr_gbv.reference.rules import registry
 
-    from . import certify_suite as suite
+    from spectr_gbv.gpu_backend.certify import suite
 
     lossless = registry.names(lossless=True)
 
@@ -195,7 +195,7 @@ STATISTIC = {"joint": "G joint", "tau": "G law of τ", "conditional": "G token |
 
 
 def _row(entry: Entry, case, result) -> Row:
-    from oracle.certify import FirstTokenCase
+    from spectr_gbv.oracle.certify import FirstTokenCase
 
     if isinstance(case, FirstTokenCase):
         pvals = {"first_token": result.pvalue_joint}
@@ -235,9 +235,9 @@ def certify_rules(rules: list[str], quick: bool = False, n_samples: int | None =
     """
     import torch
 
-    from oracle.certify import certify_case
+    from spectr_gbv.oracle.certify import certify_case
 
-    from .certify_suite import suite_verifier
+    from spectr_gbv.gpu_backend.certify.suite import suite_verifier
 
     start = time.perf_counter()
     out = Certification(mode=("quick" if quick else "full") + (f", N = {n_samples}" if n_samples else ""))

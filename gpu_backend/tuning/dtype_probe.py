@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from reference.validation import check_positive_int
+from spectr_gbv.reference.validation import check_positive_int
 
-from .autoconfig import _timed
+from spectr_gbv.gpu_backend.tuning.autoconfig import _timed
 
 # (in, out) of the linear layers of one Qwen2.5-Coder-1.5B decoder layer: q, k, v, o, gate, up, down
 LAYER_SHAPES = ((1536, 1536), (1536, 256), (1536, 256), (1536, 1536), (1536, 8960), (1536, 8960), (8960, 1536))
@@ -177,8 +177,8 @@ def probe_dtype(threads: int | None = None, refresh: bool = False, log=None) -> 
     """
     import sys
 
-    from . import autoconfig
-    from .machine import fingerprint
+    from spectr_gbv.gpu_backend.tuning import autoconfig
+    from spectr_gbv.gpu_backend.tuning.machine import fingerprint
 
     log = log or (lambda line: print(line, file=sys.stderr))
     threads = torch.get_num_threads() if threads is None else check_positive_int(threads, "threads")
@@ -211,7 +211,7 @@ def resolve(name: str, device: str = "cpu", refresh: bool = False, log=None) -> 
     if name != "auto":
         return name, None
     if str(device).startswith("cuda"):
-        from .machine import auto_dtype
+        from spectr_gbv.gpu_backend.tuning.machine import auto_dtype
 
         return auto_dtype(device), None
     probe = probe_dtype(refresh=refresh, log=log)

@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .kv import cache_length, new_cache
-from .layouts import sample_rows
-from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
-from .speed_model import Acceptance, Choice, Costs, choose
+from spectr_gbv.gpu_backend.engine.kv import cache_length, new_cache
+from spectr_gbv.gpu_backend.engine.layouts import sample_rows
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.tuning.speed_model import Acceptance, Choice, Costs, choose
 
-from .defaults import K_CANDIDATES, L_CANDIDATES
+from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
 
 # 2 (2026-12-01): verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes
 # are stale; the dtype probe (dtype_probe.py) shares this file
@@ -97,7 +97,7 @@ def cache_path():
     import os
     from pathlib import Path
 
-    from .weights import cache_dir
+    from spectr_gbv.gpu_backend.models.weights import cache_dir
 
     override = os.environ.get("SPECTR_GBV_AUTOCONFIG")
     return Path(override).expanduser() if override else cache_dir() / "autoconfig.json"
@@ -148,7 +148,7 @@ def _read_cache() -> dict:
 def _write_cache(data: dict, log) -> None:
     """Write the cache; a path that cannot be written is reported and skipped (the measurement
     is still used for this run)."""
-    from .weights import _atomic_write_text
+    from spectr_gbv.gpu_backend.models.weights import _atomic_write_text
 
     data["version"] = CACHE_VERSION
     try:
@@ -250,7 +250,7 @@ def calibration_text(target, draft, prompt_ids: list[int], n_tokens: int = CALIB
     (kept), sampled at T = 0.7 whatever the user's setting (the text is cached per model pair;
     acceptance is then measured on it at the user's setting), with token verification K = 1,
     L = 4: lossless, so the text has the target's law at T = 0.7.  Returns the new tokens."""
-    from .engine import SpeculativeEngine
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
     engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=4, sampling=SamplingConfig(0.7),
                                eos_token_ids=eos_token_ids)
@@ -278,7 +278,7 @@ def acceptance_from_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor,
         beta[:, k − 1] = 1 − (1 − β(ρ*))^k with β(ρ) = Σ min(p, q/ρ) and ρ* K-SEQ's root for k
         candidates (docs/rules.md §2.2; = ρ*·β(ρ*) at the root).
     """
-    from .verifiers.kseq import rho_star
+    from spectr_gbv.gpu_backend.verifiers.kseq import rho_star
 
     p64, q64 = p.double(), q.double()
     cols = [torch.minimum(p64, q64).sum(dim=1)]
@@ -294,7 +294,7 @@ def acceptance_from_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor,
 def default_calibration_prompts(tokenizer, fallback: list[int]) -> list[list[int]]:
     """The built-in calibration prompts, chat-encoded; ``[fallback]`` when the prompt data
     package is not installed or there is no tokenizer."""
-    from .prompts import encode_prompt, load_prompts
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
 
     if tokenizer is None:
         return [list(fallback)]
@@ -334,8 +334,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     An unreadable cache, or an entry that does not parse, is measured again; a cache that
     cannot be written is reported through ``log`` and skipped.
     """
-    from .engine import load_verifier
-    from .machine import fingerprint
+    from spectr_gbv.gpu_backend.engine.speculative import load_verifier
+    from spectr_gbv.gpu_backend.tuning.machine import fingerprint
 
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     Ks, Ls = tuple(Ks), tuple(Ls)

@@ -10,7 +10,7 @@ flag (and the file), exit status 2, no traceback, before any model is loaded:
   ``unit_interval_open``, ``top_p_value``, ``existing_file``, ``output_file``, ``output_dir``):
   the per-flag range checks, declared with the flag.
 * ``UsageError``: raised by a sub-command's ``check(args)`` (cross-flag checks, file contents,
-  size estimates) or by its run at model load; ``spectr_gbv_cli.main`` prints it as one line.
+  size estimates) or by its run at model load; ``cli.main.main`` prints it as one line.
 * Size estimates refused up front: the exact engine's enumeration (``exact_outcomes``), the
   oracle programs (``oracle_sizes``), the engine's probability rows (``engine_row_bytes``).
 """
@@ -28,7 +28,7 @@ import re
 DEFAULT_MAX_OUTCOMES = 10**6
 # The oracle programs: at most this many LP variables (and block-law entries V^L).
 DEFAULT_MAX_VARIABLES = 2 * 10**6
-# Vocabulary sizes of the embedded models (gpu_backend.weights.EMBEDDED_MODELS), known before
+# Vocabulary sizes of the embedded models (gpu_backend.models.weights.EMBEDDED_MODELS), known before
 # loading them; any other model whose folder has no config.json is assumed to have the largest.
 EMBEDDED_VOCAB = {
     "qwen2.5-coder-1.5b-instruct": 151_936,
@@ -327,7 +327,7 @@ def dtype_name(text: str) -> str:
 
 def dtype_or_auto(text: str) -> str:
     """``auto`` (bfloat16 where the machine computes it no slower than float32, measured:
-    ``gpu_backend.machine.auto_dtype``) or a floating torch dtype name (``DTYPES``)."""
+    ``gpu_backend.tuning.machine.auto_dtype``) or a floating torch dtype name (``DTYPES``)."""
     if text == "auto":
         return text
     if text not in DTYPES:

@@ -8,6 +8,6 @@ DEFAULT_RULE = "spectr"
 DEFAULT_K = 2
 DEFAULT_L = 4
 
-# the shapes ``generate`` chooses among from measured costs (gpu_backend.autoconfig)
+# the shapes ``generate`` chooses among from measured costs (gpu_backend.tuning.autoconfig)
 K_CANDIDATES = (1, 2, 3, 4)
 L_CANDIDATES = (1, 2, 3, 4, 5, 6, 7, 8)

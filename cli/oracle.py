@@ -8,7 +8,7 @@ import sys
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import (DEFAULT_MAX_VARIABLES, add_json_flag, existing_file, positive_float,
+    from spectr_gbv.cli.args import (DEFAULT_MAX_VARIABLES, add_json_flag, existing_file, positive_float,
                                     positive_int)
 
     p = subparsers.add_parser(
@@ -33,8 +33,8 @@ def register(subparsers) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Before any program is built: the model files and the programs' sizes."""
-    from reference.cli import load_model_pair
-    from reference.cli_args import UsageError, available_memory_bytes, format_log10, human_bytes, oracle_sizes
+    from spectr_gbv.cli.exact import load_model_pair
+    from spectr_gbv.cli.args import UsageError, available_memory_bytes, format_log10, human_bytes, oracle_sizes
 
     args.draft_model, args.target_model = load_model_pair(args)
     size = oracle_sizes(args.draft_model, args.target_model, args.K, args.L)
@@ -67,11 +67,11 @@ def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None
         cic_block_optimum, global_ot_optimum, no_modification_optimum (accepted tokens per
         iteration), alpha_star (L = 1 only, else None), and the solver statuses.
     """
-    from reference.validation import check_positive_int
+    from spectr_gbv.reference.validation import check_positive_int
 
-    from .bounds import alpha_star, bound_B
-    from .prefix_match import prefix_match_bound
-    from .programs import cic_block_program, cic_program, global_ot, no_modification_lp
+    from spectr_gbv.oracle.bounds import alpha_star, bound_B
+    from spectr_gbv.oracle.prefix_match import prefix_match_bound
+    from spectr_gbv.oracle.programs import cic_block_program, cic_program, global_ot, no_modification_lp
 
     K = check_positive_int(K, "K")
     L = check_positive_int(L, "L")
@@ -99,7 +99,7 @@ def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference.cli_args import UsageError, json_safe, text_stream, write_json
+    from spectr_gbv.cli.args import UsageError, json_safe, text_stream, write_json
 
     if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
         check(args)

@@ -48,7 +48,7 @@ def resolve_mode(mode: str, draft: str, rule: str, device: str = "cpu") -> str:
     Raises:
         ValueError: unknown mode; "int8" with a rule that does not allow it (naming the rule).
     """
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     if mode not in QUANT_MODES + ("auto",):
         raise ValueError(f"draft quantisation must be one of {QUANT_MODES + ('auto',)}, got {mode!r}")

@@ -8,7 +8,7 @@ from the same generator.
   is kept (``batch_select_indices``) and cropped.  No host read while drafting.
 - ``PackedLayout`` (``"packed"``, the engine's default, faster on CPU): the caches stay one
   row; the drafts are fed as a token tree with a 4-D attention mask and per-node position
-  ids (``gpu_backend.tree``), drafts with a common prefix share its nodes, and the selected
+  ids (``gpu_backend.engine.tree``), drafts with a common prefix share its nodes, and the selected
   path is gathered back (``kv.keep_positions``).  Each depth's K draft tokens are read on the
   host to build the tree (free on CPU; on a GPU the batched layout avoids these reads).
 
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 import torch
 
-from reference.draft_stopping import ConfidenceStop, decision
+from spectr_gbv.reference.draft_stopping import ConfidenceStop, decision
 
-from .kv import cache_length, keep_positions, keep_row, widen
-from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
-from .tree import DraftTree, attention_mask_for
+from spectr_gbv.gpu_backend.engine.kv import cache_length, keep_positions, keep_row, widen
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.engine.tree import DraftTree, attention_mask_for
 
 
 @dataclass
@@ -173,7 +173,7 @@ class BatchedLayout(Layout):
 
 
 class PackedLayout(Layout):
-    """One cache row: the drafts fed as a token tree (``gpu_backend.tree``).
+    """One cache row: the drafts fed as a token tree (``gpu_backend.engine.tree``).
 
     Args:
         share_prefixes: drafts with a common prefix share its nodes (default True); the other

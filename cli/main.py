@@ -7,7 +7,7 @@ loaded).  The modules import their heavy dependencies (cvxpy, torch, transformer
 ``func`` only, so that ``spectr-gbv exact`` works with numpy alone.
 
 Bad arguments: one line on stderr, ``spectr-gbv SUB: message`` naming the flag (and the file),
-exit status 2, no traceback (``reference.cli_args``: argparse's own errors through
+exit status 2, no traceback (``cli.args``: argparse's own errors through
 ``CliParser.error``, ``UsageError`` from ``check`` or ``func``).
 """
 
@@ -17,17 +17,17 @@ import argparse
 import importlib
 import sys
 
-from reference.cli_args import CliParser, UsageError, one_line
+from spectr_gbv.cli.args import CliParser, UsageError, one_line
 
 # sub-command → module that registers it
 SUBCOMMANDS = {
-    "exact": "reference.cli",
-    "oracle": "oracle.cli",
-    "prove": "proofs_check.cli",
-    "certify": "gpu_backend.certify_cli",
-    "generate": "gpu_backend.generate_cli",
-    "bench": "gpu_backend.bench_cli",
-    "report": "gpu_backend.report_cli",
+    "exact": "spectr_gbv.cli.exact",
+    "oracle": "spectr_gbv.cli.oracle",
+    "prove": "spectr_gbv.cli.prove",
+    "certify": "spectr_gbv.cli.certify",
+    "generate": "spectr_gbv.cli.generate",
+    "bench": "spectr_gbv.cli.bench",
+    "report": "spectr_gbv.cli.report",
 }
 
 

@@ -1,5 +1,5 @@
 """The certification suite of the torch verifiers: cases, the verifiers certified (``suite_verifier``) and
-the planted wrong rules.  Shared by ``spectr-gbv certify`` (gpu_backend/certification.py) and the
+the planted wrong rules.  Shared by ``spectr-gbv certify`` (gpu_backend/certify/verifiers.py) and the
 tests (tests/gpu_backend/test_verifiers_certify.py, test_verifiers_certify_distinctive.py,
 test_certify_cli.py).
 
@@ -39,22 +39,22 @@ from typing import Callable
 import numpy as np
 import torch
 
-from oracle.certify import FixedCase, exact_verdict_law
-from oracle.certify_cases import fixed_case, large_models, toy_models
-from reference.rules import get_rule, registry
+from spectr_gbv.oracle.certify import FixedCase, exact_verdict_law
+from spectr_gbv.oracle.certify_cases import fixed_case, large_models, toy_models
+from spectr_gbv.reference.rules import get_rule, registry
 
-from . import verifiers as _verifiers
-from reference.exact import total_variation
-from .verifiers import bv as _bv
-from .verifiers import gbv as _gbv
-from .verifiers import kseq_gbv as _kseq_gbv
-from .verifiers import mdbv_kseq as _mdbv_kseq
-from .verifiers import spectr as _spectr
-from .verifiers.bv import BlockVerification
-from .verifiers.gbv import GreedyBlockVerification
-from .verifiers.kseq_gbv import KSeqGBV
-from .verifiers.mdbv_kseq import MDBVKSeq
-from .verifiers.spectr import SpecTr
+from spectr_gbv.gpu_backend import verifiers as _verifiers
+from spectr_gbv.reference.exact import total_variation
+from spectr_gbv.gpu_backend.verifiers import bv as _bv
+from spectr_gbv.gpu_backend.verifiers import gbv as _gbv
+from spectr_gbv.gpu_backend.verifiers import kseq_gbv as _kseq_gbv
+from spectr_gbv.gpu_backend.verifiers import mdbv_kseq as _mdbv_kseq
+from spectr_gbv.gpu_backend.verifiers import spectr as _spectr
+from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
+from spectr_gbv.gpu_backend.verifiers.gbv import GreedyBlockVerification
+from spectr_gbv.gpu_backend.verifiers.kseq_gbv import KSeqGBV
+from spectr_gbv.gpu_backend.verifiers.mdbv_kseq import MDBVKSeq
+from spectr_gbv.gpu_backend.verifiers.spectr import SpecTr
 
 LARGE_V = 4096
 

@@ -9,8 +9,8 @@ import time
 
 
 def register(subparsers) -> None:
-    from .cli_args import DEFAULT_MAX_OUTCOMES, add_json_flag, existing_file, positive_int
-    from .rules import RULES
+    from spectr_gbv.cli.args import DEFAULT_MAX_OUTCOMES, add_json_flag, existing_file, positive_int
+    from spectr_gbv.reference.rules import RULES
 
     p = subparsers.add_parser(
         "exact",
@@ -43,8 +43,8 @@ def load_model_arg(flag: str, path: str):
     Raises:
         UsageError: ``FLAG FILE: problem`` on an unreadable, non-JSON or malformed file.
     """
-    from .cli_args import UsageError
-    from .models import load_model_file
+    from spectr_gbv.cli.args import UsageError
+    from spectr_gbv.reference.models import load_model_file
 
     try:
         return load_model_file(path)
@@ -61,7 +61,7 @@ def load_model_arg(flag: str, path: str):
 
 def load_model_pair(args: argparse.Namespace):
     """(draft, target) from ``--draft`` and ``--target``, on the same vocabulary."""
-    from .cli_args import UsageError
+    from spectr_gbv.cli.args import UsageError
 
     draft = load_model_arg("--draft", args.draft)
     target = load_model_arg("--target", args.target)
@@ -74,8 +74,8 @@ def load_model_pair(args: argparse.Namespace):
 def check(args: argparse.Namespace) -> None:
     """Before any work: the model files, K against single-draft rules, and the size of the
     enumeration (refused above --max-outcomes with the estimate)."""
-    from .cli_args import UsageError, exact_outcomes, format_log10
-    from .rules import get_rule
+    from spectr_gbv.cli.args import UsageError, exact_outcomes, format_log10
+    from spectr_gbv.reference.rules import get_rule
 
     rule = get_rule(args.rule)
     if rule.single_draft and args.K != 1:
@@ -91,9 +91,9 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli_args import UsageError, text_stream, write_json
-    from .exact import expected_tau, generation_law, target_law, total_variation
-    from .rules import get_rule
+    from spectr_gbv.cli.args import UsageError, text_stream, write_json
+    from spectr_gbv.reference.exact import expected_tau, generation_law, target_law, total_variation
+    from spectr_gbv.reference.rules import get_rule
 
     if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
         check(args)

@@ -2,19 +2,19 @@
 markdown report.
 
 Parts, each run even when an earlier one failed:
-1. ``prove --quick`` (proofs_check.cli.prove): the papers' claims checked numerically.  A
+1. ``prove --quick`` (cli.prove.prove): the papers' claims checked numerically.  A
    claim verdict "fails" is a finding about a paper, not a failure of the part; the part fails
    when it cannot run.
-2. ``certify --quick`` (gpu_backend.certification.certify_rules, every registered torch verifier
+2. ``certify --quick`` (gpu_backend.certify.verifiers.certify_rules, every registered torch verifier
    against the oracle); the part fails unless every case is as expected.
 3. Third-party verifiers (gpu_backend.adapters.third_party): transformers' assisted-generation
    verifier at its defaults and with its lossy ensemble weight, through the public harness
    (oracle.harness.certify_verifier); fails unless each is certified, or caught when lossy.
-4. The engine's certificate (gpu_backend.engine_certify.quick_certification, as
+4. The engine's certificate (gpu_backend.certify.engine.quick_certification, as
    ``certify --engine --quick``: the speculative engine end to end on the embedded tiny model,
    first-token law and per-iteration τ against the reference's exact law given the rows,
    planted wrong rules caught; about 13 min on 2 CPU cores); fails unless certified.
-5. A short benchmark (``gpu_backend.bench_run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
+5. A short benchmark (``gpu_backend.bench.run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
    T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
    It fails when it cannot run or when the peak RSS reaches 8 GB; the performance targets are
    reported (met / not met) but a few prompts are too noisy to fail on them.
@@ -45,7 +45,7 @@ def register(subparsers) -> None:
         "benchmark; writes DIR/REPORT.md with the tables and plots.  Exit status 0 only when every "
         "part passed.",
     )
-    from reference.cli_args import dtype_or_auto, output_dir, positive_int
+    from spectr_gbv.cli.args import dtype_or_auto, output_dir, positive_int
 
     p.add_argument("--out", type=output_dir, default="report", help="output folder (default ./report)")
     p.add_argument("--prompts", type=positive_int, default=3, help="benchmark prompts (default 3)")
@@ -55,7 +55,7 @@ def register(subparsers) -> None:
     p.add_argument("--target", default="target")
     p.add_argument("--draft", default="draft")
     p.add_argument("--dtype", type=dtype_or_auto, default="auto",
-                   help="auto (default): bfloat16 where this machine computes it no slower than float32 (measured once per machine: gpu_backend/dtype_probe.py), else float32")
+                   help="auto (default): bfloat16 where this machine computes it no slower than float32 (measured once per machine: gpu_backend/tuning/dtype_probe.py), else float32")
     p.add_argument("--threads", type=positive_int, default=None)
     p.set_defaults(func=run, check=check)
 
@@ -64,10 +64,10 @@ def check(args: argparse.Namespace) -> None:
     """Before any part runs: the benchmark's models and the memory of its probability rows."""
     if "bench" in args.skip:
         return
-    from reference.cli_args import check_engine_memory
+    from spectr_gbv.cli.args import check_engine_memory
 
-    from .bench_cli import check_models
-    from .engine import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.cli.bench import check_models
+    from spectr_gbv.gpu_backend.engine.speculative import DEFAULT_K, DEFAULT_L
 
     V, known = check_models(args.target, args.draft)
     check_engine_memory(DEFAULT_K, DEFAULT_L, V, known, "--target")
@@ -108,9 +108,9 @@ def _tail(text: str, lines: int = 60) -> str:
 
 
 def prove_part(out_dir: str) -> Part:
-    """``prove --quick`` through proofs_check.cli (its markdown also written to prove.md)."""
+    """``prove --quick`` through cli.prove (its markdown also written to prove.md)."""
     def body():
-        from proofs_check.cli import markdown, prove
+        from spectr_gbv.cli.prove import markdown, prove
 
         text = markdown(prove("quick"), "spectr-gbv prove --quick")
         with open(os.path.join(out_dir, "prove.md"), "w") as fh:
@@ -121,12 +121,12 @@ def prove_part(out_dir: str) -> Part:
 
 
 def certify_part(out_dir: str) -> Part:
-    """``certify --quick`` over every registered rule through gpu_backend.certification (its
+    """``certify --quick`` over every registered rule through gpu_backend.certify.verifiers (its
     markdown also written to certify.md); failed unless every case is as expected."""
     def body():
-        from reference.rules import registry
+        from spectr_gbv.reference.rules import registry
 
-        from . import certification
+        from spectr_gbv.gpu_backend.certify import verifiers as certification
 
         cert = certification.certify_rules(list(registry.names()), quick=True)
         text = certification.markdown(cert, "spectr-gbv certify --quick")
@@ -140,7 +140,7 @@ def certify_part(out_dir: str) -> Part:
 def third_party_part(out_dir: str) -> Part:
     """The third-party verifiers through the public harness (markdown also in third_party.md)."""
     def body():
-        from .adapters.third_party import certify_all, markdown, ok
+        from spectr_gbv.gpu_backend.adapters.third_party import certify_all, markdown, ok
 
         results = certify_all()
         text = markdown(results)
@@ -152,9 +152,9 @@ def third_party_part(out_dir: str) -> Part:
 
 
 def engine_part(out_dir: str) -> Part:
-    """``certify --engine --quick`` through gpu_backend.engine_certify (also in engine.md)."""
+    """``certify --engine --quick`` through gpu_backend.certify.engine (also in engine.md)."""
     def body():
-        from . import engine_certify as ec
+        from spectr_gbv.gpu_backend.certify import engine as ec
 
         cert = ec.quick_certification()
         text = "\n".join([cert.setup + ".", "", "```", ec.text_table(cert.rows), "```", "",
@@ -169,11 +169,11 @@ def engine_part(out_dir: str) -> Part:
 def bench_part(args, out_dir: str) -> Part:
     start = time.perf_counter()
     try:
-        from .bench_cli import set_threads
-        from .bench_config import BenchConfig
-        from .bench_render import markdown_table, write_bar_plot
-        from .bench_run import run_bench
-        from .dtype_probe import resolve as resolve_dtype
+        from spectr_gbv.cli.bench import set_threads
+        from spectr_gbv.gpu_backend.bench.config import BenchConfig
+        from spectr_gbv.gpu_backend.bench.render import markdown_table, write_bar_plot
+        from spectr_gbv.gpu_backend.bench.run import run_bench
+        from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve as resolve_dtype
 
         set_threads(args.threads)
         config = BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens,

@@ -82,7 +82,7 @@ def check_same_tokenizer(draft_tokenizer, target_tokenizer, V: int, draft: str =
 
 
 def _load_one(role: str, spec: str, dtype: str):
-    from .weights import load_causal_lm
+    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     try:
         return load_causal_lm(spec, dtype)
@@ -110,10 +110,10 @@ def load_pair(target: str = "target", draft: str | None = "draft",
             (``weights.check_same_vocabulary``) or different tokenizers
             (``check_same_tokenizer``: the first differing token id or special id).
     """
-    from .engine import eos_token_ids
-    from .weights import MODEL_ALIASES, check_same_vocabulary
+    from spectr_gbv.gpu_backend.engine.speculative import eos_token_ids
+    from spectr_gbv.gpu_backend.models.weights import MODEL_ALIASES, check_same_vocabulary
 
-    from .draft_quant import QUANT_MODES, quantize_draft
+    from spectr_gbv.gpu_backend.models.draft_quant import QUANT_MODES, quantize_draft
 
     if draft_quant not in QUANT_MODES:
         raise ValueError(f"draft_quant must be one of {QUANT_MODES}, got {draft_quant!r}")

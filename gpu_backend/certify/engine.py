@@ -1,7 +1,7 @@
 """Statistical certification of the speculative-decoding ENGINE on a real model, end to end.
 
-``spectr-gbv certify --engine`` (gpu_backend/certify_cli.py) runs ``certify_engine``: the
-whole engine (``gpu_backend.engine.SpeculativeEngine``: KV caches, packed token tree, sampling
+``spectr-gbv certify --engine`` (cli/certify.py) runs ``certify_engine``: the
+whole engine (``gpu_backend.engine.speculative.SpeculativeEngine``: KV caches, packed token tree, sampling
 of the drafts, Algorithm 2's modified rows, the torch verifier) generates from one fixed prompt
 for N distinct seeds per rule, and two checks are made on those same runs:
 
@@ -59,10 +59,10 @@ from typing import Callable
 
 import numpy as np
 
-from oracle.stats import gtest
-from reference.rules import get_rule, registry
+from spectr_gbv.oracle.stats import gtest
+from spectr_gbv.reference.rules import get_rule, registry
 
-from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
 
 DEFAULT_PROMPT = "The capital of France is"
 DEFAULT_DRAFT_TEMPERATURE = 1.5
@@ -84,7 +84,7 @@ def engine_rules() -> tuple[str, ...]:
 
 def planted_for(rules) -> tuple[str, ...]:
     """The planted wrong rules (``certify_suite.PLANTED``) whose base rule is in ``rules``."""
-    from .certify_suite import PLANTED
+    from spectr_gbv.gpu_backend.certify.suite import PLANTED
 
     return tuple(name for name, p in PLANTED.items() if p.base in rules)
 
@@ -129,7 +129,7 @@ def tau_law(rule, draft_tokens, draft_probs, target_probs) -> np.ndarray:
         ValueError: malformed inputs (the rule's ``prepare``).
         RuntimeError: the rule tossed a coin or drew after its draw.
     """
-    from reference.randomness import enumerate_law
+    from spectr_gbv.reference.randomness import enumerate_law
 
     rule = get_rule(rule) if isinstance(rule, str) else rule
     L = np.asarray(draft_tokens).shape[-1]
@@ -165,7 +165,7 @@ def target_first_token_law(target, prompt_ids, sampling) -> np.ndarray:
     """
     import torch
 
-    from .sampling import probabilities
+    from spectr_gbv.gpu_backend.engine.sampling import probabilities
 
     device = next(target.parameters()).device
     with torch.inference_mode():
@@ -213,8 +213,8 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
     Raises:
         ValueError: unknown rule, or the engine's own errors.
     """
-    from .certify_suite import PLANTED
-    from .engine import SpeculativeEngine
+    from spectr_gbv.gpu_backend.certify.suite import PLANTED
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
     if name in PLANTED:
         planted = PLANTED[name]
@@ -424,7 +424,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
     Raises:
         ValueError: a rule of ``SKIPPED``, an unknown rule, n_seeds < 2, alpha outside (0, 1).
     """
-    from .sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 2:
         raise ValueError(f"n_seeds must be an integer >= 2, got {n_seeds!r}")
@@ -470,8 +470,8 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
     Raises:
         FileNotFoundError / OSError / ValueError: from ``load_causal_lm``.
     """
-    from .engine import eos_token_ids
-    from .weights import load_causal_lm
+    from spectr_gbv.gpu_backend.engine.speculative import eos_token_ids
+    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     target, tok = load_causal_lm(target_name, dtype, device)
     draft = target if draft_name is None else load_causal_lm(draft_name, dtype, device)[0]
@@ -521,8 +521,8 @@ def quick_certification(progress: Callable[[EngineRow], None] | None = None) -> 
     Raises:
         OSError / ValueError: the embedded model cannot be loaded.
     """
-    from .prompts import encode_prompt
-    from .sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     target, draft, tok, eos = load_pair()
     ids = encode_prompt(tok, DEFAULT_PROMPT, chat=False)

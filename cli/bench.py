@@ -23,11 +23,11 @@ def register(subparsers) -> None:
 
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The benchmark options (shared with ``spectr-gbv report``)."""
-    from reference.cli_args import (add_json_flag, dtype_or_auto, nonneg_int, output_dir, output_file,
+    from spectr_gbv.cli.args import (add_json_flag, dtype_or_auto, nonneg_int, output_dir, output_file,
                                     positive_int, seed_int, temperature_value)
 
-    from .bench_config import default_methods
-    from .defaults import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.gpu_backend.bench.config import default_methods
+    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
 
     p.add_argument("--methods", nargs="+", default=None,
                    help=" ".join(default_methods()) + " (default: all of these: every registered rule "
@@ -54,7 +54,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
     p.add_argument("--dtype", type=dtype_or_auto, default="auto",
-                   help="auto (default): bfloat16 where this machine computes it no slower than float32 (measured once per machine: gpu_backend/dtype_probe.py), else float32")
+                   help="auto (default): bfloat16 where this machine computes it no slower than float32 (measured once per machine: gpu_backend/tuning/dtype_probe.py), else float32")
     p.add_argument("--seed", type=seed_int, default=0)
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode prompts without the chat template")
@@ -71,14 +71,14 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def known_rules() -> tuple[str, ...]:
     """The rule names the engine can run: the registry's (reference.rules.registry)."""
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     return registry.names()
 
 
 def embedded_names() -> dict[str, str]:
     """Alias or canonical name → canonical name of the embedded models."""
-    from .weights import EMBEDDED_MODELS, MODEL_ALIASES
+    from spectr_gbv.gpu_backend.models.weights import EMBEDDED_MODELS, MODEL_ALIASES
 
     return {**{name: name for name in EMBEDDED_MODELS}, **MODEL_ALIASES}
 
@@ -87,11 +87,11 @@ def check_models(target: str, draft: str | None) -> tuple[int, bool]:
     """``--target`` (and ``--draft`` unless None) resolvable without loading them.
 
     Returns:
-        (V, known) of the target (``reference.cli_args.check_model_spec``).
+        (V, known) of the target (``cli.args.check_model_spec``).
     Raises:
         UsageError: naming the flag and the model.
     """
-    from reference.cli_args import check_model_spec
+    from spectr_gbv.cli.args import check_model_spec
 
     names = embedded_names()
     vocab = check_model_spec("--target", target, names)
@@ -101,7 +101,7 @@ def check_models(target: str, draft: str | None) -> tuple[int, bool]:
 
 
 def check_top_p(top_p: float | None) -> None:
-    from reference.cli_args import UsageError
+    from spectr_gbv.cli.args import UsageError
 
     if top_p is not None and not (0.0 < top_p <= 1.0):  # NaN fails too
         raise UsageError(f"--top-p must be in (0, 1], got {top_p}")
@@ -110,9 +110,9 @@ def check_top_p(top_p: float | None) -> None:
 def check_temperatures(temperatures) -> None:
     """Every temperature of the run (``--temperature`` values and the T sweep's) at least
     ``MIN_TEMPERATURE`` (the flag's type checks the given ones; this covers the sweep's too)."""
-    from reference.cli_args import MIN_TEMPERATURE, UsageError
+    from spectr_gbv.cli.args import MIN_TEMPERATURE, UsageError
 
-    from .bench_config import SWEEP_VALUES
+    from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES
 
     for T in list(temperatures or []) + list(SWEEP_VALUES["T"]):
         if not T >= MIN_TEMPERATURE:
@@ -122,11 +122,11 @@ def check_temperatures(temperatures) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: methods, dataset, sampling, models, memory of the rows."""
-    from reference.cli_args import UsageError, check_engine_memory, first_line
+    from spectr_gbv.cli.args import UsageError, check_engine_memory, first_line
 
-    from .bench_config import SWEEP_VALUES, default_methods
-    from .defaults import DEFAULT_K, DEFAULT_L
-    from .prompts import BUILTIN_SOURCES, load_prompts
+    from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, default_methods
+    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.gpu_backend.models.prompts import BUILTIN_SOURCES, load_prompts
 
     if args.methods is not None:
         known = list(dict.fromkeys(default_methods() + known_rules()))
@@ -179,9 +179,9 @@ def load_models(target: str, draft: str | None, dtype: str, draft_quant: str = "
         UsageError: ``--target SPEC: cannot load the model: ...`` (or ``--draft``), or
             ``--draft D and --target T: ...`` when they do not fit together.
     """
-    from reference.cli_args import UsageError, first_line
+    from spectr_gbv.cli.args import UsageError, first_line
 
-    from .model_pair import ModelLoadError, load_pair
+    from spectr_gbv.gpu_backend.models.pair import ModelLoadError, load_pair
 
     try:
         return load_pair(target, draft, dtype, draft_quant)
@@ -194,9 +194,9 @@ def load_models(target: str, draft: str | None, dtype: str, draft_quant: str = "
 
 def config_from_args(args: argparse.Namespace):
     """BenchConfig from parsed arguments (``--quick`` overrides prompts and tokens)."""
-    from .bench_config import SWEEP_VALUES, BenchConfig, default_methods
-    from .dtype_probe import resolve as resolve_dtype
-    from .defaults import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, BenchConfig, default_methods
+    from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve as resolve_dtype
+    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
 
     sweeps = ("none", "K", "L", "T") if "all" in args.sweep else tuple(args.sweep)
     K = args.K or [DEFAULT_K]
@@ -224,9 +224,9 @@ def set_threads(threads: int | None) -> None:
 
 
 def write_outputs(result, args, command: str) -> None:
-    from reference.cli_args import write_json
+    from spectr_gbv.cli.args import write_json
 
-    from .bench_render import to_markdown, write_plots
+    from spectr_gbv.gpu_backend.bench.render import to_markdown, write_plots
 
     write_json(args.json_file, result.rows)
     if args.runs_json:
@@ -241,10 +241,10 @@ def write_outputs(result, args, command: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from reference.cli_args import UsageError
+    from spectr_gbv.cli.args import UsageError
 
-    from .bench_render import to_markdown
-    from .bench_run import run_bench
+    from spectr_gbv.gpu_backend.bench.render import to_markdown
+    from spectr_gbv.gpu_backend.bench.run import run_bench
 
     try:
         config = config_from_args(args)
@@ -254,7 +254,7 @@ def run(args: argparse.Namespace) -> int:
     pair = load_models(config.target, config.draft, config.dtype)
     command = "spectr-gbv " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     result = run_bench(config, pair=pair)
-    from reference.cli_args import text_stream
+    from spectr_gbv.cli.args import text_stream
 
     print(to_markdown(result, command), file=text_stream(args))
     write_outputs(result, args, command)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from .bench_config import default_methods
+from spectr_gbv.gpu_backend.bench.config import default_methods
 
 if TYPE_CHECKING:
-    from .bench_run import BenchResult
+    from spectr_gbv.gpu_backend.bench.run import BenchResult
 
 
 def _color(method: str) -> str:

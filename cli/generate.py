@@ -6,12 +6,12 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from reference.cli_args import (dtype_or_auto, nonneg_int, positive_int, probability_value, seed_int,
+    from spectr_gbv.cli.args import (dtype_or_auto, nonneg_int, positive_int, probability_value, seed_int,
                                     temperature_value, top_p_value)
 
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
-    from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
+    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
 
     p = subparsers.add_parser(
         "generate",
@@ -49,7 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--draft", default="draft", help="draft model")
     p.add_argument("--dtype", type=dtype_or_auto, default="auto",
                    help="weights' dtype; auto (default): bfloat16 where this machine computes it no "
-                   "slower than float32, measured once per machine (gpu_backend/dtype_probe.py), else float32")
+                   "slower than float32, measured once per machine (gpu_backend/tuning/dtype_probe.py), else float32")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode the prompt as plain text")
     p.add_argument("--draft-quant", choices=["auto", "none", "int8"], default="auto",
@@ -69,12 +69,12 @@ def register(subparsers) -> None:
 def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: prompt, rule, K against single-draft rules, the models, and
     the memory of one iteration's probability rows (the largest shape that may be chosen)."""
-    from reference.cli_args import UsageError, check_engine_memory, check_utf8_text
+    from spectr_gbv.cli.args import UsageError, check_engine_memory, check_utf8_text
 
-    from .bench_cli import check_models, known_rules
-    from reference.rules import registry
+    from spectr_gbv.cli.bench import check_models, known_rules
+    from spectr_gbv.reference.rules import registry
 
-    from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
+    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
 
     if not args.prompt.strip():
         raise UsageError("--prompt must not be empty")
@@ -103,14 +103,14 @@ def check(args: argparse.Namespace) -> None:
             if value is not None and value > most:
                 raise UsageError(f"{flag} {value}: above {most} the automatic configuration is not measured; "
                                  f"give both --K and --L, or --no-auto")
-        from .autoconfig import check_cache_path
+        from spectr_gbv.gpu_backend.tuning.autoconfig import check_cache_path
 
         try:
             check_cache_path()
         except ValueError as err:
             raise UsageError(str(err)) from None
     if args.dtype == "auto" and not args.auto:  # the dtype probe is cached in the same file
-        from .autoconfig import check_cache_path
+        from spectr_gbv.gpu_backend.tuning.autoconfig import check_cache_path
 
         try:
             check_cache_path()
@@ -126,7 +126,7 @@ def check(args: argparse.Namespace) -> None:
     args.L_candidates = (args.L,) if args.L is not None else (L_CANDIDATES if args.auto else (DEFAULT_L,))
     # without the automatic configuration each candidate set holds exactly the shape to run
     args.K_resolved, args.L_resolved = args.K_candidates[0], args.L_candidates[0]
-    from .draft_quant import resolve_mode
+    from spectr_gbv.gpu_backend.models.draft_quant import resolve_mode
 
     try:
         args.draft_quant_resolved = resolve_mode(args.draft_quant, args.draft, rule)
@@ -143,12 +143,12 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from reference.cli_args import UsageError, one_line
+    from spectr_gbv.cli.args import UsageError, one_line
 
-    from .bench_cli import load_models, set_threads
-    from .engine import SpeculativeEngine, autoregressive_generate
-    from .prompts import encode_prompt
-    from .sampling import SamplingConfig
+    from spectr_gbv.cli.bench import load_models, set_threads
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     if getattr(args, "K_resolved", None) is None:  # check() not run (a direct call)
         check(args)
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     quant = getattr(args, "draft_quant_resolved", "none")
     sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
     set_threads(args.threads)
-    from .dtype_probe import resolve
+    from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve
 
     dtype, probe = resolve(args.dtype, refresh=args.recalibrate)
     pair = load_models(args.target, args.draft if rule != "ar" else None, dtype, quant)
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         ids = encode_prompt(tokenizer, args.prompt, chat=not args.no_chat)
         if args.auto:
-            from .autoconfig import PairSpec, configure
+            from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure
 
             auto = configure(target, pair.draft, tokenizer, PairSpec(args.target, args.draft, dtype, quant),
                              rule, sampling, args.K_candidates, args.L_candidates, fallback_prompt=ids,
@@ -195,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
             result = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
                                              args.seed, eos, streamer=streamer)
         else:
-            from reference.draft_stopping import ConfidenceStop
+            from spectr_gbv.reference.draft_stopping import ConfidenceStop
 
             stop = ConfidenceStop(args.stop_below) if args.stop_below is not None else None
             engine = SpeculativeEngine(target, pair.draft, rule=rule, K=K, L=L,

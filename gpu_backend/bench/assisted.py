@@ -22,9 +22,9 @@ import time
 
 import torch
 
-from .engine import GenerationResult, check_positive, generator_seed, kept_tau
-from .memory import peak_rss_bytes
-from .sampling import SamplingConfig
+from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, check_positive, generator_seed, kept_tau
+from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
 
 class IterationLog:

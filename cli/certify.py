@@ -7,7 +7,7 @@
                        [--seed S] [--device D] [--threads T] [--json FILE]
 
 ``--engine`` certifies the speculative-decoding ENGINE on a real model instead of the verifier
-plan (gpu_backend/engine_certify.py: N seeded generations per rule from one fixed prompt; the
+plan (gpu_backend/certify/engine.py: N seeded generations per rule from one fixed prompt; the
 first emitted token G-tested against the target's exact law, every iteration's τ against the
 reference rule's exact law of τ given the rows the verifier got; planted wrong rules run
 through the engine must be caught).  Default pair: the embedded "tiny" SmolLM2 in float32 as
@@ -28,7 +28,7 @@ Every rule of the registry (``reference.rules.registry``; or the ``--rules`` sub
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
 joint outcome (τ, accepted prefix, emitted token), of the law of τ, of the emitted token given
 (τ, prefix), and the mean of τ against the exact E[τ], each at α/4) on the cases of
-gpu_backend/certify_suite.py.  Three kinds of row:
+gpu_backend/certify/suite.py.  Three kinds of row:
 
 * ``lossless`` — a rule registered as lossless (``reference.rules.registry``): fixed-draft cases against the
   reference rule's exact law given the drafts (toy V = 3 float32 and V = 4 bfloat16; random rows
@@ -75,10 +75,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .certification import (DEFAULT_ALPHA, FULL_N, certify_rules, device_unusable, markdown,
+from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, certify_rules, device_unusable, markdown,
                             parse_rules, summary, text_table)
 
-# gpu_backend.engine_certify's defaults, repeated here so that --help imports no torch
+# gpu_backend.certify.engine's defaults, repeated here so that --help imports no torch
 # (tests/gpu_backend/test_engine_certify.py checks they agree)
 ENGINE_ALPHA = 1e-3
 ENGINE_MAX_NEW_TOKENS = 16
@@ -95,7 +95,7 @@ def register(subparsers) -> None:
         "detectable TV, the p-value and the verdict.  Exit status 0 only when every lossless rule "
         "passes and every planted wrong rule is caught.",
     )
-    from reference.cli_args import (add_json_flag, int_at_least, output_file, positive_int, seed_int,
+    from spectr_gbv.cli.args import (add_json_flag, int_at_least, output_file, positive_int, seed_int,
                                     temperature_value, unit_interval_open)
 
     p.add_argument("--rules", default=None,
@@ -136,9 +136,9 @@ def check(args: argparse.Namespace) -> None:
     checked by the parser)."""
     import torch
 
-    from reference.cli_args import UsageError, first_line
+    from spectr_gbv.cli.args import UsageError, first_line
 
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     engine = getattr(args, "engine", False)
     if not engine:
@@ -155,7 +155,7 @@ def check(args: argparse.Namespace) -> None:
         args.alpha = ENGINE_ALPHA if engine else DEFAULT_ALPHA
     try:
         if engine:
-            from .engine_certify import SKIPPED, engine_rules
+            from spectr_gbv.gpu_backend.certify.engine import SKIPPED, engine_rules
 
             skipped = [r for r in (args.rules or "").split(",") if r.strip() in SKIPPED]
             if skipped:
@@ -167,7 +167,7 @@ def check(args: argparse.Namespace) -> None:
     except ValueError as err:
         raise UsageError(str(err)) from None
     if engine:
-        from .bench_cli import check_models
+        from spectr_gbv.cli.bench import check_models
 
         check_models(args.target or "tiny", args.draft)
     try:
@@ -188,7 +188,7 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from reference.cli_args import text_stream, write_json
+    from spectr_gbv.cli.args import text_stream, write_json
 
     if getattr(args, "rule_list", None) is None or args.alpha is None:  # check() not run
         check(args)
@@ -216,13 +216,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
-    """``certify --engine``: gpu_backend.engine_certify on the chosen pair; prints the table
+    """``certify --engine``: gpu_backend.certify.engine on the chosen pair; prints the table
     and the summary; exit 0 only when every rule passes and every planted rule is caught."""
-    from reference.cli_args import UsageError, first_line, text_stream, write_json
+    from spectr_gbv.cli.args import UsageError, first_line, text_stream, write_json
 
-    from . import engine_certify as ec
-    from .prompts import encode_prompt
-    from .sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.certify import engine as ec
+    from spectr_gbv.gpu_backend.models.prompts import encode_prompt
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     if args.rules is None and args.quick:
         rules = list(ec.CI_RULES)

@@ -7,17 +7,17 @@ Methods: ``ar`` (plain sampling, the speedup reference), the rules ``sd``, ``spe
 default list because its host-side plan costs seconds per iteration at V = 151,936), and
 ``hf_assisted``.  Single-draft rules, ``ar`` and ``hf_assisted`` run at K = 1 only.
 
-How the settings are measured: ``gpu_backend.bench_run``; the tables and plots:
-``gpu_backend.bench_render``.
+How the settings are measured: ``gpu_backend.bench.run``; the tables and plots:
+``gpu_backend.bench.render``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from reference.rules import registry
+from spectr_gbv.reference.rules import registry
 
-from .defaults import DEFAULT_K, DEFAULT_L
+from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
 
 SWEEPS = ("none", "K", "L", "T")
 SWEEP_VALUES = {"K": (1, 2, 3, 4, 5, 6, 7), "L": tuple(range(2, 13)), "T": (0.1, 0.4, 0.7)}
@@ -68,7 +68,7 @@ class BenchConfig:
     sweep_prompts: int | None = None
 
     def check(self) -> None:
-        from .engine import check_positive
+        from spectr_gbv.gpu_backend.engine.speculative import check_positive
 
         for name in ("prompts", "max_new_tokens", "K", "L"):
             check_positive(getattr(self, name), name)
@@ -88,7 +88,7 @@ class BenchConfig:
 
     def sampling(self, temperature: float):
         """``sampling.SamplingConfig`` at ``temperature`` with this config's top-k and top-p."""
-        from .sampling import SamplingConfig
+        from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
         return SamplingConfig(temperature, self.top_k, self.top_p)
 

@@ -12,13 +12,13 @@ SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
    scores the last context token and every draft token: ``target_probs [K, L+1, V]`` (row L
    is the bonus row).
 3. **Modify.** Rows still inside a live Algorithm 2 window are replaced by the layered
-   modified target (``gpu_backend.stack``; docs/rules.md §3).
+   modified target (``gpu_backend.engine.stack``; docs/rules.md §3).
 4. **Verify.** The verifier (``gpu_backend.verifiers`` contract, batch of one) returns τ, the
    selected draft, the emitted tokens and, for greedy rules, a modification record.
 5. **Cut back.** Both caches keep the selected draft's accepted tokens on top of the context;
    the stack continues its windows over the emitted tokens.
 
-Two cache layouts (``gpu_backend.layouts``) do steps 1–2 and 5 and give the same rows.
+Two cache layouts (``gpu_backend.engine.layouts``) do steps 1–2 and 5 and give the same rows.
 ``"batched"``: the caches are repeated into K rows, the K drafts are a batch of K rows, and
 afterwards one row is kept and cropped.  ``"packed"`` (default, faster on CPU): the caches
 stay one row; the drafts are fed as a token tree with a 4-D attention mask (drafts with a
@@ -45,7 +45,7 @@ Metrics (``GenerationResult``): τ of an iteration counts the draft tokens it *k
 output (after truncation at the first EOS or at ``max_new_tokens``); the verifier's τ before
 truncation is ``taus_raw``.  Mean τ, acceptance rate and per-position acceptance derive from the
 kept τ, so that they count only tokens the generation returns; transformers' assisted
-generation (``gpu_backend.assisted``) is counted by the same definitions.
+generation (``gpu_backend.bench.assisted``) is counted by the same definitions.
 """
 
 from __future__ import annotations
@@ -56,17 +56,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from reference.draft_stopping import block_cap
-from reference.rules import registry
-from reference.seeds import generator_seed  # also re-exported (gpu_backend.assisted)
+from spectr_gbv.reference.draft_stopping import block_cap
+from spectr_gbv.reference.rules import registry
+from spectr_gbv.reference.seeds import generator_seed  # also re-exported (gpu_backend.assisted)
 
-from .kv import new_cache, rollback_problem, sliding_window_limit
-from .layouts import BatchedLayout, DraftState, PackedLayout, sample_rows
-from .memory import peak_rss_bytes
-from .sampling import SamplingConfig, finite_rows, probabilities, sampleable
-from .stack import ModificationStack
+from spectr_gbv.gpu_backend.engine.kv import new_cache, rollback_problem, sliding_window_limit
+from spectr_gbv.gpu_backend.engine.layouts import BatchedLayout, DraftState, PackedLayout, sample_rows
+from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.engine.stack import ModificationStack
 
-from .defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
+from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
 
 
 # End-of-text tokens stopped on besides the model's configured EOS: Qwen's GGUF generation
@@ -300,7 +300,7 @@ def load_verifier(rule: str):
         ValueError: unknown rule (from the factory).
     """
     # imported on use: importing the verifiers builds every registered rule once
-    from .verifiers import get_verifier
+    from spectr_gbv.gpu_backend.verifiers import get_verifier
 
     return get_verifier(rule)
 
@@ -391,7 +391,7 @@ class SpeculativeEngine:
         verifier: a callable with the verifier contract (default ``load_verifier(rule)``).
         validate: passed to the verifier (input checks on every call).
         layout: "packed" (default): one cache row, the drafts fed as a token tree with a
-            4-D attention mask (``gpu_backend.tree``); "batched": K cache rows, the caches
+            4-D attention mask (``gpu_backend.engine.tree``); "batched": K cache rows, the caches
             repeated K times (simpler, slower on CPU: every row re-reads the context's KV).
             Both hand the verifier the same rows (up to float rounding).
         share_prefixes: with "packed", drafts with a common prefix share its nodes.
@@ -422,7 +422,7 @@ class SpeculativeEngine:
                  draft_sampling: SamplingConfig | None = None, eos_token_ids=(),
                  verifier=None, validate: bool = False, layout: str = "packed",
                  share_prefixes: bool = True, draft_stop=None, cap_blocks: bool | None = None):
-        from .weights import check_same_vocabulary
+        from spectr_gbv.gpu_backend.models.weights import check_same_vocabulary
 
         if layout not in ("packed", "batched"):
             raise ValueError(f"layout must be 'packed' or 'batched', got {layout!r}")
@@ -433,7 +433,7 @@ class SpeculativeEngine:
         self.L = check_positive(L, "L")
         if verifier is None and rule in registry.names(single_draft=True) and K != 1:
             raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
-        from reference.draft_stopping import check_policy
+        from spectr_gbv.reference.draft_stopping import check_policy
 
         check_policy(draft_stop, "draft_stop")
         if draft_stop is not None and verifier is None and not registry.spec(rule).draft_stopping:
@@ -451,12 +451,12 @@ class SpeculativeEngine:
         if cap_blocks is not None and not isinstance(cap_blocks, bool):
             raise ValueError(f"cap_blocks must be True, False or None, got {cap_blocks!r}")
         self.cap_blocks = (verifier is None and registry.spec(rule).lossless) if cap_blocks is None else cap_blocks
-        from .draft_quant import is_dynamically_quantised
+        from spectr_gbv.gpu_backend.models.draft_quant import is_dynamically_quantised
 
         if verifier is None and not registry.spec(rule).varying_draft_rows and is_dynamically_quantised(draft):
             raise ValueError(f"draft: a dynamically quantised draft has rows that depend on the batching "
                              f"of each call, and rule {rule!r} is not lossless under such rows "
-                             f"(gpu_backend/draft_quant.py); rules that are: "
+                             f"(gpu_backend/models/draft_quant.py); rules that are: "
                              f"{', '.join(registry.names(varying_draft_rows=True))}")
         check_model(target, "target")
         check_model(draft, "draft")
@@ -667,7 +667,7 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     sampling = sampling or SamplingConfig()
     eos = frozenset(int(e) for e in eos_token_ids)
     dev = _model_device(target)
-    from .weights import vocab_size
+    from spectr_gbv.gpu_backend.models.weights import vocab_size
 
     ids = _prompt_tensor(prompt_ids, vocab_size(target)).to(dev)
     gen = seeded_generator(seed, dev)

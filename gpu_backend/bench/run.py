@@ -1,7 +1,7 @@
 """The benchmark's run loop: autoregressive sampling, every verification rule, and
 transformers' assisted generation on real models, with the paper's ablations (K, L,
-temperature).  The methods and settings: ``gpu_backend.bench_config``; the tables and plots:
-``gpu_backend.bench_render``; the models: ``gpu_backend.model_pair``.
+temperature).  The methods and settings: ``gpu_backend.bench.config``; the tables and plots:
+``gpu_backend.bench.render``; the models: ``gpu_backend.models.pair``.
 
 Measurement protocol (the machine is shared, so absolute times drift):
 - a warm-up generation of every (method, K, L) before timing;
@@ -19,7 +19,7 @@ Measurement protocol (the machine is shared, so absolute times drift):
 - the speedup ratio is also given in CPU time (tokens per CPU second of the process, all
   threads), which other jobs on a shared machine disturb less than wall time.
 
-``hf_assisted`` is counted by the same definitions (``gpu_backend.assisted``: one target call
+``hf_assisted`` is counted by the same definitions (``gpu_backend.bench.assisted``: one target call
 per iteration, kept τ per iteration), so every column has one meaning for every method.
 """
 
@@ -33,10 +33,10 @@ from datetime import datetime, timezone
 
 import torch
 
-from .bench_config import BenchConfig, Setting, settings
-from .engine import GenerationResult, SpeculativeEngine, autoregressive_generate
-from .memory import reset_peak_rss
-from .model_pair import ModelPair
+from spectr_gbv.gpu_backend.bench.config import BenchConfig, Setting, settings
+from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, SpeculativeEngine, autoregressive_generate
+from spectr_gbv.gpu_backend.engine.memory import reset_peak_rss
+from spectr_gbv.gpu_backend.models.pair import ModelPair
 
 
 def run_one(pair: ModelPair, setting: Setting, prompt_ids, config: BenchConfig, seed: int,
@@ -47,7 +47,7 @@ def run_one(pair: ModelPair, setting: Setting, prompt_ids, config: BenchConfig, 
     if setting.method == "ar":
         return autoregressive_generate(pair.target, prompt_ids, n, sampling, seed, pair.eos)
     if setting.method == "hf_assisted":
-        from .assisted import assisted_generate
+        from spectr_gbv.gpu_backend.bench.assisted import assisted_generate
 
         return assisted_generate(pair.target, pair.draft, prompt_ids, n, sampling, setting.L,
                                  seed, pair.eos)
@@ -59,7 +59,7 @@ def run_one(pair: ModelPair, setting: Setting, prompt_ids, config: BenchConfig, 
 def machine_description() -> str:
     """CPU model, cores, memory, torch threads, library versions, and the CPU flags that decide
     bfloat16 and int8 speed (``machine.describe_flags``)."""
-    from .machine import cpu_model, describe_flags
+    from spectr_gbv.gpu_backend.tuning.machine import cpu_model, describe_flags
 
     cpu = cpu_model()
     mem = ""
@@ -123,11 +123,11 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
 
     config.check()
     if pair is None:
-        from .model_pair import load_pair
+        from spectr_gbv.gpu_backend.models.pair import load_pair
 
         pair = load_pair(config.target, config.draft, config.dtype)
     if prompt_ids is None:
-        from .prompts import encode_prompt, load_prompts
+        from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
 
         texts = load_prompts(config.dataset, config.prompts)
         prompt_ids = [encode_prompt(pair.tokenizer, t, chat=config.chat) for t in texts]
@@ -176,7 +176,7 @@ def _quartile(values, q: float) -> float:
 
 def _lossless(method: str) -> bool:
     """Whether the method keeps the target's law ("ar" and unknown names: True)."""
-    from reference.rules import registry
+    from spectr_gbv.reference.rules import registry
 
     return registry.spec(method).lossless if method in registry.names() else True
 
