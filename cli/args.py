@@ -11,8 +11,11 @@ flag (and the file), exit status 2, no traceback, before any model is loaded:
   the per-flag range checks, declared with the flag.
 * ``UsageError``: raised by a sub-command's ``check(args)`` (cross-flag checks, file contents,
   size estimates) or by its run at model load; ``cli.main.main`` prints it as one line.
-* Size estimates refused up front: the exact engine's enumeration (``exact_outcomes``), the
-  oracle programs (``oracle_sizes``), the engine's probability rows (``engine_row_bytes``).
+
+What the checks compute lives with the library: the exact enumeration's size
+(``reference.sizes``), the oracle programs' (``oracle.sizes``), the engine's rows
+(``gpu_backend.engine.memory``), the models named by ``--target`` / ``--draft``
+(``gpu_backend.models.catalog``), the rules' policies (``gpu_backend.engine.policy``).
 """
 
 from __future__ import annotations
@@ -22,20 +25,6 @@ import math
 import os
 import re
 
-# The exact engine enumerates at most this many draft configurations (over all decode
-# states) unless --max-outcomes says otherwise: ~1.5·10^3 per second on one core, so the
-# default allows runs of minutes (benchmarks/EXACT_ENGINE.md).
-DEFAULT_MAX_OUTCOMES = 10**6
-# The oracle programs: at most this many LP variables (and block-law entries V^L).
-DEFAULT_MAX_VARIABLES = 2 * 10**6
-# Vocabulary sizes of the embedded models (gpu_backend.models.weights.EMBEDDED_MODELS), known before
-# loading them; any other model whose folder has no config.json is assumed to have the largest.
-EMBEDDED_VOCAB = {
-    "qwen2.5-coder-1.5b-instruct": 151_936,
-    "qwen2.5-coder-0.5b-instruct": 151_936,
-    "smollm2-135m-instruct": 49_152,
-}
-ASSUMED_VOCAB = max(EMBEDDED_VOCAB.values())
 # --dtype: the floating torch dtypes the weights can be loaded in.
 DTYPES = ("bfloat16", "float16", "float32", "float64", "half", "float", "double")
 SEED_LIMIT = 2**63
@@ -350,228 +339,19 @@ def claim_ids(text: str, valid: list[str]) -> list[str]:
     return list(dict.fromkeys(ids))
 
 
-# -- sizes ----------------------------------------------------------------------------------------
+class usage_errors:
+    """``with usage_errors(prefix):`` a library ``ValueError`` raised inside becomes a
+    ``UsageError`` (``prefix`` + its message), printed as one line by ``cli.main``."""
 
-def available_memory_bytes() -> int | None:
-    """Memory available to a new allocation now (psutil, /proc/meminfo or sysconf), or None."""
-    try:
-        import psutil
+    def __init__(self, prefix: str = ""):
+        self.prefix = prefix
 
-        return int(psutil.virtual_memory().available)
-    except Exception:  # psutil missing or unusable: fall back
-        pass
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):
-        return None
+    def __enter__(self):
+        return self
 
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
-        if abs(n) < 1000 or unit == "PB":
-            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1000.0
-    return f"{n:.3g} PB"
-
-
-def format_log10(lg: float) -> str:
-    """A count given as its log10, readable: ``123,456`` when small, ``~1.2e+15`` or
-    ``~10^3010.3`` when large."""
-    if lg < 15:
-        return f"{round(10 ** lg):,}"
-    if lg < 300:
-        return f"~{10 ** lg:.2g}"
-    return f"~10^{lg:.1f}"
-
-
-def _log10_sum(*logs: float) -> float:
-    top = max(logs)
-    return top + math.log10(sum(10 ** (x - top) for x in logs))
-
-
-def _log10_comb_multisets(log10_n: float, K: int) -> float:
-    """log10 C(n + K − 1, K): the K-multisets of n items (n given as its log10)."""
-    ln10 = math.log(10)
-    if log10_n <= 12:
-        n = round(10 ** log10_n)
-        return (math.lgamma(n + K) - math.lgamma(K + 1) - math.lgamma(n)) / ln10
-    # n astronomically large: C(n + K − 1, K) ≈ n^K / K!
-    return K * log10_n - math.lgamma(K + 1) / ln10
-
-
-def max_row_support(model) -> int:
-    """The largest number of tokens with positive probability in any row of a TableModel (V for
-    other models): the branching of a draft or target block."""
-    table = getattr(model, "table", None)
-    if not table:
-        return int(model.vocab_size)
-    return max(int((row > 0).sum()) for row in table.values())
-
-
-def exact_outcomes(draft, target, K: int, L: int, n_tokens: int) -> tuple[float, str]:
-    """Upper estimate of what ``spectr-gbv exact`` enumerates, as (log10 count, explanation).
-
-    Per decode state the engine enumerates every configuration of K draft blocks: at most
-    b^(K·L) with b the largest draft-row support (≤ V); the decode states are at most the
-    emitted prefixes of length < N, Σ_{n<N} V^n; the target law has at most V^N sequences.
-    Each configuration carries its decode state's prefix (up to N tokens), whose rows the table
-    models look up suffix by suffix, so the generation DP's work is counted as configurations ×
-    states × N (with V = 1 there is one state per length, but N = 10^4 tokens takes hours).
-    Each configuration also enumerates the rule's coins, so the real work is larger still.
-    """
-    V = int(target.vocab_size)
-    b = max_row_support(draft)
-    per_state = K * L * math.log10(b) if b > 1 else 0.0
-    states = n_tokens * math.log10(V) - math.log10(V - 1) if V > 1 else math.log10(n_tokens)
-    target_seqs = n_tokens * math.log10(max_row_support(target)) if max_row_support(target) > 1 else 0.0
-    total = _log10_sum(per_state + states + math.log10(n_tokens), target_seqs)
-    how = (f"up to {format_log10(per_state)} draft configurations (b^(K·L), b = {b}) in each of up to "
-           f"{format_log10(states)} decode states, each carrying a prefix of up to N = {n_tokens:,} tokens, "
-           f"and {format_log10(target_seqs)} target sequences")
-    return total, how
-
-
-def oracle_sizes(draft, target, K: int, L: int) -> dict[str, float]:
-    """log10 of the oracle programs' sizes (upper estimates from the row supports):
-    ``block`` (V^L entries of each block law), ``cic`` (n·m variables), ``global_ot``
-    (C(n+K−1, K)·m), ``no_modification`` (≤ C(n+K−1, K)·m·(L+1)), ``tuples_bytes`` (the
-    K-multisets as int64), with n ≤ b_p^L draft and m ≤ b_q^L target blocks of positive mass."""
-    V = int(target.vocab_size)
-    lb = L * math.log10(V)
-    ln = L * math.log10(max_row_support(draft))
-    lm = L * math.log10(max_row_support(target))
-    lM = _log10_comb_multisets(ln, K)
-    return {
-        "block": lb,
-        "draft_blocks": ln,
-        "target_blocks": lm,
-        "multisets": lM,
-        "cic": ln + lm,
-        "global_ot": lM + lm,
-        "no_modification": lM + lm + math.log10(L + 1),
-        "tuples_bytes": lM + math.log10(8 * K),
-    }
-
-
-def engine_row_bytes(K: int, L: int, V: int) -> int:
-    """Bytes of one iteration's float32 probability rows in the engine: K·L draft rows and
-    K·(L+1) target rows of V entries."""
-    return 4 * V * K * (2 * L + 1)
-
-
-def check_engine_memory(K: int, L: int, V: int, known_vocab: bool, flags: str) -> None:
-    """Refuse K and L whose probability rows alone cannot fit in the available memory.
-
-    Raises:
-        UsageError: naming ``flags`` and stating the estimate.
-    """
-    need = engine_row_bytes(K, L, V)
-    avail = available_memory_bytes()
-    if avail is not None and need > avail:
-        v = f"V = {V:,}" + ("" if known_vocab else ", assumed")
-        raise UsageError(f"{flags}: one iteration's K·(L+1) target and K·L draft probability rows "
-                         f"need {human_bytes(need)} (K = {K:,}, L = {L:,}, {v}, float32), more than "
-                         f"the {human_bytes(avail)} of memory available")
-
-
-# -- models of the torch engine -------------------------------------------------------------------
-
-def _hub_offline() -> bool:
-    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face endpoint accepts a TCP connection within ``timeout`` seconds."""
-    import socket
-    from urllib.parse import urlparse
-
-    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
+    def __exit__(self, kind, err, tb):
+        if isinstance(err, UsageError) and not self.prefix:
+            return False
+        if isinstance(err, ValueError):
+            raise UsageError(self.prefix + str(err)) from None
         return False
-
-
-def _hub_cached_config(repo_id: str) -> str | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        path = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # invalid id, or huggingface_hub missing
-        return None
-    return path if isinstance(path, str) else None
-
-
-def _config_vocab(path: str) -> int | None:
-    import json
-
-    try:
-        with open(path) as fh:
-            value = json.load(fh).get("vocab_size")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return int(value) if isinstance(value, int) and value > 0 else None
-
-
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
-
-
-def check_model_spec(flag: str, spec: str, embedded: dict[str, str]) -> tuple[int, bool]:
-    """Check a ``--target`` / ``--draft`` value without loading it.
-
-    Args:
-        flag: the flag's name for the message.
-        spec: an embedded name or alias, a local folder, a local ``.gguf`` file or a hub id.
-        embedded: alias or canonical name → canonical name of the embedded models.
-    Returns:
-        (V, known): the vocabulary size (from the embedded table or the folder's config.json;
-        ``ASSUMED_VOCAB`` with known = False otherwise).
-    Raises:
-        UsageError: empty, a local path that does not exist, not a valid hub id, or a hub id
-            that is not cached while the hub is offline or unreachable.
-    """
-    names = ", ".join(sorted(embedded))
-    if not spec or not spec.strip():
-        raise UsageError(f"{flag} must name a model (embedded: {names}; or a folder, .gguf file or hub id)")
-    canonical = embedded.get(spec)
-    if canonical is not None:
-        return EMBEDDED_VOCAB.get(canonical, ASSUMED_VOCAB), canonical in EMBEDDED_VOCAB
-    path = os.path.expanduser(spec)
-    if os.path.isdir(path):
-        cfg = os.path.join(path, "config.json")
-        if not os.path.isfile(cfg):
-            raise UsageError(f"{flag} {spec}: folder has no config.json (not a model saved with save_pretrained)")
-        vocab = _config_vocab(cfg)
-        return (vocab, True) if vocab else (ASSUMED_VOCAB, False)
-    if spec.endswith(".gguf"):
-        if os.path.isfile(path):
-            return ASSUMED_VOCAB, False
-        raise UsageError(f"{flag} {spec}: no such .gguf file")
-    if os.path.exists(path):
-        raise UsageError(f"{flag} {spec}: a file that is not a .gguf model (give a model folder, a .gguf "
-                         f"file, a hub id or an embedded model: {names})")
-    if spec.startswith((".", "/", "~")) or os.sep in spec.strip("/").replace("/", "", 1):
-        raise UsageError(f"{flag} {spec}: no such model folder or .gguf file (embedded models: {names})")
-    if not HUB_ID.match(spec):
-        raise UsageError(f"{flag} {spec!r}: not an embedded model ({names}), a local folder or .gguf "
-                         "file, nor a Hugging Face hub id")
-    cached = _hub_cached_config(spec)
-    if cached:
-        vocab = _config_vocab(cached)
-        return (vocab, True) if vocab else (ASSUMED_VOCAB, False)
-    why = ("the hub is offline (HF_HUB_OFFLINE)" if _hub_offline()
-           else "huggingface.co cannot be reached (no network)" if not hub_reachable() else None)
-    if why:
-        raise UsageError(f"{flag} {spec}: not an embedded model ({names}) nor a local folder or .gguf "
-                         f"file, not in the Hugging Face cache, and {why}")
-    return ASSUMED_VOCAB, False

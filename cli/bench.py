@@ -67,38 +67,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                    help="2 prompts, 32 new tokens, no sweep (a smoke run)")
 
 
-# -- checks shared by generate, bench and report (no model is loaded) --------------------------
-
-def known_rules() -> tuple[str, ...]:
-    """The rule names the engine can run: the registry's (reference.rules.registry)."""
-    from spectr_gbv.reference.rules import registry
-
-    return registry.names()
-
-
-def embedded_names() -> dict[str, str]:
-    """Alias or canonical name → canonical name of the embedded models."""
-    from spectr_gbv.gpu_backend.models.weights import EMBEDDED_MODELS, MODEL_ALIASES
-
-    return {**{name: name for name in EMBEDDED_MODELS}, **MODEL_ALIASES}
-
-
-def check_models(target: str, draft: str | None) -> tuple[int, bool]:
-    """``--target`` (and ``--draft`` unless None) resolvable without loading them.
-
-    Returns:
-        (V, known) of the target (``cli.args.check_model_spec``).
-    Raises:
-        UsageError: naming the flag and the model.
-    """
-    from spectr_gbv.cli.args import check_model_spec
-
-    names = embedded_names()
-    vocab = check_model_spec("--target", target, names)
-    if draft is not None:
-        check_model_spec("--draft", draft, names)
-    return vocab
-
+# -- checks (no model is loaded) -----------------------------------------------------------------
 
 def check_top_p(top_p: float | None) -> None:
     from spectr_gbv.cli.args import UsageError
@@ -122,9 +91,10 @@ def check_temperatures(temperatures) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Before any model is loaded: methods, dataset, sampling, models, memory of the rows."""
-    from spectr_gbv.cli.args import UsageError, check_engine_memory, first_line
-
+    from spectr_gbv.cli.args import UsageError, first_line
+    from spectr_gbv.cli.models import check_engine_memory, check_models
     from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, default_methods
+    from spectr_gbv.gpu_backend.engine.policy import known_rules
     from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
     from spectr_gbv.gpu_backend.models.prompts import BUILTIN_SOURCES, load_prompts
 
@@ -170,28 +140,6 @@ def check(args: argparse.Namespace) -> None:
     check_engine_memory(max(Ks), max(Ls), V, known_vocab, "--K/--L")
 
 
-def load_models(target: str, draft: str | None, dtype: str, draft_quant: str = "none"):
-    """``model_pair.load_pair`` with its errors as one-line UsageErrors naming the flags.
-
-    Returns:
-        ``model_pair.ModelPair`` (draft None when not asked for).
-    Raises:
-        UsageError: ``--target SPEC: cannot load the model: ...`` (or ``--draft``), or
-            ``--draft D and --target T: ...`` when they do not fit together.
-    """
-    from spectr_gbv.cli.args import UsageError, first_line
-
-    from spectr_gbv.gpu_backend.models.pair import ModelLoadError, load_pair
-
-    try:
-        return load_pair(target, draft, dtype, draft_quant)
-    except ModelLoadError as err:
-        raise UsageError(f"--{err.role} {err.spec}: cannot load the model: "
-                         f"{first_line(err.__cause__)}") from None
-    except ValueError as err:
-        raise UsageError(f"--draft {draft} and --target {target}: {first_line(err)}") from None
-
-
 def config_from_args(args: argparse.Namespace):
     """BenchConfig from parsed arguments (``--quick`` overrides prompts and tokens)."""
     from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, BenchConfig, default_methods
@@ -215,12 +163,6 @@ def config_from_args(args: argparse.Namespace):
         config.prompts, config.max_new_tokens, config.sweeps = 2, 32, ("none",)
     config.check()
     return config
-
-
-def set_threads(threads: int | None) -> None:
-    import torch
-
-    torch.set_num_threads(threads or os.cpu_count() or 1)
 
 
 def write_outputs(result, args, command: str) -> None:
@@ -250,6 +192,9 @@ def run(args: argparse.Namespace) -> int:
         config = config_from_args(args)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    from spectr_gbv.cli.models import load_models
+    from spectr_gbv.gpu_backend.models.pair import set_threads
+
     set_threads(args.threads)
     pair = load_models(config.target, config.draft, config.dtype)
     command = "spectr-gbv " + " ".join(shlex.quote(a) for a in sys.argv[1:])

@@ -15,14 +15,7 @@ target at T = 1, itself at T = 1.5 as draft; ``--target/--draft`` take another p
 ``--target target --draft draft``: the Qwen2.5-Coder pair; its draft then at T = 1 unless
 ``--draft-temperature``).  Rules: every lossless registered rule but mdbv (``--quick``: the
 engine's default rule, sd and gbv, N = 60, and the planted rules of those bases); α = 1e-3
-per row unless ``--alpha``.  Measured (this shared 2-core CPU, 1 thread, 2026-11-30): N = 20
-runs of 16 tokens caught planted_gbv_first_failure (z = −8.6) but MISSED planted_spectr_rho1
-(z = 2.6, p = 0.009 against α/3); at N = 60 (seeds 1000-1059) it is caught (z = 5.3, p = 9e-8)
-while spectr passes (z = 1.5); hence ``--quick`` uses N = 60 (about 2.5-3 s per run of 16
-tokens, single-draft; spectr about 3 s; ~13 minutes for the five rows).  At N = 60 (seeds
-0-59) planted_spectr_rho1 was still caught only narrowly (z = 3.60, p = 3.2e-4 against
-3.3e-4); at N = 100 (the full run's N) z = 5.10.  The full run (7 rules, 5 planted, N = 100)
-takes about an hour on this CPU and was not run here.
+per row unless ``--alpha``.  Measured times and the choice of N: benchmarks/CERTIFY.md.
 
 Every rule of the registry (``reference.rules.registry``; or the ``--rules`` subset) is run by
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
@@ -60,14 +53,6 @@ Sizes: full run N = 2·10^5 per case at α = 1e-6.  ``--quick``: N = 5·10^4 per
 the law-level planted ones), no bfloat16 rows at V = 4,096; every registered rule and every
 planted defect is still covered.  ``--samples`` sets N for every case (a law-level planted case
 needs N ≳ 3·10^4 to be caught: its first-token TV is 0.024).
-
-Measured on this shared 2-core CPU (1 torch thread, 10 registered rules, 2026-11-29):
-``--quick`` 48 cases, 91 s wall (89 s in the run, of which 72 s sampling and testing, the rest
-building cases); the full run 55 cases, 338 s wall (detectable TV ≤ 0.011 on the toy and
-law-level cases, ≤ 0.028 on the V = 4,096 rows before the pooled mass), beside another job
-using the second core.  Since 2026-11-30 δ includes the pooled mass: the full run then gave
-δ ≤ 0.011 on the toy and law-level cases and 0.025-0.082 on the V = 4,096 rows (pooled mass
-0.4-5.5 %), 55 cases in 470 s beside other jobs.
 """
 
 from __future__ import annotations
@@ -167,7 +152,7 @@ def check(args: argparse.Namespace) -> None:
     except ValueError as err:
         raise UsageError(str(err)) from None
     if engine:
-        from spectr_gbv.cli.bench import check_models
+        from spectr_gbv.cli.models import check_models
 
         check_models(args.target or "tiny", args.draft)
     try:
@@ -229,9 +214,13 @@ def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
     n = args.samples or (ec.QUICK_ENGINE_SEEDS if args.quick else ec.DEFAULT_ENGINE_SEEDS)
     tokens = args.max_new_tokens or ec.DEFAULT_MAX_NEW_TOKENS
     target_name = args.target or "tiny"
+    from spectr_gbv.gpu_backend.models.pair import ModelLoadError
+
     try:
         target, draft, tok, eos = ec.load_pair(target_name, args.draft, "float32", device)
-    except (OSError, ValueError) as err:  # FileNotFoundError included
+    except ModelLoadError as err:  # the loader's OSError or ValueError is the cause
+        raise UsageError(f"--engine: cannot load the models: {first_line(err.__cause__)}") from None
+    except (OSError, ValueError) as err:  # draft and target that do not fit together
         raise UsageError(f"--engine: cannot load the models: {first_line(err)}") from None
     draft_t = args.draft_temperature or (ec.DEFAULT_DRAFT_TEMPERATURE if args.draft is None else 1.0)
     ids = encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 
 
 def register(subparsers) -> None:
-    from spectr_gbv.cli.args import DEFAULT_MAX_OUTCOMES, add_json_flag, existing_file, positive_int
+    from spectr_gbv.cli.args import add_json_flag, existing_file, positive_int
     from spectr_gbv.reference.rules import RULES
+    from spectr_gbv.reference.sizes import DEFAULT_MAX_OUTCOMES
 
     p = subparsers.add_parser(
         "exact",
@@ -74,12 +74,12 @@ def load_model_pair(args: argparse.Namespace):
 def check(args: argparse.Namespace) -> None:
     """Before any work: the model files, K against single-draft rules, and the size of the
     enumeration (refused above --max-outcomes with the estimate)."""
-    from spectr_gbv.cli.args import UsageError, exact_outcomes, format_log10
-    from spectr_gbv.reference.rules import get_rule
+    from spectr_gbv.cli.args import UsageError, usage_errors
+    from spectr_gbv.gpu_backend.engine.policy import check_draft_count
+    from spectr_gbv.reference.sizes import exact_outcomes, format_log10
 
-    rule = get_rule(args.rule)
-    if rule.single_draft and args.K != 1:
-        raise UsageError(f"--K must be 1 for the single-draft rule {args.rule!r}, got {args.K}")
+    with usage_errors():
+        check_draft_count(args.rule, args.K, "--K")
     args.draft_model, args.target_model = load_model_pair(args)
     n_tokens = args.tokens if args.tokens is not None else args.L + 2
     lg, how = exact_outcomes(args.draft_model, args.target_model, args.K, args.L, n_tokens)
@@ -92,43 +92,24 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from spectr_gbv.cli.args import UsageError, text_stream, write_json
-    from spectr_gbv.reference.exact import expected_tau, generation_law, target_law, total_variation
-    from spectr_gbv.reference.rules import get_rule
+    from spectr_gbv.reference.exact import exact_summary
 
     if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
         check(args)
-    rule = get_rule(args.rule)
-    draft, target = args.draft_model, args.target_model
     n_tokens = args.tokens if args.tokens is not None else args.L + 2
     try:
-        start = time.perf_counter()
-        e_tau = expected_tau(rule, draft, target, args.K, args.L)
-        gen = generation_law(rule, draft, target, args.K, args.L, n_tokens, cap=args.cap)
-        tv = total_variation(gen.token_law, target_law(target, n_tokens))
-        seconds = time.perf_counter() - start
+        res = exact_summary(args.rule, args.draft_model, args.target_model, args.K, args.L, n_tokens,
+                            cap=args.cap)
     except ValueError as exc:  # e.g. a draft token the target gives no row for
         raise UsageError(f"--draft {args.draft} / --target {args.target}: {exc}") from None
-    result = {
-        "rule": args.rule,
-        "K": args.K,
-        "L": args.L,
-        "tokens": n_tokens,
-        "expected_accepted": e_tau,
-        "block_efficiency": e_tau + 1.0,
-        "capped_blocks": args.cap,
-        "tv_to_target": tv,
-        "lossless": tv <= 1e-12,
-        "expected_target_calls": gen.expected_target_calls,
-        "tokens_per_target_call": gen.tokens_per_call,
-        "seconds": seconds,
-    }
-    write_json(args.json_file, result, indent=None)
+    write_json(args.json_file, res.to_json(), indent=None)
     out = text_stream(args)
+    e_tau, tv = res.expected_accepted, res.tv_to_target
     print(f"rule {args.rule}  K={args.K}  L={args.L}", file=out)
     print(f"E[tau] (one iteration)          {e_tau:.12f}", file=out)
     print(f"block efficiency E[tau] + 1     {e_tau + 1:.12f}   (tokens per target call, one iteration)", file=out)
     print(f"TV(first {n_tokens} tokens, target)   {tv:.3e}   "
-          f"({'lossless' if tv <= 1e-12 else 'NOT lossless'} at 1e-12)", file=out)
-    print(f"expected target calls for {n_tokens} tokens  {gen.expected_target_calls:.12f}"
-          f"  ({gen.tokens_per_call:.6f} tokens per call{', capped blocks' if args.cap else ''})", file=out)
+          f"({'lossless' if res.lossless else 'NOT lossless'} at 1e-12)", file=out)
+    print(f"expected target calls for {n_tokens} tokens  {res.expected_target_calls:.12f}"
+          f"  ({res.tokens_per_target_call:.6f} tokens per call{', capped blocks' if args.cap else ''})", file=out)
     return 0

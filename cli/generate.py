@@ -66,146 +66,112 @@ def register(subparsers) -> None:
     p.set_defaults(func=run, check=check)
 
 
-def check(args: argparse.Namespace) -> None:
-    """Before any model is loaded: prompt, rule, K against single-draft rules, the models, and
-    the memory of one iteration's probability rows (the largest shape that may be chosen)."""
-    from spectr_gbv.cli.args import UsageError, check_engine_memory, check_utf8_text
+def build_request(args: argparse.Namespace):
+    """The frozen ``GenerateRequest`` of the parsed flags, checked once before any model is
+    loaded: prompt, rule, the rule's policies (``gpu_backend.engine.policy``: K for single-draft
+    rules, --stop-below, --draft-quant), the candidate shapes (``gpu_backend.tuning.shape``), the
+    cache file, the models, and the memory of one iteration's probability rows (the largest
+    shape that may be chosen).
 
-    from spectr_gbv.cli.bench import check_models, known_rules
-    from spectr_gbv.reference.rules import registry
-
-    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
+    Raises:
+        UsageError: one line naming the flag.
+    """
+    from spectr_gbv.cli.args import UsageError, check_utf8_text, usage_errors
+    from spectr_gbv.cli.models import check_engine_memory, check_models
+    from spectr_gbv.gpu_backend.engine import policy
+    from spectr_gbv.gpu_backend.engine.generate import GenerateRequest
+    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_RULE
+    from spectr_gbv.gpu_backend.tuning.shape import plan_shape
 
     if not args.prompt.strip():
         raise UsageError("--prompt must not be empty")
     check_utf8_text("--prompt", args.prompt)
     rule = args.rule if args.rule is not None else DEFAULT_RULE
-    rules = ("ar",) + known_rules()
+    rules = ("ar",) + policy.known_rules()
     if rule not in rules:
         raise UsageError(f"--rule: unknown rule {rule!r}; known: {', '.join(rules)}")
-    single = rule != "ar" and registry.is_single_draft(rule)
-    if single and args.K not in (None, 1):
-        raise UsageError(f"--K must be 1 for the single-draft rule {rule!r}, got {args.K}")
-    if args.stop_below is not None and rule == "ar":
-        raise UsageError("--stop-below: rule 'ar' drafts nothing; drop --stop-below or pick a speculative rule")
-    if args.stop_below is not None and not registry.spec(rule).draft_stopping:
-        raise UsageError(f"--stop-below: rule {rule!r} is not certified lossless when drafting stops early; "
-                         f"rules that are: {', '.join(registry.names(draft_stopping=True))}")
-    args.rule_resolved = rule
-    args.auto = rule != "ar" and not args.no_auto and (args.K is None or args.L is None)
+    with usage_errors():
+        if args.K is not None:
+            policy.check_draft_count(rule, args.K, "--K")
+        if args.stop_below is not None:
+            policy.check_draft_stopping(rule, "--stop-below")
     if args.L is not None and rule != "ar" and args.L > args.max_new_tokens:
         raise UsageError(f"--L {args.L}: more than --max-new-tokens {args.max_new_tokens} drafted tokens "
                          f"per iteration can never be kept; use --L <= {args.max_new_tokens}")
-    if args.auto:
-        # the measurement solves K-SEQ for every k <= K and times target forwards over up to
-        # 1 + K*L tokens: a fixed K or L beyond the automatic range needs the other fixed too
-        for flag, value, most in (("--K", args.K, 2 * K_CANDIDATES[-1]), ("--L", args.L, 4 * L_CANDIDATES[-1])):
-            if value is not None and value > most:
-                raise UsageError(f"{flag} {value}: above {most} the automatic configuration is not measured; "
-                                 f"give both --K and --L, or --no-auto")
-        from spectr_gbv.gpu_backend.tuning.autoconfig import check_cache_path
+    with usage_errors():
+        shape = plan_shape(rule, args.K, args.L, auto=not args.no_auto, names=("--K", "--L", "--no-auto"))
+    if shape.auto or args.dtype == "auto":  # the dtype probe is cached in the same file
+        from spectr_gbv.gpu_backend.tuning.cache import check_cache_path
 
-        try:
+        with usage_errors():
             check_cache_path()
-        except ValueError as err:
-            raise UsageError(str(err)) from None
-    if args.dtype == "auto" and not args.auto:  # the dtype probe is cached in the same file
-        from spectr_gbv.gpu_backend.tuning.autoconfig import check_cache_path
-
-        try:
-            check_cache_path()
-        except ValueError as err:
-            raise UsageError(str(err)) from None
-    if args.recalibrate and not args.auto:
+    if args.recalibrate and not shape.auto:
         raise UsageError("--recalibrate: nothing is measured with --no-auto, with both --K and --L given, "
                          "or with --rule ar")
-    if args.K is not None or single:
-        args.K_candidates = (args.K or 1,)
-    else:
-        args.K_candidates = K_CANDIDATES if args.auto else (DEFAULT_K,)
-    args.L_candidates = (args.L,) if args.L is not None else (L_CANDIDATES if args.auto else (DEFAULT_L,))
-    # without the automatic configuration each candidate set holds exactly the shape to run
-    args.K_resolved, args.L_resolved = args.K_candidates[0], args.L_candidates[0]
     from spectr_gbv.gpu_backend.models.draft_quant import resolve_mode
 
-    try:
-        args.draft_quant_resolved = resolve_mode(args.draft_quant, args.draft, rule)
-    except ValueError as err:
-        raise UsageError(f"--draft-quant int8: {err}") from None
+    with usage_errors():
+        quant = resolve_mode(args.draft_quant, args.draft, rule, name=f"--draft-quant {args.draft_quant}")
     V, known = check_models(args.target, args.draft if rule != "ar" else None)
     if rule != "ar":
-        flags = ("--K/--L" if not args.auto else
-                 f"--K/--L (the automatic candidates go up to K = {max(args.K_candidates)}, "
-                 f"L = {max(args.L_candidates)}; give --K and --L to fix the shape)")
-        check_engine_memory(max(args.K_candidates), max(args.L_candidates), V, known, flags)
+        flags = ("--K/--L" if not shape.auto else
+                 f"--K/--L (the automatic candidates go up to K = {max(shape.K_candidates)}, "
+                 f"L = {max(shape.L_candidates)}; give --K and --L to fix the shape)")
+        check_engine_memory(max(shape.K_candidates), max(shape.L_candidates), V, known, flags)
+    return GenerateRequest(
+        prompt=args.prompt, rule=rule, rule_given=args.rule is not None, shape=shape,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+        top_p=args.top_p, seed=args.seed, target=args.target, draft=args.draft, dtype=args.dtype,
+        draft_quant=quant, stop_below=args.stop_below, chat=not args.no_chat, threads=args.threads,
+        recalibrate=args.recalibrate)
+
+
+def check(args: argparse.Namespace) -> None:
+    """``build_request``, kept as ``args.request`` for ``run`` (checked once)."""
+    args.request = build_request(args)
 
 
 def run(args: argparse.Namespace) -> int:
     import sys
 
     from spectr_gbv.cli.args import UsageError, one_line
-
-    from spectr_gbv.cli.bench import load_models, set_threads
-    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
-    from spectr_gbv.gpu_backend.models.prompts import encode_prompt
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
-
-    if getattr(args, "K_resolved", None) is None:  # check() not run (a direct call)
-        check(args)
-    rule, K, L = args.rule_resolved, args.K_resolved, args.L_resolved
-    quant = getattr(args, "draft_quant_resolved", "none")
-    sampling = SamplingConfig(args.temperature, args.top_k, args.top_p)
-    set_threads(args.threads)
+    from spectr_gbv.cli.models import load_models
+    from spectr_gbv.gpu_backend.engine.generate import generate
+    from spectr_gbv.gpu_backend.models.pair import set_threads
     from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve
 
-    dtype, probe = resolve(args.dtype, refresh=args.recalibrate)
-    pair = load_models(args.target, args.draft if rule != "ar" else None, dtype, quant)
-    target, tokenizer, eos = pair.target, pair.tokenizer, pair.eos
+    request = getattr(args, "request", None) or build_request(args)  # None: check() not run
+    set_threads(request.threads)
+    dtype, probe = resolve(request.dtype, refresh=request.recalibrate)
+    pair = load_models(request.target, request.draft_to_load, dtype, request.draft_quant)
     if probe is not None:  # after loading: a load failure stays one line
         print(probe.summary(), file=sys.stderr)
     streamer = None
     if not args.no_stream:
         from transformers import TextStreamer
 
-        streamer = TextStreamer(tokenizer, skip_special_tokens=True)
-    predicted = None
+        streamer = TextStreamer(pair.tokenizer, skip_special_tokens=True)
+
+    def announce(choice) -> None:
+        if choice.config is not None:
+            print(choice.config.summary(), file=sys.stderr)
+        if choice.speculating_anyway:
+            print(f"(--rule {choice.rule} given: speculating anyway with K={choice.K}, L={choice.L})",
+                  file=sys.stderr)
+        if choice.fell_back:
+            ignored = [f for f, v in (("--K", args.K), ("--L", args.L), ("--stop-below", args.stop_below))
+                       if v is not None]
+            if ignored:
+                print(f"(plain sampling: {', '.join(ignored)} do not apply; give --rule to speculate anyway)",
+                      file=sys.stderr)
+
     try:
-        ids = encode_prompt(tokenizer, args.prompt, chat=not args.no_chat)
-        if args.auto:
-            from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure
-
-            auto = configure(target, pair.draft, tokenizer, PairSpec(args.target, args.draft, dtype, quant),
-                             rule, sampling, args.K_candidates, args.L_candidates, fallback_prompt=ids,
-                             refresh=args.recalibrate, eos_token_ids=eos)
-            print(auto.summary(), file=sys.stderr)
-            choice = auto.choice
-            if choice.speculate or args.rule is not None:
-                K, L = choice.best.K, choice.best.L
-                predicted = choice.best.tokens_per_second
-                if not choice.speculate:
-                    print(f"(--rule {rule} given: speculating anyway with K={K}, L={L})", file=sys.stderr)
-            else:
-                rule, predicted = "ar", choice.ar_tokens_per_second
-                ignored = [f for f, v in (("--K", args.K), ("--L", args.L), ("--stop-below", args.stop_below))
-                           if v is not None]
-                if ignored:
-                    print(f"(plain sampling: {', '.join(ignored)} do not apply; give --rule to speculate anyway)",
-                          file=sys.stderr)
-        if rule == "ar":
-            result = autoregressive_generate(target, ids, args.max_new_tokens, sampling,
-                                             args.seed, eos, streamer=streamer)
-        else:
-            from spectr_gbv.reference.draft_stopping import ConfidenceStop
-
-            stop = ConfidenceStop(args.stop_below) if args.stop_below is not None else None
-            engine = SpeculativeEngine(target, pair.draft, rule=rule, K=K, L=L,
-                                       sampling=sampling, eos_token_ids=eos, draft_stop=stop)
-            result = engine.generate(ids, args.max_new_tokens, seed=args.seed, streamer=streamer)
+        outcome = generate(request, pair, dtype, streamer=streamer, on_choice=announce)
     except ValueError as err:
         raise UsageError(one_line(err)) from None
     if streamer is None:
-        print(tokenizer.decode(result.tokens, skip_special_tokens=True))
-    _print_metrics(result, args, dtype, quant, predicted)
+        print(pair.tokenizer.decode(outcome.result.tokens, skip_special_tokens=True))
+    _print_metrics(outcome.result, args, dtype, request.draft_quant, outcome.choice.predicted)
     return 0
 
 

@@ -8,8 +8,8 @@ import sys
 
 
 def register(subparsers) -> None:
-    from spectr_gbv.cli.args import (DEFAULT_MAX_VARIABLES, add_json_flag, existing_file, positive_float,
-                                    positive_int)
+    from spectr_gbv.cli.args import add_json_flag, existing_file, positive_float, positive_int
+    from spectr_gbv.oracle.sizes import DEFAULT_MAX_VARIABLES
 
     p = subparsers.add_parser(
         "oracle",
@@ -34,7 +34,10 @@ def register(subparsers) -> None:
 def check(args: argparse.Namespace) -> None:
     """Before any program is built: the model files and the programs' sizes."""
     from spectr_gbv.cli.exact import load_model_pair
-    from spectr_gbv.cli.args import UsageError, available_memory_bytes, format_log10, human_bytes, oracle_sizes
+    from spectr_gbv.cli.args import UsageError
+    from spectr_gbv.gpu_backend.engine import memory
+    from spectr_gbv.oracle.sizes import oracle_sizes
+    from spectr_gbv.reference.sizes import format_log10
 
     args.draft_model, args.target_model = load_model_pair(args)
     size = oracle_sizes(args.draft_model, args.target_model, args.K, args.L)
@@ -53,53 +56,15 @@ def check(args: argparse.Namespace) -> None:
             f"m = {format_log10(size['target_blocks'])} target blocks, C(n+K-1, K) = "
             f"{format_log10(size['multisets'])} draft multisets), above --max-variables {args.max_variables:,}; "
             "raise --max-variables to run it anyway")
-    avail = available_memory_bytes()
+    avail = memory.available_memory_bytes()
     if avail is not None and size["tuples_bytes"] > math.log10(avail):
-        raise UsageError(f"{where}: the draft multisets alone need {human_bytes(10 ** min(size['tuples_bytes'], 30))}"
-                         f", more than the {human_bytes(avail)} of memory available")
-
-
-def oracle_values(draft, target, K: int, L: int, time_limit: float | None = None) -> dict:
-    """Every oracle value for one iteration after the empty context.
-
-    Returns:
-        dict with bound_B, prefix_match_ceiling (U(K, L), docs/bounds.md §6), cic_optimum,
-        cic_block_optimum, global_ot_optimum, no_modification_optimum (accepted tokens per
-        iteration), alpha_star (L = 1 only, else None), and the solver statuses.
-    """
-    from spectr_gbv.reference.validation import check_positive_int
-
-    from spectr_gbv.oracle.bounds import alpha_star, bound_B
-    from spectr_gbv.oracle.prefix_match import prefix_match_bound
-    from spectr_gbv.oracle.programs import cic_block_program, cic_program, global_ot, no_modification_lp
-
-    K = check_positive_int(K, "K")
-    L = check_positive_int(L, "L")
-    if draft.vocab_size != target.vocab_size:
-        raise ValueError(f"vocabulary mismatch: draft has V = {draft.vocab_size}, target has V = {target.vocab_size}")
-    p_block, q_block = draft.block_law(L), target.block_law(L)
-    opts = dict(time_limit=time_limit, return_coupling=False)
-    cic = cic_program(p_block, q_block, K, **opts)
-    cic_b = cic_block_program(p_block, q_block, K, **opts)
-    got = global_ot(p_block, q_block, K, **opts)
-    nomod = no_modification_lp(p_block, q_block, K, **opts)
-    return {
-        "K": K,
-        "L": L,
-        "bound_B": bound_B(p_block, q_block, K),
-        "prefix_match_ceiling": float(prefix_match_bound(p_block, q_block, K).sum()),
-        "cic_optimum": cic.optimum,
-        "cic_block_optimum": cic_b.optimum,
-        "global_ot_optimum": got.optimum,
-        "no_modification_optimum": nomod.optimum,
-        "alpha_star": alpha_star(draft.conditional(()), target.conditional(()), K) if L == 1 else None,
-        "status": {"cic": cic.status, "cic_block": cic_b.status, "global_ot": got.status,
-                   "no_modification": nomod.status},
-    }
+        raise UsageError(f"{where}: the draft multisets alone need {memory.human_bytes(10 ** min(size['tuples_bytes'], 30))}"
+                         f", more than the {memory.human_bytes(avail)} of memory available")
 
 
 def run(args: argparse.Namespace) -> int:
     from spectr_gbv.cli.args import UsageError, json_safe, text_stream, write_json
+    from spectr_gbv.oracle.values import not_reached, oracle_values
 
     if getattr(args, "draft_model", None) is None:  # check() not run (a direct call)
         check(args)
@@ -126,14 +91,3 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
     return 0
-
-
-def not_reached(values: dict) -> list[str]:
-    """The programs of ``oracle_values`` whose optimum was not reached (the programs report a
-    NaN optimum unless the solver's status is optimal or optimal_inaccurate)."""
-    out = []
-    for name in values["status"]:
-        optimum = values.get(f"{name}_optimum")
-        if not (isinstance(optimum, (int, float)) and math.isfinite(optimum)):
-            out.append(name)
-    return out

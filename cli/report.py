@@ -2,7 +2,7 @@
 markdown report.
 
 Parts, each run even when an earlier one failed:
-1. ``prove --quick`` (cli.prove.prove): the papers' claims checked numerically.  A
+1. ``prove --quick`` (proofs_check.runner.prove): the papers' claims checked numerically.  A
    claim verdict "fails" is a finding about a paper, not a failure of the part; the part fails
    when it cannot run.
 2. ``certify --quick`` (gpu_backend.certify.verifiers.certify_rules, every registered torch verifier
@@ -64,9 +64,7 @@ def check(args: argparse.Namespace) -> None:
     """Before any part runs: the benchmark's models and the memory of its probability rows."""
     if "bench" in args.skip:
         return
-    from spectr_gbv.cli.args import check_engine_memory
-
-    from spectr_gbv.cli.bench import check_models
+    from spectr_gbv.cli.models import check_engine_memory, check_models
     from spectr_gbv.gpu_backend.engine.speculative import DEFAULT_K, DEFAULT_L
 
     V, known = check_models(args.target, args.draft)
@@ -108,9 +106,9 @@ def _tail(text: str, lines: int = 60) -> str:
 
 
 def prove_part(out_dir: str) -> Part:
-    """``prove --quick`` through cli.prove (its markdown also written to prove.md)."""
+    """``prove --quick`` through proofs_check.runner (its markdown also written to prove.md)."""
     def body():
-        from spectr_gbv.cli.prove import markdown, prove
+        from spectr_gbv.proofs_check.runner import markdown, prove
 
         text = markdown(prove("quick"), "spectr-gbv prove --quick")
         with open(os.path.join(out_dir, "prove.md"), "w") as fh:
@@ -169,7 +167,7 @@ def engine_part(out_dir: str) -> Part:
 def bench_part(args, out_dir: str) -> Part:
     start = time.perf_counter()
     try:
-        from spectr_gbv.cli.bench import set_threads
+        from spectr_gbv.gpu_backend.models.pair import set_threads
         from spectr_gbv.gpu_backend.bench.config import BenchConfig
         from spectr_gbv.gpu_backend.bench.render import markdown_table, write_bar_plot
         from spectr_gbv.gpu_backend.bench.run import run_bench

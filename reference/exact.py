@@ -189,3 +189,57 @@ def total_variation(a: dict, b: dict) -> float:
     """TV distance ½ Σ |a(x) − b(x)| between two laws given as dicts."""
     keys = set(a) | set(b)
     return 0.5 * float(sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in keys))
+
+
+@dataclass(frozen=True)
+class ExactSummary:
+    """One rule's exact values (``spectr-gbv exact``): E[τ] of one iteration after the empty
+    context, the TV of the first ``tokens`` emitted tokens to the target's law, and the
+    expected target calls of the whole generation (``generation_law``)."""
+
+    rule: str
+    K: int
+    L: int
+    tokens: int
+    expected_accepted: float
+    capped_blocks: bool
+    tv_to_target: float
+    expected_target_calls: float
+    tokens_per_target_call: float
+    seconds: float
+
+    @property
+    def block_efficiency(self) -> float:
+        return self.expected_accepted + 1.0
+
+    @property
+    def lossless(self) -> bool:
+        """TV ≤ 1e-12."""
+        return self.tv_to_target <= 1e-12
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule, "K": self.K, "L": self.L, "tokens": self.tokens,
+                "expected_accepted": self.expected_accepted, "block_efficiency": self.block_efficiency,
+                "capped_blocks": self.capped_blocks, "tv_to_target": self.tv_to_target,
+                "lossless": self.lossless, "expected_target_calls": self.expected_target_calls,
+                "tokens_per_target_call": self.tokens_per_target_call, "seconds": self.seconds}
+
+
+def exact_summary(rule_name: str, draft, target, K: int, L: int, n_tokens: int,
+                  cap: bool = False) -> ExactSummary:
+    """``ExactSummary`` of the rule ``rule_name`` (``reference.rules.get_rule``).
+
+    Raises:
+        ValueError: e.g. a draft token the target gives no row for.
+    """
+    import time
+
+    from spectr_gbv.reference.rules import get_rule
+
+    rule = get_rule(rule_name)
+    start = time.perf_counter()
+    e_tau = expected_tau(rule, draft, target, K, L)
+    gen = generation_law(rule, draft, target, K, L, n_tokens, cap=cap)
+    tv = total_variation(gen.token_law, target_law(target, n_tokens))
+    return ExactSummary(rule_name, K, L, n_tokens, e_tau, cap, tv, gen.expected_target_calls,
+                        gen.tokens_per_call, time.perf_counter() - start)

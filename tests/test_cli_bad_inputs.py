@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from spectr_gbv.cli import main as cli_main
-from spectr_gbv.cli import args as cli_args
+from spectr_gbv.gpu_backend.models import catalog
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -39,10 +39,11 @@ def nothing_heavy_runs(monkeypatch):
     """No model load, enumeration, program, claim run, certification or benchmark may start;
     the hub is offline and the memory available is a fixed 64 GiB (deterministic refusals)."""
     import spectr_gbv.gpu_backend.bench.run as bench_run
+    import spectr_gbv.gpu_backend.engine.memory as memory
     import spectr_gbv.cli.certify as certify_cli
     import spectr_gbv.gpu_backend.models.weights as weights
     import spectr_gbv.oracle.programs as programs
-    import spectr_gbv.cli.prove as prove_cli
+    import spectr_gbv.proofs_check.runner as prove_runner
     import spectr_gbv.reference.exact as exact
 
     monkeypatch.setattr(weights, "load_causal_lm", _reached("a model load"))
@@ -51,10 +52,10 @@ def nothing_heavy_runs(monkeypatch):
     monkeypatch.setattr(exact, "iteration_law", _reached("the exact enumeration"))
     for name in ("cic_program", "cic_block_program", "global_ot", "no_modification_lp"):
         monkeypatch.setattr(programs, name, _reached(f"oracle program {name}"))
-    monkeypatch.setattr(prove_cli, "prove", _reached("the claim runner"))
+    monkeypatch.setattr(prove_runner, "prove", _reached("the claim runner"))
     monkeypatch.setattr(certify_cli, "certify_rules", _reached("the certification"))
-    monkeypatch.setattr(cli_args, "available_memory_bytes", lambda: 64 * GiB)
-    monkeypatch.setattr(cli_args, "hub_reachable", _reached("a network probe"))
+    monkeypatch.setattr(memory, "available_memory_bytes", lambda: 64 * GiB)
+    monkeypatch.setattr(catalog, "hub_reachable", _reached("a network probe"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
 
 
@@ -322,7 +323,7 @@ def test_hub_id_without_network_is_refused_in_one_line(monkeypatch, capsys):
     """With the hub online but unreachable, the network probe refuses the id up front."""
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr(cli_args, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.setattr(catalog, "hub_reachable", lambda timeout=3.0: False)
     code, out, err = run_main(["generate", "--prompt", "hi", "--target", "someorg/somemodel"], capsys)
     assert_one_line(code, out, err, "generate", ["--target someorg/somemodel", "cannot be reached"])
 

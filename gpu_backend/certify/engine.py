@@ -459,7 +459,8 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
 
 def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="float32",
               device="cpu"):
-    """The models of an engine certification.
+    """The models of an engine certification (``models.pair.load_pair``: a separate draft is
+    checked to share the target's tokenizer).
 
     Args:
         target_name: a ``weights.load_causal_lm`` spec (default the embedded "tiny" SmolLM2).
@@ -468,14 +469,15 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
     Returns:
         (target, draft, tokenizer, eos ids frozenset).
     Raises:
-        FileNotFoundError / OSError / ValueError: from ``load_causal_lm``.
+        ModelLoadError: a model cannot be loaded (``models.pair``; the loader's OSError or
+            ValueError is its ``__cause__``).
+        ValueError: draft and target do not fit together (vocabulary or tokenizer).
     """
-    from spectr_gbv.gpu_backend.engine.speculative import eos_token_ids
-    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
+    from spectr_gbv.gpu_backend.models.pair import load_pair as load
 
-    target, tok = load_causal_lm(target_name, dtype, device)
-    draft = target if draft_name is None else load_causal_lm(draft_name, dtype, device)[0]
-    return target, draft, tok, eos_token_ids(target, tok)
+    pair = load(target_name, draft_name, dtype, device=device)
+    draft = pair.target if draft_name is None else pair.draft
+    return pair.target, draft, pair.tokenizer, pair.eos
 
 
 HEADER = ("rule", "kind", "K", "L", "N", "iters", "alpha", "first p", "first δ",

@@ -1,4 +1,5 @@
-"""Peak resident memory of this process (Linux ``VmHWM``), resettable between runs."""
+"""Memory: the peak resident memory of this process (Linux ``VmHWM``), resettable between runs;
+and the estimates refused before a run (the memory available, one iteration's probability rows)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,60 @@ def reset_peak_rss() -> bool:
         return True
     except OSError:
         return False
+
+
+# -- estimates made before any model is loaded (no torch) -----------------------------------------
+
+def available_memory_bytes() -> int | None:
+    """Memory available to a new allocation now (psutil, /proc/meminfo or sysconf), or None."""
+    import os
+
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except Exception:  # psutil missing or unusable: fall back
+        pass
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def human_bytes(n: float) -> str:
+    """``n`` bytes readable: ``512 B``, ``1.5 GB`` (powers of 1000)."""
+    for unit in ("B", "KB", "MB", "GB", "TB", "PB"):
+        if abs(n) < 1000 or unit == "PB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000.0
+    return f"{n:.3g} PB"
+
+
+def engine_row_bytes(K: int, L: int, V: int) -> int:
+    """Bytes of one iteration's float32 probability rows in the engine: K·L draft rows and
+    K·(L+1) target rows of V entries."""
+    return 4 * V * K * (2 * L + 1)
+
+
+def check_engine_memory(K: int, L: int, V: int, known_vocab: bool, flags: str) -> None:
+    """Refuse K and L whose probability rows alone cannot fit in the available memory.
+
+    Args:
+        flags: the arguments named in the refusal (``--K/--L`` on the command line).
+    Raises:
+        ValueError: naming ``flags`` and stating the estimate.
+    """
+    need = engine_row_bytes(K, L, V)
+    avail = available_memory_bytes()
+    if avail is not None and need > avail:
+        v = f"V = {V:,}" + ("" if known_vocab else ", assumed")
+        raise ValueError(f"{flags}: one iteration's K·(L+1) target and K·L draft probability rows "
+                         f"need {human_bytes(need)} (K = {K:,}, L = {L:,}, {v}, float32), more than "
+                         f"the {human_bytes(avail)} of memory available")

@@ -407,6 +407,9 @@ class SpeculativeEngine:
             None (default): on for a registered lossless rule (each is checked exactly to keep
             its law under the cap, proofs_check/BLOCK_CAP.md), off for a lossy rule and for a
             custom ``verifier``.
+        rule_verifier: ``load_verifier(rule)`` already loaded (e.g. the one the
+            auto-configuration timed), used instead of loading it again; unlike ``verifier``
+            it is the rule's own, and every check of the rule applies.
     Raises:
         ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
             vocabulary mismatch between draft and target, a draft or target whose cache
@@ -421,7 +424,8 @@ class SpeculativeEngine:
                  L: int = DEFAULT_L, sampling: SamplingConfig | None = None,
                  draft_sampling: SamplingConfig | None = None, eos_token_ids=(),
                  verifier=None, validate: bool = False, layout: str = "packed",
-                 share_prefixes: bool = True, draft_stop=None, cap_blocks: bool | None = None):
+                 share_prefixes: bool = True, draft_stop=None, cap_blocks: bool | None = None,
+                 rule_verifier=None):
         from spectr_gbv.gpu_backend.models.weights import check_same_vocabulary
 
         if layout not in ("packed", "batched"):
@@ -431,15 +435,14 @@ class SpeculativeEngine:
 
         self.K = check_positive(K, "K")
         self.L = check_positive(L, "L")
-        if verifier is None and rule in registry.names(single_draft=True) and K != 1:
-            raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got K = {K}")
+        from spectr_gbv.gpu_backend.engine import policy
         from spectr_gbv.reference.draft_stopping import check_policy
 
+        if verifier is None:
+            policy.check_draft_count(rule, K, "K")
         check_policy(draft_stop, "draft_stop")
-        if draft_stop is not None and verifier is None and not registry.spec(rule).draft_stopping:
-            raise ValueError(f"draft_stop: rule {rule!r} is not certified lossless when drafting stops "
-                             f"early (proofs_check/DRAFT_STOPPING.md); rules that are: "
-                             f"{', '.join(registry.names(draft_stopping=True))}")
+        if draft_stop is not None and verifier is None:
+            policy.check_draft_stopping(rule, "draft_stop")
         if draft_stop is not None and verifier is not None and getattr(verifier, "modifies_targets", False):
             # a stopped block can be shorter than a live Algorithm 2 window, which the stack
             # cannot extend (ModificationStack.modify): refuse before any forward, not mid-way
@@ -453,11 +456,8 @@ class SpeculativeEngine:
         self.cap_blocks = (verifier is None and registry.spec(rule).lossless) if cap_blocks is None else cap_blocks
         from spectr_gbv.gpu_backend.models.draft_quant import is_dynamically_quantised
 
-        if verifier is None and not registry.spec(rule).varying_draft_rows and is_dynamically_quantised(draft):
-            raise ValueError(f"draft: a dynamically quantised draft has rows that depend on the batching "
-                             f"of each call, and rule {rule!r} is not lossless under such rows "
-                             f"(gpu_backend/models/draft_quant.py); rules that are: "
-                             f"{', '.join(registry.names(varying_draft_rows=True))}")
+        if verifier is None and is_dynamically_quantised(draft):
+            policy.check_varying_draft_rows(rule, "draft")
         check_model(target, "target")
         check_model(draft, "draft")
         # accepted sliding windows never bind below max_position_embeddings; a generation
@@ -470,7 +470,10 @@ class SpeculativeEngine:
         self.sampling = sampling or SamplingConfig()
         self.draft_sampling = draft_sampling or self.sampling
         self.eos = frozenset(int(e) for e in eos_token_ids)
-        self.verifier = verifier if verifier is not None else load_verifier(rule)
+        if verifier is not None:
+            self.verifier = verifier
+        else:
+            self.verifier = rule_verifier if rule_verifier is not None else load_verifier(rule)
         self.validate = validate
         self.device = _model_device(target)
         models = (target, draft, self.sampling, self.draft_sampling, self.K, self.L, self.device,

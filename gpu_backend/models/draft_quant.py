@@ -40,28 +40,28 @@ QUANT_MODES = ("none", "int8")
 MEASURED_INT8_DRAFTS = ("draft", "qwen2.5-coder-0.5b-instruct")
 
 
-def resolve_mode(mode: str, draft: str, rule: str, device: str = "cpu") -> str:
+def resolve_mode(mode: str, draft: str, rule: str, device: str = "cpu", name: str = "draft_quant") -> str:
     """The quantisation for ``--draft-quant``: "none" or "int8" as given; "auto" → "int8" for a
     measured draft (``MEASURED_INT8_DRAFTS``) on the CPU with a rule that allows varying draft
     rows (registry ``varying_draft_rows``), else "none".
 
+    Args:
+        name: the argument's name in a refusal (``"--draft-quant int8"`` on the command line).
     Raises:
-        ValueError: unknown mode; "int8" with a rule that does not allow it (naming the rule).
+        ValueError: unknown mode; "int8" with a rule that does not allow it
+            (``engine.policy.check_varying_draft_rows``, naming the rule).
     """
+    from spectr_gbv.gpu_backend.engine.policy import check_varying_draft_rows
     from spectr_gbv.reference.rules import registry
 
     if mode not in QUANT_MODES + ("auto",):
         raise ValueError(f"draft quantisation must be one of {QUANT_MODES + ('auto',)}, got {mode!r}")
-    if rule == "ar" and mode == "int8":
-        raise ValueError("rule 'ar' drafts nothing; drop the draft quantisation or pick a speculative rule")
+    if mode == "int8":
+        check_varying_draft_rows(rule, name)
     allowed = rule != "ar" and registry.spec(rule).varying_draft_rows
     on_cpu = str(device).split(":")[0].lower() == "cpu"  # "cpu", torch.device("cpu"), "CPU"
     if mode == "auto":
         return "int8" if allowed and on_cpu and draft in MEASURED_INT8_DRAFTS else "none"
-    if mode == "int8" and not allowed:
-        raise ValueError(f"rule {rule!r} is not lossless with an int8 dynamic draft (its rows vary "
-                         f"with each call's batching); rules that are: "
-                         f"{', '.join(registry.names(varying_draft_rows=True))}")
     return mode
 
 

@@ -1,6 +1,7 @@
-"""Loading a draft/target pair: the one place that loads the models of a run (the benchmark,
-``spectr-gbv generate``/``bench``/``report`` through ``bench_cli.load_models``, the scripts in
-benchmarks/)."""
+"""Loading a draft/target pair: the one place that loads the models of a run and checks that
+they share one tokenizer (the benchmark, ``spectr-gbv generate``/``bench``/``report`` through
+``cli.models.load_models``, the engine's certificate ``gpu_backend.certify.engine.load_pair``,
+the scripts in benchmarks/)."""
 
 from __future__ import annotations
 
@@ -81,17 +82,17 @@ def check_same_tokenizer(draft_tokenizer, target_tokenizer, V: int, draft: str =
         raise ValueError(f"{what}: special token ids {d_ids} in the draft's, {t_ids} in the target's")
 
 
-def _load_one(role: str, spec: str, dtype: str):
+def _load_one(role: str, spec: str, dtype: str, device=None):
     from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     try:
-        return load_causal_lm(spec, dtype)
+        return load_causal_lm(spec, dtype) if device is None else load_causal_lm(spec, dtype, device)
     except (OSError, ValueError) as err:
         raise ModelLoadError(role, spec, err) from err
 
 
 def load_pair(target: str = "target", draft: str | None = "draft",
-              dtype: str = "bfloat16", draft_quant: str = "none") -> ModelPair:
+              dtype: str = "bfloat16", draft_quant: str = "none", device=None) -> ModelPair:
     """Load target and draft (``weights.load_causal_lm``) and check that they fit together.
 
     Args:
@@ -101,6 +102,7 @@ def load_pair(target: str = "target", draft: str | None = "draft",
         draft_quant: "none", or "int8": the draft is loaded in float32 and its linear layers
             quantised (``draft_quant.quantize_draft``; lossless: the verifier gets the
             quantised draft's own probabilities); the target keeps ``dtype``.
+        device: where to load both (default: ``weights.load_causal_lm``'s, the CPU).
     Returns:
         ModelPair (its tokenizer is the target's).
     Raises:
@@ -117,10 +119,10 @@ def load_pair(target: str = "target", draft: str | None = "draft",
 
     if draft_quant not in QUANT_MODES:
         raise ValueError(f"draft_quant must be one of {QUANT_MODES}, got {draft_quant!r}")
-    t_model, tokenizer = _load_one("target", target, dtype)
+    t_model, tokenizer = _load_one("target", target, dtype, device)
     d_model = None
     if draft is not None:
-        d_model, d_tokenizer = _load_one("draft", draft, "float32" if draft_quant == "int8" else dtype)
+        d_model, d_tokenizer = _load_one("draft", draft, "float32" if draft_quant == "int8" else dtype, device)
         d_model = quantize_draft(d_model, draft_quant)
         V = check_same_vocabulary(d_model, t_model)
         check_same_tokenizer(d_tokenizer, tokenizer, V, draft, target)
@@ -129,3 +131,12 @@ def load_pair(target: str = "target", draft: str | None = "draft",
                      f"draft {MODEL_ALIASES.get(draft, draft)}"
                      + (" (int8 dynamic)" if draft is not None and draft_quant == "int8" else "")
                      + f", {dtype}")
+
+
+def set_threads(threads: int | None) -> None:
+    """torch's intra-op threads for a run: ``threads``, or every core when None."""
+    import os
+
+    import torch
+
+    torch.set_num_threads(threads or os.cpu_count() or 1)

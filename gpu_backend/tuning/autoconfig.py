@@ -1,7 +1,7 @@
 """Configuration from measured costs: K, L, and whether to speculate at all, for this machine.
 
 What is measured (once per machine and model pair, cached in ``$SPECTR_GBV_CACHE/autoconfig.json``,
-or the file ``$SPECTR_GBV_AUTOCONFIG`` names):
+or the file ``$SPECTR_GBV_AUTOCONFIG`` names: ``tuning.cache``):
 - **costs**: the target's and the draft's forward (with the probability processing) over n new
   tokens after a cached context, for the n an iteration can feed; the verifier on [K, L, V]
   rows and the draft's sampling for every candidate (K, L); the prefill of the context.
@@ -34,13 +34,11 @@ import torch
 from spectr_gbv.gpu_backend.engine.kv import cache_length, new_cache
 from spectr_gbv.gpu_backend.engine.layouts import sample_rows
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.tuning.cache import CACHE_VERSION, read_cache, write_cache  # noqa: F401
 from spectr_gbv.gpu_backend.tuning.speed_model import Acceptance, Choice, Costs, choose
 
 from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
 
-# 2 (2026-12-01): verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes
-# are stale; the dtype probe (dtype_probe.py) shares this file
-CACHE_VERSION = 2
 CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))
 CALIBRATION_TOKENS = 64
 TIMING_REPEATS = 3
@@ -89,74 +87,6 @@ class AutoConfig:
                    f"→ not speculating: the best shape is predicted at {c.predicted_speedup:.2f}× plain "
                    f"sampling, below the {1 + c.margin:.2f}× needed")
         return head + "\n" + verdict
-
-
-def cache_path():
-    """``$SPECTR_GBV_AUTOCONFIG`` if set, else ``autoconfig.json`` in the model cache
-    (``weights.cache_dir``)."""
-    import os
-    from pathlib import Path
-
-    from spectr_gbv.gpu_backend.models.weights import cache_dir
-
-    override = os.environ.get("SPECTR_GBV_AUTOCONFIG")
-    return Path(override).expanduser() if override else cache_dir() / "autoconfig.json"
-
-
-def check_cache_path():
-    """The cache file's path, refused early when it cannot be a file.
-
-    Raises:
-        ValueError: the path is a directory, or an existing file that is not this cache (it is
-            never overwritten).
-    """
-    path = cache_path()
-    if path.is_dir():
-        raise ValueError(f"the auto-configuration cache {path} is a directory (SPECTR_GBV_AUTOCONFIG names a file)")
-    if path.is_file() and not _is_cache_file(path):
-        raise ValueError(f"{path} exists and is not an auto-configuration cache; it is not overwritten "
-                         f"(point SPECTR_GBV_AUTOCONFIG at another file)")
-    return path
-
-
-def _is_cache_file(path) -> bool:
-    """An empty or unreadable file, or JSON with a "version" field: ours to (re)write."""
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return False
-    if not text.strip():
-        return True
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return False
-    return isinstance(data, dict) and "version" in data
-
-
-def _read_cache() -> dict:
-    path = cache_path()
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}
-    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION or not isinstance(data.get("entries"), dict):
-        return {}
-    return data
-
-
-def _write_cache(data: dict, log) -> None:
-    """Write the cache; a path that cannot be written is reported and skipped (the measurement
-    is still used for this run)."""
-    from spectr_gbv.gpu_backend.models.weights import _atomic_write_text
-
-    data["version"] = CACHE_VERSION
-    try:
-        path = check_cache_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_text(path, json.dumps(data))
-    except (OSError, ValueError) as err:
-        log(f"auto-configuration: not cached ({err})")
 
 
 def _timed(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
@@ -310,7 +240,8 @@ def default_calibration_prompts(tokenizer, fallback: list[int]) -> list[list[int
 
 def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: SamplingConfig,
               Ks=K_CANDIDATES, Ls=L_CANDIDATES, fallback_prompt=(1, 2), margin: float = 0.05,
-              refresh: bool = False, threads: int | None = None, log=None, eos_token_ids=()) -> AutoConfig:
+              refresh: bool = False, threads: int | None = None, log=None, eos_token_ids=(),
+              verifier=None) -> AutoConfig:
     """Measure (or read from the cache) what the choice needs, and choose K, L or plain sampling.
 
     Args:
@@ -325,6 +256,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         threads: torch threads (cache key; default the current setting).
         log: callable receiving progress lines (default: stderr).
         eos_token_ids: where the calibration text ends (the generation's EOS ids).
+        verifier: ``load_verifier(rule)`` already loaded (the generation's engine then uses the
+            same one); default: loaded here.
     Returns:
         AutoConfig.
     Raises:
@@ -344,9 +277,12 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     Ks, Ls = tuple(sorted(set(int(k) for k in Ks))), tuple(sorted(set(int(x) for x in Ls)))
     if not margin >= 0 or margin == float("inf"):
         raise ValueError(f"margin must be a finite number >= 0, got {margin}")
-    verifier = load_verifier(rule)  # an unknown rule fails here, before anything is measured
+    from spectr_gbv.reference.rules import registry
+
+    registry.spec(rule)  # an unknown rule fails here, before anything is measured
+    verifier = verifier if verifier is not None else load_verifier(rule)
     threads = threads or torch.get_num_threads()
-    data = _read_cache()
+    data = read_cache()
     entries = data.setdefault("entries", {})
     key_text = json.dumps(["text", spec.target, spec.draft, CALIBRATION_TOKENS])
     key_acc = json.dumps(["acceptance", spec.key(), sampling.temperature, sampling.top_k, sampling.top_p,
@@ -410,7 +346,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
                       {"target": t_pre, "draft": d_pre}, len(context))
         entries[key_costs] = costs.to_json()
     if len(cached) < 3:
-        _write_cache(data, log)
+        write_cache(data, log)
     choice = choose(costs, acceptance, Ks, Ls, margin)
     return AutoConfig(choice, costs, acceptance, cached, time.perf_counter() - start if len(cached) < 3 else 0.0)
 

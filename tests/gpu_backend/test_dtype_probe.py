@@ -9,6 +9,7 @@ import json
 import pytest
 
 from spectr_gbv.gpu_backend.tuning import autoconfig
+from spectr_gbv.gpu_backend.tuning import cache as tuning_cache
 from spectr_gbv.gpu_backend.tuning import dtype_probe
 from spectr_gbv.gpu_backend.tuning.dtype_probe import DtypeProbe, LENGTHS
 
@@ -108,7 +109,7 @@ def test_measure_argument_errors(kwargs, match):
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     path = tmp_path / "autoconfig.json"
-    monkeypatch.setattr(autoconfig, "cache_path", lambda: path)
+    monkeypatch.setattr(tuning_cache, "cache_path", lambda: path)
     calls = []
 
     def fake_measure():
@@ -167,7 +168,7 @@ def test_resolve(cache):
 
 
 def test_unwritable_cache_is_reported_and_the_probe_used(tmp_path, monkeypatch):
-    monkeypatch.setattr(autoconfig, "cache_path", lambda: tmp_path)  # a directory: cannot be written
+    monkeypatch.setattr(tuning_cache, "cache_path", lambda: tmp_path)  # a directory: cannot be written
     monkeypatch.setattr(dtype_probe, "measure", lambda: probe(FAST, ONE))
     lines = []
     out = dtype_probe.probe_dtype(threads=1, log=lines.append)

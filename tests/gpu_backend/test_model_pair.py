@@ -86,7 +86,7 @@ def test_load_pair_checks_the_tokenizers(loader):
 
 
 def test_cli_refuses_different_tokenizers_in_one_line(loader):
-    from spectr_gbv.cli.bench import load_models
+    from spectr_gbv.cli.models import load_models
     from spectr_gbv.cli.args import UsageError
 
     loader.update(t=_tokenizer(), odd=_one_token_changed())

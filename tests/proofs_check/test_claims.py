@@ -8,7 +8,7 @@ import pytest
 from planted_rules import FirstFailureBV, SharedUniformBV
 from spectr_gbv.proofs_check import quantities as Q
 from spectr_gbv.proofs_check.claims import _generation_gap, _order, build_claims, lossless_claim
-from spectr_gbv.cli.prove import markdown, prove
+from spectr_gbv.proofs_check.runner import markdown, prove
 from spectr_gbv.proofs_check.instances import random_instance, toy
 from spectr_gbv.proofs_check.runner import Claim, run_claim
 from spectr_gbv.reference.exact import generation_law, target_law, total_variation
