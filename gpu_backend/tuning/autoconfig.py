@@ -38,8 +38,8 @@ from spectr_gbv.gpu_backend.tuning.speed_model import Acceptance, Choice, Costs,
 
 from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
 
-# 2 (2026-12-01): verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes
-# are stale; the dtype probe (dtype_probe.py) shares this file
+# 2: verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes are stale;
+# the dtype probe (dtype_probe.py) shares this file
 CACHE_VERSION = 2
 CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))
 CALIBRATION_TOKENS = 64
