@@ -68,11 +68,10 @@ partition*; a deviation that only moves mass inside one pooled group is invisibl
 Σ_{i∈G}|p'_i − p_i| ≤ |p'(G) − p(G)| + 2p(G) for every group G, the TV distance on the
 original cells is at most the pooled TV plus ``GTestResult.merged_mass``
 (``GTestResult.detectable_tv_law``).  (3) The χ² approximation of the G statistic is
-anti-conservative when many cells have expected counts near ``min_expected``: simulated on
-uniform laws (2026-11-30), 200 cells of expected count 5 gave false alarms at 3.6×, 5.3× and
-8.8× the nominal α = 1e-2, 1e-3, 1e-4 (20 cells: 1.7-2.5×; expected count 20: 1.2-2.3×),
-where Pearson's X² stayed within 0.75-1.1×.  The far tail (α = 1e-6, as certification uses)
-was not simulated; the stated false-alarm rates are nominal.
+anti-conservative when many cells have expected counts near ``min_expected`` (more so than
+Pearson's X²; a simulation on uniform laws is in benchmarks/MEASUREMENTS.md, "oracle/stats.py").
+The far tail (α = 1e-6, as certification uses) was not simulated; the stated false-alarm rates
+are nominal.
 """
 
 from __future__ import annotations

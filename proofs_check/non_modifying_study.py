@@ -172,7 +172,7 @@ def generation_table(quick: bool = False, log=sys.stderr) -> list[dict]:
 
 VARIANT_RULES = ("spectr", "kseq_bv", "traversal", "mdbv_kseq", "mdbv")
 # fuzzed generation models: (V, K, L, seed, concentration, zero_prob), N = 2L..4L while
-# V^N ≤ GENERATION_MAX_OUTCOMES (V = 3, N = 8 takes ~1.5 min per rule on this CPU)
+# V^N ≤ GENERATION_MAX_OUTCOMES (the largest, V = 3 and N = 8, dominates the run time)
 GENERATION_MODELS = ((2, 2, 2, 101, 1.0, 0.0), (2, 2, 2, 102, 3.0, 0.0), (2, 2, 2, 104, 0.3, 0.0),
                      (2, 2, 2, 107, 1.0, 0.3), (3, 2, 2, 103, 1.0, 0.0), (2, 3, 2, 105, 1.0, 0.0),
                      (2, 2, 3, 106, 1.0, 0.0))

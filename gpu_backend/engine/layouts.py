@@ -62,7 +62,7 @@ def sample_rows(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """One token per row of ``probs`` [R, V] → int64 [R].
 
     ``replacement=True`` draws from the same law for one sample, and on CPU it takes the
-    cumulative-sum path (~0.2 ms for V = 151,936) instead of the ~6 ms exponential race.
+    cumulative-sum path instead of the slower exponential race (benchmarks/MEASUREMENTS.md).
     """
     return torch.multinomial(probs, 1, replacement=True, generator=gen)[:, 0]
 

@@ -7,11 +7,9 @@ output law — with one caveat on which rules, below.  The target is not touched
 
 The method: ``torch.ao.quantization.quantize_dynamic`` with per-output-channel int8 weights
 (``per_channel_dynamic_qconfig``) on every ``nn.Linear`` of a float32 model, the LM head
-included; activations are quantised per call (fbgemm / oneDNN x86 kernels).  Measured on the
-Qwen2.5-Coder 0.5B draft, 2 cores of an Intel Xeon with AVX-512 and AMX, one draft step of 2
-tokens with a 200-token cache (medians): bfloat16 80 ms, float32 86 ms, this 38 ms; torchao
-0.18's CPU paths were not faster here (``Int8WeightOnlyConfig`` 203 ms,
-``Int8DynamicActivationInt8WeightConfig`` 89-96 ms), so the quantiser is torch's own.  torch
+included; activations are quantised per call (fbgemm / oneDNN x86 kernels).  torchao's CPU
+paths were not faster, so the quantiser is torch's own (timings of one draft step:
+benchmarks/MEASUREMENTS.md, "gpu_backend/models/draft_quant.py").  torch
 marks ``torch.ao.quantization`` and its quantised-tensor functions deprecated (the notice names
 release 2.10 for the removal, pytorch/ao issue 2259; pytorch issue 184982); the pinned torch
 2.13 still has them and they are what runs here, and ``quantize_draft`` raises a clear
@@ -20,8 +18,8 @@ call with the int8 draft against the bfloat16 one, same runs).
 
 Which rules: the activation scale is computed per forward call, so a quantised draft row
 depends on what else was in the call — the batching of earlier tokens and, with K ≥ 2 drafts
-fed as a tree, the other drafts' tokens at the same depth (measured: up to 0.008 in probability
-on a random model against a call on the prefix alone).  Rules that decide position by position
+fed as a tree, the other drafts' tokens at the same depth (the size of the effect:
+benchmarks/MEASUREMENTS.md).  Rules that decide position by position
 (token verification, K-SEQ) and BV at K = 1 stay lossless under such rows (registry flag
 ``varying_draft_rows``); the engine refuses a quantised draft for the others, whose proofs need
 i.i.d. draft blocks or the same draft row at a prefix in every iteration (Algorithm 2).
@@ -35,8 +33,8 @@ import torch
 
 QUANT_MODES = ("none", "int8")
 # Drafts whose int8 copy was measured to keep acceptance and pay (benchmarks/ENGINE_VS_ASSISTED.md);
-# "auto" quantises only these.  On SmolLM2-135M as its own draft int8 cut tokens per call from
-# 4.0 to 1.8 in a smoke run: the gain is a property of the model, not a given.
+# "auto" quantises only these: the gain is a property of the model, not a given (SmolLM2-135M:
+# benchmarks/MEASUREMENTS.md).
 MEASURED_INT8_DRAFTS = ("draft", "qwen2.5-coder-0.5b-instruct")
 
 

@@ -8,14 +8,10 @@ input lengths: a decode step (1 token), a verify block (9 tokens: K = 2 drafts o
 the root) and a prompt's prefill (128 tokens).  The weights' values do not change the cost.
 
 Decision: bfloat16 iff it is no slower than float32 at all three lengths: an emulated bfloat16
-shows at the verify and prefill lengths (compute-bound: on an AVX2-only CPU a 10-token target
-forward cost 4.8 decode steps in bfloat16 against 3.5 in float32, and the prefill 26.9 s
-against 7.4 s), and a 1-token product can take a slow bfloat16 path of its own (a review run
-here saw 6× float32's time at 1 token on a loaded machine); float32 otherwise.  The measurement is cached per machine (``machine.fingerprint``) in the
-auto-configuration cache, so a machine probes once (about a second here).
-
-Measured on this 2-core AMD EPYC (AVX512-BF16, no AMX), 2 threads, idle: bfloat16 ÷ float32 =
-0.52-0.59 at 1 token, 0.22 at 9, 0.25-0.26 at 128 tokens; with 1 thread 0.90 at 1 token.
+shows at the verify and prefill lengths (compute-bound), and a 1-token product can take a slow
+bfloat16 path of its own; float32 otherwise.  The measurement is cached per machine
+(``machine.fingerprint``) in the auto-configuration cache, so a machine probes once.  Ratios
+measured on the project's machines: benchmarks/MEASUREMENTS.md, "gpu_backend/tuning/dtype_probe.py".
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ generalises that model in three ways, each because the simple form misled on rea
    that errs towards fewer drafts); overhead is the verifier and the draft's sampling (tree
    and mask building and the cache cut-back, ~1 % of an iteration in benchmarks/PROFILE.md,
    are left out).  On a compute-bound
-   CPU T(n) grows with n (a 10-token target forward cost 3.5-4.8 decode steps on an AVX2-only
-   machine), which is what makes speculation lose there.
+   CPU T(n) grows with n (benchmarks/MEASUREMENTS.md, "gpu_backend/tuning/speed_model.py"),
+   which is what makes speculation lose there.
 2. **Acceptance per position, measured on text.**  β_t is the acceptance probability at
    position t of a calibration text; P(τ ≥ i) is averaged over windows of consecutive
    positions, so that easy and hard stretches are not averaged into one α first.

@@ -84,8 +84,8 @@ def reduce_rows(fn, rows: tuple[torch.Tensor, ...], coeffs: tuple[torch.Tensor, 
         fn: (row_1, ..., coeff_1, ..., buffers) → [c, N] sums, with rows [c, N, V] in the work
             dtype, coefficients [c, N, 1] in the work dtype and ``buffers`` a list of
             ``n_buffers`` scratch tensors shaped like a row chunk, to be written with out= /
-            in-place ops: fresh multi-MB temporaries cost ~10x more than the arithmetic on this
-            CPU (page faults on every allocation).
+            in-place ops: fresh multi-MB temporaries cost more than the arithmetic on a CPU
+            (page faults on every allocation; benchmarks/MEASUREMENTS.md).
         rows: tensors [B, K, N, V] (views allowed when B and K can be merged).
         coeffs: float64 tensors [B, K, N], per-row coefficients.
         n_buffers: scratch tensors ``fn`` needs.

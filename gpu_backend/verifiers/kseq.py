@@ -44,8 +44,8 @@ import torch
 # more than the passes, so fewer bins and more passes.
 GRIDS = ((65536, (4096, 3)), (512, (64, 6)), (0, (8, 12)))  # (smallest V, (bins, levels))
 # On CPU the rows are solved in chunks of about this many elements: the float64 scratch of a
-# chunk then stays in cache (16 rows of V = 151,936 at once took 7 ms per row, one at a time
-# ~4 ms).  On CUDA all rows go in one launch sequence.
+# chunk then stays in cache (faster per row than many rows at once: benchmarks/MEASUREMENTS.md).
+# On CUDA all rows go in one launch sequence.
 ROW_CHUNK_ELEMENTS = 1 << 18
 # At V >= LARGE_V, tokens outside the solver's window are binned into DUMP_CELLS cells per side
 # instead of one (``_solve``), and on a CPU single-candidate rows skip the passes

@@ -36,13 +36,11 @@ root always does), a masked argmin, and the draw is one race over the selected n
 
 Cost: O(n log n) per mechanism for the sort and the vectorised bisections, plus the two Python
 scans over the n tokens of the support (n = V for softmax rows), about 3 mechanisms per
-internal node (its own, and the efficiency of each internal child at two budgets).  Measured on
-this 2-core CPU, one thread, float32 inputs, B = 1: one mechanism takes ~50 ms at V = 4,096
-(the reference: ~10 s) and ~2.5 s at V = 151,936 (count-priority scan ~2 s, singleton scan
-~0.3 s, bisections of all cuts ~0.2 s); a whole iteration at V = 151,936 took 15-62 s for
-K ∈ {2, 3, 4}, L ∈ {4, 6} (SpecTr's port: 17-49 ms).  Meeting a ~17 ms budget needs more than a
-compiled scan: the rule evaluates ~3·(1 + K·(L−1)) mechanisms per iteration, each with two
-O(V) sequential scans and a bisection per cut over all V cuts.
+internal node (its own, and the efficiency of each internal child at two budgets).  At the
+real vocabulary an iteration takes seconds, orders of magnitude more than SpecTr's port
+(timings: benchmarks/MEASUREMENTS.md, "gpu_backend/verifiers/mdbv.py"); matching SpecTr's cost
+needs more than a compiled scan: the rule evaluates ~3·(1 + K·(L−1)) mechanisms per iteration,
+each with two O(V) sequential scans and a bisection per cut over all V cuts.
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ _GL: dict = {}
 
 def _gauss_legendre(n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Nodes and weights of n-point Gauss–Legendre on [0, 1] (exact to degree 2n − 1); made once
-    per (n, device) (numpy's leggauss cost 0.5 ms per verification)."""
+    per (n, device) (numpy's leggauss is too slow to call per verification: benchmarks/MEASUREMENTS.md)."""
     key = (n, str(device))
     if key not in _GL:
         x, wts = np.polynomial.legendre.leggauss(n)
@@ -137,7 +137,7 @@ def _ranks_descending(value: torch.Tensor, key: torch.Tensor, group: torch.Tenso
 def _ranks_descending_host(value: torch.Tensor, key: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
     """``_ranks_descending`` on CPU tensors: reference.ties.descending_order on each group of
     several entries (a lone entry has rank 0), without ~20 tensor operations on [B, K] entries
-    (0.2 ms per depth)."""
+    per depth."""
     v, k, g = value.numpy(), key.numpy(), group.numpy()
     rank = np.zeros(g.shape, dtype=np.int64)
     for b in range(g.shape[0]):
@@ -156,8 +156,8 @@ class _HostNodes:
     merged-tree node once (not once per draft slot through it), a child's last-in-order budget
     only when it has a sibling (alone, its order is decided without it), a node's own budget
     only when it is neither of those two.  A node with several drafts gets its float64 rows and
-    q/p when it is solved, in buffers reused across calls (fresh ones cost a CPU page faults: a
-    one-pass solve took 1.2 ms instead of 0.15); a node with one draft takes one pass over its
+    q/p when it is solved, in buffers reused across calls (fresh ones cost a CPU page faults:
+    benchmarks/MEASUREMENTS.md); a node with one draft takes one pass over its
     rows (kseq.single_candidate).  The fixed path forms [B, K, L, V] float64 copies up front and
     solves every slot at both budgets: 1 + 2·K·(L − 1) solves.
     """
@@ -189,7 +189,7 @@ class _HostNodes:
         p64, q64, t, scratch = self.buf
         solved = None
         # one entry at a time: a pass over one row reuses the scratch rows in cache (a gathered
-        # [n, V] stack of the same rows took 4x as long); the bookkeeping is done for all at once
+        # [n, V] stack of the same rows is slower); the bookkeeping is done for all at once
         for e, (b, k, mult) in enumerate(zip(bs.tolist(), ks.tolist(), m.tolist())):
             p_row, q_row = self.dp[b, k, i].unsqueeze(0), self.tp[b, k, i].unsqueeze(0)
             if mult > 1:

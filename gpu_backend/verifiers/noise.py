@@ -19,12 +19,9 @@ them, and B generator calls).
 
 Seeded verification draws with the *grouped* race (``grouped_race``): a race between the G
 group totals of the weights, then one inside the winning group of S tokens (G·S ≥ V, S ≈ √V),
-exactly ∝ w like the flat race but with G + S exponentials per row instead of V.  Measured
-(benchmarks/verify_latency.py, 1 thread of this shared 2-core CPU, V = 151,936, median of 7),
-race noise per verification:
-    B = 1:  flat race from the hash 1.9 ms, grouped race (G + S = 1,315) 0.17 ms,
-            per-row torch.Generator (manual_seed + exponential_) 3.1 ms;
-    B = 16: 100 ms, 0.38 ms, 50 ms.
+exactly ∝ w like the flat race but with G + S exponentials per row instead of V (the race
+noise's cost against the flat race and a per-row torch.Generator, from
+benchmarks/verify_latency.py: benchmarks/MEASUREMENTS.md, "gpu_backend/verifiers/noise.py").
 Explicit noise (``noise=``) keeps the flat race of MatchedSource, so the matched-noise tests
 replay the reference's draws exactly.
 """

@@ -42,8 +42,8 @@ _RELEASED_EPS = 1e-20  # the released code's guard in every denominator
 
 def mul_pow_(acc: torch.Tensor, base: torch.Tensor, n: int) -> torch.Tensor:
     """acc·base^n for an integer n ≥ 0 by square-and-multiply, in place on ``acc`` and ``base``
-    (base is consumed).  torch's pow with an integer exponent ≥ 4 takes a generic path ~20x
-    slower than multiplications on CPU (3 ms vs 0.15 ms per 2^20 float32 at n = 6)."""
+    (base is consumed).  torch's pow with an integer exponent ≥ 4 takes a generic path much
+    slower than multiplications on CPU (benchmarks/MEASUREMENTS.md)."""
     while n:
         if n & 1:
             acc.mul_(base)

@@ -1,7 +1,7 @@
 """The public certification API (oracle.harness.certify_verifier) on a user's verifier.
 
-The README's example (examples/certify_your_verifier.py: token-level speculative sampling
-written from scratch) must be certified on every built-in family, and the same code with the
+The API guide's example (docs/api.md; examples/certify_your_verifier.py: token-level
+speculative sampling written from scratch) must be certified on every built-in family, and the same code with the
 classic bug (residual q instead of (q − p)_+) must fail.  N = 20,000 per case at α = 1e-6:
 a correct verifier fails a case with probability ≤ 1e-6, and the detectable δ (power 0.99) is
 below 0.031 on the small-vocabulary families (0.14 at V = 4,096).  The assertions go through the
@@ -86,10 +86,10 @@ def test_case_family_errors(kwargs, message):
         case_family(**kwargs)
 
 
-def test_readme_example_is_the_example_file():
-    """README's code block runs the code of examples/certify_your_verifier.py, line for line."""
+def test_api_doc_example_is_the_example_file():
+    """docs/api.md's code block runs the code of examples/certify_your_verifier.py, line for line."""
     root = Path(__file__).parents[2]
-    readme = (root / "README.md").read_text()
+    readme = (root / "docs" / "api.md").read_text()
     block = next(b for b in readme.split("```python")[1:] if "def my_sd" in b).split("```")[0]
     example = (root / "examples" / "certify_your_verifier.py").read_text()
     lines = [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.startswith("print")]

@@ -1,7 +1,7 @@
 """The pytest plugin (oracle/pytest_plugin.py) and the hypothesis strategies (oracle/strategies.py).
 
 A user's test file is run by pytester (in process, the plugin loaded from its pytest11 entry
-point): the README example's ``my_sd`` passes ``assert_lossless`` and ``assert_acceptance``
+point): the API guide's (docs/api.md) ``my_sd`` passes ``assert_lossless`` and ``assert_acceptance``
 against "sd", the plain-residual bug fails with the case, its p-values, δ and worst cells in the
 message, and ``my_sd`` accepts fewer tokens than "bv".  Every certification is seeded, so the
 outcomes are deterministic.  The strategies' draws are valid inputs of every reference rule.
@@ -89,7 +89,7 @@ def test_user_file_outcomes_and_messages(user_run):
     assert "spectr-gbv certification: N = 3000, α = 1e-05 per case" in out  # the report header
     # the bug: named case, p-values, δ, empirical TV and worst cells
     result.stdout.re_match_lines([
-        r"E +oracle.pytest_plugin.CertificationFailed: verifier is not lossless: it does not follow the "
+        r"E +spectr_gbv.oracle.pytest_plugin.CertificationFailed: verifier is not lossless: it does not follow the "
         r"exact law of the lossless rule 'sd': 2 of 2 cases fail",
         r"E +\| sd toy V=3 K=1 L=3 \| sd \| 3 \| 1 \| 3 \| float64 \| 3000 \| 1e-05 \| .* \| FAIL \|",
         r"E +case 'sd toy V=3 K=1 L=3': FAIL \(N = 3000, α = 1e-05; each of the four tests at α/4\)",
@@ -102,7 +102,7 @@ def test_user_file_outcomes_and_messages(user_run):
     ])
     # acceptance below bv's: case, mean τ, CI and exact E[τ]
     result.stdout.re_match_lines([
-        r"E +oracle.pytest_plugin.CertificationFailed: verifier's acceptance differs from 'bv''s exact "
+        r"E +spectr_gbv.oracle.pytest_plugin.CertificationFailed: verifier's acceptance differs from 'bv''s exact "
         r"E\[τ\] in 1 of 1 cases:",
         r"E +case 'bv toy V=3 K=1 L=3': mean τ = 2\.[0-9]+, CI \[2\.[0-9]+, 2\.[0-9]+\] \(N = 3000, "
         r"α = 1e-05\), exact E\[τ\] of 'bv' = 2\.4674 \(fewer tokens accepted; mean-test p-value [0-9.e-]+\)",
@@ -111,11 +111,11 @@ def test_user_file_outcomes_and_messages(user_run):
     assert "FAILED test_user.py::test_example_accepts_like_bv" in out
 
 
-def test_readme_example_file_passes(pytester, monkeypatch):
-    """README's "In your own tests" block, run as a test file on the example's my_sd."""
+def test_api_doc_example_file_passes(pytester, monkeypatch):
+    """docs/api.md's "In your own tests" block, run as a test file on the example's my_sd."""
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("### In your own tests (pytest plugin)")[1].split("\n## ")[0]
+    readme = (ROOT / "docs" / "api.md").read_text()
+    section = readme.split("## In your own tests (pytest plugin)")[1].split("\n## ")[0]
     block = section.split("```python")[1].split("```")[0]
     assert len(block.strip().splitlines()) <= 12
     pytester.makepyfile(my_package=f"import runpy\nmy_sd = runpy.run_path({str(EXAMPLE)!r})['my_sd']\n",
