@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-# 2 (2026-12-01): verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes
+# 2: verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes
 # are stale; the dtype probe (dtype_probe.py) shares this file
 CACHE_VERSION = 2
 
