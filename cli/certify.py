@@ -35,10 +35,11 @@ gpu_backend/certify/suite.py.  Three kinds of row:
 * ``conformance`` — a registered rule the reference does not list as lossless (spectr_gbv, the
   released SpecTr-GBV, and spectr_gbv_fixed: docs/rules.md §2.5, lossy for K ≥ 2 with either
   residual): the same fixed-draft cases against its OWN exact law.  Must pass.
-* ``planted`` — wrong rules that must be caught: the planted torch variants of
-  certify_suite.PLANTED (shared uniform in BV, first-failure stopping in BV and GBV, ρ = 1 in
-  K-SEQ and K-SEQ-GBV at K = 2) against the correct rule's exact law, and the released
-  SpecTr-GBV (and spectr_gbv_fixed) against the target's first-token law at K = L = 2.
+* ``planted`` — wrong rules that must be caught: every rule's planted defects (its spec's
+  ``planted``, gpu_backend/certify/planted.py: e.g. a shared uniform in SD and BV, first-failure
+  stopping in BV and GBV, ρ = 1 in K-SEQ, K-SEQ-GBV and K-SEQ-BV at K = 2, reused coins across
+  the drafts in SpecTr-GBV, Traversal and MDBV) against the rule's own exact law, and each lossy
+  rule (spectr_gbv, spectr_gbv_fixed) against the target's first-token law at K = L = 2.
   A planted row runs when its base rule is selected.
 
 Each row reports N, α, the smallest total-variation deviation of the whole outcome law detected

@@ -21,7 +21,11 @@ from spectr_gbv.proofs_check import claims
 from spectr_gbv.proofs_check import tables
 from spectr_gbv.proofs_check.runner import run_claim
 from spectr_gbv.reference.rules import RULES, get_rule, registry
+from spectr_gbv.reference.rules.base import Rule, draw_residual
 from spectr_gbv.reference.rules.bv import BlockVerification as RefBV
+from spectr_gbv.reference.verdict import Verdict
+from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.batch import gather_rows, make_verdict
 
 NAME = "throwaway_bv"
 
@@ -31,14 +35,15 @@ class ThrowawayRef(RefBV):
 
 
 class ThrowawayTorch(TorchBV):
-    name = NAME
+    reference = ThrowawayRef  # name and flags read from it
 
 
 @pytest.fixture
 def throwaway():
     registry.register(registry.RuleSpec(
-        NAME, ThrowawayRef, ThrowawayTorch, single_draft=True, lossless=True, modifies_targets=False,
-        citation="a test", summary="BV under another name"))
+        NAME, ThrowawayRef, ThrowawayTorch, lossless=True, citation="a test", summary="BV under another name",
+        planted=(registry.Planted("planted_throwaway_first_failure", "BV's first-failure defect",
+                                  "spectr_gbv.gpu_backend.certify.planted:FirstFailureBV", 1, 3, 3, 9, 2),)))
     yield NAME
     registry.unregister(NAME)
 
@@ -65,9 +70,20 @@ def test_both_backends_agree_with_the_registry(name):
 def test_registration_is_checked():
     with pytest.raises(ValueError, match="already registered"):
         registry.register(registry.spec("bv"))
-    with pytest.raises(ValueError, match="single_draft=False"):
-        registry.register(registry.RuleSpec("x", RefBV, TorchBV, single_draft=False, lossless=True,
-                                            modifies_targets=False, citation="", summary=""))
+    # the flags are the reference rule's: a spec cannot restate (or contradict) them
+    with pytest.raises(TypeError, match="single_draft"):
+        registry.RuleSpec("x", RefBV, TorchBV, single_draft=False, lossless=True, citation="", summary="")
+    assert registry.RuleSpec("x", RefBV, TorchBV, lossless=True, citation="", summary="").single_draft is True
+    with pytest.raises(ValueError, match="planted defect name 'planted_bv_shared_uniform' is empty or taken"):
+        registry.register(registry.RuleSpec("x", RefBV, TorchBV, lossless=True, citation="", summary="",
+                                            planted=registry.spec("bv").planted))
+    assert "x" not in registry.names()
+    # a torch class porting another rule is refused (gpu_backend.verifiers.check_torch)
+    from spectr_gbv.gpu_backend.verifiers import check_torch
+    from spectr_gbv.gpu_backend.verifiers.gbv import GreedyBlockVerification as TorchGBV
+
+    with pytest.raises(ImportError, match="not the registry's reference rule"):
+        check_torch(registry.RuleSpec("x", RefBV, TorchGBV, lossless=True, citation="", summary=""))
     with pytest.raises(ValueError, match="unknown rule 'nope'; known rules: sd, spectr"):
         registry.spec("nope")
 
@@ -99,3 +115,110 @@ def test_a_registered_rule_is_proved_certified_and_run_by_the_cli(throwaway, tmp
     assert json.loads(out)["rule"] == NAME
     # BV's exact E[τ] on the toy at L = 2 is 11/9
     assert np.isclose(json.loads(out)["expected_accepted"], 11 / 9, atol=1e-12)
+
+
+def test_every_rule_has_a_planted_defect_and_its_certification_data():
+    """Every registered rule has at least one planted defect (a negative control certify must
+    catch), whose base is the rule, and the distinctive rules are the non-modifying multi-draft
+    tree rules."""
+    for s in registry.specs():
+        assert s.planted and all(p.base == s.name for p in s.planted), s.name
+    assert len(registry.planted()) == sum(len(s.planted) for s in registry.specs())
+    assert tuple(s.name for s in registry.specs() if s.distinctive_seeds) == ("kseq_bv", "traversal", "mdbv",
+                                                                              "mdbv_kseq")
+    assert registry.engine_skipped() == {"mdbv": registry.spec("mdbv").engine_skip}
+    assert registry.spec("spectr").rows_L == 1
+
+
+# -- a rule with a new algorithm, registered in one call -------------------------------------------
+
+FRESH = "throwaway_fresh_draw"
+
+
+class FreshDrawRef(Rule):
+    """Accept the first draft token iff it equals a fresh target draw Y ~ q(· | c) (probability
+    q(X_1): coin (0, 1)), then emit a fresh draw from q(· | c, X_1); else emit Y, which given
+    Y ≠ X_1 is ∝ q with X_1 removed.  Lossless: P(first = x) = p(x)q(x) + q(x)(1 − p(x)) = q(x).
+    τ ≤ 1."""
+
+    name = FRESH
+    single_draft = True
+
+    def decide(self, block, source):
+        x = int(block.tokens[0, 0])
+        if source.coin(block.tp[0, 0, x], (0, 1)):
+            return Verdict(1, 0, (x, source.draw(block.tp[0, 1])))
+        weights = block.tp[0, 0].copy()
+        weights[x] = 0.0
+        return Verdict(0, -1, (draw_residual(source, weights, block.tp[0, 0]),))
+
+
+class FreshDrawTorch(Verifier):
+    reference = FreshDrawRef
+
+    def decide(self, batch, noise):
+        x = batch.tokens[:, 0, 0]
+        accept = noise.uniforms[:, 0, 1] <= batch.q_step[:, 0, 0]
+        tau = accept.long()
+        row = torch.zeros_like(tau)
+        q_row = gather_rows(batch.tp, row, tau)
+        weights = q_row.clone()
+        b = torch.arange(batch.B, device=batch.device)
+        weights[b, x] = torch.where(accept, weights[b, x], torch.zeros_like(weights[b, x]))
+        last = noise.draw(weights, q_row)
+        return make_verdict(batch, tau, torch.where(accept, row, torch.full_like(row, -1)), row, last)
+
+
+class FreshDrawKeepsX(FreshDrawTorch):
+    """Planted: on rejection the draw keeps X_1 (∝ q instead of q without X_1)."""
+
+    name = "planted_fresh_draw_keeps_x"
+
+    def decide(self, batch, noise):
+        x = batch.tokens[:, 0, 0]
+        accept = noise.uniforms[:, 0, 1] <= batch.q_step[:, 0, 0]
+        tau = accept.long()
+        row = torch.zeros_like(tau)
+        q_row = gather_rows(batch.tp, row, tau)
+        last = noise.draw(q_row, q_row)
+        return make_verdict(batch, tau, torch.where(accept, row, torch.full_like(row, -1)), row, last)
+
+
+def test_a_new_algorithm_registered_in_one_call_is_listed_certified_and_its_defect_caught():
+    """A rule that is no subclass of a registered one (numpy reference, torch verifier, planted
+    defect): one register call puts it in every derived list, the certification machinery
+    certifies it lossless (toy, V = 4,096 rows and the target law, N = 20,000) and catches its
+    planted defect; unregistered at the end."""
+    registry.register(registry.RuleSpec(
+        FRESH, FreshDrawRef, FreshDrawTorch, lossless=True, citation="a test",
+        summary="accept iff the draft equals a fresh target draw",
+        planted=(registry.Planted("planted_fresh_draw_keeps_x", "rejection draw keeps the draft token",
+                                  FreshDrawKeepsX, 1, 2, 3, 9, 2),)))
+    try:
+        spec = registry.spec(FRESH)
+        assert spec.single_draft and not spec.modifies_targets
+        assert FRESH in registry.names(lossless=True, single_draft=True, modifies_targets=False)
+        assert FRESH in RULES and isinstance(get_rule(FRESH), FreshDrawRef)
+        port = get_verifier(FRESH)
+        assert isinstance(port, FreshDrawTorch) and port.name == FRESH and port.single_draft
+        assert FRESH in tables.lossless_rules() and FRESH in bench_config.default_methods()
+        assert FRESH in registry.help_text() and "planted_fresh_draw_keeps_x" in registry.planted()
+        from spectr_gbv.gpu_backend.certify.engine import engine_rules, planted_for
+
+        assert FRESH in engine_rules() and planted_for([FRESH]) == ()  # not measured on the engine
+        entries = certification.plan([FRESH], quick=True)
+        assert {(e.kind, e.size) for e in entries} == {("lossless", "toy"), ("lossless", "rows"),
+                                                       ("lossless", "law"), ("planted", "planted")}
+        cert = certification.certify_rules([FRESH], quick=True, n_samples=20_000)
+        verdicts = {(r.rule, r.case): r.verdict for r in cert.rows}
+        assert cert.ok, verdicts
+        assert [r.verdict for r in cert.rows if r.kind == "lossless"] == ["PASS"] * 4, verdicts
+        planted = [r for r in cert.rows if r.kind == "planted"]
+        assert [(r.rule, r.verdict) for r in planted] == [("planted_fresh_draw_keeps_x", "CAUGHT")]
+        assert planted[0].p_value < 1e-12
+        # the exact engine proves it lossless
+        result = run_claim(claims.lossless_claim("x", FRESH, "fresh draw is lossless", "test", Ks=(1,)), "quick")
+        assert result.verdict == "holds" and result.worst_deviation <= 1e-12
+    finally:
+        registry.unregister(FRESH)
+    assert FRESH not in registry.names() and "planted_fresh_draw_keeps_x" not in registry.planted()

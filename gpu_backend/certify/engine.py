@@ -28,7 +28,7 @@ for N distinct seeds per rule, and two checks are made on those same runs:
     false-alarm rate stays ≤ α up to the χ² approximation).
 
 Each rule is one row: the three tests at α/3 each (Bonferroni).  A correct (lossless) rule
-must pass all three; a planted wrong rule (``certify_suite.PLANTED``: the real torch verifier
+must pass all three; a planted wrong rule (``registry.planted()``: the real torch verifier
 with one deliberate change, run through the engine with ``verifier=`` and ``rule=`` its base)
 must be caught by (b) — one of its two τ tests rejects at α/3.
 
@@ -40,8 +40,8 @@ only and answers the draw with a fixed token of positive weight (a coin or draw 
 raises).  tests/gpu_backend/test_engine_certify.py checks it equals the τ marginal of
 ``exact_verdict_law`` on toy rows of every rule.
 
-Skipped: ``mdbv`` (its reference rule plans every row on the host: seconds to minutes per
-iteration at this vocabulary).
+Skipped: the rules with an ``engine_skip`` in their spec (``mdbv``: its reference rule plans
+every row on the host, seconds to minutes per iteration at this vocabulary).
 
 Setup (the CI pair): target = the embedded "tiny" model (SmolLM2-135M-Instruct) in float32 at
 T = 1; draft = the same model at T = ``DEFAULT_DRAFT_TEMPERATURE`` (the engine's
@@ -71,22 +71,26 @@ DEFAULT_ENGINE_SEEDS = 100
 QUICK_ENGINE_SEEDS = 60
 DEFAULT_MAX_NEW_TOKENS = 16
 CI_RULES = (DEFAULT_RULE, "sd", "gbv")
-SKIPPED = {"mdbv": "its reference rule plans every row on the host (seconds to minutes per "
-                   "iteration at a real vocabulary)"}
 TESTS_PER_ROW = 3
+
+
+def __getattr__(name: str):
+    if name == "SKIPPED":  # live: {rule: reason} of the specs' ``engine_skip``
+        return registry.engine_skipped()
+    raise AttributeError(name)
 
 
 def engine_rules() -> tuple[str, ...]:
     """Every registered lossless rule the engine runs and this module can certify (the
-    registry's lossless rules without ``SKIPPED``)."""
-    return tuple(r for r in registry.names(lossless=True) if r not in SKIPPED)
+    registry's lossless rules without an ``engine_skip``)."""
+    skipped = registry.engine_skipped()
+    return tuple(r for r in registry.names(lossless=True) if r not in skipped)
 
 
 def planted_for(rules) -> tuple[str, ...]:
-    """The planted wrong rules (``certify_suite.PLANTED``) whose base rule is in ``rules``."""
-    from spectr_gbv.gpu_backend.certify.suite import PLANTED
-
-    return tuple(name for name, p in PLANTED.items() if p.base in rules)
+    """The planted defects (``RuleSpec.planted``) whose base rule is in ``rules`` and that the
+    engine certificate runs (``Planted.engine``: their law of τ differs, measured on the engine)."""
+    return tuple(name for name, p in registry.planted().items() if p.base in rules and p.engine)
 
 
 # -- exact laws --------------------------------------------------------------------------------
@@ -207,18 +211,17 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
     ``name`` and record, per run, the first token and, per iteration, τ and its exact law.
 
     Args:
-        name: a registered rule, or a planted one (``certify_suite.PLANTED``: the engine runs
+        name: a registered rule, or a planted one (``registry.planted()``: the engine runs
             its torch verifier with ``rule=`` its base).  K is forced to 1 for single-draft
             bases.
     Raises:
         ValueError: unknown rule, or the engine's own errors.
     """
-    from spectr_gbv.gpu_backend.certify.suite import PLANTED
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
-    if name in PLANTED:
-        planted = PLANTED[name]
-        base, verifier = planted.base, planted.factory()
+    planted = registry.planted()
+    if name in planted:
+        base, verifier = planted[name].base, planted[name].build()
     else:
         registry.spec(name)  # ValueError for an unknown name
         base, verifier = name, None
@@ -412,7 +415,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
         target, draft: transformers causal LMs (the same object for the tempered-copy pair).
         prompt_ids: list of int token ids.
         rules: registered lossless rules (not ``SKIPPED``); planted: names of
-            ``certify_suite.PLANTED``.
+            ``registry.planted()``.
         n_seeds: N ≥ 2 runs per rule; max_new_tokens: tokens per run (≥ 1; more → more
             iterations for (b)); alpha in (0, 1): per row.
         sampling, draft_sampling: ``SamplingConfig`` of target and draft (default T = 1 and
@@ -430,9 +433,10 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
         raise ValueError(f"n_seeds must be an integer >= 2, got {n_seeds!r}")
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    skipped = registry.engine_skipped()
     for r in rules:
-        if r in SKIPPED:
-            raise ValueError(f"rule {r!r} cannot be certified on the engine: {SKIPPED[r]}")
+        if r in skipped:
+            raise ValueError(f"rule {r!r} cannot be certified on the engine: {skipped[r]}")
         registry.spec(r)
     sampling = sampling or SamplingConfig(1.0)
     draft_sampling = draft_sampling or SamplingConfig(DEFAULT_DRAFT_TEMPERATURE)
@@ -509,9 +513,10 @@ def summary(cert: EngineCertification) -> str:
     lossless = [r for r in cert.rows if r.kind == "lossless"]
     planted = [r for r in cert.rows if r.kind == "planted"]
     word = "CERTIFIED" if cert.ok else "NOT CERTIFIED"
+    skipped = registry.engine_skipped()
     return (f"engine {word}: {sum(r.ok for r in lossless)}/{len(lossless)} lossless rules pass, "
             f"{sum(r.ok for r in planted)}/{len(planted)} planted wrong rules caught; "
-            f"skipped: {', '.join(sorted(SKIPPED))} ({'; '.join(SKIPPED.values())})")
+            f"skipped: {', '.join(sorted(skipped))} ({'; '.join(skipped.values())})")
 
 
 def quick_certification(progress: Callable[[EngineRow], None] | None = None) -> EngineCertification:

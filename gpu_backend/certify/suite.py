@@ -1,40 +1,30 @@
 """The certification suite of the torch verifiers: cases, the verifiers certified (``suite_verifier``) and
-the planted wrong rules.  Shared by ``spectr-gbv certify`` (gpu_backend/certify/verifiers.py) and the
+the planted defects' cases.  Shared by ``spectr-gbv certify`` (gpu_backend/certify/verifiers.py) and the
 tests (tests/gpu_backend/test_verifiers_certify.py, test_verifiers_certify_distinctive.py,
-test_certify_cli.py).
+test_certify_cli.py).  Every per-rule number (seeds, shapes, planted defects) is a field of the
+rule's spec (reference.rules.registry.RuleSpec).
 
 Cases (oracle.certify FixedCase: fixed draft blocks, the backend's outcomes against the
 reference rule's exact law given them):
   * ``toy_cases``: V = 3 (K = 3, L = 3) in float32 and V = 4 (K = 2, L = 2) in bfloat16
     (K = 1 for single-draft rules), toy models of oracle.certify_cases;
   * ``large_case``: random peaked rows at V = 4,096 (oracle.certify_cases.large_models(4096, 21)),
-    K = 2, L = 2 (K = 1 single-draft; SpecTr at L = 1: beyond depth 1 its ρ* is solved per
-    row, ~0.3 ms per row at V = 4,096 on this CPU);
-  * ``distinctive_case``: the non-modifying rules' cases (toy V = 3 seeds ``TOY_SEED``, rows V = 4,096
-    seed 29), checked to be at TV ≥ 0.05 from the other multi-draft rules.
+    K = 2 (K = 1 single-draft), L = the spec's ``rows_L`` (2; SpecTr 1: beyond depth 1 its ρ*
+    is solved per row, ~0.3 ms per row at V = 4,096 on this CPU);
+  * ``distinctive_case``: the cases of the rules with ``distinctive_seeds`` (toy V = 3 and rows
+    V = 4,096 at the spec's seeds), checked to be at TV ≥ 0.05 from the other multi-draft rules.
 bfloat16 cases use rows exact in bfloat16 that sum to exactly 1 (``bf16_exact``), and every case
 is drawn with a seed where no value of τ has probability above 0.99 (``nondegenerate_case``):
 tests/gpu_backend/test_verifiers_certify.py (module doc) says why.
 
-Planted wrong rules (``PLANTED``): the real torch verifier with one deliberate change, certified
-against the correct rule's exact law; the certification must catch each.
-  * ``planted_bv_shared_uniform``: BV with one uniform shared by all positions of the block;
-  * ``planted_bv_first_failure`` / ``planted_gbv_first_failure``: BV / GBV stopping at the
-    first failed coin instead of taking the last success;
-  * ``planted_spectr_rho1`` / ``planted_kseq_gbv_rho1``: K-SEQ (SpecTr) / K-SEQ-GBV with
-    ρ = 1 instead of ρ* at K = 2;
-and the law-level one (``released_rule_against_target``): the released SpecTr-GBV against the
-target's first-token law at K = L = 2 (docs/rules.md §2.5).  The changes are made by swapping one
-module-level helper of the rule's module for the duration of ``decide`` (not thread-safe; the
-certification runs one verification at a time).
+Planted defects (``registry.planted()``, ``RuleSpec.planted``; classes in
+gpu_backend/certify/planted.py): the real torch verifier with one deliberate change, certified
+against the correct rule's exact law on ``planted_case``; the certification must catch each.
+The law-level negative controls (``oracle.certify_cases.released_rule_against_target``): the
+lossy rules against the target's first-token law at K = L = 2 (docs/rules.md §2.5).
 """
 
 from __future__ import annotations
-
-import contextlib
-import dataclasses
-from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -45,16 +35,6 @@ from spectr_gbv.reference.rules import get_rule, registry
 
 from spectr_gbv.gpu_backend import verifiers as _verifiers
 from spectr_gbv.reference.exact import total_variation
-from spectr_gbv.gpu_backend.verifiers import bv as _bv
-from spectr_gbv.gpu_backend.verifiers import gbv as _gbv
-from spectr_gbv.gpu_backend.verifiers import kseq_gbv as _kseq_gbv
-from spectr_gbv.gpu_backend.verifiers import mdbv_kseq as _mdbv_kseq
-from spectr_gbv.gpu_backend.verifiers import spectr as _spectr
-from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
-from spectr_gbv.gpu_backend.verifiers.gbv import GreedyBlockVerification
-from spectr_gbv.gpu_backend.verifiers.kseq_gbv import KSeqGBV
-from spectr_gbv.gpu_backend.verifiers.mdbv_kseq import MDBVKSeq
-from spectr_gbv.gpu_backend.verifiers.spectr import SpecTr
 
 LARGE_V = 4096
 
@@ -62,14 +42,15 @@ LARGE_V = 4096
 # -- verifiers ---------------------------------------------------------------------------------
 
 def suite_verifier(rule: str, dtype: torch.dtype, device: str | torch.device = "cpu"):
-    """The torch verifier certified under ``rule``: a planted wrong rule of ``PLANTED`` or the
+    """The torch verifier certified under ``rule``: a planted defect (``registry.planted()``) or the
     registered one (``gpu_backend.verifiers.get_verifier``, read at call time so a patched
     registry is used), taking certification's numpy rows in ``dtype`` on ``device``.
 
     Raises:
         ValueError: unknown rule name.
     """
-    made = PLANTED[rule].factory() if rule in PLANTED else _verifiers.get_verifier(rule)
+    planted = registry.planted()
+    made = planted[rule].build() if rule in planted else _verifiers.get_verifier(rule)
     return made.on(device, dtype)
 
 
@@ -147,26 +128,34 @@ def toy_cases(rule: str, single_draft: bool | None = None) -> list[FixedCase]:
 
 
 def large_case(rule: str, dtype: str, single_draft: bool | None = None) -> FixedCase:
-    """Random rows at V = 4,096, K = 2 (1 single-draft), L = 2 (SpecTr: L = 1), ``dtype``."""
+    """Random rows at V = 4,096, K = 2 (1 single-draft), L = the spec's ``rows_L`` (2; SpecTr: 1),
+    ``dtype``."""
     single = registry.is_single_draft(rule) if single_draft is None else single_draft
     K = 1 if single else 2
-    L = 1 if rule == "spectr" else 2
+    L = registry.spec(rule).rows_L
     return nondegenerate_case(f"{rule} rows V={LARGE_V} K={K} L={L} {dtype}", rule,
                               large_models(LARGE_V, 21), K, L, 22, backend_dtype=dtype)
 
 
-# The non-modifying rules' cases (tests/gpu_backend/test_verifiers_certify_distinctive.py): seeds chosen by
-# scanning so that the rule's law is at TV ≥ 0.05 from each of DISTINCT_FROM.
+# The non-modifying rules' cases (tests/gpu_backend/test_verifiers_certify_distinctive.py): per rule the
+# spec's ``distinctive_seeds`` (toy, rows), chosen by scanning so that the rule's law is at
+# TV ≥ 0.05 from each of DISTINCT_FROM.
 DISTINCT_FROM = ("kseq_bv", "traversal", "spectr")
-TOY_SEED = {"kseq_bv": 14, "traversal": 14, "mdbv": 15, "mdbv_kseq": 16}  # MDBV accepts the whole block of seed 14
-ROWS_SEED = 29
-# per-rule exceptions to ROWS_SEED: at seed 29 MDBV-KSEQ's law is within TV 0.05 of SpecTr's
-ROWS_SEEDS = {"mdbv_kseq": 38}
+
+
+def distinctive_rules() -> tuple[str, ...]:
+    """The registered rules certified on distinctive cases (``distinctive_seeds`` set)."""
+    return tuple(s.name for s in registry.specs() if s.distinctive_seeds is not None)
+
+
+def toy_seed(rule: str) -> int:
+    """Draft seed of a rule's distinctive V = 3 case."""
+    return registry.spec(rule).distinctive_seeds[0]
 
 
 def rows_seed(rule: str) -> int:
     """Draft seed of a rule's distinctive V = 4,096 case."""
-    return ROWS_SEEDS.get(rule, ROWS_SEED)
+    return registry.spec(rule).distinctive_seeds[1]
 
 
 def distinctive_case(name, rule, models, K, L, seed, others=(), check: bool = True) -> FixedCase:
@@ -193,144 +182,38 @@ def distinctive_case(name, rule, models, K, L, seed, others=(), check: bool = Tr
 def distinctive_cases(rule: str, check: bool = False) -> list[FixedCase]:
     """The toy (V = 3, K = L = 3) and rows (V = 4,096, K = L = 2) cases of a non-modifying rule
     (empty for the other rules)."""
-    if rule not in TOY_SEED:
+    if registry.spec(rule).distinctive_seeds is None:
         return []
     others = tuple(r for r in DISTINCT_FROM if r != rule)
     return [distinctive_case(f"{rule} toy V=3 K=3 L=3 float32 (distinctive)", rule, toy_models(3, 12),
-                             3, 3, TOY_SEED[rule], others, check),
+                             3, 3, toy_seed(rule), others, check),
             distinctive_case(f"{rule} rows V={LARGE_V} K=2 L=2 float32 (distinctive)", rule,
                              large_models(LARGE_V, 21), 2, 2, rows_seed(rule), others, check)]
 
 
-# -- planted wrong rules -----------------------------------------------------------------------
+# -- planted defects -----------------------------------------------------------------------------
 
-@contextlib.contextmanager
-def _replaced(module, name: str, value):
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
-def first_failure(uniforms: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """The wrong stopping rule: τ = (the first i with uniforms[..., i] > h[..., i]) − 1, L if
-    none (``gbv.last_success``'s signature)."""
-    L = h.shape[-1] - 1
-    fail = uniforms[..., 1:] > h[..., 1:]
-    lengths = torch.arange(1, L + 1, device=h.device)
-    return torch.where(fail, lengths, torch.full_like(lengths, L + 1)).amin(dim=-1) - 1
+def planted_case(planted: registry.Planted, backend_dtype: str = "float32") -> FixedCase:
+    """A planted defect's case: toy_models(V, models_seed), K drafts of L tokens from the first
+    non-degenerate seed at draft_seed, certified against its base rule's exact law, expected
+    to fail."""
+    p = planted
+    return nondegenerate_case(f"{p.name} vs {p.base} toy V={p.V} K={p.K} L={p.L} {backend_dtype}",
+                              p.name, toy_models(p.V, p.models_seed), p.K, p.L, p.draft_seed,
+                              backend_dtype=backend_dtype, reference_rule=p.base, expect_pass=False)
 
 
-def _rho_one(p, q, k, **_):
-    return torch.ones(p.shape[0], dtype=torch.float64, device=p.device)
+def __getattr__(name: str):
+    if name == "PLANTED":  # live: every registered rule's planted defects, by name
+        return registry.planted()
+    if name == "TOY_SEED":  # live: {rule: toy seed} of the rules with distinctive cases
+        return {r: toy_seed(r) for r in distinctive_rules()}
+    if name in _PLANTED_CLASSES:  # the classes moved to gpu_backend/certify/planted.py
+        from spectr_gbv.gpu_backend.certify import planted
+
+        return getattr(planted, name)
+    raise AttributeError(name)
 
 
-class SharedUniformBV(BlockVerification):
-    """BV with ONE uniform shared by the whole block (coin (0, i) reads η_1 for every i)."""
-
-    name = "planted_bv_shared_uniform"
-
-    def decide(self, batch, noise):
-        u = noise.uniforms[:, :, 1:2].expand_as(noise.uniforms)
-        return super().decide(batch, dataclasses.replace(noise, uniforms=u))
-
-
-class FirstFailureBV(BlockVerification):
-    """BV stopping at the first failed coin instead of taking the last success."""
-
-    name = "planted_bv_first_failure"
-
-    def decide(self, batch, noise):
-        with _replaced(_bv, "last_success", first_failure):
-            return super().decide(batch, noise)
-
-
-class FirstFailureGBV(GreedyBlockVerification):
-    """GBV stopping at the first failed coin instead of taking the last success."""
-
-    name = "planted_gbv_first_failure"
-
-    def decide(self, batch, noise):
-        with _replaced(_gbv, "last_success", first_failure):
-            return super().decide(batch, noise)
-
-
-class UnscaledSpecTr(SpecTr):
-    """K-SEQ (SpecTr) with ρ = 1 instead of ρ*: over-accepts, and its residual is wrong."""
-
-    name = "planted_spectr_rho1"
-
-    def decide(self, batch, noise):
-        with _replaced(_spectr, "rho_star", _rho_one):
-            return super().decide(batch, noise)
-
-
-class UnscaledKSeqGBV(KSeqGBV):
-    """K-SEQ-GBV with ρ = 1 instead of ρ*."""
-
-    name = "planted_kseq_gbv_rho1"
-
-    def decide(self, batch, noise):
-        with _replaced(_kseq_gbv, "rho_star", _rho_one):
-            return super().decide(batch, noise)
-
-
-def _fallback_is_budget(plan):
-    """MDBV-KSEQ's plan with every inner node's fallback coin at its budget w instead of
-    (w − ΣA)/(1 − ΣA): it ignores the mass its children already accepted, so it over-accepts."""
-    def wrong(batch):
-        w, h, *rest = plan(batch)
-        h = h.clone()
-        h[:, :, 1:batch.L] = w[:, :, 1:batch.L]
-        return (w, h, *rest)
-    return wrong
-
-
-class FallbackAtBudgetMDBVKSeq(MDBVKSeq):
-    """MDBV-KSEQ whose inner nodes fall back with probability w (module function above)."""
-
-    name = "planted_mdbv_kseq_fallback"
-
-    def decide(self, batch, noise):
-        with _replaced(_mdbv_kseq, "plan", _fallback_is_budget(_mdbv_kseq.plan)):
-            return super().decide(batch, noise)
-
-
-@dataclass(frozen=True)
-class Planted:
-    """A planted wrong rule: ``factory()`` builds it; it is certified against ``base``'s exact
-    law on ``case(name, dtype)`` and must be caught."""
-
-    name: str
-    base: str
-    description: str
-    factory: Callable[[], object]
-    K: int
-    L: int
-    V: int
-    models_seed: int
-    draft_seed: int
-
-    def case(self, backend_dtype: str = "float32") -> FixedCase:
-        return nondegenerate_case(f"{self.name} vs {self.base} toy V={self.V} K={self.K} L={self.L} {backend_dtype}",
-                                  self.name, toy_models(self.V, self.models_seed), self.K, self.L,
-                                  self.draft_seed, backend_dtype=backend_dtype, reference_rule=self.base,
-                                  expect_pass=False)
-
-
-PLANTED: dict[str, Planted] = {p.name: p for p in (
-    Planted("planted_bv_shared_uniform", "bv", "BV with one uniform shared by the block",
-            SharedUniformBV, 1, 3, 3, 9, 2),
-    Planted("planted_bv_first_failure", "bv", "BV stopping at the first failed coin",
-            FirstFailureBV, 1, 3, 3, 9, 2),
-    Planted("planted_gbv_first_failure", "gbv", "GBV stopping at the first failed coin",
-            FirstFailureGBV, 1, 3, 3, 9, 2),
-    Planted("planted_spectr_rho1", "spectr", "K-SEQ (SpecTr) with rho = 1 at K = 2",
-            UnscaledSpecTr, 2, 2, 3, 5, 3),
-    Planted("planted_kseq_gbv_rho1", "kseq_gbv", "K-SEQ-GBV with rho = 1 at K = 2",
-            UnscaledKSeqGBV, 2, 2, 3, 5, 3),
-    Planted("planted_mdbv_kseq_fallback", "mdbv_kseq", "MDBV-KSEQ falling back with probability w at inner nodes",
-            FallbackAtBudgetMDBVKSeq, 3, 3, 3, 12, 16),
-)}
+_PLANTED_CLASSES = ("SharedUniformBV", "FirstFailureBV", "FirstFailureGBV", "UnscaledSpecTr",
+                    "UnscaledKSeqGBV", "FallbackAtBudgetMDBVKSeq", "first_failure")

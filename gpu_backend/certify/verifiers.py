@@ -138,7 +138,9 @@ def parse_rules(text: str | None, known: tuple[str, ...]) -> list[str]:
 
 
 def plan(rules: list[str], quick: bool) -> list[Entry]:
-    """The entries for ``rules``: per rule its fixed cases, then the law-level and planted ones."""
+    """The entries for ``rules``: per rule its fixed cases (and the law-level case of a lossless
+    rule), then per rule its planted defects (``RuleSpec.planted``), then per lossy rule the
+    law-level negative control (the rule against the target's first-token law: caught)."""
     from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
     from spectr_gbv.reference.rules import registry
 
@@ -152,7 +154,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
         single = registry.is_single_draft(rule)
         ref = f"{rule} exact law"
         entries.append(Entry(kind, rule, ref, "toy", lambda r=rule, s=single: suite.toy_cases(r, s)))
-        if rule in suite.TOY_SEED:
+        if registry.spec(rule).distinctive_seeds is not None:
             # the non-modifying rules are certified on their own cases (as in the tests): no
             # large_case, whose seed scan computes MDBV's exact law at V = 4,096 (10-50 s each)
             # on three degenerate seeds first
@@ -166,24 +168,22 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
         if rule in lossless:
             entries.append(Entry(kind, rule, "target first-token law", "law",
                                  lambda r=rule, s=single: [lossless_against_target(r, 1 if s else 2, 2)]))
-    for planted in suite.PLANTED.values():
-        if planted.base in rules:
-            entries.append(Entry("planted", planted.name, f"{planted.base} exact law", "planted",
+    for rule in rules:
+        for planted in registry.spec(rule).planted:
+            entries.append(Entry("planted", planted.name, f"{rule} exact law", "planted",
                                  lambda p=planted: [p.case()], planted.description))
-    if "spectr_gbv" in rules:
-        entries.append(Entry("planted", "spectr_gbv", "target first-token law", "law_planted",
-                             lambda: [released_rule_against_target(2, 2)],
-                             "released SpecTr-GBV against the target law (docs/rules.md §2.5)"))
-    if "spectr_gbv_fixed" in rules:
-        def fixed_vs_target():
+    for rule in rules:
+        if rule in lossless:
+            continue
+
+        def lossy_vs_target(r=rule):
             case = released_rule_against_target(2, 2)
-            case.name, case.rule = "spectr_gbv_fixed vs target law, toy K=2 L=2", "spectr_gbv_fixed"
+            case.name, case.rule = f"{r} vs target law, toy K=2 L=2", r
             return [case]
 
-        entries.append(Entry("planted", "spectr_gbv_fixed", "target first-token law", "law_planted",
-                             fixed_vs_target,
-                             "SpecTr-GBV with the consistent residual and Algorithm 2 against the "
-                             "target law (also lossy: docs/rules.md §2.5)"))
+        entries.append(Entry("planted", rule, "target first-token law", "law_planted", lossy_vs_target,
+                             f"{registry.spec(rule).summary}, against the target law (lossy: "
+                             "docs/rules.md §2.5)"))
     return entries
 
 

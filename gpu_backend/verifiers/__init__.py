@@ -22,8 +22,6 @@ tolerances: gpu_backend/verifiers/inputs.py; noise: noise.py; ρ*: kseq.py.
 
 from __future__ import annotations
 
-import importlib
-
 from spectr_gbv.reference.rules import registry
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
@@ -39,25 +37,25 @@ from spectr_gbv.gpu_backend.verifiers.spectr import SpecTr
 from spectr_gbv.gpu_backend.verifiers.spectr_gbv import SpecTrGBV
 from spectr_gbv.gpu_backend.verifiers.traversal import TraversalVerification
 
-def _torch_class(path) -> type:
-    """The class of a registry ``torch`` entry: "module:Class", or the class itself."""
-    if isinstance(path, type):
-        return path
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+_torch_class = registry._load  # the class of a registry ``torch`` entry: "module:Class", or the class
 
 
 def _check_registry() -> None:
-    """Every registered rule has its torch class, and that class agrees with the registry on
-    single_draft and modifies_targets (import-time check: the backends cannot drift apart)."""
+    """Every registered rule has its torch class, a Verifier porting the spec's reference rule
+    (import-time check: its flags are read from that rule, so they cannot drift apart; a torch
+    class naming another rule would)."""
     for spec in registry.specs():
-        cls = _torch_class(spec.torch)
-        if not (isinstance(cls, type) and issubclass(cls, Verifier)):
-            raise ImportError(f"rule {spec.name!r}: {spec.torch} is not a Verifier subclass")
-        made = cls(**spec.params)
-        for attr in ("single_draft", "modifies_targets"):
-            if bool(getattr(made, attr, False)) != getattr(spec, attr):
-                raise ImportError(f"rule {spec.name!r}: {spec.torch} disagrees with the registry on {attr}")
+        check_torch(spec)
+
+
+def check_torch(spec) -> None:
+    """ImportError unless ``spec.torch`` is a Verifier subclass porting ``spec.reference()``'s class."""
+    cls = _torch_class(spec.torch)
+    if not (isinstance(cls, type) and issubclass(cls, Verifier)):
+        raise ImportError(f"rule {spec.name!r}: {spec.torch} is not a Verifier subclass")
+    if not isinstance(spec.reference(), getattr(cls, "reference", ())):
+        raise ImportError(f"rule {spec.name!r}: {spec.torch} ports {getattr(cls, 'reference', None)!r}, "
+                          f"not the registry's reference rule")
 
 
 _check_registry()

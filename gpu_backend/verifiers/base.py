@@ -12,19 +12,38 @@ from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch, as_tensor, pr
 from spectr_gbv.gpu_backend.verifiers.noise import Noise, make_noise
 
 
+class _FromReference:
+    """A flag of the verifier read from the numpy rule it ports (declared there once): on the
+    class, the Rule class's; on an instance, its ``reference_rule``'s (built with the
+    verifier's parameters, e.g. ``modifies_targets`` follows ``algorithm2``)."""
+
+    def __set_name__(self, owner, attr):
+        self.attr = attr
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return getattr(cls.reference, self.attr)
+        return getattr(obj.reference_rule, self.attr)
+
+
 class Verifier(ABC):
     """A batched rule with the contract of gpu_backend.verifiers (module doc).
 
-    Subclasses set ``name``, ``single_draft``, ``modifies_targets`` and implement ``decide``,
+    Subclasses set ``reference`` (the numpy ``Rule`` class they port: ``name``,
+    ``single_draft`` and ``modifies_targets`` are read from it, declared there once), take the
+    rule's parameters in ``__init__`` and return the matching numpy rule from
+    ``make_reference`` (default: ``reference()``), and implement ``decide``,
     which must not synchronise with the host (no .item(), .tolist(), nonzero(), shape-changing
     boolean indexing or Python branching on tensor values) and may loop in Python only over
     the static sizes K and L (and over chunks whose count follows from the shapes).  Checked by
     running every rule on the meta device (tests/gpu_backend/test_verifiers_layout.py).
+    A planted wrong rule (gpu_backend/certify/planted.py) overrides ``name`` only.
     """
 
-    name: str = ""
-    single_draft: bool = False
-    modifies_targets: bool = False
+    reference: type  # the numpy Rule class this verifier ports
+    name = _FromReference()
+    single_draft = _FromReference()
+    modifies_targets = _FromReference()
     # where numpy inputs are placed (tensors are used where they are): see ``on``
     input_device = None
     input_dtype = None
@@ -76,6 +95,18 @@ class Verifier(ABC):
         nz = make_noise(batch.B, batch.K, batch.L, batch.V, batch.device, batch.dtype,
                         seeds=seeds, noise=noise, validate=validate)
         return self.decide(batch, nz)
+
+    def make_reference(self):
+        """The numpy reference rule with this verifier's parameters (override with parameters)."""
+        return self.reference()
+
+    @property
+    def reference_rule(self):
+        """``make_reference()``, built once per verifier."""
+        rule = self.__dict__.get("_reference_rule")
+        if rule is None:
+            rule = self.__dict__["_reference_rule"] = self.make_reference()
+        return rule
 
     @abstractmethod
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:

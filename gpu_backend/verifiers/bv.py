@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import bv as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.batch import gather_rows, make_verdict, per_case, reduce_rows
@@ -32,8 +33,7 @@ def _excess_sum(p, q, w, buffers):
 
 
 class BlockVerification(Verifier):
-    name = "bv"
-    single_draft = True
+    reference = ref.BlockVerification
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         L = batch.L

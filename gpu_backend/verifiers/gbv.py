@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import gbv as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.batch import (batch_index, gather_rows, make_verdict, modification_record, per_case,
@@ -101,12 +102,13 @@ def greedy_outcome(batch: PreparedBatch, noise: Noise, row: torch.Tensor, tau: t
 class GreedyBlockVerification(Verifier):
     """GBV; ``algorithm2=False`` is the lossy variant without the distribution modification."""
 
-    name = "gbv"
-    single_draft = True
+    reference = ref.GreedyBlockVerification
 
     def __init__(self, algorithm2: bool = True):
         self.algorithm2 = bool(algorithm2)
-        self.modifies_targets = self.algorithm2
+
+    def make_reference(self):
+        return self.reference(algorithm2=self.algorithm2)
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         rho = torch.ones(batch.B, dtype=torch.float64, device=batch.device)

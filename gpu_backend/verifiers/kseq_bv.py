@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import kseq_bv as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.batch import batch_index, gather_rows, make_verdict, per_case, reduce_rows
@@ -77,8 +78,7 @@ class KSeqBV(Verifier):
     Contract: gpu_backend.verifiers (module doc).  Source: reference/rules/kseq_bv.py.
     """
 
-    name = "kseq_bv"
-    modifies_targets = False
+    reference = ref.KSeqBV
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         B, K, L = batch.B, batch.K, batch.L

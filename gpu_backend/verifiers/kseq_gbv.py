@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import kseq_gbv as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.batch import batch_index, per_case
@@ -25,11 +26,13 @@ from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 
 class KSeqGBV(Verifier):
-    name = "kseq_gbv"
+    reference = ref.KSeqGBV
 
     def __init__(self, algorithm2: bool = True):
         self.algorithm2 = bool(algorithm2)
-        self.modifies_targets = self.algorithm2
+
+    def make_reference(self):
+        return self.reference(algorithm2=self.algorithm2)
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         B, K = batch.B, batch.K

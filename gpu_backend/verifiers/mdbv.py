@@ -56,6 +56,7 @@ from spectr_gbv.reference.rules.mdbv import plan_nodes
 from spectr_gbv.reference.ties import better, descending_order
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import mdbv as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.bv import OneDraftIsBV
@@ -433,8 +434,7 @@ class MultiDraftBlockVerification(OneDraftIsBV, Verifier):
     batch row (host-side numpy, module doc).  Source: reference/rules/mdbv.py.
     """
 
-    name = "mdbv"
-    modifies_targets = False
+    reference = ref.MultiDraftBlockVerification
 
     def decide_tree(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         """The rule on the merged draft tree, at any K (``decide`` takes it for K ≥ 2)."""

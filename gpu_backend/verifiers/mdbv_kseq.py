@@ -53,6 +53,7 @@ import numpy as np
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import mdbv as ref
 from spectr_gbv.reference.ties import ATOL, RTOL, descending_order
 
 from spectr_gbv.gpu_backend.verifiers.merged_tree import merged_tree
@@ -351,8 +352,7 @@ class MDBVKSeq(OneDraftIsBV, Verifier):
     module doc.  Contract: gpu_backend.verifiers (module doc).  Source: reference/rules/mdbv.py
     with families=("classes",), max_cut=0."""
 
-    name = "mdbv_kseq"
-    modifies_targets = False
+    reference = ref.MDBVKSeq
 
     def decide_tree(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         """The rule on the merged draft tree, at any K (``decide`` takes it for K ≥ 2)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import sd as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.batch import gather_rows, make_verdict
@@ -19,8 +20,7 @@ from spectr_gbv.gpu_backend.verifiers.noise import Noise
 
 
 class TokenVerification(Verifier):
-    name = "sd"
-    single_draft = True
+    reference = ref.TokenVerification
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         accept = torch.clamp_max(batch.q_step[:, 0] / batch.p_step[:, 0], 1.0)  # p > 0: validated

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import spectr as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.batch import batch_index, gather_rows, make_verdict
@@ -32,7 +33,7 @@ def first_true(mask: torch.Tensor) -> torch.Tensor:
 
 
 class SpecTr(Verifier):
-    name = "spectr"
+    reference = ref.SpecTr
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         B, K, L = batch.B, batch.K, batch.L

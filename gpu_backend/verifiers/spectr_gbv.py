@@ -30,6 +30,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import spectr_gbv as ref
 
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
 from spectr_gbv.gpu_backend.verifiers.batch import (batch_index, gather_rows, make_verdict, modification_record, per_case,
@@ -117,14 +118,16 @@ class SpecTrGBV(Verifier):
         algorithm2: return the Algorithm 2 record w(z) = q(z)(1 − m(z))^K (kind "spectr_gbv").
     """
 
-    name = "spectr_gbv"
+    reference = ref.SpecTrGBV
 
     def __init__(self, residual: str = "released", algorithm2: bool = False):
         if residual not in RESIDUALS:
             raise ValueError(f"residual must be one of {RESIDUALS}, got {residual!r}")
         self.residual = residual
         self.algorithm2 = bool(algorithm2)
-        self.modifies_targets = self.algorithm2
+
+    def make_reference(self):
+        return self.reference(residual=self.residual, algorithm2=self.algorithm2)
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         B, K, L = batch.B, batch.K, batch.L

@@ -40,6 +40,7 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.rules import traversal as ref
 
 from spectr_gbv.gpu_backend.verifiers.merged_tree import merged_tree
 from spectr_gbv.gpu_backend.verifiers.base import Verifier
@@ -237,8 +238,7 @@ class TraversalVerification(OneDraftIsBV, Verifier):
     Contract: gpu_backend.verifiers (module doc).  Source: reference/rules/traversal.py.
     """
 
-    name = "traversal"
-    modifies_targets = False
+    reference = ref.TraversalVerification
 
     def decide_tree(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:
         """The rule on the merged draft tree, at any K (``decide`` takes it for K ≥ 2)."""

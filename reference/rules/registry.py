@@ -1,20 +1,23 @@
 """The one registry of verification rules: every list of rules in the project derives from it.
 
 Per rule: its name, how to build the numpy reference, the torch verifier class (as a dotted
-path, so this module stays numpy-only), its parameters, and the facts the rest of the project
-asks about — single-draft (K must be 1), lossless (certified and proved as such),
-modifies later targets (Algorithm 2 records), citation and a one-line summary.  The claims'
+path, so this module stays numpy-only), its parameters, the facts the rest of the project
+asks about — lossless (certified and proved as such), citation, a one-line summary, the
+engine's and the benchmark's flags — and its certification data (planted defects, case seeds
+and shapes, engine skip, test variants).  Single-draft (K must be 1) and modifies-later-targets
+(Algorithm 2 records) are declared on the numpy ``Rule`` and read from it.  The claims'
 tables, ``spectr-gbv certify``'s plan, the engine's and the benchmark's rule sets, the CLI
-choices and help texts all read it, so adding a rule is: the reference module, the torch module
-and one ``register(RuleSpec(...))`` call (README, "Adding a rule").
+choices and help texts, and the tests all read it, so adding a rule is: the reference module,
+the torch module and one ``register(RuleSpec(...))`` call (docs/adding_a_rule.md).
 
 The registry is live: a rule registered at run time (e.g. by a test, or by a user's package
 before calling the CLI) appears in every derived list.  ``gpu_backend.verifiers`` checks at
-import that every registered torch class exists and carries the rule's name.
+import that every registered torch class exists and ports the spec's reference rule.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -22,8 +25,65 @@ from spectr_gbv.reference.rules.base import Rule
 
 
 @dataclass(frozen=True)
+class Planted:
+    """A planted defect of a rule: its torch verifier with one deliberate, law-relevant change
+    (a negative control).  ``spectr-gbv certify`` certifies it against the rule's exact law on
+    ``case()`` and must catch it (tests/gpu_backend/test_certify_cli.py also asks p < 1e-40 at
+    N = 5,000 and that the rule itself passes the same case).
+
+    Attributes:
+        name: the planted rule's name (a certify row; must not be a registered rule's name).
+        description: one line for the report.
+        factory: "module:Class" of the wrong torch verifier (a subclass of the rule's), or the
+            class itself; built with no arguments.
+        K, L, V: the toy case's shape (oracle.certify_cases.toy_models(V, models_seed), drafts
+            seeded from draft_seed; the first non-degenerate seed is taken, as every toy case).
+        models_seed, draft_seed: its seeds.
+        engine: ``spectr-gbv certify --engine`` runs it too and must catch it by the law of τ
+            (only for defects that change τ's law and were measured on the engine).
+        base: the rule it deviates from (filled in by ``RuleSpec``).
+    """
+
+    name: str
+    description: str
+    factory: str | type
+    K: int
+    L: int
+    V: int
+    models_seed: int
+    draft_seed: int
+    engine: bool = False
+    base: str = ""
+
+    def build(self):
+        """A fresh instance of the wrong torch verifier (imports torch)."""
+        return _load(self.factory)()
+
+    def case(self, backend_dtype: str = "float32"):
+        """Its certification case (``gpu_backend.certify.suite.planted_case``; imports torch)."""
+        from spectr_gbv.gpu_backend.certify.suite import planted_case
+
+        return planted_case(self, backend_dtype)
+
+
+def _load(path: str | type) -> type:
+    """The class of a "module:Class" path, or the class itself."""
+    if isinstance(path, type):
+        return path
+    import importlib
+
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
 class RuleSpec:
     """What the project knows about one rule.
+
+    The rule's own facts — ``single_draft`` (K must be 1) and ``modifies_targets`` (it returns
+    Algorithm 2 records that later iterations must carry) — are declared once, on the numpy
+    ``Rule`` class (and its parameters); the spec reads them from ``reference()`` and the torch
+    ``Verifier`` reads them from the numpy rule it ports (``Verifier.reference``).
 
     Attributes:
         name: registry name (CLI ``--rule``, ``get_rule``, ``get_verifier``).
@@ -31,13 +91,11 @@ class RuleSpec:
         torch: "module:Class" of the batched torch verifier (``gpu_backend.verifiers.base.
             Verifier`` subclass), imported only when a torch verifier is asked for; or the
             class itself (a rule defined in a notebook or a test).
-        params: keyword parameters of both implementations (e.g. ``algorithm2=True``).
-        single_draft: the rule is defined for K = 1 only.
         lossless: the project proves and certifies it lossless (False: implemented
             faithfully, checked against its own law only).
-        modifies_targets: it returns Algorithm 2 records that later iterations must carry.
         citation: where the rule comes from (paper, algorithm).
         summary: one line for help texts.
+        params: keyword parameters of both implementations (e.g. ``algorithm2=True``).
         bench: in the engine benchmark's default method set (False for rules too slow at a
             real vocabulary, e.g. MDBV's host plan).
         draft_stopping: the rule stays lossless when the block length is chosen while drafting
@@ -55,20 +113,50 @@ class RuleSpec:
             law of the block given through its conditionals); False (the safe default) for
             rules that need i.i.d. draft blocks or carry the draft's joint into the next
             iteration (Algorithm 2).  The engine refuses a quantised draft for the others.
+
+    Certification (gpu_backend/certify/suite.py, ``spectr-gbv certify``, the tests):
+        planted: the rule's planted defects (``Planted``; at least one: certify must catch each).
+        distinctive_seeds: (toy, rows) draft seeds of the rule's distinctive cases, which
+            replace the generic V = 4,096 case: V = 3, K = L = 3 on toy_models(3, 12) and
+            V = 4,096, K = L = 2 on large_models(4096, 21), seeds scanned so that the rule's law
+            is at TV ≥ 0.05 from the other multi-draft rules (suite.DISTINCT_FROM).  None: the
+            generic cases (suite.large_case).
+        rows_L: L of the generic V = 4,096 case (SpecTr: 1, its ρ* beyond depth 1 is solved
+            per row, ~0.3 ms per row at V = 4,096 on a CPU).
+        engine_skip: why ``spectr-gbv certify --engine`` cannot certify the rule (None: it can).
+        test_variants: the parameter overrides the generic torch-vs-reference tests run
+            (tests/gpu_backend/test_verifiers_cases.py RULE_VARIANTS; ``{}``: the registered
+            parameters).  Empty for the merged-tree rules, which have their own fuzz
+            (test_verifiers_matched.py TREE_RULES).
+
+    Read from the reference rule (not arguments):
+        single_draft, modifies_targets: ``reference()``'s.
     """
 
     name: str
     reference: Callable[[], Rule]
     torch: str | type
-    single_draft: bool
     lossless: bool
-    modifies_targets: bool
     citation: str
     summary: str
     params: dict = field(default_factory=dict)
     bench: bool = True
     draft_stopping: bool = False
     varying_draft_rows: bool = False
+    planted: tuple[Planted, ...] = ()
+    distinctive_seeds: tuple[int, int] | None = None
+    rows_L: int = 2
+    engine_skip: str | None = None
+    test_variants: tuple[dict, ...] = ({},)
+    single_draft: bool = field(init=False, repr=False)
+    modifies_targets: bool = field(init=False, repr=False)
+
+    def __post_init__(self):
+        rule = self.reference()
+        object.__setattr__(self, "single_draft", bool(rule.single_draft))
+        object.__setattr__(self, "modifies_targets", bool(rule.modifies_targets))
+        object.__setattr__(self, "planted", tuple(dataclasses.replace(p, base=self.name)
+                                                  for p in self.planted))
 
 
 _SPECS: dict[str, RuleSpec] = {}
@@ -78,16 +166,16 @@ def register(spec: RuleSpec) -> RuleSpec:
     """Add ``spec`` to the registry (its position fixes the order of every derived list).
 
     Raises:
-        ValueError: the name is taken or empty, or the spec contradicts its reference rule
-            (``single_draft`` or ``modifies_targets`` differ from the built Rule's).
+        ValueError: the name is taken or empty, or a planted defect's name is empty, a
+            registered rule's or another planted defect's.
     """
     if not spec.name or spec.name in _SPECS:
         raise ValueError(f"rule name {spec.name!r} is empty or already registered")
-    rule = spec.reference()
-    if bool(rule.single_draft) != spec.single_draft or bool(rule.modifies_targets) != spec.modifies_targets:
-        raise ValueError(f"rule {spec.name!r}: the spec says single_draft={spec.single_draft}, "
-                         f"modifies_targets={spec.modifies_targets}, its reference rule "
-                         f"{rule!r} says {rule.single_draft}, {rule.modifies_targets}")
+    taken = set(_SPECS) | {spec.name} | set(planted())
+    for p in spec.planted:
+        if not p.name or p.name in taken:
+            raise ValueError(f"rule {spec.name!r}: planted defect name {p.name!r} is empty or taken")
+        taken.add(p.name)
     _SPECS[spec.name] = spec
     return spec
 
@@ -127,6 +215,16 @@ def names(*, lossless: bool | None = None, single_draft: bool | None = None,
                  and (varying_draft_rows is None or s.varying_draft_rows == varying_draft_rows))
 
 
+def planted() -> dict[str, Planted]:
+    """Every registered rule's planted defects by name, in registration order."""
+    return {p.name: p for s in _SPECS.values() for p in s.planted}
+
+
+def engine_skipped() -> dict[str, str]:
+    """The rules ``spectr-gbv certify --engine`` cannot certify, with the reason."""
+    return {s.name: s.engine_skip for s in _SPECS.values() if s.engine_skip}
+
+
 def is_single_draft(name: str) -> bool:
     """Whether rule ``name`` takes K = 1 only (ValueError for an unknown name)."""
     return spec(name).single_draft
@@ -154,43 +252,81 @@ def _builtin() -> None:
     from spectr_gbv.reference.rules.traversal import TraversalVerification
 
     v = "spectr_gbv.gpu_backend.verifiers."
+    w = "spectr_gbv.gpu_backend.certify.planted:"
+    mdbv_host = "its reference rule plans every row on the host (seconds to minutes per iteration at a real vocabulary)"
     for s in (
-        RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", True, True, False,
-                 "Leviathan et al. 2023, Alg. 1; Chen et al. 2023", "token verification",
-                 draft_stopping=True, varying_draft_rows=True),
-        RuleSpec("spectr", SpecTr, v + "spectr:SpecTr", False, True, False,
-                 "Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3)", "SpecTr K-SEQ, K drafts",
-                 draft_stopping=True, varying_draft_rows=True),
-        RuleSpec("bv", BlockVerification, v + "bv:BlockVerification", True, True, False,
-                 "Sun et al., Block Verification, ICLR 2025, Alg. 2", "block verification",
-                 draft_stopping=True, varying_draft_rows=True),
+        RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", lossless=True,
+                 citation="Leviathan et al. 2023, Alg. 1; Chen et al. 2023", summary="token verification",
+                 draft_stopping=True, varying_draft_rows=True,
+                 planted=(Planted("planted_sd_shared_uniform", "token verification with one uniform shared by the block",
+                                  w + "SharedUniformSD", 1, 3, 3, 9, 2),)),
+        RuleSpec("spectr", SpecTr, v + "spectr:SpecTr", lossless=True,
+                 citation="Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3)", summary="SpecTr K-SEQ, K drafts",
+                 draft_stopping=True, varying_draft_rows=True, rows_L=1,
+                 planted=(Planted("planted_spectr_rho1", "K-SEQ (SpecTr) with rho = 1 at K = 2",
+                                  w + "UnscaledSpecTr", 2, 2, 3, 5, 3, engine=True),)),
+        RuleSpec("bv", BlockVerification, v + "bv:BlockVerification", lossless=True,
+                 citation="Sun et al., Block Verification, ICLR 2025, Alg. 2", summary="block verification",
+                 draft_stopping=True, varying_draft_rows=True,
+                 planted=(Planted("planted_bv_shared_uniform", "BV with one uniform shared by the block",
+                                  w + "SharedUniformBV", 1, 3, 3, 9, 2, engine=True),
+                          Planted("planted_bv_first_failure", "BV stopping at the first failed coin",
+                                  w + "FirstFailureBV", 1, 3, 3, 9, 2, engine=True))),
         RuleSpec("gbv", lambda: GreedyBlockVerification(algorithm2=True), v + "gbv:GreedyBlockVerification",
-                 True, True, True, "Lin et al. 2026 (SpecTr-GBV), GBV baseline with Alg. 2",
-                 "greedy block verification with Algorithm 2", {"algorithm2": True}),
+                 lossless=True, citation="Lin et al. 2026 (SpecTr-GBV), GBV baseline with Alg. 2",
+                 summary="greedy block verification with Algorithm 2", params={"algorithm2": True},
+                 planted=(Planted("planted_gbv_first_failure", "GBV stopping at the first failed coin",
+                                  w + "FirstFailureGBV", 1, 3, 3, 9, 2, engine=True),),
+                 test_variants=({}, {"algorithm2": False})),
         RuleSpec("spectr_gbv", lambda: SpecTrGBV(residual="released", algorithm2=False), v + "spectr_gbv:SpecTrGBV",
-                 False, False, False, "Lin et al. 2026, arXiv 2604.25925, Alg. 1 as released",
-                 "SpecTr-GBV as released (lossy for K >= 2)", {"residual": "released", "algorithm2": False}),
+                 lossless=False, citation="Lin et al. 2026, arXiv 2604.25925, Alg. 1 as released",
+                 summary="SpecTr-GBV as released (lossy for K >= 2)",
+                 params={"residual": "released", "algorithm2": False},
+                 planted=(Planted("planted_spectr_gbv_shared_coins",
+                                  "released SpecTr-GBV with every draft reading draft 0's coins",
+                                  w + "SharedCoinsSpecTrGBV", 3, 3, 3, 12, 12),),
+                 test_variants=({}, {"residual": "consistent"})),
         RuleSpec("spectr_gbv_fixed", lambda: SpecTrGBV(residual="consistent", algorithm2=True),
-                 v + "spectr_gbv:SpecTrGBV", False, False, True,
-                 "Lin et al. 2026, Alg. 1 with the (1 - m)^K residual and Alg. 2",
-                 "SpecTr-GBV, consistent residual + Algorithm 2 (still lossy)",
-                 {"residual": "consistent", "algorithm2": True}, bench=False),
-        RuleSpec("kseq_gbv", lambda: KSeqGBV(algorithm2=True), v + "kseq_gbv:KSeqGBV", False, True, True,
-                 "this project (docs: K-SEQ-GBV)", "lossless greedy multi-draft (K-SEQ-GBV)",
-                 {"algorithm2": True}),
-        RuleSpec("kseq_bv", KSeqBV, v + "kseq_bv:KSeqBV", False, True, False,
-                 "this project: K-SEQ over the drafts, BV along the winner", "K-SEQ-BV",
-                 draft_stopping=True),
-        RuleSpec("traversal", TraversalVerification, v + "traversal:TraversalVerification", False, True, False,
-                 "Weng et al., Traversal Verification, NeurIPS 2025", "Traversal Verification on the merged tree",
-                 draft_stopping=True),
-        RuleSpec("mdbv", MultiDraftBlockVerification, v + "mdbv:MultiDraftBlockVerification", False, True, False,
-                 "this project: multi-draft block verification (proofs_check/NON_MODIFYING_RULES.md)",
-                 "multi-draft block verification (host plan: slow at large V)", bench=False,
-                 draft_stopping=True),
-        RuleSpec("mdbv_kseq", MDBVKSeq, v + "mdbv_kseq:MDBVKSeq", False, True, False,
-                 "this project: MDBV with K-SEQ node selection (proofs_check/NON_MODIFYING_RULES.md §8)",
-                 "MDBV with K-SEQ at every node (batched, no host plan)", draft_stopping=True),
+                 v + "spectr_gbv:SpecTrGBV", lossless=False,
+                 citation="Lin et al. 2026, Alg. 1 with the (1 - m)^K residual and Alg. 2",
+                 summary="SpecTr-GBV, consistent residual + Algorithm 2 (still lossy)",
+                 params={"residual": "consistent", "algorithm2": True}, bench=False,
+                 planted=(Planted("planted_spectr_gbv_fixed_shared_coins",
+                                  "SpecTr-GBV (consistent residual, Alg. 2) with every draft reading draft 0's coins",
+                                  w + "SharedCoinsSpecTrGBVFixed", 3, 3, 3, 12, 12),)),
+        RuleSpec("kseq_gbv", lambda: KSeqGBV(algorithm2=True), v + "kseq_gbv:KSeqGBV", lossless=True,
+                 citation="this project (docs: K-SEQ-GBV)", summary="lossless greedy multi-draft (K-SEQ-GBV)",
+                 params={"algorithm2": True},
+                 planted=(Planted("planted_kseq_gbv_rho1", "K-SEQ-GBV with rho = 1 at K = 2",
+                                  w + "UnscaledKSeqGBV", 2, 2, 3, 5, 3, engine=True),)),
+        RuleSpec("kseq_bv", KSeqBV, v + "kseq_bv:KSeqBV", lossless=True,
+                 citation="this project: K-SEQ over the drafts, BV along the winner", summary="K-SEQ-BV",
+                 draft_stopping=True, distinctive_seeds=(14, 29), test_variants=(),
+                 planted=(Planted("planted_kseq_bv_rho1", "K-SEQ-BV with rho = 1 at K = 2",
+                                  w + "UnscaledKSeqBV", 2, 2, 3, 5, 3),)),
+        RuleSpec("traversal", TraversalVerification, v + "traversal:TraversalVerification", lossless=True,
+                 citation="Weng et al., Traversal Verification, NeurIPS 2025",
+                 summary="Traversal Verification on the merged tree", draft_stopping=True,
+                 distinctive_seeds=(14, 29), test_variants=(),
+                 planted=(Planted("planted_traversal_stale_alpha",
+                                  "Traversal Verification keeping a parent's acceptance probability when it deletes a child",
+                                  w + "StaleAlphaTraversal", 3, 3, 3, 12, 14),)),
+        # MDBV accepts the whole block of toy seed 14
+        RuleSpec("mdbv", MultiDraftBlockVerification, v + "mdbv:MultiDraftBlockVerification", lossless=True,
+                 citation="this project: multi-draft block verification (proofs_check/NON_MODIFYING_RULES.md)",
+                 summary="multi-draft block verification (host plan: slow at large V)", bench=False,
+                 draft_stopping=True, distinctive_seeds=(15, 29), engine_skip=mdbv_host, test_variants=(),
+                 planted=(Planted("planted_mdbv_shared_coins",
+                                  "MDBV with every node reading draft 0's coin at its depth",
+                                  w + "SharedCoinsMDBV", 3, 3, 3, 12, 15),)),
+        # at rows seed 29 MDBV-KSEQ's law is within TV 0.05 of SpecTr's: 38
+        RuleSpec("mdbv_kseq", MDBVKSeq, v + "mdbv_kseq:MDBVKSeq", lossless=True,
+                 citation="this project: MDBV with K-SEQ node selection (proofs_check/NON_MODIFYING_RULES.md §8)",
+                 summary="MDBV with K-SEQ at every node (batched, no host plan)", draft_stopping=True,
+                 distinctive_seeds=(16, 38), test_variants=(),
+                 planted=(Planted("planted_mdbv_kseq_fallback",
+                                  "MDBV-KSEQ falling back with probability w at inner nodes",
+                                  w + "FallbackAtBudgetMDBVKSeq", 3, 3, 3, 12, 16, engine=True),)),
     ):
         register(s)
 

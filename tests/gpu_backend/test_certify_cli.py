@@ -51,8 +51,10 @@ def test_exit_zero_json_and_markdown_when_everything_passes(tmp_path, capsys):
     lossless = [r for r in rows if r["kind"] != "planted"]
     assert all(r["passed"] and r["caught"] is None and r["p_value"] >= 1e-6 for r in lossless)
     planted = {r["rule"]: r for r in rows if r["kind"] == "planted"}
-    # BV's two planted defects and the released rule against the target law, all caught
-    assert set(planted) == {"planted_bv_shared_uniform", "planted_bv_first_failure", "spectr_gbv"}
+    # BV's two planted defects, the released rule's own one and the released rule against the
+    # target law, all caught
+    assert set(planted) == {"planted_bv_shared_uniform", "planted_bv_first_failure",
+                            "planted_spectr_gbv_shared_coins", "spectr_gbv"}
     assert all(r["caught"] is True and not r["passed"] and r["p_value"] < 1e-6 for r in planted.values())
     # every lossless row that compares mean τ has its exact mean inside the reported interval
     for r in rows:
@@ -64,7 +66,7 @@ def test_exit_zero_json_and_markdown_when_everything_passes(tmp_path, capsys):
     assert "CERTIFIED" in out and "NOT CERTIFIED" not in out and "planted_bv_first_failure" in out
     text = md.read_text()
     assert not text.startswith("#")  # embedded under a heading by `spectr-gbv report`
-    assert "| kind | rule | case |" in text and text.count("| planted |") == 3
+    assert "| kind | rule | case |" in text and text.count("| planted |") == 4
 
 
 class RaisingBV(BlockVerification):
@@ -90,8 +92,10 @@ def test_nonzero_exit_when_a_lossless_rule_is_wrong(rule, wrong, verdict, monkey
 
 def test_missed_planted_rule_fails(monkeypatch, tmp_path, capsys):
     """A planted defect that is not caught (here: 'planted' as the correct BV) fails the run."""
-    fixed = dataclasses.replace(PLANTED["planted_bv_first_failure"], factory=BlockVerification)
-    monkeypatch.setitem(PLANTED, "planted_bv_first_failure", fixed)
+    spec = registry.spec("bv")
+    planted = tuple(dataclasses.replace(p, factory=BlockVerification) if p.name == "planted_bv_first_failure"
+                    else p for p in spec.planted)
+    monkeypatch.setitem(registry._SPECS, "bv", dataclasses.replace(spec, planted=planted))
     js = tmp_path / "c.json"
     code, _, _ = certify(["--rules", "bv", "--quick", "--samples", N, "--json", str(js)], capsys)
     assert code == 1
@@ -158,7 +162,7 @@ def test_plan_covers_every_registered_rule_and_planted_defect():
             sizes = {e.size for e in entries if e.rule == rule and e.kind != "planted"}
             assert {"toy", "rows"} <= sizes, rule
         planted = {e.rule for e in entries if e.kind == "planted"}
-        assert set(PLANTED) | {"spectr_gbv"} <= planted
+        assert set(PLANTED) | {"spectr_gbv", "spectr_gbv_fixed"} <= planted
     quick_rows = [e for e in certification.plan(rules, True) if e.size == "rows"]
     full_rows = [e for e in certification.plan(rules, False) if e.size == "rows"]
     assert len(full_rows) > len(quick_rows) == len(rules)

@@ -40,18 +40,9 @@ from spectr_gbv.reference.rules.spectr_gbv import SpecTrGBV as RefSpecTrGBV
 STYLES = ("random", "equal", "disjoint", "onehot", "tiny", "close")
 PEAKED_STYLES = ("peaked", "equal", "disjoint", "onehot", "close")
 
-# (registry name, parameters) of every rule variant of the issue
-RULE_VARIANTS = (
-    ("sd", {}),
-    ("spectr", {}),
-    ("bv", {}),
-    ("gbv", {}),
-    ("gbv", {"algorithm2": False}),
-    ("spectr_gbv", {}),
-    ("spectr_gbv", {"residual": "consistent"}),
-    ("spectr_gbv_fixed", {}),
-    ("kseq_gbv", {}),
-)
+# (registry name, parameters) of every rule variant of the generic torch-vs-reference tests: the
+# specs' ``test_variants`` (the merged-tree rules have none: test_verifiers_matched.py TREE_RULES)
+RULE_VARIANTS = tuple((s.name, params) for s in registry.specs() for params in s.test_variants)
 SINGLE_DRAFT = registry.names(single_draft=True)
 
 
