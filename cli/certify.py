@@ -65,7 +65,7 @@ from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, cer
                             parse_rules, summary, text_table)
 
 # gpu_backend.certify.engine's defaults, repeated here so that --help imports no torch
-# (tests/gpu_backend/test_engine_certify.py checks they agree)
+# (tests/gpu_backend/certify/test_engine_certify.py checks they agree)
 ENGINE_ALPHA = 1e-3
 ENGINE_MAX_NEW_TOKENS = 16
 ENGINE_DRAFT_T = 1.5

@@ -14,7 +14,7 @@ for N distinct seeds per rule, and two checks are made on those same runs:
     δ (``GTestResult.detectable_tv_law``: the power-0.99 bound on the pooled cells plus the
     pooled mass) is large, often 1 (no guarantee); it is reported as it is.  The engine's own
     (cached) first target row differs from this uncached one by ≤ 2e-5 relative in float32
-    (tests/gpu_backend/test_engine_certify.py), far below any δ reachable here.
+    (tests/gpu_backend/certify/test_engine_certify.py), far below any δ reachable here.
 (b) **Acceptance lengths given the rows.**  Every iteration of those runs is recorded
     (``on_iteration``); its τ (the verifier's, before truncation) is compared with the exact law
     of τ of the *reference* rule (``reference.rules.get_rule(base)``) given the very rows the
@@ -37,7 +37,7 @@ emitted token too (V branches; ~80 s per iteration at V = 49,152 on this CPU).  
 rule asks its source for coins first and draws the correction/bonus token once, last
 (``reference.randomness``), so τ is fixed before that draw: ``tau_law`` enumerates the coins
 only and answers the draw with a fixed token of positive weight (a coin or draw after it
-raises).  tests/gpu_backend/test_engine_certify.py checks it equals the τ marginal of
+raises).  tests/gpu_backend/certify/test_engine_certify.py checks it equals the τ marginal of
 ``exact_verdict_law`` on toy rows of every rule.
 
 Skipped: the rules with an ``engine_skip`` in their spec (``mdbv``: its reference rule plans

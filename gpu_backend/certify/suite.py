@@ -1,6 +1,6 @@
 """The certification suite of the torch verifiers: cases, the verifiers certified (``suite_verifier``) and
 the planted defects' cases.  Shared by ``spectr-gbv certify`` (gpu_backend/certify/verifiers.py) and the
-tests (tests/gpu_backend/test_verifiers_certify.py, test_verifiers_certify_distinctive.py,
+tests (tests/gpu_backend/certify/test_verifiers_certify.py, test_verifiers_certify_distinctive.py,
 test_certify_cli.py).  Every per-rule number (seeds, shapes, planted defects) is a field of the
 rule's spec (reference.rules.registry.RuleSpec).
 
@@ -15,7 +15,7 @@ reference rule's exact law given them):
     V = 4,096 at the spec's seeds), checked to be at TV ≥ 0.05 from the other multi-draft rules.
 bfloat16 cases use rows exact in bfloat16 that sum to exactly 1 (``bf16_exact``), and every case
 is drawn with a seed where no value of τ has probability above 0.99 (``nondegenerate_case``):
-tests/gpu_backend/test_verifiers_certify.py (module doc) says why.
+tests/gpu_backend/certify/test_verifiers_certify.py (module doc) says why.
 
 Planted defects (``registry.planted()``, ``RuleSpec.planted``; classes in
 gpu_backend/certify/planted.py): the real torch verifier with one deliberate change, certified
@@ -137,7 +137,7 @@ def large_case(rule: str, dtype: str, single_draft: bool | None = None) -> Fixed
                               large_models(LARGE_V, 21), K, L, 22, backend_dtype=dtype)
 
 
-# The non-modifying rules' cases (tests/gpu_backend/test_verifiers_certify_distinctive.py): per rule the
+# The non-modifying rules' cases (tests/gpu_backend/certify/test_verifiers_certify_distinctive.py): per rule the
 # spec's ``distinctive_seeds`` (toy, rows), chosen by scanning so that the rule's law is at
 # TV ≥ 0.05 from each of DISTINCT_FROM.
 DISTINCT_FROM = ("kseq_bv", "traversal", "spectr")

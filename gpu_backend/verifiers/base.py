@@ -36,7 +36,7 @@ class Verifier(ABC):
     which must not synchronise with the host (no .item(), .tolist(), nonzero(), shape-changing
     boolean indexing or Python branching on tensor values) and may loop in Python only over
     the static sizes K and L (and over chunks whose count follows from the shapes).  Checked by
-    running every rule on the meta device (tests/gpu_backend/test_verifiers_layout.py).
+    running every rule on the meta device (tests/gpu_backend/verifiers/test_verifiers_layout.py).
     A planted wrong rule (gpu_backend/certify/planted.py) overrides ``name`` only.
     """
 

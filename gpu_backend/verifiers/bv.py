@@ -72,7 +72,7 @@ class OneDraftIsBV:
     """Mixin for tree rules that are BV coin for coin with one draft (MDBV, MDBV-KSEQ,
     Traversal: every node of the merged tree then carries one draft): ``decide`` hands K = 1 to
     BV's verifier, which skips the tree's bookkeeping (3x faster at V = 151,936), and the rule's
-    own walk is ``decide_tree`` (tests/gpu_backend/test_verifiers_matched.py
+    own walk is ``decide_tree`` (tests/gpu_backend/verifiers/test_verifiers_matched.py
     test_tree_rules_at_k1_equal_the_torch_bv_verifier runs it against BV at K = 1)."""
 
     def decide(self, batch: PreparedBatch, noise: Noise) -> BatchVerdict:

@@ -222,7 +222,7 @@ def plan(batch: PreparedBatch, host: bool | None = None):
         batch: the prepared batch.
         host: take the host path (``_HostNodes``: solve only the nodes read; CPU only) or the
             fixed one (every slot at both budgets, no host read); default ``host_plan(batch)``.
-            Both give the same plan (tests/gpu_backend/test_mdbv_kseq_host_plan.py).
+            Both give the same plan (tests/gpu_backend/verifiers/test_mdbv_kseq_host_plan.py).
 
     Returns:
         (w, h, rank, live, theta, ratio, owner), each [B, K, L+1] (slot k, depth i: draft k's

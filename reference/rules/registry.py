@@ -28,7 +28,7 @@ from spectr_gbv.reference.rules.base import Rule
 class Planted:
     """A planted defect of a rule: its torch verifier with one deliberate, law-relevant change
     (a negative control).  ``spectr-gbv certify`` certifies it against the rule's exact law on
-    ``case()`` and must catch it (tests/gpu_backend/test_certify_cli.py also asks p < 1e-40 at
+    ``case()`` and must catch it (tests/cli/test_certify_cli.py also asks p < 1e-40 at
     N = 5,000 and that the rule itself passes the same case).
 
     Attributes:
@@ -125,7 +125,7 @@ class RuleSpec:
             per row, ~0.3 ms per row at V = 4,096 on a CPU).
         engine_skip: why ``spectr-gbv certify --engine`` cannot certify the rule (None: it can).
         test_variants: the parameter overrides the generic torch-vs-reference tests run
-            (tests/gpu_backend/test_verifiers_cases.py RULE_VARIANTS; ``{}``: the registered
+            (tests/gpu_backend/verifiers/test_verifiers_cases.py RULE_VARIANTS; ``{}``: the registered
             parameters).  Empty for the merged-tree rules, which have their own fuzz
             (test_verifiers_matched.py TREE_RULES).
 

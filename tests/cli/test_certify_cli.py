@@ -3,7 +3,7 @@ outputs, argument errors, and the planted wrong rules of gpu_backend/certify/sui
 
 N = 5,000 per case (detectable TV ~0.06 on the toy cases): enough to catch every planted rule
 on fixed drafts (p-values below 1e-40) while each CLI run stays within a few seconds; the full-size runs are
-tests/gpu_backend/test_verifiers_certify.py and test_verifiers_certify_distinctive.py.
+tests/gpu_backend/certify/test_verifiers_certify.py and test_verifiers_certify_distinctive.py.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import pytest
 from spectr_gbv.gpu_backend.models import prompts
 from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 # The team's shared data sits at ../shared/data from the project root (or shared/data inside).
 SHARED = next((p for p in (ROOT.parent / "shared" / "data", ROOT / "shared" / "data")
                if p.is_dir()), None)

@@ -1,5 +1,5 @@
 """Shared case generators and comparators for the batched-verifier tests (imported by the other
-tests/gpu_backend/test_verifiers_*.py modules), with tests of the generators themselves.
+tests/gpu_backend/*/test_verifiers_*.py modules), with tests of the generators themselves.
 
 A *case* is one iteration's inputs in the reference's layout (numpy float64):
 tokens [K, L], draft rows [K, L, V], target rows [K, L+1, V].  Rows are a function of the prefix

@@ -21,7 +21,7 @@ import pytest
 from spectr_gbv.cli import main as cli_main
 from spectr_gbv.gpu_backend.models import catalog
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 TOY = ["--draft", str(EXAMPLES / "toy_draft.json"), "--target", str(EXAMPLES / "toy_target.json")]
 GiB = 2**30
