@@ -7,7 +7,7 @@ What is run (``plan``): per registered rule (``reference.rules.registry``) its f
 cases of gpu_backend/certify/suite.py against the reference rule's exact law, the law-level
 case for lossless rules, and the planted wrong rules of its base; each case through
 ``oracle.certify.certify_case`` with the torch verifier taking numpy rows in the case's dtype
-(``certify_suite.suite_verifier``).  Row kinds, sizes and measured times: certify_cli's doc.
+(``suite.suite_verifier``).  Row kinds and sizes: cli/certify.py; measured times: benchmarks/CERTIFY.md.
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
     for rule in rules:
         for planted in registry.spec(rule).planted:
             entries.append(Entry("planted", planted.name, f"{rule} exact law", "planted",
-                                 lambda p=planted: [p.case()], planted.description))
+                                 lambda p=planted: [suite.planted_case(p)], planted.description))
     for rule in rules:
         if rule in lossless:
             continue

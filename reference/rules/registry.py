@@ -28,7 +28,7 @@ from spectr_gbv.reference.rules.base import Rule
 class Planted:
     """A planted defect of a rule: its torch verifier with one deliberate, law-relevant change
     (a negative control).  ``spectr-gbv certify`` certifies it against the rule's exact law on
-    ``case()`` and must catch it (tests/cli/test_certify_cli.py also asks p < 1e-40 at
+    its toy case (``gpu_backend.certify.suite.planted_case``) and must catch it (tests/cli/test_certify_cli.py also asks p < 1e-40 at
     N = 5,000 and that the rule itself passes the same case).
 
     Attributes:
@@ -58,12 +58,6 @@ class Planted:
     def build(self):
         """A fresh instance of the wrong torch verifier (imports torch)."""
         return _load(self.factory)()
-
-    def case(self, backend_dtype: str = "float32"):
-        """Its certification case (``gpu_backend.certify.suite.planted_case``; imports torch)."""
-        from spectr_gbv.gpu_backend.certify.suite import planted_case
-
-        return planted_case(self, backend_dtype)
 
 
 def _load(path: str | type) -> type:

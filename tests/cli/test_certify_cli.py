@@ -17,6 +17,7 @@ import torch
 from spectr_gbv.cli import main as cli_main
 from spectr_gbv.gpu_backend.certify import verifiers as certification
 from spectr_gbv.cli import certify as certify_cli
+from spectr_gbv.gpu_backend.certify import suite
 from spectr_gbv.gpu_backend.certify.suite import PLANTED, FirstFailureBV, UnscaledSpecTr, suite_verifier
 from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
 from spectr_gbv.oracle.certify import certify_case
@@ -122,7 +123,7 @@ def test_argument_errors_exit_2(argv, message, capsys):
 def test_every_planted_rule_is_caught_and_the_correct_rule_passes(name):
     """Each planted torch rule is caught on its case, and its base rule passes the same case."""
     planted = PLANTED[name]
-    case = planted.case()
+    case = suite.planted_case(planted)
     bad = certify_case(suite_verifier(name, torch.float32), case, 5000, 1e-6, 16384)
     assert bad.verdict == "CAUGHT" and min(bad.pvalue_joint, bad.pvalue_tau) < 1e-40
     case.rule, case.expect_pass = planted.base, True
