@@ -91,8 +91,11 @@ def tiny():
 @pytest.mark.models
 def test_engine_certification_gbv_passes_and_planted_is_caught(tiny):
     target, draft, ids, eos = tiny
+    lines = []
     cert = ec.certify_engine(target, draft, ids, ["gbv"], n_seeds=5, max_new_tokens=16,
-                             eos_token_ids=eos)
+                             eos_token_ids=eos, log=lines.append)
+    assert [line.split(":")[0] for line in lines] == ["gbv", "planted_gbv_first_failure"]
+    assert all("5/5 runs" in line for line in lines)
     good, bad = cert.rows
     assert (good.rule, good.kind, good.verdict) == ("gbv", "lossless", "PASS")
     assert (bad.rule, bad.base, bad.kind, bad.verdict) == (
