@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
 
     def progress(row):
         extra = f"  {row.error}" if row.error else ""
-        print(f"certify: {row.verdict:6s} {row.case}  N={row.n}  p={row.p_value:.3g}  "
+        print(f"certify: {row.verdict:6s} {row.case}  N={row.n}  p={row.pvalue:.3g}  "
               f"δ={row.detectable_delta:.4f}  {row.seconds:.1f}s{extra}", file=sys.stderr, flush=True)
 
     cert = certify_rules(rules, args.quick, args.samples, args.alpha, args.seed, str(device), progress)

@@ -1,27 +1,36 @@
-"""``spectr-gbv report``: the main job — claims, certification and a short benchmark in one
-markdown report.
+"""``spectr-gbv report``: the main job — claims, certification and, with ``--full``, the
+engine's certificate and a short benchmark, in one markdown report.
 
 Parts, each run even when an earlier one failed:
 1. ``prove --quick`` (proofs_check.runner.prove): the papers' claims checked numerically.  A
    claim verdict "fails" is a finding about a paper, not a failure of the part; the part fails
    when it cannot run.
-2. ``certify --quick`` (gpu_backend.certify.verifiers.certify_rules, every registered torch verifier
-   against the oracle); the part fails unless every case is as expected.
+2. ``certify --quick`` (gpu_backend.certify.verifiers.certify_rules, every registered torch
+   verifier against the oracle); the part fails unless every case is as expected.
 3. Third-party verifiers (gpu_backend.adapters.third_party): transformers' assisted-generation
    verifier at its defaults and with its lossy ensemble weight, through the public harness
    (oracle.harness.certify_verifier); fails unless each is certified, or caught when lossy.
-4. The engine's certificate (gpu_backend.certify.engine.quick_certification, as
-   ``certify --engine --quick``: the speculative engine end to end on the embedded tiny model,
-   first-token law and per-iteration τ against the reference's exact law given the rows,
-   planted wrong rules caught; about 13 min on 2 CPU cores); fails unless certified.
-5. A short benchmark (``gpu_backend.bench.run``): the Qwen2.5-Coder pair in bfloat16, HumanEval,
-   T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K and L.
-   It fails when it cannot run or when the peak RSS reaches 8 GB; the performance targets are
-   reported (met / not met) but a few prompts are too noisy to fail on them.
+4. ``--full`` only: the engine's certificate (gpu_backend.certify.engine.quick_certification,
+   as ``certify --engine --quick``: the speculative engine end to end on the embedded tiny
+   model, first-token law and per-iteration τ against the reference's exact law given the
+   rows, planted wrong rules caught); fails unless certified.
+5. ``--full`` only: a short benchmark (``gpu_backend.bench.run``): the Qwen2.5-Coder pair,
+   HumanEval, T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K
+   and L.  It fails when it cannot run or when the peak RSS reaches 8 GB; the performance
+   targets are reported (met / not met) but a few prompts are too noisy to fail on them.
+
+Parts 4 and 5 take far longer than 1-3 on a CPU (benchmarks/ENGINE_CERTIFICATE.md); without
+``--full`` they are listed as "not run" (never as passed) and the report says how to run them.
+The exit status covers the parts of the run asked for: 0 when every one of them passed (a
+part left out with ``--skip`` is not passed), 1 otherwise.
+
+Progress: every part, and every long step inside one (a claim, a certify case, a third-party
+case, a batch of engine runs, a benchmark run), prints a timestamped line to stderr, so that a
+log shows where the job is.
 
 Each part calls its library directly (no sub-process, no parsing of command output); a part
 whose library is not installed (``ModuleNotFoundError``) is reported as "not available", which
-counts as not passed.  Exit status: 0 when every part passed, 1 otherwise.
+counts as not passed.
 """
 
 from __future__ import annotations
@@ -39,15 +48,18 @@ PEAK_RSS_LIMIT_GB = 8.0
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "report",
-        help="the main job: prove --quick, certify, third-party verifiers, the engine's certificate "
-        "and a short benchmark, in one markdown report",
-        description="Runs the claim checks, the certification of the torch verifiers and a short "
-        "benchmark; writes DIR/REPORT.md with the tables and plots.  Exit status 0 only when every "
-        "part passed.",
+        help="the main job: prove --quick, certify, third-party verifiers (with --full also the "
+        "engine's certificate and a short benchmark), in one markdown report",
+        description="Runs the claim checks, the certification of the torch verifiers and of the "
+        "third-party verifiers (with --full also the engine's certificate and a short benchmark); "
+        "writes DIR/REPORT.md.  Exit status 0 only when every part run passed.",
     )
     from spectr_gbv.cli.args import dtype_or_auto, output_dir, positive_int
 
     p.add_argument("--out", type=output_dir, default="report", help="output folder (default ./report)")
+    p.add_argument("--full", action="store_true",
+                   help="also run the engine's certificate and the short benchmark (long on a CPU: "
+                   "benchmarks/ENGINE_CERTIFICATE.md)")
     p.add_argument("--prompts", type=positive_int, default=3, help="benchmark prompts (default 3)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
     p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "third_party", "engine", "bench"],
@@ -62,7 +74,7 @@ def register(subparsers) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Before any part runs: the benchmark's models and the memory of its probability rows."""
-    if "bench" in args.skip:
+    if not args.full or "bench" in args.skip:
         return
     from spectr_gbv.cli.models import check_engine_memory, check_models
     from spectr_gbv.gpu_backend.engine.speculative import DEFAULT_K, DEFAULT_L
@@ -71,9 +83,20 @@ def check(args: argparse.Namespace) -> None:
     check_engine_memory(DEFAULT_K, DEFAULT_L, V, known, "--target")
 
 
+FULL_ONLY = ("engine", "bench")
+TITLES = {"prove": "prove --quick", "certify": "certify", "third_party": "third-party verifiers",
+          "engine": "engine certificate", "bench": "bench (short)"}
+
+
+def log(message: str) -> None:
+    """One timestamped progress line on stderr (a log shows it as a terminal does)."""
+    print(f"{time.strftime('%H:%M:%S')} report: {message}", file=sys.stderr, flush=True)
+
+
 @dataclass
 class Part:
-    """One part's outcome: status is "passed", "failed", "not available" or "skipped"."""
+    """One part's outcome: status is "passed", "failed", "not available", "skipped" (on
+    request) or "not run" (a ``--full`` part of a default run)."""
 
     name: str
     status: str
@@ -110,7 +133,10 @@ def prove_part(out_dir: str) -> Part:
     def body():
         from spectr_gbv.proofs_check.runner import markdown, prove
 
-        text = markdown(prove("quick"), "spectr-gbv prove --quick")
+        def progress(r):
+            log(f"prove: claim {r.id} {r.verdict} ({r.seconds:.0f} s)")
+
+        text = markdown(prove("quick", progress=progress), "spectr-gbv prove --quick")
         with open(os.path.join(out_dir, "prove.md"), "w") as fh:
             fh.write(text)
         return "passed", text.split("\n", 1)[1]  # drop its top-level title
@@ -126,7 +152,10 @@ def certify_part(out_dir: str) -> Part:
 
         from spectr_gbv.gpu_backend.certify import verifiers as certification
 
-        cert = certification.certify_rules(list(registry.names()), quick=True)
+        def progress(row):
+            log(f"certify: {row.verdict} {row.case} (N = {row.n}, {row.seconds:.0f} s)")
+
+        cert = certification.certify_rules(list(registry.names()), quick=True, progress=progress)
         text = certification.markdown(cert, "spectr-gbv certify --quick")
         with open(os.path.join(out_dir, "certify.md"), "w") as fh:
             fh.write(text)
@@ -140,7 +169,10 @@ def third_party_part(out_dir: str) -> Part:
     def body():
         from spectr_gbv.gpu_backend.adapters.third_party import certify_all, markdown, ok
 
-        results = certify_all()
+        def progress(result):
+            log(f"third-party: {result.verdict} {result.name} (N = {result.n}, {result.seconds:.0f} s)")
+
+        results = certify_all(progress=progress)
         text = markdown(results)
         with open(os.path.join(out_dir, "third_party.md"), "w") as fh:
             fh.write(text + "\n")
@@ -154,7 +186,11 @@ def engine_part(out_dir: str) -> Part:
     def body():
         from spectr_gbv.gpu_backend.certify import engine as ec
 
-        cert = ec.quick_certification()
+        def progress(row):
+            log(f"engine: {row.verdict} {row.rule} (N = {row.n}, {row.iterations} iterations, "
+                f"{row.seconds:.0f} s)")
+
+        cert = ec.quick_certification(progress=progress, log=lambda m: log(f"engine: {m}"))
         text = "\n".join([cert.setup + ".", "", "```", ec.text_table(cert.rows), "```", "",
                           f"**{ec.summary(cert)}**"])
         with open(os.path.join(out_dir, "engine.md"), "w") as fh:
@@ -176,7 +212,8 @@ def bench_part(args, out_dir: str) -> Part:
         set_threads(args.threads)
         config = BenchConfig(prompts=args.prompts, max_new_tokens=args.max_new_tokens,
                              target=args.target, draft=args.draft, dtype=resolve_dtype(args.dtype)[0])
-        result = run_bench(config, progress=sys.stderr.isatty())
+        tty = sys.stderr.isatty()
+        result = run_bench(config, progress=tty, log=None if tty else (lambda m: log(f"bench: {m}")))
         plot = write_bar_plot(result.rows, os.path.join(out_dir, "plots"))
         rows = {r["method"]: r for r in result.rows}
         peak = max(r["peak_rss_gb"] for r in result.rows)
@@ -216,28 +253,37 @@ def targets(rows: dict, peak_gb: float) -> list[tuple[str, str, bool]]:
 
 def run(args: argparse.Namespace) -> int:
     os.makedirs(args.out, exist_ok=True)
-    parts = []
+    parts, not_run = [], []
     for name, fn in (("prove", lambda: prove_part(args.out)),
                      ("certify", lambda: certify_part(args.out)),
                      ("third_party", lambda: third_party_part(args.out)),
                      ("engine", lambda: engine_part(args.out)),
                      ("bench", lambda: bench_part(args, args.out))):
-        if name in args.skip:
-            parts.append(Part(name, "skipped", 0.0, "skipped on request"))
+        if name in FULL_ONLY and not args.full:
+            not_run.append(TITLES[name])
+            parts.append(Part(TITLES[name], "not run", 0.0, "not run: needs `spectr-gbv report --full`"))
             continue
-        print(f"report: running {name} ...", file=sys.stderr, flush=True)
+        if name in args.skip:
+            parts.append(Part(TITLES[name], "skipped", 0.0, "skipped on request"))
+            continue
+        log(f"running {name} ...")
         part = fn()
-        print(f"report: {name}: {part.status} ({part.seconds:.0f} s)", file=sys.stderr, flush=True)
+        log(f"{name}: {part.status} ({part.seconds:.0f} s)")
         parts.append(part)
-    ok = all(p.passed for p in parts)
+    ok = all(p.passed for p in parts if p.status != "not run")
     lines = ["# spectr-gbv report", "",
-             f"Overall: **{'PASSED' if ok else 'NOT PASSED'}**", "",
-             "| part | status | seconds |", "|---|---|---|"]
+             f"Overall: **{'PASSED' if ok else 'NOT PASSED'}**" + (" (the parts run)" if not_run else ""), ""]
+    if not_run:
+        lines += [f"Not run: {', '.join(not_run)} — `spectr-gbv report --full` runs them.", ""]
+    lines += ["| part | status | seconds |", "|---|---|---|"]
     lines += [f"| {p.name} | {p.status} | {p.seconds:.0f} |" for p in parts]
     for p in parts:
-        lines += ["", f"## {p.name}: {p.status}", "", p.body]
+        if p.status != "not run":
+            lines += ["", f"## {p.name}: {p.status}", "", p.body]
     path = os.path.join(args.out, "REPORT.md")
     with open(path, "w") as fh:
         fh.write("\n".join(lines) + "\n")
+    if not_run:
+        print(f"not run: {', '.join(not_run)} (spectr-gbv report --full runs them)")
     print(f"wrote {path}; overall {'passed' if ok else 'NOT passed'}")
     return 0 if ok else 1

@@ -33,7 +33,6 @@ from the reference's fails the case with probability ≥ 0.99.  ``pooled_mass`` 
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -443,7 +442,3 @@ def certify(verifier, cases: Sequence, n_samples: int = 200_000, alpha: float = 
         if progress is not None:
             progress(result)
     return report
-
-
-def report_json(report: CertificationReport) -> str:
-    return json.dumps(report.to_json(), indent=2)

@@ -39,30 +39,6 @@ def large_models(V: int = 4096, seed: int = 0) -> tuple[ToyModel, ToyModel]:
     return draft, target
 
 
-def standard_cases(rules, quick: bool = False, dtypes=("float32", "bfloat16"), large_V: int = 4096) -> list:
-    """Toy and large-vocabulary fixed cases for every rule in ``rules``.
-
-    Per rule: toy cases at V = 2, 3, 4 (K = 1 for single-draft rules, else K = 2 and 3; L = 2,
-    3), and one V = ``large_V`` case per dtype (K = 1 or 2, L = 3).  ``quick`` keeps one toy case
-    and one large case.
-    """
-    cases = []
-    for rule in rules:
-        Ks = (1,) if registry.is_single_draft(rule) else (2, 3)
-        toy_grid = [(2, Ks[0], 2, 11), (3, Ks[-1], 3, 12), (4, Ks[0], 3, 13)]
-        if quick:
-            toy_grid = toy_grid[1:2]
-        for V, K, L, seed in toy_grid:
-            draft, target = toy_models(V, seed)
-            cases.append(fixed_case(f"{rule} toy V={V} K={K} L={L}", rule, draft, target, K, L, seed))
-        for dtype in (dtypes[:1] if quick else dtypes):
-            draft, target = large_models(large_V, seed=21)
-            K = Ks[0]
-            cases.append(fixed_case(f"{rule} rows V={large_V} K={K} L=3 {dtype}", rule, draft, target, K, 3,
-                                    seed=22, backend_dtype=dtype))
-    return cases
-
-
 def released_rule_against_target(K: int = 2, L: int = 2) -> FirstTokenCase:
     """The released SpecTr-GBV checked against the target's law (the toy of docs/toy.md): must fail,
     P(first = a) = 4125/13328 instead of 1/3 at K = L = 2."""

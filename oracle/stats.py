@@ -18,6 +18,8 @@ Contents
 - :func:`law_of` — push an exact law forward through a function (e.g. the law of τ).
 - :func:`mean_ci`, :func:`mean_within_ci` — normal-approximation interval for a mean and a
   z-test of a sample mean against an exact mean.
+- :func:`paired_mean_test` — z-test of observations against their own exact means and
+  variances (one exact law per observation, e.g. τ of each engine iteration given its rows).
 - :func:`counts_from_samples` — ``{outcome: count}`` from an iterable of outcomes.
 
 Power of the G-test (used by :func:`detectable_tv` and :func:`sample_size_for_tv`)
@@ -91,6 +93,7 @@ __all__ = [
     "MeanCI",
     "MeanStats",
     "MeanTestResult",
+    "PairedMeanTestResult",
     "conditional_gtests",
     "counts_from_samples",
     "detectable_tv",
@@ -99,6 +102,7 @@ __all__ = [
     "least_favourable_kappa",
     "mean_ci",
     "mean_within_ci",
+    "paired_mean_test",
     "sample_size_for_tv",
 ]
 
@@ -925,3 +929,78 @@ def mean_within_ci(sample_mean_stats, exact_mean: float, alpha: float,
     return MeanTestResult(mean=mean, exact_mean=exact_mean, std_error=se, z=z, pvalue=pvalue,
                           alpha=alpha, passed=pvalue >= alpha, low=mean - half,
                           high=mean + half, n=ms.n, variance_source=source)
+
+
+@dataclass(frozen=True)
+class PairedMeanTestResult:
+    """Result of :func:`paired_mean_test`.
+
+    Attributes:
+        statistic: z = Σ(x_i − μ_i) / √Σσ_i² (when Σσ_i² = 0: 0 if the sums agree, else ±inf).
+        pvalue: two-sided normal p-value 2·Φ(−|z|) (when Σσ_i² = 0: 1 if the sums agree,
+            else 0).
+        n: observations.  mean: Σx_i / n.  exact_mean: Σμ_i / n.  variance: Σσ_i².
+        alpha: false-alarm rate.  passed: pvalue ≥ alpha.
+        detectable_shift: the shift of the mean per observation that the test detects with
+            power 0.99 at level alpha, (z_{1−α/2} + z_{0.99}) · √Σσ_i² / n.
+    """
+
+    statistic: float
+    pvalue: float
+    n: int
+    mean: float
+    exact_mean: float
+    variance: float
+    alpha: float
+    passed: bool
+    detectable_shift: float
+
+    def summary(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        return (f"paired mean test {verdict}: mean {self.mean:.6g} vs exact {self.exact_mean:.6g}, "
+                f"z={self.statistic:.3g}, p={self.pvalue:.4g}, alpha={self.alpha:g}, n={self.n}, "
+                f"detectable shift {self.detectable_shift:.3g}")
+
+
+def paired_mean_test(values, exact_means, exact_variances, alpha: float) -> PairedMeanTestResult:
+    """Two-sided z-test of observations x_i against their own exact means μ_i and variances σ_i².
+
+    Each observation has its own law (e.g. τ of one engine iteration given that iteration's
+    rows); under the null, conditionally on the past each x_i − μ_i has mean 0 and variance
+    σ_i², so Σ(x_i − μ_i) is a martingale and, by the martingale CLT, z = Σ(x_i − μ_i) / √Σσ_i²
+    is approximately standard normal.
+
+    Args:
+        values: 1-D observations x_i.
+        exact_means, exact_variances: 1-D, one per observation (variances ≥ 0).
+        alpha: false-alarm rate, in (0, 1).
+    Returns:
+        :class:`PairedMeanTestResult`.
+    Raises:
+        ValueError: no observations, arrays of different lengths or not 1-D, non-finite
+            values or means, negative or non-finite variances, alpha outside (0, 1).
+    """
+    alpha = _check_alpha(alpha)
+    x = np.asarray(values, dtype=np.float64)
+    means = np.asarray(exact_means, dtype=np.float64)
+    variances = np.asarray(exact_variances, dtype=np.float64)
+    if x.ndim != 1 or means.shape != x.shape or variances.shape != x.shape or x.size == 0:
+        raise ValueError(f"values, exact_means and exact_variances must be 1-D of one length "
+                         f"≥ 1, got shapes {x.shape}, {means.shape}, {variances.shape}")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(means))):
+        raise ValueError("values and exact_means must be finite")
+    if not (np.all(np.isfinite(variances)) and np.all(variances >= 0.0)):
+        raise ValueError("exact_variances must be finite and >= 0")
+    n = x.size
+    diff = float(np.sum(x - means))
+    var = float(variances.sum())
+    if var > 0:
+        z = diff / math.sqrt(var)
+        pvalue = float(2 * stats.norm.sf(abs(z)))
+    else:  # every observation was certain: any deviation is impossible under the null
+        z = 0.0 if diff == 0 else math.copysign(math.inf, diff)
+        pvalue = 1.0 if diff == 0 else 0.0
+    shift = float((stats.norm.isf(alpha / 2) + stats.norm.isf(0.01)) * math.sqrt(var) / n)
+    return PairedMeanTestResult(statistic=z, pvalue=pvalue, n=n, mean=float(np.mean(x)),
+                                exact_mean=float(means.mean()), variance=var, alpha=alpha,
+                                passed=pvalue >= alpha, detectable_shift=shift)

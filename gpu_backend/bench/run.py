@@ -103,7 +103,7 @@ def _warm_up(pair: ModelPair, order: list[Setting], prompt_ids, config: BenchCon
 
 
 def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=None,
-              progress: bool = True) -> BenchResult:
+              progress: bool = True, log=None) -> BenchResult:
     """Run every setting on every prompt (interleaved) and summarise.
 
     Args:
@@ -112,6 +112,8 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
         prompt_ids: list of token-id lists (default: ``config.dataset`` encoded with the
             target's tokenizer, ``config.prompts`` of them).
         progress: show a tqdm progress bar on stderr.
+        log: None, or called with one line per finished run (for logs, where a bar is not
+            shown).
     Returns:
         BenchResult.
     Raises:
@@ -135,6 +137,8 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
     order = list(plan)
     started = datetime.now(timezone.utc)
     if config.warmup:
+        if log is not None:
+            log("warm-up")
         _warm_up(pair, order, prompt_ids, config, progress)
 
     def active(p_idx: int) -> list[Setting]:
@@ -143,8 +147,8 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
         return [s for s in order if "none" in plan[s]]
 
     runs = []
-    bar = tqdm(total=sum(len(active(i)) for i in range(len(prompt_ids))), desc="bench",
-               disable=not progress)
+    total = sum(len(active(i)) for i in range(len(prompt_ids)))
+    bar = tqdm(total=total, desc="bench", disable=not progress)
     for p_idx, ids in enumerate(prompt_ids):
         random.Random(config.seed * 1_000_003 + p_idx).shuffle(order)
         for s in active(p_idx):
@@ -155,6 +159,9 @@ def run_bench(config: BenchConfig, pair: ModelPair | None = None, prompt_ids=Non
             record["method"] = s.method
             runs.append(record)
             bar.update(1)
+            if log is not None:
+                log(f"{len(runs)}/{total} runs: prompt {p_idx} {s.method} K={s.K} L={s.L} "
+                    f"T={s.temperature}")
     bar.close()
     meta = {
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),

@@ -33,7 +33,8 @@ with one deliberate change, run through the engine with ``verifier=`` and ``rule
 must be caught by (b) — one of its two τ tests rejects at α/3.
 
 Why ``tau_law`` and not ``oracle.certify.exact_verdict_law``: the full law enumerates the
-emitted token too (V branches; ~80 s per iteration at V = 49,152 on this CPU).  Every reference
+emitted token too (V branches per iteration: far too slow at V = 49,152; measured in
+benchmarks/ENGINE_CERTIFICATE.md).  Every reference
 rule asks its source for coins first and draws the correction/bonus token once, last
 (``reference.randomness``), so τ is fixed before that draw: ``tau_law`` enumerates the coins
 only and answers the draw with a fixed token of positive weight (a coin or draw after it
@@ -59,7 +60,7 @@ from typing import Callable
 
 import numpy as np
 
-from spectr_gbv.oracle.stats import gtest
+from spectr_gbv.oracle.stats import PairedMeanTestResult, gtest, paired_mean_test
 from spectr_gbv.reference.rules import get_rule, registry
 
 from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
@@ -72,6 +73,7 @@ QUICK_ENGINE_SEEDS = 60
 DEFAULT_MAX_NEW_TOKENS = 16
 CI_RULES = (DEFAULT_RULE, "sd", "gbv")
 TESTS_PER_ROW = 3
+LOG_EVERY = 10  # runs between two progress lines of run_rule
 
 
 def __getattr__(name: str):
@@ -206,7 +208,7 @@ class Runs:
 
 def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens: int,
              sampling, draft_sampling, K: int = DEFAULT_K, L: int = DEFAULT_L,
-             first_seed: int = 0, eos_token_ids=()) -> Runs:
+             first_seed: int = 0, eos_token_ids=(), log: Callable[[str], None] | None = None) -> Runs:
     """Generate ``n_seeds`` times (seeds first_seed .. first_seed + n_seeds − 1) with rule
     ``name`` and record, per run, the first token and, per iteration, τ and its exact law.
 
@@ -214,6 +216,7 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
         name: a registered rule, or a planted one (``registry.planted()``: the engine runs
             its torch verifier with ``rule=`` its base).  K is forced to 1 for single-draft
             bases.
+        log: called with a progress line every ``LOG_EVERY`` runs and after the last.
     Raises:
         ValueError: unknown rule, or the engine's own errors.
     """
@@ -244,54 +247,28 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
             runs.laws.append(np.pad(law, (0, L + 1 - len(law))))
         runs.generate_s += t1 - t0
         runs.law_s += time.perf_counter() - t1
+        done = s - first_seed + 1
+        if log is not None and (done % LOG_EVERY == 0 or done == n_seeds):
+            log(f"{name}: {done}/{n_seeds} runs, {len(runs.taus)} iterations "
+                f"({runs.generate_s:.0f} s generating, {runs.law_s:.0f} s exact laws)")
     return runs
 
 
 # -- tests -------------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class MeanTest:
-    """The paired mean test of (b): z = Σ(τ_i − E_i) / √Σ Var_i, two-sided p-value.
-
-    Attributes:
-        n: iterations; observed, expected: Σ τ_i / n and Σ E_i / n; variance: Σ Var_i;
-        z; pvalue; detectable_shift: the shift of the mean τ per iteration detected with
-        power 0.99 at the test's α ((z_{1−α/2} + z_{0.99}) √ΣVar / n).
-    """
-
-    n: int
-    observed: float
-    expected: float
-    variance: float
-    z: float
-    pvalue: float
-    detectable_shift: float
-
-
-def mean_test(taus, laws, alpha: float) -> MeanTest:
-    """The paired mean test of observed τ's against their exact laws (float64 [L+1] each).
+def mean_test(taus, laws, alpha: float) -> PairedMeanTestResult:
+    """The paired mean test of (b): observed τ's against the means and variances of their exact
+    laws (float64 [L+1] each), through ``oracle.stats.paired_mean_test``.
 
     Raises:
         ValueError: no iterations, or taus and laws of different lengths.
     """
-    from scipy.stats import norm
-
     if not taus or len(taus) != len(laws):
         raise ValueError(f"need as many laws as taus (> 0), got {len(taus)} and {len(laws)}")
     t = np.arange(len(laws[0]))
     means = np.array([float(p @ t) for p in laws])
     variances = np.array([max(float(p @ t**2) - m * m, 0.0) for p, m in zip(laws, means)])
-    diff = float(np.sum(np.asarray(taus, dtype=np.float64) - means))
-    var = float(variances.sum())
-    n = len(taus)
-    if var > 0:
-        z = diff / math.sqrt(var)
-        pvalue = float(2 * norm.sf(abs(z)))
-    else:  # every τ was certain: any deviation is impossible under the null
-        z = 0.0 if diff == 0 else math.copysign(math.inf, diff)
-        pvalue = 1.0 if diff == 0 else 0.0
-    shift = (norm.isf(alpha / 2) + norm.isf(0.01)) * math.sqrt(var) / n
-    return MeanTest(n, float(np.mean(taus)), float(means.mean()), var, z, pvalue, shift)
+    return paired_mean_test(taus, means, variances, alpha)
 
 
 def tau_gtest(taus, laws, alpha: float):
@@ -311,9 +288,9 @@ class EngineRow:
     Attributes:
         rule, base, kind ("lossless" or "planted"), K, L, n (runs), iterations, alpha (the
         row's; each test at alpha/3).
-        first_p, first_delta: (a)'s G-test p-value and detectable TV of the whole law.
-        mean_tau, expected_tau, mean_z, mean_p, mean_shift: (b)'s mean test.
-        tau_p, tau_delta: (b)'s G-test of the τ counts.
+        first_pvalue, first_delta: (a)'s G-test p-value and detectable TV of the whole law.
+        mean_tau, expected_tau, mean_z, mean_pvalue, mean_shift: (b)'s mean test.
+        tau_pvalue, tau_delta: (b)'s G-test of the τ counts.
         seconds: wall time (generation + laws + tests); error: a one-line error, if any.
     """
 
@@ -325,26 +302,26 @@ class EngineRow:
     n: int
     iterations: int
     alpha: float
-    first_p: float = math.nan
+    first_pvalue: float = math.nan
     first_delta: float = math.nan
     mean_tau: float = math.nan
     expected_tau: float = math.nan
     mean_z: float = math.nan
-    mean_p: float = math.nan
+    mean_pvalue: float = math.nan
     mean_shift: float = math.nan
-    tau_p: float = math.nan
+    tau_pvalue: float = math.nan
     tau_delta: float = math.nan
     seconds: float = 0.0
     error: str = ""
 
     @property
     def rejected_first(self) -> bool:
-        return not self.first_p >= self.alpha / TESTS_PER_ROW
+        return not self.first_pvalue >= self.alpha / TESTS_PER_ROW
 
     @property
     def rejected_tau(self) -> bool:
         a = self.alpha / TESTS_PER_ROW
-        return not (self.mean_p >= a and self.tau_p >= a)
+        return not (self.mean_pvalue >= a and self.tau_pvalue >= a)
 
     @property
     def ok(self) -> bool:
@@ -382,12 +359,12 @@ def certify_runs(runs: Runs, first_law: np.ndarray, alpha: float, kind: str) -> 
         counts[t] = counts.get(t, 0) + 1
     law = {i: float(p) for i, p in enumerate(first_law) if p > 0}
     first = gtest(counts, law, a)
-    row.first_p, row.first_delta = first.pvalue, first.detectable_tv_law
+    row.first_pvalue, row.first_delta = first.pvalue, first.detectable_tv_law
     m = mean_test(runs.taus, runs.laws, a)
-    row.mean_tau, row.expected_tau, row.mean_z, row.mean_p = m.observed, m.expected, m.z, m.pvalue
+    row.mean_tau, row.expected_tau, row.mean_z, row.mean_pvalue = m.mean, m.exact_mean, m.statistic, m.pvalue
     row.mean_shift = m.detectable_shift
     g = tau_gtest(runs.taus, runs.laws, a)
-    row.tau_p, row.tau_delta = g.pvalue, g.detectable_tv_law
+    row.tau_pvalue, row.tau_delta = g.pvalue, g.detectable_tv_law
     return row
 
 
@@ -407,7 +384,8 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
                    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS, alpha: float = DEFAULT_ENGINE_ALPHA,
                    sampling=None, draft_sampling=None, K: int = DEFAULT_K, L: int = DEFAULT_L,
                    first_seed: int = 0, eos_token_ids=(), setup: str = "",
-                   progress: Callable[[EngineRow], None] | None = None) -> EngineCertification:
+                   progress: Callable[[EngineRow], None] | None = None,
+                   log: Callable[[str], None] | None = None) -> EngineCertification:
     """Certify the engine for each rule in ``rules`` (and each planted rule in ``planted``;
     default ``planted_for(rules)``).
 
@@ -421,6 +399,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
         sampling, draft_sampling: ``SamplingConfig`` of target and draft (default T = 1 and
             T = ``DEFAULT_DRAFT_TEMPERATURE``).
         progress: called with each row when it is done.
+        log: called with a progress line every ``LOG_EVERY`` runs of a rule.
     Returns:
         EngineCertification.  A rule whose run raised gets an ERROR row (the message's
         first line), which fails the certification.
@@ -447,7 +426,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
         t0 = time.perf_counter()
         try:
             runs = run_rule(target, draft, name, prompt_ids, n_seeds, max_new_tokens, sampling,
-                            draft_sampling, K, L, first_seed, eos_token_ids)
+                            draft_sampling, K, L, first_seed, eos_token_ids, log)
             row = certify_runs(runs, first_law, alpha, kind)
         except (ValueError, RuntimeError) as err:
             row = EngineRow(name, name, kind, K, L, n_seeds, 0, alpha,
@@ -494,9 +473,9 @@ def _cells(row: EngineRow) -> tuple[str, ...]:
 
     name = row.rule if row.kind == "lossless" else f"{row.rule} (vs {row.base})"
     return (name, row.kind, str(row.K), str(row.L), str(row.n), str(row.iterations),
-            f"{row.alpha:g}", f(row.first_p, ".3g"), f(row.first_delta, ".3f"),
+            f"{row.alpha:g}", f(row.first_pvalue, ".3g"), f(row.first_delta, ".3f"),
             f(row.mean_tau, ".3f"), f(row.expected_tau, ".3f"), f(row.mean_z, ".2f"),
-            f(row.mean_p, ".3g"), f(row.tau_p, ".3g"), f(row.tau_delta, ".3f"), row.verdict,
+            f(row.mean_pvalue, ".3g"), f(row.tau_pvalue, ".3g"), f(row.tau_delta, ".3f"), row.verdict,
             f"{row.seconds:.0f}")
 
 
@@ -519,11 +498,14 @@ def summary(cert: EngineCertification) -> str:
             f"skipped: {', '.join(sorted(skipped))} ({'; '.join(skipped.values())})")
 
 
-def quick_certification(progress: Callable[[EngineRow], None] | None = None) -> EngineCertification:
+def quick_certification(progress: Callable[[EngineRow], None] | None = None,
+                        log: Callable[[str], None] | None = None) -> EngineCertification:
     """``certify --engine --quick`` on its defaults: the embedded "tiny" SmolLM2 in float32 as
     target (T = 1) and itself at T = ``DEFAULT_DRAFT_TEMPERATURE`` as draft, ``CI_RULES`` and
     their planted rules, N = ``QUICK_ENGINE_SEEDS`` runs of ``DEFAULT_MAX_NEW_TOKENS`` tokens
-    from ``DEFAULT_PROMPT``, α = ``DEFAULT_ENGINE_ALPHA`` per row (``spectr-gbv report`` calls it).
+    from ``DEFAULT_PROMPT``, α = ``DEFAULT_ENGINE_ALPHA`` per row (``spectr-gbv report --full``
+    calls it).  ``progress`` and ``log``: as in ``certify_engine`` (``log`` also hears of the
+    model's loading).
 
     Raises:
         OSError / ValueError: the embedded model cannot be loaded.
@@ -531,6 +513,8 @@ def quick_certification(progress: Callable[[EngineRow], None] | None = None) -> 
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
+    if log is not None:
+        log("loading the embedded tiny model")
     target, draft, tok, eos = load_pair()
     ids = encode_prompt(tok, DEFAULT_PROMPT, chat=False)
     setup = (f"target tiny (float32, T = 1), draft tiny (T = {DEFAULT_DRAFT_TEMPERATURE:g}), prompt "
@@ -539,4 +523,4 @@ def quick_certification(progress: Callable[[EngineRow], None] | None = None) -> 
                           max_new_tokens=DEFAULT_MAX_NEW_TOKENS, alpha=DEFAULT_ENGINE_ALPHA,
                           sampling=SamplingConfig(1.0),
                           draft_sampling=SamplingConfig(DEFAULT_DRAFT_TEMPERATURE),
-                          eos_token_ids=eos, setup=setup, progress=progress)
+                          eos_token_ids=eos, setup=setup, progress=progress, log=log)

@@ -7,7 +7,8 @@ What is run (``plan``): per registered rule (``reference.rules.registry``) its f
 cases of gpu_backend/certify/suite.py against the reference rule's exact law, the law-level
 case for lossless rules, and the planted wrong rules of its base; each case through
 ``oracle.certify.certify_case`` with the torch verifier taking numpy rows in the case's dtype
-(``suite.suite_verifier``).  Row kinds and sizes: cli/certify.py; measured times: benchmarks/CERTIFY.md.
+(``suite.suite_verifier``).  Row kinds and sizes: cli/certify.py's doc; measured times:
+benchmarks/CERTIFY.md and benchmarks/ENGINE_CERTIFICATE.md.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ class Row:
     alpha: float
     detectable_delta: float
     statistic: str
-    p_value: float
-    p_values: dict
+    pvalue: float
+    pvalues: dict
     mean_tau: float
     exact_mean_tau: float
     mean_ci: tuple
@@ -98,8 +99,8 @@ class Row:
             "dtype": self.dtype, "V": self.V, "K": self.K, "L": self.L, "N": self.n,
             "alpha": self.alpha, "detectable_delta": num(self.detectable_delta),
             "detectable_delta_pooled": num(self.detectable_delta_pooled), "pooled_mass": num(self.pooled_mass),
-            "statistic": self.statistic, "p_value": num(self.p_value),
-            "p_values": {k: num(v) for k, v in self.p_values.items()},
+            "statistic": self.statistic, "pvalue": num(self.pvalue),
+            "pvalues": {k: num(v) for k, v in self.pvalues.items()},
             "mean_tau": num(self.mean_tau), "exact_mean_tau": num(self.exact_mean_tau),
             "mean_ci": None if not all(map(math.isfinite, self.mean_ci)) else list(self.mean_ci),
             "zero_cell_violations": self.zero_cell_violations,
@@ -156,8 +157,8 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
         entries.append(Entry(kind, rule, ref, "toy", lambda r=rule, s=single: suite.toy_cases(r, s)))
         if registry.spec(rule).distinctive_seeds is not None:
             # the non-modifying rules are certified on their own cases (as in the tests): no
-            # large_case, whose seed scan computes MDBV's exact law at V = 4,096 (10-50 s each)
-            # on three degenerate seeds first
+            # large_case, whose seed scan computes MDBV's exact law at V = 4,096 (slow:
+            # benchmarks/ENGINE_CERTIFICATE.md) on three degenerate seeds first
             entries.append(Entry(kind, rule, ref, "toy", lambda r=rule: suite.distinctive_cases(r)[:1]))
             entries.append(Entry(kind, rule, ref, "rows", lambda r=rule: suite.distinctive_cases(r)[1:]))
         else:
@@ -199,15 +200,15 @@ def _row(entry: Entry, case, result) -> Row:
 
     if isinstance(case, FirstTokenCase):
         pvals = {"first_token": result.pvalue_joint}
-        statistic, p_value = "G first token", result.pvalue_joint
+        statistic, pvalue = "G first token", result.pvalue_joint
     else:
         pvals = dict(zip(TEST_NAMES, (result.pvalue_joint, result.pvalue_tau,
                                       result.pvalue_conditional, result.pvalue_mean)))
         worst = min(pvals, key=pvals.get)
-        statistic, p_value = STATISTIC[worst], min(1.0, 4.0 * pvals[worst])
+        statistic, pvalue = STATISTIC[worst], min(1.0, 4.0 * pvals[worst])
     return Row(entry.kind, result.rule, entry.reference, result.name, result.dtype, result.V,
                result.K, result.L, result.n, result.alpha, result.detectable_tv, statistic,
-               p_value, pvals, result.mean_tau, result.exact_mean_tau, tuple(result.mean_ci),
+               pvalue, pvals, result.mean_tau, result.exact_mean_tau, tuple(result.mean_ci),
                result.zero_cell_violations, result.expect_pass, result.passed, result.seconds,
                entry.description, detectable_delta_pooled=result.detectable_tv_pooled,
                pooled_mass=result.pooled_mass)
@@ -295,7 +296,7 @@ def _cells(row: Row) -> tuple[str, ...]:
         mean = f(row.mean_tau, ".4f")
     caught = "" if row.caught is None else ("yes" if row.caught else "NO")
     return (row.kind, row.rule, _case_label(row), row.dtype, str(row.n), f"{row.alpha:g}",
-            f(row.detectable_delta, ".4f"), row.statistic or "—", f(row.p_value, ".3g"), mean,
+            f(row.detectable_delta, ".4f"), row.statistic or "—", f(row.pvalue, ".3g"), mean,
             f(row.exact_mean_tau, ".4f"), "pass" if row.expect_pass else "fail", row.verdict, caught)
 
 

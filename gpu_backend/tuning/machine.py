@@ -2,8 +2,8 @@
 beside benchmark numbers, the int8 ones: VNNI, AMX-INT8).
 
 bfloat16 pays only where the hardware computes it: on a CPU without AVX512-BF16 or AMX-BF16,
-torch emulates it, and a 1.5B model's prefill was measured 3.6× slower in bfloat16 than in
-float32 on such a CPU (AMD EPYC Zen 3, AVX2 only).  ``auto_dtype`` picks bfloat16 only where
+torch emulates it, several times slower than float32 (measured in
+benchmarks/ENGINE_CERTIFICATE.md).  ``auto_dtype`` picks bfloat16 only where
 the flags say it is native (CUDA: capability ≥ 8); on a CPU, ``--dtype auto`` goes by the
 measured cost instead (dtype_probe.py), and every benchmark records these flags beside its
 numbers.
@@ -93,8 +93,3 @@ def fingerprint(threads: int) -> dict:
     flags = cpu_flags()
     return {"cpu": cpu_model(), "flags": sorted(f for f in REPORTED_FLAGS if f in flags),
             "cores": os.cpu_count(), "threads": int(threads), "torch": torch.__version__}
-
-
-def resolve_dtype(name: str, device: str = "cpu") -> str:
-    """``name`` itself, or ``auto_dtype(device)`` for "auto"."""
-    return auto_dtype(device) if name == "auto" else name

@@ -42,7 +42,7 @@ def test_exit_zero_json_and_markdown_when_everything_passes(tmp_path, capsys):
                             "--json", str(js), "--markdown", str(md)], capsys)
     assert code == 0, out
     rows = json.loads(js.read_text())
-    keys = {"rule", "case", "kind", "N", "alpha", "detectable_delta", "p_value", "passed", "caught",
+    keys = {"rule", "case", "kind", "N", "alpha", "detectable_delta", "pvalue", "passed", "caught",
             "statistic", "mean_tau", "exact_mean_tau", "mean_ci", "verdict", "dtype", "expected"}
     assert all(keys <= set(r) for r in rows)
     kinds = {r["kind"] for r in rows}
@@ -50,13 +50,13 @@ def test_exit_zero_json_and_markdown_when_everything_passes(tmp_path, capsys):
     assert all(r["N"] == 30000 and r["alpha"] == 1e-6 and 0 < r["detectable_delta_pooled"] < 0.1 for r in rows)
     assert all(r["detectable_delta"] == r["detectable_delta_pooled"] + r["pooled_mass"] for r in rows)
     lossless = [r for r in rows if r["kind"] != "planted"]
-    assert all(r["passed"] and r["caught"] is None and r["p_value"] >= 1e-6 for r in lossless)
+    assert all(r["passed"] and r["caught"] is None and r["pvalue"] >= 1e-6 for r in lossless)
     planted = {r["rule"]: r for r in rows if r["kind"] == "planted"}
     # BV's two planted defects, the released rule's own one and the released rule against the
     # target law, all caught
     assert set(planted) == {"planted_bv_shared_uniform", "planted_bv_first_failure",
                             "planted_spectr_gbv_shared_coins", "spectr_gbv"}
-    assert all(r["caught"] is True and not r["passed"] and r["p_value"] < 1e-6 for r in planted.values())
+    assert all(r["caught"] is True and not r["passed"] and r["pvalue"] < 1e-6 for r in planted.values())
     # every lossless row that compares mean τ has its exact mean inside the reported interval
     for r in rows:
         if r["mean_ci"] is not None and r["kind"] != "planted":

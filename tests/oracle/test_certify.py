@@ -8,10 +8,10 @@ import pytest
 
 from spectr_gbv.oracle.certify import certify, certify_case, exact_verdict_law
 from spectr_gbv.oracle.certify_cases import (fixed_case, lossless_against_target, released_rule_against_target,
-                                  standard_cases, toy_models)
+                                             toy_models)
 from planted_rules import FirstFailureBV, SharedUniformBV
 from spectr_gbv.reference.contract import BatchVerdict
-from spectr_gbv.reference.rules import RULES
+from spectr_gbv.reference.rules import RULES, registry
 
 N = 200_000
 ALPHA = 1e-6
@@ -28,7 +28,8 @@ def test_exact_verdict_law_sums_to_one_and_matches_rule():
 @pytest.mark.parametrize("rule", ["bv", "spectr", "kseq_gbv", "spectr_gbv"])
 def test_reference_sampler_certifies(rule):
     """The reference's own sampler passes against its exact law (toy V = 3 case, N = 2e5)."""
-    case = [c for c in standard_cases([rule], dtypes=("float64",)) if "toy V=3" in c.name][0]
+    K = 1 if registry.is_single_draft(rule) else 3
+    case = fixed_case(f"{rule} toy V=3 K={K} L=3", rule, *toy_models(3, 12), K, 3, 12)
     result = certify_case(RULES, case, N, ALPHA)  # the reference rules are batched verifiers
     assert result.passed, result
     assert result.detectable_tv < 0.02

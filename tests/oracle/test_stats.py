@@ -26,6 +26,7 @@ from spectr_gbv.oracle.stats import (
     least_favourable_kappa,
     mean_ci,
     mean_within_ci,
+    paired_mean_test,
     sample_size_for_tv,
 )
 
@@ -536,3 +537,54 @@ def test_mean_tests_reject_bad_input():
     # Zero standard error: equal means pass, different means fail outright.
     assert mean_within_ci([2.0, 2.0, 2.0], 2.0, 0.05).z == 0.0
     assert mean_within_ci([2.0, 2.0, 2.0], 1.0, 0.05).pvalue == 0.0
+
+
+# ----------------------------------------------------------------------------- paired means
+
+
+def test_paired_mean_test_exact_numbers():
+    # Σ(x − μ) = 0.5 − 0.5 + 1 = 1 and Σσ² = 0.25 + 0.25 + 0.5 = 1: z = 1, p = 2Φ(−1);
+    # detectable shift (z_{0.975} + z_{0.99}) · 1 / 3.
+    r = paired_mean_test([1, 0, 2], [0.5, 0.5, 1.0], [0.25, 0.25, 0.5], 0.05)
+    assert (r.statistic, r.n, r.mean, r.variance, r.alpha, r.passed) == (1.0, 3, 1.0, 1.0, 0.05, True)
+    assert r.exact_mean == 2.0 / 3.0
+    assert r.pvalue == pytest.approx(0.31731050786291415, rel=1e-13)
+    assert r.detectable_shift == pytest.approx((1.959963984540054 + 2.3263478740408408) / 3, rel=1e-13)
+    assert r.detectable_shift == pytest.approx(1.428770619526965, rel=1e-13)
+    # four Bernoulli(1/2) observations, all 1: Σ(x − μ) = 2, Σσ² = 1, z = 2, p = 2Φ(−2)
+    r = paired_mean_test([1, 1, 1, 1], [0.5] * 4, [0.25] * 4, 0.05)
+    assert (r.statistic, r.mean, r.exact_mean, r.variance) == (2.0, 1.0, 0.5, 1.0)
+    assert r.pvalue == pytest.approx(0.04550026389635839, rel=1e-13)
+    assert not r.passed and paired_mean_test([1, 1, 1, 1], [0.5] * 4, [0.25] * 4, 0.01).passed
+    assert r.detectable_shift == pytest.approx(1.0715779646452237, rel=1e-13)
+
+
+def test_paired_mean_test_with_certain_observations():
+    # every σ² = 0: agreeing sums pass with p = 1, any deviation fails outright
+    r = paired_mean_test([1, 2], [1.0, 2.0], [0.0, 0.0], 0.05)
+    assert (r.statistic, r.pvalue, r.passed, r.detectable_shift) == (0.0, 1.0, True, 0.0)
+    r = paired_mean_test([1, 3], [1.0, 2.0], [0.0, 0.0], 0.05)
+    assert (r.statistic, r.pvalue, r.passed) == (math.inf, 0.0, False)
+    assert paired_mean_test([1, 1], [1.0, 2.0], [0.0, 0.0], 0.05).statistic == -math.inf
+
+
+def test_paired_mean_test_with_one_law_is_the_exact_variance_mean_test():
+    # identical laws: Σ(x − μ)/√(nσ²) = (x̄ − μ)/√(σ²/n), mean_within_ci's z with the exact variance
+    taus = np.random.default_rng(3).choice(5, size=500, p=TAU_LAW).astype(np.float64)
+    r = paired_mean_test(taus, [TAU_MEAN] * taus.size, [TAU_VAR] * taus.size, 1e-3)
+    m = mean_within_ci(taus, TAU_MEAN, 1e-3, exact_variance=TAU_VAR)
+    assert r.statistic == pytest.approx(m.z, rel=1e-12)
+    assert r.pvalue == pytest.approx(m.pvalue, rel=1e-10) and r.passed == m.passed
+
+
+def test_paired_mean_test_rejects_bad_input():
+    with pytest.raises(ValueError, match="one length"):
+        paired_mean_test([1, 2], [1.0], [1.0, 1.0], 0.05)
+    with pytest.raises(ValueError, match="one length"):
+        paired_mean_test([], [], [], 0.05)
+    with pytest.raises(ValueError, match="exact_variances"):
+        paired_mean_test([1], [1.0], [-1.0], 0.05)
+    with pytest.raises(ValueError, match="finite"):
+        paired_mean_test([math.nan], [1.0], [1.0], 0.05)
+    with pytest.raises(ValueError, match="alpha"):
+        paired_mean_test([1], [1.0], [1.0], 1.0)

@@ -2,6 +2,7 @@
 small random models (no downloads)."""
 
 import json
+import re
 
 import pytest
 
@@ -138,10 +139,42 @@ def test_report_targets_and_skipped_parts(tmp_path):
     from spectr_gbv.cli import main as cli_main
 
     out = tmp_path / "rep"
-    code = cli_main.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party", "engine", "bench"])
+    code = cli_main.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party"])
     assert code == 1  # skipped parts are not passed parts
     text = (out / "REPORT.md").read_text()
     assert "NOT PASSED" in text and "| certify | skipped |" in text
+    # without --full the long parts are not run, and the report says so in one line
+    assert "| engine certificate | not run |" in text and "| bench (short) | not run |" in text
+    assert "Not run: engine certificate, bench (short) — `spectr-gbv report --full` runs them." in text
+    code = cli_main.main(["report", "--full", "--out", str(out),
+                          "--skip", "prove", "certify", "third_party", "engine", "bench"])
+    text = (out / "REPORT.md").read_text()
+    assert code == 1 and "| engine certificate | skipped |" in text and "not run" not in text
+
+
+def test_report_default_passes_without_claiming_the_parts_not_run(monkeypatch, tmp_path, capsys):
+    """The default report passes on its three parts; the --full parts are listed as not run
+    (never passed); every part logs timestamped lines on stderr."""
+    from spectr_gbv.cli import main as cli_main
+    from spectr_gbv.cli import report as report_cli
+
+    def fake(name):
+        def part(*_):
+            report_cli.log(f"{name}: a step")
+            return report_cli.Part(name, "passed", 0.0, f"{name} body")
+        return part
+
+    for fn in ("prove_part", "certify_part", "third_party_part", "engine_part", "bench_part"):
+        monkeypatch.setattr(report_cli, fn, fake(fn))
+    code = cli_main.main(["report", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    text = (tmp_path / "REPORT.md").read_text()
+    assert code == 0 and "Overall: **PASSED** (the parts run)" in text
+    assert "engine_part body" not in text and "bench_part body" not in text
+    assert text.count("| not run |") == 2 and "not run: engine certificate, bench (short)" in out
+    lines = err.splitlines()
+    assert all(re.fullmatch(r"\d\d:\d\d:\d\d report: .+", line) for line in lines), lines
+    assert sum("a step" in line for line in lines) == 3 and "report: running prove ..." in err
 
 
 def test_report_part_with_a_missing_library_is_not_available():
@@ -164,7 +197,9 @@ def test_sweep_only_settings_run_on_the_first_sweep_prompts(pair):
                          temperature=0.9, sweeps=("none", "T"), T_values=(0.5, 0.9),
                          warmup=False, dataset="random", sweep_prompts=1)
     prompts = [PROMPT, PROMPT[::-1], PROMPT[1:]]
-    result = run_bench(config, pair=pair, prompt_ids=prompts, progress=False)
+    logged = []
+    result = run_bench(config, pair=pair, prompt_ids=prompts, progress=False, log=logged.append)
+    assert len(logged) == len(result.runs) and logged[-1].startswith(f"{len(result.runs)}/{len(result.runs)} runs: ")
     at = {T: sorted(r["prompt"] for r in result.runs if r["temperature"] == T and r["method"] == "sd")
           for T in (0.5, 0.9)}
     assert at == {0.9: [0, 1, 2], 0.5: [0]}

@@ -91,8 +91,11 @@ def tiny():
 @pytest.mark.models
 def test_engine_certification_gbv_passes_and_planted_is_caught(tiny):
     target, draft, ids, eos = tiny
+    lines = []
     cert = ec.certify_engine(target, draft, ids, ["gbv"], n_seeds=5, max_new_tokens=16,
-                             eos_token_ids=eos)
+                             eos_token_ids=eos, log=lines.append)
+    assert [line.split(":")[0] for line in lines] == ["gbv", "planted_gbv_first_failure"]
+    assert all("5/5 runs" in line for line in lines)
     good, bad = cert.rows
     assert (good.rule, good.kind, good.verdict) == ("gbv", "lossless", "PASS")
     assert (bad.rule, bad.base, bad.kind, bad.verdict) == (
@@ -103,10 +106,10 @@ def test_engine_certification_gbv_passes_and_planted_is_caught(tiny):
         assert row.iterations >= 5 * 3  # 16 tokens in ≤ 5 tokens per iteration
         assert row.first_delta == 1.0  # N = 5 at V = 49,152: no first-token guarantee
         assert 0 < row.tau_delta < 1
-    assert good.first_p >= 1e-3 / 3 and good.mean_p >= 1e-3 / 3 and good.tau_p >= 1e-3 / 3
+    assert good.first_pvalue >= 1e-3 / 3 and good.mean_pvalue >= 1e-3 / 3 and good.tau_pvalue >= 1e-3 / 3
     assert abs(good.mean_z) < 3.5
     # first-failure stops early: fewer accepted tokens than the exact law expects
-    assert bad.mean_z < -4 and bad.mean_p < 1e-4 and bad.mean_tau < bad.expected_tau
+    assert bad.mean_z < -4 and bad.mean_pvalue < 1e-4 and bad.mean_tau < bad.expected_tau
     assert "planted_gbv_first_failure (vs gbv)" in ec.text_table(cert.rows)
     assert ec.summary(cert).startswith("engine CERTIFIED: 1/1 lossless rules pass, 1/1 planted")
 
@@ -168,14 +171,15 @@ def test_cli_engine_exit_zero(capsys, tmp_path):
 
 def test_report_engine_part(monkeypatch, tmp_path):
     """``spectr-gbv report``'s engine part embeds ``quick_certification``'s table and passes only
-    when every row is as expected (the 13-minute run itself is replaced by fixed rows here)."""
+    when every row is as expected (the long run itself is replaced by fixed rows here)."""
     from spectr_gbv.cli.report import engine_part
 
-    good = ec.EngineRow("sd", "sd", "lossless", 1, 4, 60, 400, 1e-3, first_p=0.5, first_delta=0.6,
-                        mean_tau=1.3, expected_tau=1.3, mean_z=0.1, mean_p=0.9, tau_p=0.4, tau_delta=0.16)
-    missed = ec.EngineRow("planted_bv_first_failure", "bv", "planted", 1, 4, 60, 400, 1e-3, mean_p=0.5, tau_p=0.5)
+    good = ec.EngineRow("sd", "sd", "lossless", 1, 4, 60, 400, 1e-3, first_pvalue=0.5, first_delta=0.6,
+                        mean_tau=1.3, expected_tau=1.3, mean_z=0.1, mean_pvalue=0.9, tau_pvalue=0.4, tau_delta=0.16)
+    missed = ec.EngineRow("planted_bv_first_failure", "bv", "planted", 1, 4, 60, 400, 1e-3, mean_pvalue=0.5, tau_pvalue=0.5)
     for rows, status in (([good], "passed"), ([good, missed], "failed")):
-        monkeypatch.setattr(ec, "quick_certification", lambda rows=rows: ec.EngineCertification(rows, "setup X"))
+        monkeypatch.setattr(ec, "quick_certification",
+                            lambda rows=rows, **_: ec.EngineCertification(rows, "setup X"))
         part = engine_part(str(tmp_path))
         assert part.status == status
         assert "setup X" in part.body and ("MISSED" in part.body) == (status == "failed")
