@@ -215,7 +215,7 @@ def test_a_new_algorithm_registered_in_one_call_is_listed_certified_and_its_defe
         assert [r.verdict for r in cert.rows if r.kind == "lossless"] == ["PASS"] * 4, verdicts
         planted = [r for r in cert.rows if r.kind == "planted"]
         assert [(r.rule, r.verdict) for r in planted] == [("planted_fresh_draw_keeps_x", "CAUGHT")]
-        assert planted[0].p_value < 1e-12
+        assert planted[0].pvalue < 1e-12
         # the exact engine proves it lossless
         result = run_claim(claims.lossless_claim("x", FRESH, "fresh draw is lossless", "test", Ks=(1,)), "quick")
         assert result.verdict == "holds" and result.worst_deviation <= 1e-12
