@@ -73,13 +73,16 @@ def register(subparsers) -> None:
 
 
 def check(args: argparse.Namespace) -> None:
-    """Before any part runs: the benchmark's models and the memory of its probability rows."""
-    if not args.full or "bench" in args.skip:
-        return
+    """Before any part runs: the benchmark's model flags (always: a bad flag is refused even
+    when ``--full`` is not given) and, when the benchmark runs, the memory of its probability
+    rows."""
     from spectr_gbv.cli.models import check_engine_memory, check_models
-    from spectr_gbv.gpu_backend.engine.speculative import DEFAULT_K, DEFAULT_L
 
     V, known = check_models(args.target, args.draft)
+    if not args.full or "bench" in args.skip:
+        return
+    from spectr_gbv.gpu_backend.engine.speculative import DEFAULT_K, DEFAULT_L
+
     check_engine_memory(DEFAULT_K, DEFAULT_L, V, known, "--target")
 
 
