@@ -128,7 +128,7 @@ def markdown(result: dict, command: str) -> str:
         "accepts a stopping policy only for rules whose registry entry declares `draft_stopping`.",
         "Tokens per target call (means over the rule's instances: single-draft rules run on the K = 1",
         "instances only, so compare a row's two columns, not rows) fall when blocks are cut; whether",
-        "the saved draft forwards pay is measured on the real models (benchmarks/engine_vs_assisted.py, method "spectr int8 stop<0.3"; benchmarks/ENGINE_VS_ASSISTED.md).",
+        "the saved draft forwards pay is measured on the real models (benchmarks/engine_vs_assisted.py, method 'spectr int8 stop<0.3'; benchmarks/ENGINE_VS_ASSISTED.md).",
         "",
     ]
     return "\n".join(lines)
