@@ -2,6 +2,8 @@
 
     spectr-gbv certify [--rules R,…] [--quick] [--json FILE] [--markdown FILE]
                        [--samples N] [--alpha A] [--seed S] [--device D] [--threads T]
+    spectr-gbv certify --third-party vllm [--samples N] [--alpha A] [--seed S] [--workers W]
+                       [--json FILE] [--markdown FILE]
     spectr-gbv certify --engine [--rules R,…] [--quick] [--samples N] [--alpha A]
                        [--max-new-tokens M] [--target T] [--draft D] [--draft-temperature TD]
                        [--seed S] [--device D] [--threads T] [--json FILE]
@@ -16,6 +18,14 @@ target at T = 1, itself at T = 1.5 as draft; ``--target/--draft`` take another p
 ``--draft-temperature``).  Rules: every lossless registered rule but mdbv (``--quick``: the
 engine's default rule, sd and gbv, N = 60, and the planted rules of those bases); α = 1e-3
 per row unless ``--alpha``.  Measured times and the choice of N: benchmarks/CERTIFY.md.
+
+``--third-party vllm`` certifies vLLM's own rejection samplers instead (Model Runner V2
+standard, block verification and synthetic; the v1 RejectionSampler; with draft logits and with
+one-hot n-gram drafts) on the built-in case families against the rule each claims
+(gpu_backend/certify/vllm.py).  Where vLLM is not importable here, it runs in the vLLM
+environment of ``scripts/install.sh --vllm`` (``.venv-vllm``, or ``$SPECTR_GBV_VLLM_PYTHON``);
+without one it says so and exits 2.  N = 2,000 per case on a CPU (Triton's interpreter),
+2·10^4 on a CUDA GPU, unless ``--samples``.
 
 Every rule of the registry (``reference.rules.registry``; or the ``--rules`` subset) is run by
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
@@ -99,6 +109,14 @@ def register(subparsers) -> None:
     p.add_argument("--device", default="cpu", help="torch device of the verifiers (default cpu)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="torch intra-op threads (default 1: small batched ops are faster on one)")
+    p.add_argument("--third-party", choices=["vllm"], default=None, dest="third_party",
+                   help="certify vLLM's installed rejection samplers instead of ours (runs in the "
+                   "vLLM environment of scripts/install.sh --vllm when vLLM is not importable here)")
+    p.add_argument("--families", default=None,
+                   help="--third-party: comma-separated case families (default: all; "
+                   "toy, prefix, large, zeros, disjoint, equal)")
+    p.add_argument("--workers", type=positive_int, default=2,
+                   help="--third-party: processes running cases (default 2)")
     p.add_argument("--engine", action="store_true",
                    help="certify the speculative-decoding engine end to end on a real model "
                    "instead of the verifiers (first-token law and acceptance lengths; slow: "
@@ -127,6 +145,27 @@ def check(args: argparse.Namespace) -> None:
     from spectr_gbv.reference.rules import registry
 
     engine = getattr(args, "engine", False)
+    if getattr(args, "third_party", None):
+        if engine or args.rules or args.quick:
+            raise UsageError("--third-party takes neither --engine, --rules nor --quick")
+        from spectr_gbv.gpu_backend.certify import vllm as vc
+
+        args.alpha = vc.DEFAULT_ALPHA if args.alpha is None else args.alpha
+        from spectr_gbv.oracle.certify_cases import FAMILIES
+
+        args.family_list = None
+        if args.families:
+            args.family_list = tuple(f.strip() for f in args.families.split(",") if f.strip())
+            bad = [f for f in args.family_list if f not in FAMILIES]
+            if bad or not args.family_list:
+                raise UsageError(f"--families: unknown family {bad[0] if bad else args.families!r} "
+                                 f"(known: {', '.join(FAMILIES)})")
+        if not vc.importable_here() and vc.locate_python() is None:
+            raise UsageError("--third-party vllm: vLLM is not installed here and no vLLM environment was "
+                             "found (make one with `scripts/install.sh --vllm`, or set SPECTR_GBV_VLLM_PYTHON)")
+        return
+    if getattr(args, "families", None):
+        raise UsageError("--families needs --third-party")
     if not engine:
         given = [flag for flag, value in (("--max-new-tokens", getattr(args, "max_new_tokens", None)),
                                           ("--target", getattr(args, "target", None)),
@@ -176,6 +215,8 @@ def run(args: argparse.Namespace) -> int:
 
     from spectr_gbv.cli.args import text_stream, write_json
 
+    if getattr(args, "third_party", None):
+        return run_third_party(args)
     if getattr(args, "rule_list", None) is None or args.alpha is None:  # check() not run
         check(args)
     rules, device = args.rule_list, args.torch_device
@@ -198,6 +239,37 @@ def run(args: argparse.Namespace) -> int:
     if args.markdown:
         with open(args.markdown, "w") as fh:
             fh.write(markdown(cert, command))
+    return 0 if cert.ok else 1
+
+
+def run_third_party(args: argparse.Namespace) -> int:
+    """``certify --third-party vllm``: gpu_backend.certify.vllm here, or in the vLLM environment
+    (re-running this command there); exit 0 only when every row is as expected."""
+    from spectr_gbv.cli.args import text_stream, write_json
+
+    from spectr_gbv.gpu_backend.certify import vllm as vc
+
+    if not vc.importable_here():
+        return vc.run_elsewhere(vc.locate_python(), sys.argv[1:])
+    from spectr_gbv.gpu_backend.adapters import vllm_shims
+
+    n = args.samples or (vc.CPU_N if vllm_shims.needs_interpreter() else vc.GPU_N)
+
+    def progress(row):
+        extra = f"  {row.detail}" if row.detail else ""
+        print(f"certify --third-party vllm: {row.verdict:6s} {row.sampler} / {row.family}  N={row.n}  "
+              f"{row.seconds:.0f}s{extra}", file=sys.stderr, flush=True)
+
+    cert = vc.certify_vllm(n, args.alpha, args.seed, args.workers, families=args.family_list, progress=progress)
+    command = ("spectr-gbv certify --third-party vllm" + (f" --samples {args.samples}" if args.samples else "")
+               + (f" --families {','.join(args.family_list)}" if args.family_list else ""))
+    out = text_stream(args)
+    print(vc.markdown(cert, command), file=out)
+    write_json(args.json_file, {"version": cert.version, "device": cert.device,
+                                "rows": [r.to_json() for r in cert.rows]})
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(vc.markdown(cert, command) + "\n")
     return 0 if cert.ok else 1
 
 

@@ -10,16 +10,21 @@ Parts, each run even when an earlier one failed:
 3. Third-party verifiers (gpu_backend.adapters.third_party): transformers' assisted-generation
    verifier at its defaults and with its lossy ensemble weight, through the public harness
    (oracle.harness.certify_verifier); fails unless each is certified, or caught when lossy.
-4. ``--full`` only: the engine's certificate (gpu_backend.certify.engine.quick_certification,
+4. vLLM's own samplers (gpu_backend/certify/vllm.py), when the vLLM environment exists
+   (``scripts/install.sh --vllm``): ``certify --third-party vllm`` at the report's size, N =
+   ``VLLM_REPORT_N`` per case on the toy and prefix families (every sampler, replay and batch
+   independence), run in that environment; fails unless every row is as expected.  Without
+   the environment the part says so ("not installed") and does not count either way.
+5. ``--full`` only: the engine's certificate (gpu_backend.certify.engine.quick_certification,
    as ``certify --engine --quick``: the speculative engine end to end on the embedded tiny
    model, first-token law and per-iteration τ against the reference's exact law given the
    rows, planted wrong rules caught); fails unless certified.
-5. ``--full`` only: a short benchmark (``gpu_backend.bench.run``): the Qwen2.5-Coder pair,
+6. ``--full`` only: a short benchmark (``gpu_backend.bench.run``): the Qwen2.5-Coder pair,
    HumanEval, T = 0.7, a few prompts, 64 new tokens, every method at the engine's default K
    and L.  It fails when it cannot run or when the peak RSS reaches 8 GB; the performance
    targets are reported (met / not met) but a few prompts are too noisy to fail on them.
 
-Parts 4 and 5 take far longer than 1-3 on a CPU (benchmarks/ENGINE_CERTIFICATE.md); without
+Parts 5 and 6 take far longer than 1-3 on a CPU (benchmarks/ENGINE_CERTIFICATE.md); without
 ``--full`` they are listed as "not run" (never as passed) and the report says how to run them.
 The exit status covers the parts of the run asked for: 0 when every one of them passed (a
 part left out with ``--skip`` is not passed), 1 otherwise.
@@ -28,7 +33,8 @@ Progress: every part, and every long step inside one (a claim, a certify case, a
 case, a batch of engine runs, a benchmark run), prints a timestamped line to stderr, so that a
 log shows where the job is.
 
-Each part calls its library directly (no sub-process, no parsing of command output); a part
+Each part calls its library directly (no parsing of command output; part 4 alone runs a
+sub-process, in the vLLM environment's interpreter, and reads the markdown it writes); a part
 whose library is not installed (``ModuleNotFoundError``) is reported as "not available", which
 counts as not passed.
 """
@@ -62,7 +68,7 @@ def register(subparsers) -> None:
                    "benchmarks/ENGINE_CERTIFICATE.md)")
     p.add_argument("--prompts", type=positive_int, default=3, help="benchmark prompts (default 3)")
     p.add_argument("--max-new-tokens", type=positive_int, default=64)
-    p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "third_party", "engine", "bench"],
+    p.add_argument("--skip", nargs="+", default=[], choices=["prove", "certify", "third_party", "vllm", "engine", "bench"],
                    help="parts to leave out (reported as skipped, not as passed)")
     p.add_argument("--target", default="target")
     p.add_argument("--draft", default="draft")
@@ -87,7 +93,10 @@ def check(args: argparse.Namespace) -> None:
 
 
 FULL_ONLY = ("engine", "bench")
+VLLM_REPORT_N = 500
+VLLM_REPORT_FAMILIES = "toy,prefix"
 TITLES = {"prove": "prove --quick", "certify": "certify", "third_party": "third-party verifiers",
+          "vllm": "vLLM's samplers",
           "engine": "engine certificate", "bench": "bench (short)"}
 
 
@@ -99,7 +108,8 @@ def log(message: str) -> None:
 @dataclass
 class Part:
     """One part's outcome: status is "passed", "failed", "not available", "skipped" (on
-    request) or "not run" (a ``--full`` part of a default run)."""
+    request), "not run" (a ``--full`` part of a default run) or "not installed" (an optional
+    environment, vLLM's, is absent: counted neither way)."""
 
     name: str
     status: str
@@ -184,6 +194,34 @@ def third_party_part(out_dir: str) -> Part:
     return _run_part("third-party verifiers", body)
 
 
+def vllm_part(out_dir: str) -> Part:
+    """vLLM's samplers through ``certify --third-party vllm`` in the vLLM environment (module
+    doc, part 4); its markdown also in vllm.md."""
+    from spectr_gbv.gpu_backend.certify import vllm as vc
+
+    python = sys.executable if vc.importable_here() else vc.locate_python()
+    if python is None:
+        return Part(TITLES["vllm"], "not installed", 0.0,
+                    "No vLLM environment here, so vLLM's samplers were not certified in this report "
+                    "(`scripts/install.sh --vllm` makes one; README, \"vLLM's samplers\", has the last full table).")
+
+    def body():
+        import subprocess
+
+        path = os.path.join(out_dir, "vllm.md")
+        env = dict(os.environ, PYTHONPATH=vc.checkout_root())
+        done = subprocess.run([python, "-m", "spectr_gbv", "certify", "--third-party", "vllm", "--samples",
+                               str(VLLM_REPORT_N), "--families", VLLM_REPORT_FAMILIES, "--markdown", path],
+                              env=env, stdout=subprocess.DEVNULL)
+        if not os.path.exists(path):
+            return "failed", f"certify --third-party vllm exited {done.returncode} without a table"
+        with open(path) as fh:
+            text = fh.read()
+        return ("passed" if done.returncode == 0 else "failed"), text
+
+    return _run_part(TITLES["vllm"], body)
+
+
 def engine_part(out_dir: str) -> Part:
     """``certify --engine --quick`` through gpu_backend.certify.engine (also in engine.md)."""
     def body():
@@ -260,6 +298,7 @@ def run(args: argparse.Namespace) -> int:
     for name, fn in (("prove", lambda: prove_part(args.out)),
                      ("certify", lambda: certify_part(args.out)),
                      ("third_party", lambda: third_party_part(args.out)),
+                     ("vllm", lambda: vllm_part(args.out)),
                      ("engine", lambda: engine_part(args.out)),
                      ("bench", lambda: bench_part(args, args.out))):
         if name in FULL_ONLY and not args.full:
@@ -273,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
         part = fn()
         log(f"{name}: {part.status} ({part.seconds:.0f} s)")
         parts.append(part)
-    ok = all(p.passed for p in parts if p.status != "not run")
+    ok = all(p.passed for p in parts if p.status not in ("not run", "not installed"))
     lines = ["# spectr-gbv report", "",
              f"Overall: **{'PASSED' if ok else 'NOT PASSED'}**" + (" (the parts run)" if not_run else ""), ""]
     if not_run:

@@ -167,3 +167,35 @@ def test_plan_covers_every_registered_rule_and_planted_defect():
     quick_rows = [e for e in certification.plan(rules, True) if e.size == "rows"]
     full_rows = [e for e in certification.plan(rules, False) if e.size == "rows"]
     assert len(full_rows) > len(quick_rows) == len(rules)
+
+
+def test_third_party_vllm_without_an_environment_is_refused_in_one_line(monkeypatch, capsys):
+    """No vLLM here and no .venv-vllm: exit 2 naming the install command; --families needs
+    --third-party; an unknown family is named."""
+    from spectr_gbv.cli import main as cli_main
+    from spectr_gbv.gpu_backend.certify import vllm as vc
+
+    monkeypatch.setattr(vc, "importable_here", lambda: False)
+    monkeypatch.setattr(vc, "locate_python", lambda: None)
+    assert cli_main.main(["certify", "--third-party", "vllm"]) == 2
+    assert "scripts/install.sh --vllm" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--families", "toy"]) == 2
+    assert "--families needs --third-party" in capsys.readouterr().err
+    monkeypatch.setattr(vc, "locate_python", lambda: "/bin/true")
+    assert cli_main.main(["certify", "--third-party", "vllm", "--families", "toy,nosuch"]) == 2
+    assert "--families: unknown family 'nosuch'" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--third-party", "vllm", "--quick"]) == 2
+    assert "--third-party takes neither" in capsys.readouterr().err
+
+
+def test_vllm_plan_and_table_without_vllm():
+    """The plan covers every family for the samplers expected to pass and the synthetic
+    families for the lossy ones; the table names the failed test and the measured TV."""
+    from spectr_gbv.gpu_backend.certify import vllm as vc
+    from spectr_gbv.oracle.certify_cases import FAMILIES
+
+    jobs = vc.plan()
+    assert len(jobs) == 6 * len(FAMILIES) + 2 * len(vc.SYNTHETIC_FAMILIES)
+    row = vc.Row("MRV2 x", "sd", "toy", False, False, 2000, 1e-6, 0.09, 0.31, 1e-40, ("joint outcome",), 12.0)
+    table = vc.markdown_table([row])
+    assert "| MRV2 x | `sd` | toy | CAUGHT | 2,000 | 0.090 | 0.310 | 1e-40 | joint outcome | 12 s |" in table

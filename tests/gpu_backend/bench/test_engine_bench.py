@@ -139,7 +139,7 @@ def test_report_targets_and_skipped_parts(tmp_path):
     from spectr_gbv.cli import main as cli_main
 
     out = tmp_path / "rep"
-    code = cli_main.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party"])
+    code = cli_main.main(["report", "--out", str(out), "--skip", "prove", "certify", "third_party", "vllm"])
     assert code == 1  # skipped parts are not passed parts
     text = (out / "REPORT.md").read_text()
     assert "NOT PASSED" in text and "| certify | skipped |" in text
@@ -147,7 +147,7 @@ def test_report_targets_and_skipped_parts(tmp_path):
     assert "| engine certificate | not run |" in text and "| bench (short) | not run |" in text
     assert "Not run: engine certificate, bench (short) — `spectr-gbv report --full` runs them." in text
     code = cli_main.main(["report", "--full", "--out", str(out),
-                          "--skip", "prove", "certify", "third_party", "engine", "bench"])
+                          "--skip", "prove", "certify", "third_party", "vllm", "engine", "bench"])
     text = (out / "REPORT.md").read_text()
     assert code == 1 and "| engine certificate | skipped |" in text and "not run" not in text
 
@@ -166,11 +166,18 @@ def test_report_default_passes_without_claiming_the_parts_not_run(monkeypatch, t
 
     for fn in ("prove_part", "certify_part", "third_party_part", "engine_part", "bench_part"):
         monkeypatch.setattr(report_cli, fn, fake(fn))
+    # no vLLM environment: its part says so plainly and counts neither way
+    from spectr_gbv.gpu_backend.certify import vllm as vc
+
+    monkeypatch.setattr(vc, "importable_here", lambda: False)
+    monkeypatch.setattr(vc, "locate_python", lambda: None)
     code = cli_main.main(["report", "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     text = (tmp_path / "REPORT.md").read_text()
     assert code == 0 and "Overall: **PASSED** (the parts run)" in text
     assert "engine_part body" not in text and "bench_part body" not in text
+    assert "| vLLM's samplers | not installed |" in text
+    assert "No vLLM environment here, so vLLM's samplers were not certified in this report" in text
     assert text.count("| not run |") == 2 and "not run: engine certificate, bench (short)" in out
     lines = err.splitlines()
     assert all(re.fullmatch(r"\d\d:\d\d:\d\d report: .+", line) for line in lines), lines

@@ -1,0 +1,337 @@
+"""Certification of vLLM's own rejection samplers (``spectr-gbv certify --third-party vllm``).
+
+What is certified: the samplers of the installed vLLM (gpu_backend/adapters/vllm_samplers.py),
+each through ``from_vllm_layout`` (gpu_backend/adapters/vllm_layout.py: the batched contract
+→ vLLM's flattened layout and back) and ``oracle.harness.certify_verifier`` on the built-in
+case families (``oracle.certify_cases.FAMILIES``), against the registered rule it claims:
+
+    sampler                     mode            draft rows          claims   expected
+    Model Runner V2             standard        draft logits        sd       CERTIFIED
+    Model Runner V2             standard        one-hot (n-gram)    sd       CERTIFIED
+    Model Runner V2             block           draft logits        bv       CERTIFIED
+    Model Runner V2             block           one-hot (n-gram)    bv       CERTIFIED
+    v1 RejectionSampler         random          draft_probs         sd       CERTIFIED
+    v1 RejectionSampler         random          None (n-gram)       sd       CERTIFIED
+    Model Runner V2             synthetic       draft logits        sd       CAUGHT (lossy by design)
+    v1 RejectionSampler         synthetic       draft_probs         sd       CAUGHT (lossy by design)
+
+Plus, per sampler, two deterministic checks (``replay_checks``): the same seeds give the same
+outputs, and a request's output does not depend on the other requests of its batch.
+
+Where vLLM cannot be imported in this interpreter, ``locate_python`` finds the interpreter of
+the vLLM environment that ``scripts/install.sh --vllm`` makes (``.venv-vllm`` beside the
+checkout, or ``$SPECTR_GBV_VLLM_PYTHON``) and the CLI runs there.  On a CPU the samplers run
+under Triton's interpreter (gpu_backend/adapters/vllm_shims.py, ``SHIMS``), about 30-70 ms per
+sampled request on one core, which sets the CPU run's N; on a CUDA GPU they run natively
+(scripts/device_check.sh, N = 2·10^4 per case).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+CPU_N = 2_000  # per case on a CPU (interpreted kernels); the detectable δ of each row says what it resolves
+GPU_N = 20_000
+DEFAULT_ALPHA = 1e-6
+SYNTHETIC_RATES = (0.8, 0.6, 0.4)  # unconditional acceptance rates per depth (vLLM's synthetic_acceptance_rates)
+SYNTHETIC_FAMILIES = ("toy", "prefix")
+L = 3
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """One vLLM sampler setting certified (module doc's table)."""
+
+    label: str  # e.g. "MRV2 standard, draft logits"
+    kind: str  # vllm_samplers.sampler kind
+    rule: str
+    one_hot: bool = False
+    synthetic: bool = False
+
+    @property
+    def expect_pass(self) -> bool:
+        return not self.synthetic
+
+    def build(self):
+        """The adapter: a verifier of the batched contract calling vLLM's sampler."""
+        from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout
+        from spectr_gbv.gpu_backend.adapters.vllm_samplers import sampler
+
+        kwargs = {"rates": SYNTHETIC_RATES} if self.synthetic else {}
+        return from_vllm_layout(sampler(self.kind, **kwargs), one_hot_drafts=self.one_hot)
+
+
+SAMPLERS = (
+    Sampler("MRV2 rejection_sample, standard, draft logits", "mrv2-standard", "sd"),
+    Sampler("MRV2 rejection_sample, standard, one-hot drafts (n-gram)", "mrv2-standard", "sd", one_hot=True),
+    Sampler("MRV2 rejection_sample, block verification, draft logits", "mrv2-block", "bv"),
+    Sampler("MRV2 rejection_sample, block verification, one-hot drafts", "mrv2-block", "bv", one_hot=True),
+    Sampler("v1 RejectionSampler, draft_probs", "v1", "sd"),
+    Sampler("v1 RejectionSampler, draft_probs=None (n-gram)", "v1", "sd", one_hot=True),
+    Sampler("MRV2 rejection_sample, synthetic acceptance", "mrv2-synthetic", "sd", synthetic=True),
+    Sampler("v1 RejectionSampler, synthetic acceptance", "v1-synthetic", "sd", synthetic=True),
+)
+
+
+@dataclass
+class Row:
+    """One certified (sampler, family) case, or one deterministic check (family "replay" /
+    "batch independence")."""
+
+    sampler: str
+    rule: str
+    family: str
+    expect_pass: bool
+    passed: bool
+    n: int
+    alpha: float
+    detectable_delta: float
+    measured_tv: float
+    pvalue: float
+    failed_tests: tuple = ()
+    seconds: float = 0.0
+    detail: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.expect_pass:
+            return "PASS" if self.passed else "FAIL"
+        return "CAUGHT" if not self.passed else "MISSED"
+
+    @property
+    def ok(self) -> bool:
+        return self.passed == self.expect_pass
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["verdict"] = self.verdict
+        d["failed_tests"] = list(self.failed_tests)
+        return d
+
+
+@dataclass
+class VllmCertification:
+    rows: list[Row] = field(default_factory=list)
+    version: str = ""
+    device: str = ""
+    shims: tuple = ()
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.rows) and all(r.ok for r in self.rows)
+
+
+# -- where vLLM lives --------------------------------------------------------------------------
+
+def checkout_root() -> str:
+    """The folder holding pyproject.toml above this package (a source checkout), or ''."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for up in (os.path.join(here, "..", ".."), os.path.join(here, "..", "..", "..")):
+        up = os.path.normpath(up)
+        if os.path.exists(os.path.join(up, "pyproject.toml")):
+            return up
+    return ""
+
+
+def locate_python() -> str | None:
+    """The interpreter of the vLLM environment: ``$SPECTR_GBV_VLLM_PYTHON``, else
+    ``<checkout>/.venv-vllm/bin/python`` when it exists; None otherwise."""
+    env = os.environ.get("SPECTR_GBV_VLLM_PYTHON")
+    if env:
+        return env if os.path.exists(env) else None
+    root = checkout_root()
+    path = os.path.join(root, ".venv-vllm", "bin", "python") if root else ""
+    return path if path and os.path.exists(path) else None
+
+
+def importable_here() -> bool:
+    """True when vLLM can be found by this interpreter (not imported: importing it before the
+    shims are enabled would switch its Triton off)."""
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+def plan(samplers=SAMPLERS, families=None) -> list[tuple[Sampler, str]]:
+    """(sampler, family) jobs: every family for the samplers expected to pass, the
+    ``SYNTHETIC_FAMILIES`` for the synthetic ones."""
+    from spectr_gbv.oracle.certify_cases import FAMILIES
+
+    jobs = []
+    for s in samplers:
+        fams = families or (SYNTHETIC_FAMILIES if s.synthetic else FAMILIES)
+        jobs += [(s, f) for f in fams]
+    return jobs
+
+
+def _worker_init() -> None:
+    from spectr_gbv.gpu_backend.adapters import vllm_shims
+
+    ok, why = vllm_shims.available()
+    if not ok:
+        raise RuntimeError(why)
+    import warnings
+
+    warnings.filterwarnings("ignore", category=RuntimeWarning)  # log(0) = -inf inside interpreted kernels
+
+
+def run_job(sampler: Sampler, family: str, n_samples: int, alpha: float, seed: int) -> Row:
+    """Certify one (sampler, family) case; a raised error becomes a failed row with its message."""
+    from spectr_gbv.oracle.harness import certify_verifier
+
+    _worker_init()
+    start = time.perf_counter()
+    try:
+        cases = ()
+        fams = (family,)
+        if sampler.one_hot:
+            from spectr_gbv.oracle.certify_cases import case_family
+            from spectr_gbv.oracle.harness import one_hot_draft_case
+
+            cases, fams = (one_hot_draft_case(case_family(family, sampler.rule, 1, L, "float64", seed)),), ()
+        report = certify_verifier(sampler.build(), sampler.rule, K=1, L=L, families=fams, cases=cases,
+                                  n_samples=n_samples, alpha=alpha, seed=seed, chunk=256)
+        r = report.results[0]
+        failed = tuple(getattr(r, "failed_tests", ()) or ())
+        pmin = min(r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
+        return Row(sampler.label, sampler.rule, family, sampler.expect_pass, r.passed, r.n, alpha,
+                   r.detectable_tv, r.empirical_tv, min(1.0, 4 * pmin), failed, time.perf_counter() - start)
+    except Exception as err:  # a crash is a failure, reported with its message
+        return Row(sampler.label, sampler.rule, family, sampler.expect_pass, False, 0, alpha, math.nan, math.nan,
+                   math.nan, ("error",), time.perf_counter() - start, f"{type(err).__name__}: {err}")
+
+
+def replay_checks(sampler: Sampler) -> list[Row]:
+    """Two deterministic checks of one sampler on a ragged batch (num_draft_tokens [3, 0, 2, 1],
+    temperatures [1, 0.7, 0, 1.3], V = 50): (1) replay: the same per-request generators give the
+    same output twice; (2) batch independence: request 0 (3 drafts, T = 1) alone gives the same
+    output as inside the batch, at 20 seeds."""
+    import numpy as np
+    import torch
+
+    from spectr_gbv.gpu_backend.adapters.vllm_layout import generators_from_seeds
+    from spectr_gbv.gpu_backend.adapters.vllm_samplers import sampler as make
+
+    _worker_init()
+    fn = make(sampler.kind, **({"rates": SYNTHETIC_RATES} if sampler.synthetic else {}))
+    rng = np.random.default_rng(5)
+    V, counts = 50, [3, 0, 2, 1]
+    n = sum(counts)
+    ids = torch.tensor(rng.integers(0, V, n))
+    dp = None if sampler.one_hot else torch.softmax(torch.tensor(rng.normal(size=(n, V)) * 2), -1)
+    logits = torch.tensor(rng.normal(size=(n + len(counts), V)) * 2)
+    temps = torch.tensor([1.0, 0.7, 0.0, 1.3])
+    rows = []
+    start = time.perf_counter()
+    same, alone_same = 0, 0
+    seeds = range(20)
+    for s in seeds:
+        a = fn(counts, ids, dp, logits, temps, generators=generators_from_seeds(np.arange(4) + 100 * s))
+        b = fn(counts, ids, dp, logits, temps, generators=generators_from_seeds(np.arange(4) + 100 * s))
+        same += bool(torch.equal(a, b))
+        alone = fn([3], ids[:3], None if dp is None else dp[:3], logits[:4], temps[:1],
+                   generators=generators_from_seeds(np.arange(1) + 100 * s))
+        alone_same += bool(torch.equal(alone[0], a[0]))
+    secs = time.perf_counter() - start
+    for name, k in (("replay", same), ("batch independence", alone_same)):
+        rows.append(Row(sampler.label, sampler.rule, name, True, k == len(seeds), len(seeds), 0.0, math.nan,
+                        math.nan, math.nan, () if k == len(seeds) else (name,), secs / 2,
+                        f"{k}/{len(seeds)} seeds identical"))
+    return rows
+
+
+def certify_vllm(n_samples: int = CPU_N, alpha: float = DEFAULT_ALPHA, seed: int = 0, workers: int = 2,
+                 samplers=SAMPLERS, families=None, progress=None) -> VllmCertification:
+    """Run the plan in ``workers`` processes (each imports vLLM once); rows in plan order.
+
+    Raises:
+        RuntimeError: vLLM is not importable in this interpreter (``vllm_shims.available``).
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from spectr_gbv.gpu_backend.adapters import vllm_shims
+
+    ok, version = vllm_shims.available()
+    if not ok:
+        raise RuntimeError(version)
+    import torch
+
+    cert = VllmCertification(version=version, shims=tuple(s for s in vllm_shims.SHIMS if s.applied)
+                             if vllm_shims.needs_interpreter() else (),
+                             device="CPU, Triton interpreter" if vllm_shims.needs_interpreter()
+                             else f"CUDA {torch.cuda.get_device_name(0)}, native")
+    jobs = plan(samplers, families)
+    kinds = {}
+    for s in samplers:
+        kinds.setdefault((s.kind, s.one_hot), s)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        futures = [pool.submit(run_job, s, f, n_samples, alpha, seed + 7919 * j) for j, (s, f) in enumerate(jobs)]
+        futures += [pool.submit(replay_checks, s) for s in kinds.values()]
+        for fut in futures:
+            got = fut.result()
+            for row in got if isinstance(got, list) else [got]:
+                cert.rows.append(row)
+                if progress is not None:
+                    progress(row)
+    return cert
+
+
+# -- report ------------------------------------------------------------------------------------
+
+def _num(x: float, spec: str) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def markdown_table(rows: list[Row]) -> str:
+    lines = ["| sampler | claims | case family | verdict | N | detectable δ | measured TV | p | failed test | time |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        failed = ", ".join(r.failed_tests) or "—"
+        if r.detail:
+            failed = f"{failed} ({r.detail})" if r.failed_tests else r.detail
+        lines.append(f"| {r.sampler} | `{r.rule}` | {r.family} | {r.verdict} | {r.n:,} | "
+                     f"{_num(r.detectable_delta, '.3f')} | {_num(r.measured_tv, '.3f')} | {_num(r.pvalue, '.2g')} | "
+                     f"{failed} | {r.seconds:.0f} s |")
+    return "\n".join(lines)
+
+
+def summary(cert: VllmCertification) -> str:
+    certified = sum(r.ok and r.expect_pass for r in cert.rows)
+    caught = sum(r.ok and not r.expect_pass for r in cert.rows)
+    bad = [r for r in cert.rows if not r.ok]
+    head = (f"vLLM {cert.version} ({cert.device}): {certified} rows certified, {caught} lossy rows caught, "
+            f"{len(bad)} not as expected")
+    return head + ("" if not bad else ": " + "; ".join(f"{r.sampler} / {r.family}: {r.verdict}" for r in bad))
+
+
+def markdown(cert: VllmCertification, command: str) -> str:
+    n = max((r.n for r in cert.rows if r.family not in ("replay", "batch independence")), default=0)
+    lines = [f"`{command}`", "", f"vLLM {cert.version}; {cert.device}; N = {n:,} per case, α = "
+             f"{cert.rows[0].alpha if cert.rows else DEFAULT_ALPHA:g} per case, K = 1, L = {L}; synthetic rates "
+             f"{list(SYNTHETIC_RATES)} (unconditional, per depth).", "", markdown_table(cert.rows), "",
+             f"**{summary(cert)}**"]
+    if cert.shims:
+        lines += ["", "Shims applied on our side (gpu_backend/adapters/vllm_shims.py); every other kernel line "
+                  "ran as shipped, interpreted:", ""]
+        lines += [f"- {s.name}: {s.where} — {s.what}" for s in cert.shims]
+    return "\n".join(lines)
+
+
+def run_elsewhere(python: str, argv: list[str]) -> int:
+    """Run ``python -m spectr_gbv <argv>`` (the vLLM environment's interpreter), streaming its
+    output; its exit status."""
+    import subprocess
+
+    env = dict(os.environ)
+    root = checkout_root()
+    if root:
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    print(f"certify --third-party vllm: running in the vLLM environment ({python})", file=sys.stderr, flush=True)
+    return subprocess.call([python, "-m", "spectr_gbv", *argv], env=env)
