@@ -92,3 +92,32 @@ def test_a_wrong_residual_in_mrv2_is_caught():
         print(json.dumps(row.to_json()))
     """)
     assert got["verdict"] == "FAIL" and got["pvalue"] < 1e-6, got
+
+
+def test_v1_accepts_a_zero_probability_draft_when_u_is_0():
+    """The boundary a G-test cannot see (probability 2^-53 per coin), settled by forcing vLLM
+    v1's uniform: at u = 0 its `target_prob / draft_prob >= uniform` accepts a draft token of
+    target probability 0 (docs/upstream/vllm_v1_accepts_zero_probability_draft.md); at
+    u = 2^-53 it rejects it.  MRV2 (uniforms exclude 0, strict comparison in log space) is not
+    affected: its zeros family passes the certification above."""
+    got = run_in_vllm("""
+        import json, warnings
+        import numpy as np, torch
+        warnings.simplefilter("ignore")
+        from spectr_gbv.gpu_backend.adapters import vllm_shims
+        vllm_shims.available()
+        import vllm.v1.sample.rejection_sampler as rs
+        from spectr_gbv.gpu_backend.adapters.vllm_layout import generators_from_seeds
+        from spectr_gbv.gpu_backend.adapters.vllm_samplers import V1Sampler
+        logits = torch.tensor([[-float("inf"), 0.0, 0.0], [0.0, 0.0, 0.0]])
+        out = {}
+        for name, u in (("zero", 0.0), ("tiny", 2.0**-53)):
+            rs.generate_uniform_probs = lambda n, *a, u=u, **k: torch.full((n,), u, dtype=torch.float64)
+            for probs in ("given", "none"):
+                dp = torch.tensor([[0.5, 0.25, 0.25]]) if probs == "given" else None
+                got = V1Sampler()([1], torch.tensor([0]), dp, logits, None, generators=generators_from_seeds(np.array([1])))
+                out[f"{name}-{probs}"] = got.tolist()[0]
+        print(json.dumps(out))
+    """)
+    assert got["zero-given"][0] == 0 and got["zero-none"][0] == 0  # token 0 (target probability 0) emitted
+    assert got["tiny-given"][0] in (1, 2) and got["tiny-none"][0] in (1, 2)  # rejected, a recovered token
