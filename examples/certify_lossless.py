@@ -16,9 +16,8 @@ def sampler_match(draft_tokens, draft_probs, target_probs, *, seeds):
     draws = np.minimum((cdf < u[..., None] * cdf[..., -1:]).sum(-1), cdf.shape[-1] - 1)
     match = draws[:, :L] == draft_tokens[:, 0]
     tau = np.where(match.all(1), L, np.argmin(match, axis=1))  # the first mismatch, or L
-    tokens = np.full((B, L + 1), -1, dtype=np.int64)
-    for i in range(L + 1):  # accepted draft tokens (= the draws), then the draw at position τ
-        tokens[:, i] = np.where(i <= tau, draws[:, i], -1)
+    # the accepted draft tokens (= the draws that matched them), then the draw at position τ
+    tokens = np.where(np.arange(L + 1) <= tau[:, None], draws, -1)
     return BatchVerdict(tau, np.where(tau > 0, 0, -1), tokens, tau + 1)
 
 

@@ -319,3 +319,24 @@ def _bad(kind: str):
 def test_malformed_verifier_output(kind, match):
     with pytest.raises(ValueError, match=match):
         certify_lossless(_bad(kind), K=1, L=2, models=_pair(), n_samples=100)
+
+
+def test_api_doc_snippet_is_the_example():
+    """docs/api.md's "Certify a rule no registry knows" block defines the example's rule: same
+    verdicts on the same rows and seeds (the block's certify_lossless call is run by
+    test_sampler_match_passes through the example)."""
+    doc = (Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = doc.split("## Certify a rule no registry knows")[1].split("```python")[1].split("```")[0]
+    definition, call = block.split("report = ")
+    assert call.startswith("certify_lossless(sampler_match, K=1, L=3)")
+    scope: dict = {}
+    exec(definition, scope)
+    far = default_pairs()[2]
+    from spectr_gbv.reference.decode import Decoder, DecodeState
+    dec = Decoder(far.draft, far.target, 1, 3)
+    rows = [dec.block_inputs(DecodeState((1,)), [z]) for z in [(0, 1, 2), (1, 1, 1), (2, 0, 4)] * 20]
+    args = [np.stack(a) for a in zip(*rows)]
+    seeds = np.arange(len(rows), dtype=np.int64) + 12345
+    doc_out, ex_out = scope["sampler_match"](*args, seeds=seeds), sampler_match(*args, seeds=seeds)
+    assert np.array_equal(doc_out.tau, ex_out.tau) and np.array_equal(doc_out.tokens, ex_out.tokens)
+    assert 0 < doc_out.tau.sum() < 3 * len(rows)
