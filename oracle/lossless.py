@@ -69,13 +69,14 @@ from spectr_gbv.reference.models import ContextFree, RandomModel, ToyModel
 from spectr_gbv.reference.validation import check_positive_int
 
 __all__ = ["ModelPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
-           "default_pairs", "lossless_ceiling", "OT_MAX_VARIABLES", "MAX_BLOCKS", "MAX_JOINT_CELLS"]
+           "default_pairs", "lossless_ceiling", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES", "MAX_JOINT_CELLS"]
 
 # The global OT's LP is solved when it has at most this many variables (C(n+K−1, K)·m for n draft
 # and m target blocks of positive mass; about a second with HiGHS), else the prefix-match U.
 OT_MAX_VARIABLES = 200_000
-# Draft blocks per context (V^L) and cells of the joint law (V^(L+1)): toy sizes only.
-MAX_BLOCKS = 4_096
+# Toy sizes only: the rows of every draft block after every context of ≤ L tokens
+# (``_table_bytes``) and the cells of the joint law (V^(L+1)) must fit.
+MAX_TABLE_BYTES = 2**30
 MAX_JOINT_CELLS = 65_536
 # HiGHS returns the OT within its feasibility tolerance 1e-9 (oracle.programs.LP_SOLVER_OPTS):
 # the mean is compared with the ceiling plus this slack, so a rule at the optimum never fails on it.
@@ -526,12 +527,19 @@ def _check_args(K, L, n_samples, alpha, chunk, dtype, seed):
     return K, L, int(n_samples), float(alpha), int(chunk), int(seed)
 
 
+def _table_bytes(V: int, L: int) -> int:
+    """Upper estimate of ``_PrefixTables``' memory: Σ_{i≤L} V^i contexts × V^L blocks × their
+    float64 rows ((2L + 1)·V) and tokens (L), twice (the Decoder's row cache holds as much)."""
+    contexts = sum(V ** i for i in range(L + 1))
+    return 2 * contexts * V ** L * 8 * ((2 * L + 1) * V + L)
+
+
 def _pairs(models, L: int) -> list[ModelPair]:
     if models is None:
         pairs = list(default_pairs())
     else:
-        if isinstance(models, (ModelPair, tuple)) and len(models) == 2 and all(
-                isinstance(m, ToyModel) for m in models):
+        if isinstance(models, ModelPair) or (isinstance(models, tuple) and len(models) == 2 and all(
+                isinstance(m, ToyModel) for m in models)):
             models = [models]
         pairs = []
         for j, m in enumerate(models):
@@ -548,10 +556,11 @@ def _pairs(models, L: int) -> list[ModelPair]:
         if pr.draft.vocab_size != pr.target.vocab_size:
             raise ValueError(f"models: pair {pr.name!r} has a vocabulary mismatch, draft V = "
                              f"{pr.draft.vocab_size}, target V = {pr.target.vocab_size}")
-        if pr.V ** L > MAX_BLOCKS or pr.V ** (L + 1) > MAX_JOINT_CELLS:
-            raise ValueError(f"L = {L} is too long for pair {pr.name!r} (V = {pr.V}): V^L = {pr.V ** L} draft "
-                             f"blocks per context (at most {MAX_BLOCKS}) and V^(L+1) = {pr.V ** (L + 1)} joint "
-                             f"cells (at most {MAX_JOINT_CELLS}) must enumerate")
+        if _table_bytes(pr.V, L) > MAX_TABLE_BYTES or pr.V ** (L + 1) > MAX_JOINT_CELLS:
+            raise ValueError(f"L = {L} is too long for pair {pr.name!r} (V = {pr.V}): the rows of the V^L = "
+                             f"{pr.V ** L} draft blocks after every context would take {_table_bytes(pr.V, L) / 2**20:,.0f} "
+                             f"MiB (at most {MAX_TABLE_BYTES / 2**20:,.0f}) and the joint law has V^(L+1) = "
+                             f"{pr.V ** (L + 1)} cells (at most {MAX_JOINT_CELLS}); both must enumerate")
     return pairs
 
 
@@ -571,7 +580,9 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         K: drafts per call (1 for a single-draft verifier), integer ≥ 1.
         L: block length, integer ≥ 1.
         models: None for ``default_pairs()``, or a sequence of ``ModelPair`` / (draft, target)
-            ToyModel pairs (V^L ≤ 4,096 and V^(L+1) ≤ 65,536: the laws enumerate).
+            ToyModel pairs (toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
+            block after every context of ≤ L tokens within ``MAX_TABLE_BYTES`` = 1 GiB, e.g.
+            V = 8 at L = 3, V = 5 at L = 4).
         n_samples: N generations per pair, ≥ 2 (default ``oracle.pytest_plugin.DEFAULT_SAMPLES``,
             20,000, the plugin's).
         alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 tests runs at α/3

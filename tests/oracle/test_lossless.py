@@ -279,11 +279,20 @@ def _pair():
     (dict(K=1, L=2, models=[]), "models is empty"), (dict(K=1, L=2, models=["toy"]), "models must hold"),
     (dict(K=1, L=2, models=[(ContextFree([0.5, 0.5]), ContextFree([1 / 3] * 3))]), "vocabulary mismatch"),
     (dict(K=1, L=7, models=[(RandomModel(5, 1), RandomModel(5, 2))]), "L = 7 is too long"),
+    (dict(K=1, L=3, models=[(RandomModel(16, 1), RandomModel(16, 2))]), "31,402 MiB"),
 ])
 def test_bad_arguments(kwargs, match):
     kwargs.setdefault("models", _pair())
     with pytest.raises(ValueError, match=match):
         certify_lossless(sampler_match, n_samples=kwargs.pop("n_samples", 100), **kwargs)
+
+
+def test_one_pair_given_alone():
+    """``models`` may be one ModelPair or one (draft, target) tuple; a tuple gets a default name."""
+    toy = _pair()[0]
+    for models, name in ((toy, "toy"), ((toy.draft, toy.target), "pair 0")):
+        (r,) = certify_lossless(sampler_match, K=1, L=2, models=models, n_samples=200).results
+        assert r.name == name and r.n == 200
 
 
 def test_not_callable():
