@@ -11,6 +11,12 @@ on drafted tokens, near-disjoint rows, p = q) and on the caller's own ``FixedCas
 each case's outcomes are tested against the reference rule's exact law given the drafts
 (oracle/certify.py: per case N, α, the detectable δ, four p-values, mean τ with its interval
 against the exact E[τ], the worst outcome cells).
+
+A verifier that no registered rule describes is certified lossless without a reference law by
+``certify_lossless`` (oracle/lossless.py; re-exported here):
+
+    from spectr_gbv.oracle.harness import certify_lossless
+    report = certify_lossless(my_verifier, K=1, L=3)
 """
 
 from __future__ import annotations
@@ -24,6 +30,17 @@ from spectr_gbv.reference.rules import registry
 
 from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
 from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
+
+
+def __getattr__(name: str):
+    """``certify_lossless`` and its report classes, from oracle/lossless.py, imported on first
+    use: that module takes its default N from oracle/pytest_plugin.py, which imports pytest,
+    and importing this module must not need pytest."""
+    if name in ("certify_lossless", "LosslessReport", "LosslessCaseResult", "ModelPair"):
+        from spectr_gbv.oracle import lossless
+
+        return getattr(lossless, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,

@@ -1,0 +1,642 @@
+"""Losslessness without a reference rule: ``certify_lossless``.
+
+``oracle.harness.certify_verifier`` compares a verifier with the exact law of a registered rule.
+A new rule that no registry knows (say: accept the draft iff it equals a fresh target draw, else
+emit that draw) has no such law to be compared with, but it has the one property every lossless
+rule shares: the tokens it emits follow the target model.  ``certify_lossless`` checks that
+property, and one consequence of it, directly:
+
+    from spectr_gbv.oracle.lossless import certify_lossless   # also oracle.harness
+    report = certify_lossless(my_verifier, K=1, L=3)
+    assert report.ok, report.table()
+
+For each (draft, target) pair of toy models (built in, or the caller's), the harness decodes
+``n_samples`` independent generations the way a serving engine does: at every call it draws K
+fresh i.i.d. draft blocks of L tokens from the draft model after the current prefix, hands the
+verifier their rows (``reference.decode.Decoder.block_inputs``: the batched contract of
+reference/contract.py, numpy arrays, per-row seeds from ``oracle.certify.chunk_seeds``), appends
+the τ + 1 emitted tokens and continues from the new prefix until at least L + 1 tokens are out.
+Then, each test at α/m (Bonferroni over the m = 3 tests of the pair, so a lossless verifier
+fails a pair with probability ≤ α):
+
+1. first token: the law of the first emitted token against the target's q(· | ()) (G-test,
+   ``oracle.stats.gtest``);
+2. joint: the law of the first L + 1 emitted tokens against the target's exact law of
+   sequences (V^(L+1) cells; small cells are pooled, the pooled mass is reported and included
+   in δ, as ``oracle.certify.CaseResult`` does);
+3. acceptance ceiling: mean τ of the first call (root context, fresh drafts) against the most
+   any lossless K-draft rule can accept there — the global block optimal transport
+   (``oracle.programs.global_ot``, docs/bounds.md §4.3) where its LP is small enough
+   (≤ ``OT_MAX_VARIABLES`` variables), else the prefix-match ceiling U
+   (``oracle.prefix_match.prefix_match_bound``, docs/bounds.md §6, which is ≥ the OT; at K = 1
+   both equal B(1, L)).  If the lower end of the one-sided (1 − α/m) interval of E[τ]
+   (``oracle.stats.mean_ci``, normal approximation) is above the ceiling, the verifier accepts
+   more than a lossless rule can: a proof of loss on its own, whatever the law tests say.
+
+Each result states N, α, α/m, the p-values, the detectable δ of the two G-tests (the smallest
+total-variation deviation of the tested law detected with power 0.99, pooled mass included:
+``GTestResult.detectable_tv_law``), the detectable excess of E[τ] over the ceiling (power 0.99),
+and which tests failed.
+
+Memoryless.  Rules that modify later targets (Algorithm 2: ``BatchVerdict.modification``) are
+lossless only together with the modified targets of their later calls, which the harness cannot
+carry for a verifier it does not know: every call here gets the plain target's rows for its
+context.  Such a verifier is certified as a memoryless rule (the registered GBV and K-SEQ-GBV,
+run this way, emit tokens whose joint law is not the target's); ``modification_rows`` counts the
+rows that returned a record, and the result's notes say so.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from spectr_gbv.oracle.certify import (_renormalise, chunk_seeds, counts_from_samples, empirical_tv,
+                                       round_to_dtype, worst_cells)
+from spectr_gbv.oracle.prefix_match import prefix_match_bound
+from spectr_gbv.oracle.pytest_plugin import DEFAULT_SAMPLES
+from spectr_gbv.oracle.stats import gtest, mean_ci
+from spectr_gbv.reference.contract import to_numpy
+from spectr_gbv.reference.decode import Decoder, DecodeState
+from spectr_gbv.reference.models import ContextFree, RandomModel, ToyModel
+from spectr_gbv.reference.validation import check_positive_int
+
+__all__ = ["ModelPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
+           "default_pairs", "lossless_ceiling", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES", "MAX_JOINT_CELLS"]
+
+# The global OT's LP is solved when it has at most this many variables (C(n+K−1, K)·m for n draft
+# and m target blocks of positive mass; about a second with HiGHS), else the prefix-match U.
+OT_MAX_VARIABLES = 200_000
+# Toy sizes only: the rows of every draft block after every context of ≤ L tokens
+# (``_table_bytes``) and the cells of the joint law (V^(L+1)) must fit.
+MAX_TABLE_BYTES = 2**30
+MAX_JOINT_CELLS = 65_536
+# HiGHS returns the OT within its feasibility tolerance 1e-9 (oracle.programs.LP_SOLVER_OPTS):
+# the mean is compared with the ceiling plus this slack, so a rule at the optimum never fails on it.
+CEILING_SLACK = 1e-7
+# Power at which the detectable δ and the detectable excess are stated.
+POWER = 0.99
+DTYPES = ("float64", "float32", "bfloat16")
+TESTS = ("first token", "joint", "acceptance ceiling")
+
+
+# ------------------------------------------------------------------------------------ models
+
+
+@dataclass(frozen=True, eq=False)
+class ModelPair:
+    """A (draft, target) pair of toy models on one vocabulary.
+
+    Attributes:
+        name: label of the case.  draft, target: ``reference.models.ToyModel`` s.
+    """
+
+    name: str
+    draft: ToyModel
+    target: ToyModel
+
+    @property
+    def V(self) -> int:
+        return self.target.vocab_size
+
+
+@functools.lru_cache(maxsize=1)
+def default_pairs() -> tuple[ModelPair, ...]:
+    """The built-in pairs (one instance per process, so the models' row caches are shared):
+
+    - "toy": context-free, draft (2/3, 1/3), target (1/3, 2/3), V = 2 (docs/toy.md: the released
+      SpecTr-GBV emits a first token of the wrong law at K = 2);
+    - "prefix": ``oracle.certify_cases.toy_models(3, 100)``, V = 3, prefix-dependent, the draft
+      a 50 % mixture of the target and another random model (long acceptances);
+    - "far": RandomModel(5, 200, 0.5) drafting for RandomModel(5, 300, 0.5), V = 5,
+      prefix-dependent, peaked rows, draft far from the target.
+    """
+    from spectr_gbv.oracle.certify_cases import toy_models
+
+    prefix_draft, prefix_target = toy_models(3, 100)
+    return (ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3])),
+            ModelPair("prefix", prefix_draft, prefix_target),
+            ModelPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5)))
+
+
+class _Rounded(ToyModel):
+    """``base`` as a verifier receiving rows rounded to ``dtype`` sees it: each conditional
+    rounded (``oracle.certify.round_to_dtype``) and renormalised in float64."""
+
+    def __init__(self, base: ToyModel, dtype: str):
+        self.base, self.dtype, self.vocab_size = base, dtype, base.vocab_size
+
+    def _conditional(self, prefix):
+        return _renormalise(round_to_dtype(self.base.conditional(prefix), self.dtype))
+
+
+def _law_model(model: ToyModel, dtype: str) -> ToyModel:
+    return model if dtype == "float64" else _Rounded(model, dtype)
+
+
+# ------------------------------------------------------------------------------------ ceiling
+
+
+@functools.lru_cache(maxsize=64)
+def _ceiling_cached(p_bytes: bytes, q_bytes: bytes, shape: tuple, K: int) -> tuple[float, str]:
+    p = np.frombuffer(p_bytes).reshape(shape)
+    q = np.frombuffer(q_bytes).reshape(shape)
+    L = len(shape)
+    U = float(prefix_match_bound(p, q, K).sum())
+    if K == 1:
+        return U, "global OT = prefix-match U = B(1, L) (K = 1; docs/bounds.md §6)"
+    n, m = int(np.count_nonzero(p)), int(np.count_nonzero(q))
+    size = math.comb(n + K - 1, K) * m
+    if size <= OT_MAX_VARIABLES:
+        from spectr_gbv.oracle.programs import global_ot
+
+        res = global_ot(p, q, K, return_coupling=False)
+        if res.status == "optimal" and math.isfinite(res.optimum):
+            return float(res.optimum), f"global OT ({size:,} LP variables; docs/bounds.md §4.3)"
+        why = f"the global OT's LP ended '{res.status}'"
+    else:
+        why = f"the global OT's LP would have {size:,} variables > {OT_MAX_VARIABLES:,}"
+    return U, f"prefix-match U (docs/bounds.md §6; ≥ the global OT, not computed: {why}; L = {L})"
+
+
+def lossless_ceiling(draft: ToyModel, target: ToyModel, K: int, L: int) -> tuple[float, str]:
+    """The most E[τ] any lossless K-draft rule reaches at the first call from the empty context.
+
+    The global block optimal transport of the draft's and target's block laws of L tokens
+    (``oracle.programs.global_ot``, docs/bounds.md §4.3: every lossless rule couples its K
+    i.i.d. draft blocks with its first L emitted tokens, which follow the target, and accepts
+    at most their longest common prefix), solved when its LP has ≤ ``OT_MAX_VARIABLES``
+    variables; otherwise the prefix-match ceiling U(K, L) = Σ_i Σ_{|z|=i} min(q(z),
+    1 − (1 − p(z))^K) (``oracle.prefix_match.prefix_match_bound``, docs/bounds.md §6), which is
+    ≥ the OT and equal to it at K = 1 (both B(1, L)).  Cached per (block laws, K).
+
+    Args:
+        draft, target: ToyModels on one vocabulary.  K, L: integers ≥ 1.
+    Returns:
+        (ceiling float in accepted tokens per call, its name with its source).
+    Raises:
+        ValueError: K or L < 1, a vocabulary mismatch.
+    """
+    K, L = check_positive_int(K, "K"), check_positive_int(L, "L")
+    if draft.vocab_size != target.vocab_size:
+        raise ValueError(f"models: vocabulary mismatch, draft V = {draft.vocab_size}, target V = {target.vocab_size}")
+    p = np.ascontiguousarray(draft.block_law(L), dtype=np.float64)
+    q = np.ascontiguousarray(target.block_law(L), dtype=np.float64)
+    return _ceiling_cached(p.tobytes(), q.tobytes(), p.shape, K)
+
+
+# ------------------------------------------------------------------------------------ results
+
+
+@dataclass(frozen=True)
+class LosslessTest:
+    """One test of a pair.
+
+    Attributes:
+        name: "first token", "joint" or "acceptance ceiling".
+        alpha: the level it ran at (α/m).  pvalue: its p-value.  passed: pvalue ≥ alpha.
+        detectable: G-tests: δ, the smallest TV deviation of the tested law detected with power
+            0.99, pooled mass included (``GTestResult.detectable_tv_law``); ceiling: the excess of
+            E[τ] over the ceiling detected with power 0.99, (z_{1−α/m} + z_{0.99})·s/√N.
+        statistic: G, or the z of (mean τ − ceiling).
+        cells: cells compared after pooling (G-tests; 0 for the ceiling).
+        pooled_mass: law mass of the pooled cells (G-tests).
+        detectable_pooled: δ on the pooled cells only (G-tests; NaN for the ceiling).
+        empirical_tv: ½ Σ |O/N − p| over the cells (G-tests; biased up by noise, ≈ √(cells/N)).
+        worst_cells: up to 3 (cell, observed, expected count), largest |O − E|/√E first.
+        summary: one line.
+    """
+
+    name: str
+    alpha: float
+    pvalue: float
+    passed: bool
+    detectable: float
+    statistic: float
+    cells: int = 0
+    pooled_mass: float = 0.0
+    detectable_pooled: float = math.nan
+    empirical_tv: float = math.nan
+    worst_cells: tuple = ()
+    summary: str = ""
+
+
+@dataclass
+class LosslessCaseResult:
+    """The outcome of one (draft, target) pair.
+
+    Attributes:
+        name, draft, target: the pair's label and the models' reprs.  V, K, L, dtype.
+        n: N generations.  alpha: the pair's false-alarm rate; each test ran at alpha/len(tests).
+        tests: the LosslessTest s, in ``TESTS`` order.
+        mean_tau: mean τ of the first call.  mean_tau_low: the lower end of its one-sided
+            (1 − α/m) interval.  ceiling, ceiling_name: the lossless ceiling and which one.
+        calls, rows: verifier calls and rows (all iterations).  modification_rows: rows whose
+            verdict carried an active Algorithm 2 record (not carried: module doc).
+        seconds: wall time of the pair.  notes: what the reader should know.
+    """
+
+    name: str
+    draft: str
+    target: str
+    V: int
+    K: int
+    L: int
+    dtype: str
+    n: int
+    alpha: float
+    tests: tuple
+    mean_tau: float
+    mean_tau_low: float
+    ceiling: float
+    ceiling_name: str
+    calls: int
+    rows: int
+    modification_rows: int
+    seconds: float
+    notes: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.tests)
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        """Names of the failed tests."""
+        return tuple(t.name for t in self.tests if not t.passed)
+
+    @property
+    def verdict(self) -> str:
+        return "PASS" if self.passed else "FAIL"
+
+    def test(self, name: str) -> LosslessTest:
+        """The test named ``name`` (``TESTS``).  Raises KeyError when it did not run."""
+        for t in self.tests:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+@dataclass
+class LosslessReport:
+    """Every pair's result; ``ok`` when every pair passed every test."""
+
+    results: list = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failed(self) -> dict[str, tuple[str, ...]]:
+        """pair name → the tests it failed (pairs that passed are left out)."""
+        return {r.name: r.failed for r in self.results if not r.passed}
+
+    def to_json(self) -> list[dict]:
+        rows = []
+        for r in self.results:
+            d = asdict(r)
+            d["verdict"], d["failed"] = r.verdict, list(r.failed)
+            d["tests"] = []
+            for t in r.tests:
+                td = asdict(t)
+                td["worst_cells"] = [{"cell": repr(c), "observed": o, "expected": e} for c, o, e in t.worst_cells]
+                d["tests"].append(td)
+            rows.append(d)
+        return rows
+
+    def table(self) -> str:
+        """A fixed-width table (markdown-compatible), one row per (pair, test)."""
+        lines = ["| pair | V | K | L | N | α (per test) | test | p | detectable | measured | verdict |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in self.results:
+            for t in r.tests:
+                if t.name == "acceptance ceiling":
+                    measured = (f"mean τ {r.mean_tau:.4f} (low {r.mean_tau_low:.4f}) vs "
+                                f"{r.ceiling:.4f} {r.ceiling_name.split(' (')[0]}")
+                    det = f"excess {t.detectable:.4f}"
+                else:
+                    measured = f"TV {t.empirical_tv:.4f}, pooled mass {t.pooled_mass:.3g}"
+                    det = f"δ {t.detectable:.4f}"
+                lines.append(f"| {r.name} | {r.V} | {r.K} | {r.L} | {r.n} | {r.alpha:g} ({t.alpha:.3g}) | "
+                             f"{t.name} | {t.pvalue:.3g} | {det} | {measured} | {'PASS' if t.passed else 'FAIL'} |")
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------ sampling
+
+
+class _PrefixTables:
+    """Per context c (a prefix of emitted tokens): every draft block of L tokens with positive
+    probability, its probability under the draft as the verifier is told it, and the verifier's
+    rows for it (``Decoder.block_inputs`` on the plain models: memoryless), rounded to the
+    dtype.  Tables are built on first use and concatenated, so a batch gathers its rows by
+    global block index."""
+
+    def __init__(self, pair: ModelPair, L: int, dtype: str):
+        self.dec = Decoder(pair.draft, pair.target, 1, L)
+        self.L, self.V, self.dtype = L, pair.V, dtype
+        self.all_blocks = [tuple(z) for z in itertools.product(range(self.V), repeat=L)]
+        self.offset: dict[tuple, tuple[int, np.ndarray]] = {}
+        self.parts: list = []
+        self.arrays = None
+
+    def context(self, c: tuple) -> tuple[int, np.ndarray]:
+        """(global offset, block probabilities) of context ``c``, building its table."""
+        hit = self.offset.get(c)
+        if hit is not None:
+            return hit
+        tokens, dp, tp = self.dec.block_inputs(DecodeState(c), self.all_blocks)
+        dp, tp = round_to_dtype(dp, self.dtype), round_to_dtype(tp, self.dtype)
+        law_dp = dp if self.dtype == "float64" else _renormalise(dp)
+        step = np.take_along_axis(law_dp, tokens[:, :, None], axis=2)[:, :, 0]
+        prob = np.prod(step, axis=1)
+        keep = prob > 0
+        start = sum(len(p[0]) for p in self.parts)
+        self.parts.append((tokens[keep], dp[keep], tp[keep]))
+        self.arrays = None
+        hit = self.offset[c] = (start, prob[keep] / prob[keep].sum())
+        return hit
+
+    def gather(self, index: np.ndarray):
+        """(draft_tokens, draft_probs, target_probs) of the global block indices ``index`` [...]."""
+        if self.arrays is None:
+            self.arrays = tuple(np.concatenate([p[j] for p in self.parts]) for j in range(3))
+        return tuple(a[index] for a in self.arrays)
+
+
+@functools.lru_cache(maxsize=16)
+def _tables(pair: ModelPair, L: int, dtype: str) -> _PrefixTables:
+    return _PrefixTables(pair, L, dtype)
+
+
+def _check_output(out, drafts: np.ndarray, L: int, V: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """(τ int64 [B], tokens int64 [B, L+1], rows with an active Algorithm 2 record) of one call.
+
+    Raises:
+        ValueError: τ or tokens of the wrong shape, τ outside [0, L], an emitted token id outside
+            [0, V), ``selected`` outside [0, K) where τ > 0, accepted tokens that are not the
+            first τ tokens of the selected draft block.
+    """
+    B, K = drafts.shape[:2]
+    try:
+        tau = np.asarray(to_numpy(out.tau)).astype(np.int64, casting="unsafe")
+        tokens = np.asarray(to_numpy(out.tokens)).astype(np.int64, casting="unsafe")
+    except AttributeError as err:
+        raise ValueError(f"verifier output has no tau/tokens (the batched contract's BatchVerdict): {err}") from None
+    if tau.shape != (B,):
+        raise ValueError(f"verifier returned tau of shape {tau.shape}, expected [B] = [{B}]")
+    if tokens.shape != (B, L + 1):
+        raise ValueError(f"verifier returned tokens of shape {tokens.shape}, expected [B, L+1] = [{B}, {L + 1}]")
+    if np.any((tau < 0) | (tau > L)):
+        bad = int(np.flatnonzero((tau < 0) | (tau > L))[0])
+        raise ValueError(f"verifier returned tau = {int(tau[bad])} outside [0, {L}] (batch row {bad})")
+    emitted = np.arange(L + 1)[None, :] <= tau[:, None]
+    if np.any(emitted & ((tokens < 0) | (tokens >= V))):
+        bad = int(np.flatnonzero((emitted & ((tokens < 0) | (tokens >= V))).any(1))[0])
+        raise ValueError(f"verifier emitted a token id outside [0, {V}) (batch row {bad}: "
+                         f"tau {int(tau[bad])}, tokens {tokens[bad].tolist()})")
+    accepted = np.arange(L)[None, :] < tau[:, None]
+    selected = getattr(out, "selected", None)
+    rows = np.arange(B)
+    if selected is None:  # no selected draft given: any draft must carry the accepted prefix
+        ok = ((drafts == tokens[:, None, :L]) | ~accepted[:, None, :]).all(2).any(1)
+    else:
+        sel = np.asarray(to_numpy(selected)).astype(np.int64, casting="unsafe").reshape(-1)
+        if sel.shape != (B,):
+            raise ValueError(f"verifier returned selected of shape {sel.shape}, expected [B] = [{B}]")
+        bad_sel = (tau > 0) & ((sel < 0) | (sel >= K))
+        if bad_sel.any():
+            bad = int(np.flatnonzero(bad_sel)[0])
+            raise ValueError(f"verifier returned selected = {int(sel[bad])} outside [0, {K}) with "
+                             f"tau = {int(tau[bad])} > 0 (batch row {bad})")
+        ok = ((drafts[rows, np.clip(sel, 0, K - 1)] == tokens[:, :L]) | ~accepted).all(1)
+    if not ok.all():
+        bad = int(np.flatnonzero(~ok)[0])
+        raise ValueError(f"verifier's accepted tokens {tokens[bad, :int(tau[bad])].tolist()} are not the first "
+                         f"tau = {int(tau[bad])} tokens of the selected draft block (batch row {bad}: drafts "
+                         f"{drafts[bad].tolist()})")
+    mod = getattr(out, "modification", None)
+    n_mod = 0
+    if mod is not None:
+        active = getattr(mod, "active", None)
+        n_mod = int(np.asarray(to_numpy(active)).sum()) if active is not None else B
+    return tau, tokens, n_mod
+
+
+def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: int):
+    """N memoryless generations of ≥ L + 1 tokens (module doc).
+
+    Returns:
+        (emitted int64 [N, L+1], τ of the first call int64 [N], calls, rows, modification rows).
+    """
+    L, V = tables.L, tables.V
+    rng = np.random.default_rng(seed)
+    out = np.full((N, 2 * L + 1), -1, dtype=np.int64)
+    length = np.zeros(N, dtype=np.int64)
+    first_tau = None
+    calls = rows = n_mod = 0
+    while True:
+        live = np.flatnonzero(length < L + 1)
+        if live.size == 0:
+            break
+        # group the live generations by context (their first L entries, -1 padded, name it)
+        keys, inverse = np.unique(out[live, :L], axis=0, return_inverse=True)
+        inverse = inverse.reshape(-1)
+        index = np.empty((live.size, K), dtype=np.int64)
+        for g, key in enumerate(keys):
+            members = np.flatnonzero(inverse == g)
+            start, prob = tables.context(tuple(int(t) for t in key if t >= 0))
+            index[members] = start + rng.choice(prob.size, size=(members.size, K), p=prob)
+        taus = np.empty(live.size, dtype=np.int64)
+        emitted = np.empty((live.size, L + 1), dtype=np.int64)
+        for lo in range(0, live.size, chunk):
+            hi = min(lo + chunk, live.size)
+            draft_tokens, draft_probs, target_probs = tables.gather(index[lo:hi])
+            verdict = verifier(draft_tokens, draft_probs, target_probs,
+                               seeds=chunk_seeds(seed, calls, hi - lo))
+            taus[lo:hi], emitted[lo:hi], m = _check_output(verdict, draft_tokens, L, V)
+            calls, rows, n_mod = calls + 1, rows + hi - lo, n_mod + m
+        if first_tau is None:
+            first_tau = taus.copy()
+        for j in range(L + 1):
+            sel = j <= taus
+            out[live[sel], length[live[sel]] + j] = emitted[sel, j]
+        length[live] += taus + 1
+    return out[:, :L + 1], first_tau, calls, rows, n_mod
+
+
+# ------------------------------------------------------------------------------------ tests
+
+
+def _gtest_result(name: str, samples: list, law: dict, a: float) -> LosslessTest:
+    g = gtest(counts_from_samples(samples), law, a)
+    return LosslessTest(name, a, g.pvalue, g.passed, g.detectable_tv_law, g.statistic,
+                        g.n_cells_after_merge, g.merged_mass, g.detectable_tv,
+                        empirical_tv(samples, law), worst_cells(samples, law), g.summary())
+
+
+def _ceiling_test(taus: np.ndarray, ceiling: float, a: float) -> tuple[LosslessTest, float]:
+    """One-sided test of E[τ] ≤ ceiling: (the LosslessTest, the lower end of the (1 − a) interval).
+
+    The interval is ``oracle.stats.mean_ci`` at confidence 1 − 2a (two-sided, so each side
+    1 − a), normal approximation with the sample variance; p = P(Z ≥ (mean − c)/se).  With a
+    zero sample variance (all N values of τ equal to t) the normal approximation says nothing;
+    then p = (c/t)^N when t > c, exact: by Markov's inequality a lossless rule has
+    P(τ ≥ t) ≤ E[τ]/t ≤ c/t, so N independent calls all reach t with probability ≤ (c/t)^N;
+    p = 1 when t ≤ c.
+    """
+    ci = mean_ci(taus.astype(np.float64), confidence=1.0 - 2.0 * a)
+    c = ceiling + CEILING_SLACK
+    if ci.std_error > 0:
+        z = (ci.mean - c) / ci.std_error
+        p = float(scipy_stats.norm.sf(z))
+    else:
+        z = math.copysign(math.inf, ci.mean - c) if ci.mean != c else 0.0
+        p = float(np.exp(ci.n * np.log(c / ci.mean))) if ci.mean > c else 1.0
+    excess = float((scipy_stats.norm.isf(a) + scipy_stats.norm.isf(1.0 - POWER)) * ci.std_error)
+    passed = p >= a
+    summary = (f"acceptance ceiling {'PASS' if passed else 'FAIL'}: mean τ {ci.mean:.6g}, one-sided "
+               f"{100 * (1 - a):.7g}% lower end {ci.low:.6g} vs ceiling {ceiling:.6g}, z = {z:.3g}, "
+               f"p = {p:.3g}, n = {ci.n}")
+    return LosslessTest("acceptance ceiling", a, p, passed, excess, z, summary=summary), ci.low
+
+
+# ------------------------------------------------------------------------------------ API
+
+
+def _check_args(K, L, n_samples, alpha, chunk, dtype, seed):
+    K, L = check_positive_int(K, "K"), check_positive_int(L, "L")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or n_samples < 2:
+        raise ValueError(f"n_samples must be an integer >= 2 (the mean test needs two), got {n_samples!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating)) or not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"alpha must lie in the open interval (0, 1), got {alpha!r}")
+    if isinstance(chunk, bool) or not isinstance(chunk, (int, np.integer)) or chunk < 1:
+        raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer, got {seed!r}")
+    return K, L, int(n_samples), float(alpha), int(chunk), int(seed)
+
+
+def _table_bytes(V: int, L: int) -> int:
+    """Upper estimate of ``_PrefixTables``' memory: Σ_{i≤L} V^i contexts × V^L blocks × their
+    float64 rows ((2L + 1)·V) and tokens (L), twice (the Decoder's row cache holds as much)."""
+    contexts = sum(V ** i for i in range(L + 1))
+    return 2 * contexts * V ** L * 8 * ((2 * L + 1) * V + L)
+
+
+def _pairs(models, L: int) -> list[ModelPair]:
+    if models is None:
+        pairs = list(default_pairs())
+    else:
+        if isinstance(models, ModelPair) or (isinstance(models, tuple) and len(models) == 2 and all(
+                isinstance(m, ToyModel) for m in models)):
+            models = [models]
+        pairs = []
+        for j, m in enumerate(models):
+            if isinstance(m, ModelPair):
+                pairs.append(m)
+            elif isinstance(m, (tuple, list)) and len(m) == 2 and all(isinstance(x, ToyModel) for x in m):
+                pairs.append(ModelPair(f"pair {j}", m[0], m[1]))
+            else:
+                raise ValueError(f"models must hold ModelPair objects or (draft, target) pairs of ToyModels, "
+                                 f"got {type(m).__name__} at index {j}")
+        if not pairs:
+            raise ValueError("models is empty: nothing to certify (a run with no pair would pass vacuously)")
+    for pr in pairs:
+        if pr.draft.vocab_size != pr.target.vocab_size:
+            raise ValueError(f"models: pair {pr.name!r} has a vocabulary mismatch, draft V = "
+                             f"{pr.draft.vocab_size}, target V = {pr.target.vocab_size}")
+        if _table_bytes(pr.V, L) > MAX_TABLE_BYTES or pr.V ** (L + 1) > MAX_JOINT_CELLS:
+            raise ValueError(f"L = {L} is too long for pair {pr.name!r} (V = {pr.V}): the rows of the V^L = "
+                             f"{pr.V ** L} draft blocks after every context would take {_table_bytes(pr.V, L) / 2**20:,.0f} "
+                             f"MiB (at most {MAX_TABLE_BYTES / 2**20:,.0f}) and the joint law has V^(L+1) = "
+                             f"{pr.V ** (L + 1)} cells (at most {MAX_JOINT_CELLS}); both must enumerate")
+    return pairs
+
+
+def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = DEFAULT_SAMPLES,
+                     alpha: float = 1e-6, seed: int = 0, chunk: int = 4096, dtype: str = "float64",
+                     progress: Callable[[LosslessCaseResult], None] | None = None) -> LosslessReport:
+    """Certify that ``verifier`` is lossless, with no reference rule (module doc).
+
+    Args:
+        verifier: an object with the batched contract (reference/contract.py), called as
+            ``verifier(draft_tokens int64 [B, K, L], draft_probs [B, K, L, V],
+            target_probs [B, K, L+1, V], seeds=int64 [B])`` with numpy arrays (float64, or float32
+            holding the rounded rows for dtype "float32"/"bfloat16") and returning ``tau`` [B]
+            and ``tokens`` [B, L+1] (numpy or tensors), ``selected`` [B] (checked where τ > 0)
+            and optionally ``modification`` (counted, never carried: module doc, "Memoryless").
+            Row b must draw its randomness from seeds[b] alone.
+        K: drafts per call (1 for a single-draft verifier), integer ≥ 1.
+        L: block length, integer ≥ 1.
+        models: None for ``default_pairs()``, or a sequence of ``ModelPair`` / (draft, target)
+            ToyModel pairs (toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
+            block after every context of ≤ L tokens within ``MAX_TABLE_BYTES`` = 1 GiB, e.g.
+            V = 8 at L = 3, V = 5 at L = 4).
+        n_samples: N generations per pair, ≥ 2 (default ``oracle.pytest_plugin.DEFAULT_SAMPLES``,
+            20,000, the plugin's).
+        alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 tests runs at α/3
+            (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
+            G-tests' χ² and the mean's normal approximations, oracle/stats.py).
+        seed: base seed; pair j uses seed + 1,000,003·j for its drafts (numpy Generator) and
+            ``oracle.certify.chunk_seeds(seed_j, call, B)`` for the verifier's row seeds.
+        chunk: rows per verifier call, ≥ 1.
+        dtype: rows handed over as "float64", "float32" or bfloat16-rounded "bfloat16" (float32
+            arrays); the drafts and the expected laws are those of the rounded rows,
+            renormalised (as ``oracle.certify.FixedCase``).
+        progress: called with each pair's LosslessCaseResult.
+    Returns:
+        LosslessReport: ``ok``, ``failed`` (pair → failed tests), ``table()``, ``to_json()``,
+        ``results`` (LosslessCaseResult per pair: N, α, per test α/m, p-value, detectable δ or
+        excess; mean τ with its one-sided lower end; the ceiling and which one).
+    Raises:
+        ValueError: K or L not an integer ≥ 1, n_samples < 2, alpha outside (0, 1), chunk < 1,
+            an unknown dtype, malformed models (vocabulary mismatch, V^L or V^(L+1) too large);
+            malformed verifier output (τ or tokens of the wrong shape, τ outside [0, L], an
+            emitted token id outside [0, V), ``selected`` outside [0, K) where τ > 0, accepted
+            tokens that are not the first τ tokens of the selected draft block).
+        TypeError: ``verifier`` is not callable.
+    Sources: G-test and its power, oracle/stats.py (Sokal & Rohlf; Mitra 1958; Cohen 1988);
+        the ceilings, docs/bounds.md §4.3 (global OT) and §6 (prefix-match U).
+    """
+    K, L, N, alpha, chunk, seed = _check_args(K, L, n_samples, alpha, chunk, dtype, seed)
+    if not callable(verifier):
+        raise TypeError(f"verifier must be callable with the batched contract, got {type(verifier).__name__}")
+    pairs = _pairs(models, L)
+    a = alpha / len(TESTS)
+    report = LosslessReport()
+    for j, pair in enumerate(pairs):
+        start = time.perf_counter()
+        case_seed = seed + 1_000_003 * j
+        tables = _tables(pair, L, dtype)
+        emitted, first_tau, calls, rows, n_mod = _decode(verifier, tables, K, N, chunk, case_seed)
+        draft_law, target_law = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
+        first_law = {x: float(p) for x, p in enumerate(target_law.conditional(())) if p > 0}
+        block = target_law.block_law(L + 1)
+        joint_law = {z: float(block[z]) for z in itertools.product(range(pair.V), repeat=L + 1) if block[z] > 0}
+        first = _gtest_result("first token", emitted[:, 0].tolist(), first_law, a)
+        joint = _gtest_result("joint", [tuple(r) for r in emitted.tolist()], joint_law, a)
+        ceiling, ceiling_name = lossless_ceiling(draft_law, target_law, K, L)
+        ceil_test, low = _ceiling_test(first_tau, ceiling, a)
+        notes = "memoryless: each call gets the plain target's rows for its context"
+        if n_mod:
+            notes += (f"; the verifier returned Algorithm 2 records on {n_mod} of {rows} rows, not carried "
+                      "(a rule that needs them is tested without them)")
+        result = LosslessCaseResult(
+            pair.name, repr(pair.draft), repr(pair.target), pair.V, K, L, dtype, N, alpha,
+            (first, joint, ceil_test), float(first_tau.mean()), low, ceiling, ceiling_name,
+            calls, rows, n_mod, time.perf_counter() - start, notes)
+        report.results.append(result)
+        if progress is not None:
+            progress(result)
+    return report

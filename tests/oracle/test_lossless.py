@@ -1,0 +1,351 @@
+"""``certify_lossless`` (oracle/lossless.py): losslessness of a verifier that no registered rule
+describes, checked on the target's own law and on the lossless acceptance ceiling.
+
+Statistics of every run here: α = 1e-6 per (draft, target) pair, each of its three tests at
+α/3 (Bonferroni), so a lossless verifier fails a pair with probability ≤ 1e-6 (nominal: χ² and
+normal approximations, oracle/stats.py).  Smallest deviation detected with power 0.99, stated by
+each result and asserted below: at N = 20,000 the first-token law's δ is ≤ 0.03 and the joint
+law of the first L + 1 = 4 tokens' δ ≤ 0.07 on the built-in pairs (pooled mass included); at
+N = 10,000 (L = 2) ≤ 0.041 and ≤ 0.065; at N = 5,000 ≤ 0.06 and ≤ 0.16.  Every run is seeded
+(seed 0), so the numbers asserted are reproducible, not flaky.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import runpy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spectr_gbv.oracle import harness
+from spectr_gbv.oracle.lossless import (TESTS, LosslessReport, ModelPair, certify_lossless, default_pairs,
+                                        lossless_ceiling)
+from spectr_gbv.oracle.prefix_match import prefix_match_bound
+from spectr_gbv.oracle.pytest_plugin import DEFAULT_SAMPLES
+from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.models import ContextFree, Mixture, RandomModel
+from spectr_gbv.reference.rules import get_rule, registry
+
+EXAMPLE = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "certify_lossless.py"))
+sampler_match = EXAMPLE["sampler_match"]
+ALPHA = 1e-6
+PAIRS = ("toy", "prefix", "far")
+
+
+# -- verifiers written here ----------------------------------------------------------------------
+
+def _uniforms(seeds, n: int) -> np.ndarray:
+    """float64 [B, n]: row b's uniforms from seeds[b] alone."""
+    return np.stack([np.random.default_rng(int(s) % 2**64).random(n) for s in seeds])
+
+
+def _draw(rows: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draws from rows [..., V] with uniforms u [...]."""
+    cdf = np.cumsum(rows, axis=-1)
+    return np.minimum((cdf < u[..., None] * cdf[..., -1:]).sum(-1), rows.shape[-1] - 1)
+
+
+def medusa_typical(draft_tokens, draft_probs, target_probs, *, seeds, eps=0.09, delta=0.3):
+    """Medusa's typical acceptance (Cai et al. 2024, "Medusa", §2.3.1), K = 1: accept the draft
+    token x at depth i iff q_i(x) > min(ε, δ·exp(−H(q_i))), H the entropy of the target row,
+    stop at the first rejection.  ε = 0.09, δ = 0.3: Medusa's defaults (``posterior_threshold``,
+    ``posterior_alpha`` of ``medusa_generate``).  The token after the accepted prefix is a plain
+    draw from the target row there (Medusa draws it from that row after typical truncation; a
+    plain draw leaves the acceptance as the only source of loss).  Lossy: what it accepts does
+    not depend on the draft's probabilities."""
+    B, _, L = draft_tokens.shape
+    q = target_probs[:, 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        entropy = -np.where(q > 0, q * np.log(q), 0.0).sum(-1)
+    threshold = np.minimum(eps, delta * np.exp(-entropy))  # [B, L+1]
+    x = draft_tokens[:, 0]
+    ok = np.take_along_axis(q[:, :L], x[..., None], -1)[..., 0] > threshold[:, :L]
+    tau = np.where(ok.all(1), L, np.argmin(ok, axis=1))
+    last = _draw(q[np.arange(B), tau], _uniforms(seeds, 1)[:, 0])
+    tokens = np.where(np.arange(L)[None] < tau[:, None], x, -1)
+    tokens = np.concatenate([tokens, np.full((B, 1), -1)], axis=1)
+    tokens[np.arange(B), tau] = last
+    return BatchVerdict(tau, np.where(tau > 0, 0, -1), tokens, tau + 1)
+
+
+def always_accept(draft_tokens, draft_probs, target_probs, *, seeds):
+    """Too good: τ = L always, the draft block then a bonus draw from the target's row L."""
+    B, _, L = draft_tokens.shape
+    bonus = _draw(target_probs[:, 0, L], _uniforms(seeds, 1)[:, 0])
+    tau = np.full(B, L)
+    return BatchVerdict(tau, np.zeros(B, dtype=np.int64),
+                        np.concatenate([draft_tokens[:, 0], bonus[:, None]], axis=1), tau + 1)
+
+
+def _assert_stated(report: LosslessReport, n: int, first_delta: float, joint_delta: float):
+    """Every pair states N, α, α/3 per test, δ of both G-tests and the excess; in PAIRS order."""
+    assert [r.name for r in report.results] == list(PAIRS)
+    for r in report.results:
+        assert r.n == n and r.alpha == ALPHA
+        assert tuple(t.name for t in r.tests) == TESTS
+        assert all(t.alpha == pytest.approx(ALPHA / 3) for t in r.tests)
+        assert r.test("first token").detectable < first_delta, r.name
+        assert r.test("joint").detectable < joint_delta, r.name
+        assert 0 < r.test("acceptance ceiling").detectable < 0.15
+        assert r.mean_tau_low <= r.mean_tau
+        assert "memoryless" in r.notes
+
+
+# -- lossless verifiers pass ---------------------------------------------------------------------
+
+def test_default_n_is_the_plugins():
+    assert DEFAULT_SAMPLES == 20_000
+    assert harness.certify_lossless is certify_lossless
+
+
+def test_sampler_match_passes():
+    """The rule of examples/certify_lossless.py, at the default N = 20,000, K = 1, L = 3.  Its
+    E[τ] on the toy is Σ_{i≤3} (4/9)^i = 532/729 (a draw of q matches a draw of p with
+    probability Σ p·q = 4/9), well under the ceiling B(1, 3) = 50/27."""
+    report = certify_lossless(sampler_match, K=1, L=3)
+    assert report.ok, report.table()
+    _assert_stated(report, DEFAULT_SAMPLES, 0.03, 0.07)
+    toy = report.results[0]
+    ceiling = toy.test("acceptance ceiling")
+    assert toy.ceiling == pytest.approx(50 / 27, abs=1e-12) and toy.ceiling_name.startswith("global OT")
+    se = (toy.mean_tau - toy.mean_tau_low) / 5.0  # the one-sided 1 − α/3 interval is ≈ 5 s.e.
+    assert abs(toy.mean_tau - 532 / 729) < 5 * se and ceiling.pvalue == 1.0
+    assert report.failed == {}
+    assert json.loads(json.dumps(report.to_json()))[0]["verdict"] == "PASS"
+    assert report.table().count("| PASS |") == 9
+
+
+@pytest.mark.parametrize("rule", registry.names(lossless=True, modifies_targets=False))
+def test_registered_lossless_rules_pass(rule):
+    """Every lossless rule of the registry that does not modify later targets (sd, spectr, bv,
+    kseq_bv, traversal, mdbv, mdbv_kseq), numpy reference, default K, L = 2, N = 10,000.  Its
+    root E[τ] stays under the ceiling (global OT at every (pair, K) here)."""
+    K = registry.default_K(rule, 2)
+    report = certify_lossless(get_rule(rule), K=K, L=2, n_samples=10_000)
+    assert report.ok, report.table()
+    _assert_stated(report, 10_000, 0.041, 0.065)
+    for r in report.results:
+        assert r.modification_rows == 0 and r.K == K
+        assert r.ceiling_name.startswith("global OT")
+        assert r.mean_tau_low <= r.ceiling
+
+
+@pytest.mark.parametrize("rule", registry.names(lossless=True, modifies_targets=True))
+def test_rules_that_modify_later_targets_are_tested_memoryless(rule):
+    """GBV and K-SEQ-GBV are lossless only with Algorithm 2's modified targets in their later
+    calls, which certify_lossless does not carry (each call memoryless): their first token and
+    first-call acceptance pass, the joint law of the first 3 tokens fails on the toy (measured
+    p ≈ 1e-226 for GBV, 1e-64 for K-SEQ-GBV at N = 10,000) and on "far", and the result counts
+    the rows that returned a record."""
+    K = registry.default_K(rule, 2)
+    report = certify_lossless(get_rule(rule), K=K, L=2, n_samples=10_000)
+    for r in report.results:
+        assert r.test("first token").passed and r.test("acceptance ceiling").passed
+        assert r.modification_rows > 0 and "Algorithm 2 records" in r.notes
+    assert report.failed["toy"] == ("joint",) and report.failed["far"] == ("joint",)
+    assert report.results[0].test("joint").pvalue < 1e-60
+
+
+@pytest.fixture
+def one_torch_thread():
+    torch = pytest.importorskip("torch")
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # a shared 2-core machine: a second OpenMP thread slows small ops
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.mark.slow
+def test_transformers_verifier_passes(one_torch_thread):
+    """transformers' ``_speculative_sampling`` at its defaults (token-level SD), K = 1, L = 3,
+    N = 20,000 (the adapter calls transformers once per row; ~20 s)."""
+    pytest.importorskip("transformers")
+    from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
+
+    report = certify_lossless(TransformersSpeculativeSampling(), K=1, L=3)
+    assert report.ok, report.table()
+    _assert_stated(report, DEFAULT_SAMPLES, 0.03, 0.07)
+
+
+# -- lossy verifiers fail, and the test that catches them is named -----------------------------
+
+def test_transformers_ensemble_mode_fails(one_torch_thread):
+    """``assistant_ensemble_weight`` = 0.5 accepts with v = (q + p)/2: every test fails on every
+    pair at N = 5,000 (measured first-token TV 0.17 on the toy against δ 0.053; it accepts 2.11
+    tokens where no lossless rule passes 1.85)."""
+    pytest.importorskip("transformers")
+    from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
+
+    report = certify_lossless(TransformersSpeculativeSampling(0.5), K=1, L=3, n_samples=5_000)
+    assert report.failed == {p: TESTS for p in PAIRS}
+    for r in report.results:
+        assert all(t.pvalue < ALPHA / 3 for t in r.tests)
+        assert r.mean_tau_low > r.ceiling
+    toy = report.results[0]
+    assert toy.test("first token").empirical_tv > 3 * toy.test("first token").detectable
+    assert toy.test("first token").empirical_tv > 0.15 and toy.mean_tau > 2.0
+
+
+def test_medusa_typical_acceptance_fails():
+    """Medusa's typical acceptance, K = 1, L = 3, N = 20,000.  The toy's rows have entropy
+    0.64, so the threshold is 0.09 < both target probabilities: it accepts every draft (τ = 3,
+    above the ceiling 50/27) and emits the draft's law (first-token TV 1/3).  On "prefix" its
+    acceptance (mean τ 1.93) stays under the ceiling 2.05 and only the laws catch it; on "far"
+    all three tests do."""
+    report = certify_lossless(medusa_typical, K=1, L=3)
+    assert report.failed == {"toy": TESTS, "prefix": ("first token", "joint"), "far": TESTS}
+    for r in report.results:
+        for t in r.tests:
+            assert (t.pvalue < ALPHA / 3) == (not t.passed)
+        assert r.test("first token").empirical_tv > 3 * r.test("first token").detectable
+    toy = report.results[0]
+    assert toy.mean_tau == 3.0 and toy.test("first token").empirical_tv == pytest.approx(1 / 3, abs=0.01)
+
+
+def test_released_spectr_gbv_fails_on_the_laws():
+    """The released SpecTr-GBV (registered "spectr_gbv", lossy for K ≥ 2) at K = 2, L = 3,
+    N = 10,000: the first-token and joint laws fail on every pair (toy: measured first-token TV
+    0.044, δ 0.037, p 3e-21); its acceptance stays under the ceiling, so that test passes."""
+    assert not registry.spec("spectr_gbv").lossless
+    report = certify_lossless(get_rule("spectr_gbv"), K=2, L=3, n_samples=10_000)
+    assert report.failed == {p: ("first token", "joint") for p in PAIRS}
+    for r in report.results:
+        assert r.test("first token").pvalue < ALPHA / 3 and r.test("joint").pvalue < ALPHA / 3
+        assert r.test("acceptance ceiling").passed
+    toy = report.results[0]
+    assert toy.test("first token").empirical_tv > toy.test("first token").detectable
+    assert toy.test("first token").pvalue < 1e-15
+
+
+def test_acceptance_ceiling_alone_catches_a_verifier_that_is_too_good():
+    """Always accepting the whole block (τ = L = 3) on a pair whose draft is a 1 % mixture away
+    from the target: its laws are within the G-tests' δ (first-token TV ≈ 0.002, δ 0.027), so
+    both G-tests pass, but no lossless rule accepts 3 tokens on average here — the ceiling is
+    B(1, 3) = 2.989 — so the acceptance check fails on its own.  τ has no variance, so p is the
+    exact Markov bound (ceiling / 3)^N (oracle/lossless.py ``_ceiling_test``)."""
+    target = RandomModel(3, 11, 1.0)
+    pair = ModelPair("near", Mixture(target, RandomModel(3, 12, 1.0), 0.01), target)
+    report = certify_lossless(always_accept, K=1, L=3, models=[pair])
+    (r,) = report.results
+    assert r.failed == ("acceptance ceiling",)
+    assert r.test("first token").passed and r.test("joint").passed
+    ceiling = float(prefix_match_bound(pair.draft.block_law(3), target.block_law(3), 1).sum())
+    assert r.ceiling == pytest.approx(ceiling, abs=1e-12) and 2.98 < r.ceiling < 2.99
+    assert r.mean_tau == r.mean_tau_low == 3.0
+    t = r.test("acceptance ceiling")
+    assert t.pvalue == pytest.approx(((ceiling + 1e-7) / 3) ** DEFAULT_SAMPLES, rel=1e-6)
+    assert t.pvalue < 1e-30
+
+
+# -- the ceiling ---------------------------------------------------------------------------------
+
+def test_ceilings_are_the_toy_values():
+    """docs/toy.md §1: global OT 50/27 (K = 1, L = 3), 134/81 (2, 2), 1708/729 (2, 3); on "far"
+    at K = 2, L = 3 the OT's LP (984,375 variables) is too large and U is named."""
+    toy, _, far = default_pairs()
+    assert lossless_ceiling(toy.draft, toy.target, 1, 3)[0] == pytest.approx(50 / 27, abs=1e-12)
+    assert lossless_ceiling(toy.draft, toy.target, 2, 2)[0] == pytest.approx(134 / 81, abs=1e-9)
+    value, name = lossless_ceiling(toy.draft, toy.target, 2, 3)
+    assert value == pytest.approx(1708 / 729, abs=1e-9) and name.startswith("global OT")
+    value, name = lossless_ceiling(far.draft, far.target, 2, 3)
+    assert name.startswith("prefix-match U") and "984,375" in name
+    assert value == pytest.approx(prefix_match_bound(far.draft.block_law(3), far.target.block_law(3), 2).sum())
+
+
+def test_narrow_rows():
+    """float32 and bfloat16 rows (the laws are those of the rounded rows): sd passes on the toy
+    and "prefix" pairs at N = 5,000."""
+    toy, prefix, _ = default_pairs()
+    for dtype in ("float32", "bfloat16"):
+        report = certify_lossless(get_rule("sd"), K=1, L=2, models=[toy, prefix], n_samples=5_000, dtype=dtype)
+        assert report.ok, report.table()
+        assert all(r.dtype == dtype for r in report.results)
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+def _pair():
+    return [ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]))]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(K=0, L=2), "K must be"), (dict(K=1, L=0), "L must be"), (dict(K=1.5, L=2), "K must be"),
+    (dict(K=1, L=2, n_samples=1), "n_samples"), (dict(K=1, L=2, n_samples=True), "n_samples"),
+    (dict(K=1, L=2, alpha=0.0), "alpha"), (dict(K=1, L=2, alpha=1.0), "alpha"), (dict(K=1, L=2, alpha=2), "alpha"),
+    (dict(K=1, L=2, chunk=0), "chunk"), (dict(K=1, L=2, dtype="float16"), "dtype"),
+    (dict(K=1, L=2, models=[]), "models is empty"), (dict(K=1, L=2, models=["toy"]), "models must hold"),
+    (dict(K=1, L=2, models=[(ContextFree([0.5, 0.5]), ContextFree([1 / 3] * 3))]), "vocabulary mismatch"),
+    (dict(K=1, L=7, models=[(RandomModel(5, 1), RandomModel(5, 2))]), "L = 7 is too long"),
+    (dict(K=1, L=3, models=[(RandomModel(16, 1), RandomModel(16, 2))]), "31,402 MiB"),
+])
+def test_bad_arguments(kwargs, match):
+    kwargs.setdefault("models", _pair())
+    with pytest.raises(ValueError, match=match):
+        certify_lossless(sampler_match, n_samples=kwargs.pop("n_samples", 100), **kwargs)
+
+
+def test_one_pair_given_alone():
+    """``models`` may be one ModelPair or one (draft, target) tuple; a tuple gets a default name."""
+    toy = _pair()[0]
+    for models, name in ((toy, "toy"), ((toy.draft, toy.target), "pair 0")):
+        (r,) = certify_lossless(sampler_match, K=1, L=2, models=models, n_samples=200).results
+        assert r.name == name and r.n == 200
+
+
+def test_not_callable():
+    with pytest.raises(TypeError, match="callable"):
+        certify_lossless("sd", K=1, L=2, models=_pair(), n_samples=100)
+
+
+def _bad(kind: str):
+    def verifier(draft_tokens, draft_probs, target_probs, *, seeds):
+        out = sampler_match(draft_tokens, draft_probs, target_probs, seeds=seeds)
+        tau, tokens, selected = out.tau.copy(), out.tokens.copy(), out.selected.copy()
+        if kind == "tau":
+            tau[0] = draft_tokens.shape[2] + 1
+        elif kind == "token":
+            tokens[:, 0] = 7  # V = 2
+        elif kind == "accepted":  # τ = 1 with a token the draft did not propose
+            tau[:], selected[:] = 1, 0
+            tokens[:, 0], tokens[:, 1] = 1 - draft_tokens[:, 0, 0], 0
+        elif kind == "selected":
+            tau[:], selected[:] = 1, 3
+            tokens[:, 0], tokens[:, 1] = draft_tokens[:, 0, 0], 0
+        elif kind == "shape":
+            tokens = tokens[:, :-1]
+        return BatchVerdict(tau, selected, tokens, tau + 1)
+    return verifier
+
+
+@pytest.mark.parametrize("kind, match", [
+    ("tau", r"tau = 3 outside \[0, 2\]"), ("token", r"token id outside \[0, 2\)"),
+    ("accepted", "not the first tau = 1 tokens of the selected draft block"),
+    ("selected", r"selected = 3 outside \[0, 1\)"), ("shape", "tokens of shape"),
+])
+def test_malformed_verifier_output(kind, match):
+    with pytest.raises(ValueError, match=match):
+        certify_lossless(_bad(kind), K=1, L=2, models=_pair(), n_samples=100)
+
+
+def test_api_doc_snippet_is_the_example():
+    """docs/api.md's "Certify a rule no registry knows" block defines the example's rule: same
+    verdicts on the same rows and seeds (the block's certify_lossless call is run by
+    test_sampler_match_passes through the example)."""
+    doc = (Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    block = doc.split("## Certify a rule no registry knows")[1].split("```python")[1].split("```")[0]
+    definition, call = block.split("report = ")
+    assert call.startswith("certify_lossless(sampler_match, K=1, L=3)")
+    scope: dict = {}
+    exec(definition, scope)
+    far = default_pairs()[2]
+    from spectr_gbv.reference.decode import Decoder, DecodeState
+    dec = Decoder(far.draft, far.target, 1, 3)
+    rows = [dec.block_inputs(DecodeState((1,)), [z]) for z in [(0, 1, 2), (1, 1, 1), (2, 0, 4)] * 20]
+    args = [np.stack(a) for a in zip(*rows)]
+    seeds = np.arange(len(rows), dtype=np.int64) + 12345
+    doc_out, ex_out = scope["sampler_match"](*args, seeds=seeds), sampler_match(*args, seeds=seeds)
+    assert np.array_equal(doc_out.tau, ex_out.tau) and np.array_equal(doc_out.tokens, ex_out.tokens)
+    assert 0 < doc_out.tau.sum() < 3 * len(rows)
