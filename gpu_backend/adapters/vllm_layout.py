@@ -89,8 +89,8 @@ requests:
   in [0, V), the accepted tokens are the drafts); a greedy filler equals the exact greedy
   outcome (accept while the draft is the argmax of its row, ties to the lowest id, then emit
   that argmax; the bonus row's argmax when all are accepted); a sampled filler (bonus-only
-  too) emits a token of q > 0 on its row.  A certified request's row must be −1 past its
-  L + 1 entries and is read by ``parse_output``.
+  too) accepts no draft of q = 0 and emits a token of q > 0 on its row.  A certified
+  request's row must be −1 past its L + 1 entries and is read by ``parse_output``.
 * the certified requests' outcomes depend on their own rows and generators only: a sampler
   that reads another request's rows (a ragged-batch offset bug) or mixes up generators fails
   the filler checks or the law.
@@ -592,6 +592,10 @@ class _Filler:
                 raise ValueError(f"{what} emitted {toks.tolist()}, not the exact greedy outcome {self.expected} "
                                  f"(drafts {self.drafts.tolist()}; accept while the draft is its row's argmax, "
                                  f"then emit that argmax, the bonus row's when all are accepted)")
+        elif any(not np.isfinite(self.logits[i, int(toks[i])]) for i in range(tau)):
+            i = next(i for i in range(tau) if not np.isfinite(self.logits[i, int(toks[i])]))
+            raise ValueError(f"{what} accepted draft {int(toks[i])} at position {i}, of target probability 0 "
+                             f"on its row (logit -inf): {row.tolist()}")
         elif not np.isfinite(self.logits[tau, int(toks[tau])]):
             raise ValueError(f"{what} emitted token {int(toks[tau])} at position {tau}, of target probability 0 "
                              f"on its row (logit -inf): {row.tolist()}")

@@ -178,6 +178,32 @@ def test_sampled_greedy_requests_are_caught_by_a_filler():
         _certify(from_vllm_layout(greedy_sampled), ("toy",), n=2_000)
 
 
+def _corrupted(edit):
+    """Our sd, its output then edited by ``edit(out)`` (batch of B = 1: certified request 0,
+    then the fillers at batch indices 1..6 with 0, 2, 1, 4, 0, 4 drafts)."""
+    def fn(num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures, *, generators=None):
+        out = rules_in_vllm_layout("sd")(num_draft_tokens, draft_token_ids, draft_probs, target_logits,
+                                         temperatures, generators=generators)
+        edit(out)
+        return out
+    return fn
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda out: out[1].copy_(torch.tensor([0, 0, -1, -1, -1])),
+     r"filler request 1 \(bonus only: 0 drafts, T = 1.3\) emitted 2 tokens, more than its 0 drafts \+ 1"),
+    (lambda out: out[3].copy_(torch.tensor([-1, 0, -1, -1, -1])),
+     r"filler request 3 \(sampled: 1 drafts, T = 0.8\) has the placeholder -1 before a token"),
+    (lambda out: out[5].fill_(-1), r"filler request 5 \(greedy: 0 drafts, T = 0\) emitted no token"),
+    (lambda out: out[2, 0].fill_(3), r"filler request 2 \(greedy: 2 drafts, T = 0\) has a token id outside"),
+    (lambda out: out[0, 4].fill_(0), r"certified request 0 \(contract row 0, 3 drafts\) has tokens past its 4"),
+])
+def test_filler_and_padding_errors_name_the_request(edit, message):
+    _, rows = _rows("toy", B=1)
+    with pytest.raises(ValueError, match=message):
+        from_vllm_layout(_corrupted(edit))(*rows, seeds=np.array([5]))
+
+
 # -- the correct sampler -----------------------------------------------------------------------------
 
 def test_our_sd_passes_every_family():
