@@ -50,6 +50,7 @@ from spectr_gbv.reference.rules import Rule, get_rule
 from spectr_gbv.reference.seeds import generator_seed
 from spectr_gbv.reference.validation import check_iteration_inputs
 
+from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from spectr_gbv.oracle.stats import conditional_gtests, counts_from_samples, gtest, law_of, mean_within_ci
 
 Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
@@ -165,6 +166,12 @@ class FirstTokenCase:
         return self.target.vocab_size
 
 
+# The four tests of a FixedCase, each at α/4 (``_family``), in the order of ``tests_passed``.
+TEST_NAMES = ("joint outcome", "law of τ", "token given (τ, prefix)", "mean τ")
+# A FirstTokenCase has one test, the G-test of the first emitted token's law at α.
+FIRST_TOKEN_TEST_NAMES = ("first-token law",)
+
+
 @dataclass
 class CaseResult:
     """Outcome of one case (all p-values are per test; each test ran at α/4).
@@ -177,6 +184,9 @@ class CaseResult:
     was observed comes first (its deviation is infinite).  ``empirical_tv``: ½ Σ |O/N − p| over
     the outcomes, the measured distance of the sampled law from the exact one (biased upwards by
     sampling noise, about √(cells/N); informative when it is well above ``detectable_tv``).
+    ``tests_passed``: the pass/fail decision of each test of the family as ``certify_case``
+    took it (``TEST_NAMES`` for a FixedCase, each at α/4; ``FIRST_TOKEN_TEST_NAMES`` for a
+    FirstTokenCase, at α); ``passed`` is their conjunction and ``failed_tests`` names the failed ones.
     """
 
     name: str
@@ -205,6 +215,19 @@ class CaseResult:
     detectable_tv_pooled: float = math.nan
     worst_cells: tuple = ()
     empirical_tv: float = math.nan
+    tests_passed: tuple = ()
+
+    @property
+    def test_names(self) -> tuple[str, ...]:
+        """The names of the tests behind ``tests_passed`` (by the kind of case)."""
+        return FIRST_TOKEN_TEST_NAMES if len(self.tests_passed) == 1 else TEST_NAMES
+
+    @property
+    def failed_tests(self) -> list[str]:
+        """Names of the tests that failed (``TEST_NAMES``: joint outcome, law of τ, token given
+        (τ, prefix), mean τ; a FirstTokenCase has the one first-token law test), from the
+        decisions ``certify_case`` took (``tests_passed``): [] for a passing case."""
+        return [name for name, ok in zip(self.test_names, self.tests_passed) if not ok]
 
     @property
     def verdict(self) -> str:
@@ -233,6 +256,8 @@ class CertificationReport:
         for r in self.results:
             d = asdict(r)
             d["verdict"] = r.verdict
+            d["failed_tests"] = r.failed_tests
+            d["tests_passed"] = list(r.tests_passed)
             d["mean_ci"] = list(r.mean_ci)
             d["worst_cells"] = [{"outcome": repr(o), "observed": obs, "expected": exp}
                                 for o, obs, exp in r.worst_cells]
@@ -240,15 +265,21 @@ class CertificationReport:
         return rows
 
     def table(self) -> str:
-        """A fixed-width table (markdown-compatible)."""
-        head = ("| case | rule | V | K | L | dtype | N | α | detectable TV | min p | mean τ | exact E[τ] | verdict |\n"
-                "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        """A fixed-width table (markdown-compatible): per case its sizes, N, α, the detectable
+        TV δ and the measured TV (``CaseResult.empirical_tv``), the smallest of its p-values, the
+        tests that failed (``CaseResult.failed_tests``; "—" when none), mean τ against the exact
+        E[τ], and the verdict."""
+        head = ("| case | rule | V | K | L | dtype | N | α | detectable TV | measured TV | min p | failed tests "
+                "| mean τ | exact E[τ] | verdict |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         lines = [head]
         for r in self.results:
             pmin = min(r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
+            failed = ", ".join(r.failed_tests) or "—"
             lines.append(
                 f"| {r.name} | {r.rule} | {r.V} | {r.K} | {r.L} | {r.dtype} | {r.n} | {r.alpha:g} | "
-                f"{r.detectable_tv:.4f} | {pmin:.3g} | {r.mean_tau:.4f} | {r.exact_mean_tau:.4f} | {r.verdict} |")
+                f"{r.detectable_tv:.4f} | {r.empirical_tv:.4f} | {pmin:.3g} | {failed} | {r.mean_tau:.4f} | "
+                f"{r.exact_mean_tau:.4f} | {r.verdict} |")
         return "\n".join(lines)
 
 
@@ -354,7 +385,7 @@ def verifier_for(verifier, case):
     return verifier
 
 
-def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
+def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA,
                  chunk: int = 4096, seed: int = 0) -> CaseResult:
     """Run one case: ``n_samples`` outcomes from ``verifier`` in chunks, then the test family.
 
@@ -362,7 +393,8 @@ def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
         verifier: any object with the batched contract (module doc), or a mapping from rule
             names to such objects (``case.rule`` is looked up).
         case: FixedCase or FirstTokenCase.
-        n_samples: N ≥ 2.  alpha: case-level false-alarm rate in (0, 1).  chunk: rows per call, ≥ 1.
+        n_samples: N ≥ 2 (default ``oracle.defaults.DEFAULT_SAMPLES``).  alpha: case-level
+            false-alarm rate in (0, 1).  chunk: rows per call, ≥ 1.
         seed: base seed; chunk c uses the row seeds ``chunk_seeds(seed, c, B)``.
     Returns:
         CaseResult.
@@ -401,7 +433,8 @@ def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
             (mean.low, mean.high), len(joint.zero_cell_violations), passed,
             time.perf_counter() - start, case.V, K, L, case.backend_dtype, pooled_mass=joint.merged_mass,
             detectable_tv_pooled=joint.detectable_tv, worst_cells=worst_cells(samples, law),
-            empirical_tv=empirical_tv(samples, law))
+            empirical_tv=empirical_tv(samples, law),
+            tests_passed=(joint.passed, tau_law.passed, cond.passed, mean.passed))
 
     if isinstance(case, FirstTokenCase):
         kind = "fresh drafts, first token vs target"
@@ -426,11 +459,12 @@ def certify_case(verifier, case, n_samples: int = 200_000, alpha: float = 1e-6,
             len(test.zero_cell_violations), test.passed, time.perf_counter() - start,
             case.V, case.K, case.L, case.backend_dtype, notes="law of the first emitted token only",
             pooled_mass=test.merged_mass, detectable_tv_pooled=test.detectable_tv,
-            worst_cells=worst_cells(firsts, target_first), empirical_tv=empirical_tv(firsts, target_first))
+            worst_cells=worst_cells(firsts, target_first), empirical_tv=empirical_tv(firsts, target_first),
+            tests_passed=(test.passed,))
     raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
 
 
-def certify(verifier, cases: Sequence, n_samples: int = 200_000, alpha: float = 1e-6,
+def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA,
             chunk: int = 4096, seed: int = 0, progress: Callable[[CaseResult], None] | None = None
             ) -> CertificationReport:
     """Certify ``verifier`` (one object with the batched contract, or a mapping rule name →

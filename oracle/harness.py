@@ -9,8 +9,14 @@ torch; it gets numpy arrays and per-row seeds).  It is run on the built-in case 
 ``oracle.certify_cases.case_family`` (toy, prefix-dependent, V = 4,096 rows, zero target mass
 on drafted tokens, near-disjoint rows, p = q) and on the caller's own ``FixedCase`` rows, and
 each case's outcomes are tested against the reference rule's exact law given the drafts
-(oracle/certify.py: per case N, α, the detectable δ, four p-values, mean τ with its interval
-against the exact E[τ], the worst outcome cells).
+(oracle/certify.py: per case N, α, the detectable δ, four p-values and the names of the failed
+tests, the measured TV, mean τ with its interval against the exact E[τ], the worst outcome
+cells).  ``one_hot_drafts=True`` certifies on one-hot drafts (``one_hot_draft_case``: n-gram
+speculation, vLLM's ``draft_probs=None``).  N defaults to ``oracle.defaults.DEFAULT_SAMPLES``.
+
+``boundary_probes`` runs deterministic probes at the uniforms' extremes on a verifier that
+takes ``noise=``; through an adapter that converts the rows, coins within a few ulps of their
+uniform are ties.
 
 A verifier that no registered rule describes is certified lossless without a reference law by
 ``certify_lossless`` (oracle/lossless.py; re-exported here):
@@ -30,6 +36,30 @@ from spectr_gbv.reference.rules import registry
 
 from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
 from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
+from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+
+
+def one_hot_draft_case(case: FixedCase) -> FixedCase:
+    """``case`` with each draft row replaced by the indicator of its drafted token: the draft
+    of n-gram / greedy-draft speculation, which vLLM's rejection sampler takes as
+    ``draft_probs=None`` (gpu_backend/adapters/vllm_layout.py).
+
+    The expected law is then the rule's with p = indicator: for "sd", X_i is accepted with
+    probability min(1, q(X_i)/1) = q(X_i) and a rejection emits a token ∝ (q − 1_{X_i})_+, i.e.
+    ∝ q with X_i zeroed; the target rows are those of ``case`` (its rounded backend rows, so
+    the dtype's rounding is not applied twice), the name gets " one-hot drafts".
+
+    Raises:
+        ValueError: ``case`` is not a FixedCase.
+    """
+    import numpy as np
+
+    if not isinstance(case, FixedCase):
+        raise ValueError(f"one_hot_draft_case takes a FixedCase, got {type(case).__name__}")
+    one_hot = np.eye(case.V)[case.draft_tokens]  # [K, L, V]
+    name = case.name if case.name.endswith(" one-hot drafts") else case.name + " one-hot drafts"
+    return FixedCase(name, case.rule, case.reference_rule, case.draft_tokens, one_hot,
+                     case.backend_target_probs, case.expect_pass, case.backend_dtype)
 
 
 def __getattr__(name: str):
@@ -45,8 +75,9 @@ def __getattr__(name: str):
 
 def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
                      families: Sequence[str] = FAMILIES, cases: Sequence[FixedCase] = (),
-                     n_samples: int = 50_000, alpha: float = 1e-6, dtype: str = "float64",
-                     seed: int = 0, chunk: int = 4096, progress=None) -> CertificationReport:
+                     n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, dtype: str = "float64",
+                     seed: int = 0, chunk: int = 4096, progress=None,
+                     one_hot_drafts: bool = False) -> CertificationReport:
     """Certify ``verifier`` against the exact law of the registered rule ``rule``.
 
     Args:
@@ -60,10 +91,15 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         families: built-in families to run (``oracle.certify_cases.FAMILIES``; () for none).
         cases: the caller's own FixedCase rows (``FixedCase(name, rule, rule, draft_tokens
             [K, L], draft_probs [K, L, V], target_probs [K, L+1, V], backend_dtype=...)``).
-        n_samples: N per case (≥ 2).  alpha: false-alarm rate per case in (0, 1).
+        n_samples: N per case (≥ 2; default ``oracle.defaults.DEFAULT_SAMPLES`` = 20,000, the
+            pytest plugin's too).  alpha: false-alarm rate per case in (0, 1) (default 1e-6).
         dtype: rows handed over as "float64", "float32" or bfloat16-rounded "bfloat16".
         seed: base seed of the cases and the verifier's per-row seeds.  chunk: rows per call.
         progress: called with each CaseResult.
+        one_hot_drafts: certify on one-hot drafts (n-gram / greedy-draft speculation; vLLM's
+            ``draft_probs=None``): every case, built-in and the caller's, goes through
+            ``one_hot_draft_case`` (draft rows = indicators of the drafted tokens), and the
+            expected law is the rule's with those rows.
     Returns:
         CertificationReport: ``ok``, ``table()``, ``to_json()``, and per case a CaseResult.
     Raises:
@@ -75,7 +111,10 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
     for case in cases:
         if not isinstance(case, FixedCase):
             raise ValueError(f"cases must hold FixedCase objects, got {type(case).__name__}")
-    return certify(verifier, [*built, *cases], n_samples, alpha, chunk, seed, progress)
+    all_cases = [*built, *cases]
+    if one_hot_drafts:
+        all_cases = [one_hot_draft_case(c) for c in all_cases]
+    return certify(verifier, all_cases, n_samples, alpha, chunk, seed, progress)
 
 
 @dataclass
@@ -94,7 +133,64 @@ PROBES = (("zeros", 2.0**-53), ("zeros", 1.0), ("equal", 1.0), ("equal", 2.0**-5
           ("toy", 2.0**-53), ("toy", 1.0))
 
 
-def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3) -> list[Probe]:
+WILDCARD = -2  # a token drawn on a rounding branch (``_TieSource``): any token id in [0, V) matches
+
+
+class _TieSource:
+    """MatchedSource's conventions, but a coin whose h lies within ``tol`` of its uniform is a
+    tie that may go either way (replayed from ``path``; h = 0 never succeeds, so a token of
+    target probability 0 is never accepted), and after a tie went against u ≤ h every draw is
+    ``WILDCARD``: on that branch the verifier's rows differ from the case's by rounding, its
+    residual is rounding noise (or exactly 0, where conventions differ: the reference falls
+    back to the target row, vLLM's argmax of zeros takes token 0), so any token is accepted."""
+
+    def __init__(self, uniforms, exponentials, tol: float, path: tuple):
+        import numpy as np
+
+        self.uniforms, self.exponentials, self.tol = uniforms, exponentials, tol
+        self.path, self.pos, self.rounding = path, 0, False
+        self._np = np
+
+    def coin(self, h: float, key=(0, 0)) -> bool:
+        h = min(1.0, max(0.0, float(h)))
+        u = float(self.uniforms[key])
+        exact = u <= h
+        if h == 0.0 or abs(u - h) > self.tol:
+            return exact
+        flip = self.path[self.pos] if self.pos < len(self.path) else 0
+        self.pos += 1
+        if flip:
+            self.rounding = True
+            return not exact
+        return exact
+
+    def draw(self, weights) -> int:
+        np = self._np
+        if self.rounding:
+            return WILDCARD
+        w = np.asarray(weights, dtype=np.float64)
+        with np.errstate(divide="ignore"):
+            score = np.where(w > 0, np.log(np.where(w > 0, w, 1.0)) - np.log(self.exponentials), -np.inf)
+        return int(np.argmax(score))
+
+
+def _allowed_verdicts(rule_obj, rows, noise, tol: float) -> list[tuple[int, tuple]]:
+    """(τ, tokens) of ``rule_obj`` on one row under ``noise`` for every way of resolving the
+    ties of ``_TieSource`` (the first: no tie flipped, MatchedSource's verdict)."""
+    block = rule_obj.prepare(rows[0][0], rows[1][0], rows[2][0])
+    out, stack = [], [()]
+    while stack:
+        path = stack.pop()
+        src = _TieSource(noise[0][0], noise[1][0], tol, path)
+        v = rule_obj.decide(block, src)
+        out.append((int(v.tau), tuple(int(t) for t in v.tokens)))
+        for j in range(src.pos - 1, len(path) - 1, -1):  # ties met past the path: flip each
+            stack.append(path + (0,) * (j - len(path)) + (1,))
+    return out
+
+
+def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3,
+                    tie_ulps: int | None = None) -> list[Probe]:
     """Deterministic probes of a verifier that lets the caller inject its uniforms.
 
     The verifier must take ``noise=(uniforms float64 [B, K, L+1] in (0, 1], exponentials
@@ -105,14 +201,28 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3) ->
     token of target probability 0 must never be accepted.  A row holding NaN must raise
     ValueError.
 
+    Ties (``tie_ulps``): a verifier behind an adapter that converts the rows does not see the
+    case's rows exactly: ``VLLMLayoutAdapter`` hands its function logits T·log q, and
+    softmax(logits / T) is q within a few ulps, so on p = q rows at u = 1 a correct float64
+    verifier computes h = q/p = 1 − 2^-52 and rejects where the reference (h = 1) accepts.
+    With ``tie_ulps`` = n > 0 a coin whose h lies within n·2^-53 of its uniform is a tie: the
+    verdict passes if it equals the reference's for some resolution of the ties, where a
+    correction drawn after a tie went against u ≤ h may be any token (its residual is rounding
+    noise).  h = 0 is never a tie (softmax of a −inf logit is exactly 0), so a token of target
+    probability 0 must still be refused, and the zero-mass check stays exact.  The default is
+    the verifier's ``probe_tie_ulps`` attribute (16 for ``VLLMLayoutAdapter``), else 0: a
+    verifier that takes the rows as given is compared exactly.
+
     Args:
         verifier: the batched verifier.  rule: registered rule whose law it claims.
         K: drafts (default 1 for a single-draft rule, else 2).  L: block length.
+        tie_ulps: the tie tolerance in units of 2^-53 (see above); None for the verifier's own.
     Returns:
         list of Probe, one per (family, uniform) and one for NaN rows.
     Raises:
-        TypeError: the verifier does not take ``noise=`` (no uniforms can be injected).
-        ValueError: unknown rule.
+        TypeError: the verifier does not take ``noise=`` (no uniforms can be injected), or an
+            adapter's wrapped function does not.
+        ValueError: unknown rule, tie_ulps < 0.
     """
     import numpy as np
 
@@ -120,6 +230,10 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3) ->
 
     if "noise" not in inspect.signature(verifier.__call__ if not inspect.isfunction(verifier) else verifier).parameters:
         raise TypeError(f"{type(verifier).__name__} does not take noise=: its uniforms cannot be injected")
+    tie_ulps = getattr(verifier, "probe_tie_ulps", 0) if tie_ulps is None else tie_ulps
+    if isinstance(tie_ulps, bool) or int(tie_ulps) != tie_ulps or tie_ulps < 0:
+        raise ValueError(f"tie_ulps must be an integer >= 0, got {tie_ulps!r}")
+    tol = float(tie_ulps) * 2.0**-53
     K = registry.default_K(rule, 2) if K is None else K
     reference = get_rule(rule)
     probes = []
@@ -128,14 +242,22 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3) ->
         rows = (case.draft_tokens[None], case.draft_probs[None], case.target_probs[None])
         noise = (np.full((1, K, L + 1), u), np.random.default_rng(7).exponential(size=(1, case.V)) + 1e-3)
         want = reference(*rows, noise=noise)
+        allowed = [(int(want.tau[0]), tuple(int(t) for t in want.tokens[0][: int(want.tau[0]) + 1]))]
+        if tol > 0:
+            allowed += _allowed_verdicts(reference, rows, noise, tol)[1:]
         got = verifier(*rows, noise=noise)
         tau, tokens = int(to_numpy(got.tau)[0]), to_numpy(got.tokens)[0]
-        ok = tau == int(want.tau[0]) and np.array_equal(tokens, want.tokens[0])
+        ok = any(tau == t and len(tokens) == L + 1 and (tokens[t + 1:] == -1).all()
+                 and all(w == WILDCARD and 0 <= int(g) < case.V or int(g) == w for g, w in zip(tokens[: t + 1], toks))
+                 for t, toks in allowed)
         q_zero = [int(tokens[i]) for i in range(min(tau, L)) if family == "zeros" and i == 0]
         ok = ok and not q_zero
+        ties = (f"; with ties within {tie_ulps}·2^-53 also "
+                + ", ".join(f"τ = {t}, tokens {['any' if x == WILDCARD else x for x in toks]}"
+                            for t, toks in allowed[1:])) if len(allowed) > 1 else ""
         probes.append(Probe(f"{family} rows, every uniform = {u:g}", ok,
                             f"τ = {tau}, tokens {tokens.tolist()}; reference τ = {int(want.tau[0])}, "
-                            f"tokens {want.tokens[0].tolist()}"))
+                            f"tokens {want.tokens[0].tolist()}{ties}"))
     case = case_family("toy", rule, K, L)
     bad = case.target_probs.copy()
     bad[0, 0, 0] = np.nan

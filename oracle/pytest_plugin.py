@@ -11,11 +11,13 @@ Installed with the package (entry point ``pytest11: spectr_gbv``), so in any tes
         spectr_certify.assert_acceptance(my_sd, expected="sd")
 
 Options: ``--spectr-samples N`` (N per case, default 20,000) and ``--spectr-alpha A``
-(false-alarm rate per case, default 1e-6) change the defaults of both helpers for the run.
+(false-alarm rate per case, default 1e-6) change the defaults of both helpers for the run;
+the defaults are ``oracle.defaults.DEFAULT_SAMPLES`` / ``DEFAULT_ALPHA``, the same as
+``oracle.harness.certify_verifier``'s.
 Hypothesis strategies for verifier inputs are in ``oracle.strategies``.
 
 The helpers wrap ``oracle.harness.certify_verifier`` (imported when first called: loading this
-plugin imports pytest and the standard library only, never torch or scipy).
+plugin imports pytest, the standard library and ``oracle.defaults`` only, never torch or scipy).
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ from typing import Sequence
 
 import pytest
 
-DEFAULT_SAMPLES = 20_000
-DEFAULT_ALPHA = 1e-6
+from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES  # the one source (stdlib only)
 
-# The defaults the helpers use when n_samples/alpha are not given: the constants above, or the
+# The defaults the helpers use when n_samples/alpha are not given: the constants imported above, or the
 # command-line options of the running pytest session (set in pytest_configure).
 _defaults = {"n_samples": DEFAULT_SAMPLES, "alpha": DEFAULT_ALPHA}
 _saved: list[dict] = []

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from spectr_gbv.oracle.certify_cases import FAMILIES
+from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,12 @@ THIRD_PARTY: list[ThirdParty] = [
                _transformers(0.5), "sd", expect_pass=False),
     ThirdParty("vLLM v1 rejection-sampler layout, our bv",
                "our bv run in vLLM v1's flattened layout and read back (gpu_backend/adapters/vllm_layout.py): "
-               "the layout's row order, bonus rows and padding", _vllm_layout("bv"), "bv"),
+               "the layout's row order, bonus rows and padding, per-request temperatures and filler requests (greedy, "
+               "0-draft, ragged)", _vllm_layout("bv"), "bv"),
 ]
 
 
-def certify_all(n_samples: int = 20_000, alpha: float = 1e-6, families=FAMILIES, entries=None,
+def certify_all(n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, families=FAMILIES, entries=None,
                 progress=None) -> list[tuple[ThirdParty, object]]:
     """(entry, CertificationReport) for every entry (default ``THIRD_PARTY``).
 

@@ -188,17 +188,11 @@ def run_job(sampler: Sampler, family: str, n_samples: int, alpha: float, seed: i
     _worker_init()
     start = time.perf_counter()
     try:
-        cases = ()
-        fams = (family,)
-        if sampler.one_hot:
-            from spectr_gbv.oracle.certify_cases import case_family
-            from spectr_gbv.oracle.harness import one_hot_draft_case
-
-            cases, fams = (one_hot_draft_case(case_family(family, sampler.rule, 1, L, "float64", seed)),), ()
-        report = certify_verifier(sampler.build(), sampler.rule, K=1, L=L, families=fams, cases=cases,
-                                  n_samples=n_samples, alpha=alpha, seed=seed, chunk=256)
+        report = certify_verifier(sampler.build(), sampler.rule, K=1, L=L, families=(family,),
+                                  one_hot_drafts=sampler.one_hot, n_samples=n_samples, alpha=alpha, seed=seed,
+                                  chunk=256)
         r = report.results[0]
-        failed = tuple(getattr(r, "failed_tests", ()) or ())
+        failed = tuple(r.failed_tests)
         pmin = min(r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
         return Row(sampler.label, sampler.rule, family, sampler.expect_pass, r.passed, r.n, alpha,
                    r.detectable_tv, r.empirical_tv, min(1.0, 4 * pmin), failed, time.perf_counter() - start)
@@ -299,6 +293,35 @@ def markdown_table(rows: list[Row]) -> str:
         lines.append(f"| {r.sampler} | `{r.rule}` | {r.family} | {r.verdict} | {r.n:,} | "
                      f"{_num(r.detectable_delta, '.3f')} | {_num(r.measured_tv, '.3f')} | {_num(r.pvalue, '.2g')} | "
                      f"{failed} | {r.seconds:.0f} s |")
+    return "\n".join(lines)
+
+
+def pivot_markdown(rows: list[Row]) -> str:
+    """README's compact table: one line per sampler, one column per case family, each cell
+    "verdict (δ detectable, TV measured)"; replay and batch independence as ✓/✗; N and the
+    sampler's total time in its own columns."""
+    from spectr_gbv.oracle.certify_cases import FAMILIES
+
+    order, by = [], {}
+    for r in rows:
+        if r.sampler not in by:
+            order.append(r.sampler)
+            by[r.sampler] = {}
+        by[r.sampler][r.family] = r
+    checks = ("replay", "batch independence")
+    lines = ["| sampler | claims | " + " | ".join(FAMILIES) + " | seeded replay, batch independence | N | time |",
+             "|---|---|" + "---|" * len(FAMILIES) + "---|---|---|"]
+    for name in order:
+        cells = by[name]
+        first = next(iter(cells.values()))
+        fam = []
+        for f in FAMILIES:
+            r = cells.get(f)
+            fam.append("—" if r is None else f"{r.verdict} (δ {_num(r.detectable_delta, '.2f')}, TV {_num(r.measured_tv, '.3f')})")
+        rep = " ".join("✓" if cells[c].passed else "✗" for c in checks if c in cells) or "—"
+        n = max((r.n for f, r in cells.items() if f not in checks), default=0)
+        secs = sum(r.seconds for r in cells.values())
+        lines.append(f"| {name} | `{first.rule}` | " + " | ".join(fam) + f" | {rep} | {n:,} | {secs / 60:.0f} min |")
     return "\n".join(lines)
 
 

@@ -6,7 +6,7 @@ detectable TV (power 0.99) of each case is asserted below the deviation it must 
 import numpy as np
 import pytest
 
-from spectr_gbv.oracle.certify import certify, certify_case, exact_verdict_law
+from spectr_gbv.oracle.certify import TEST_NAMES, certify, certify_case, exact_verdict_law
 from spectr_gbv.oracle.certify_cases import (fixed_case, lossless_against_target, released_rule_against_target,
                                              toy_models)
 from planted_rules import FirstFailureBV, SharedUniformBV
@@ -33,6 +33,7 @@ def test_reference_sampler_certifies(rule):
     result = certify_case(RULES, case, N, ALPHA)  # the reference rules are batched verifiers
     assert result.passed, result
     assert result.detectable_tv < 0.02
+    assert result.tests_passed == (True,) * 4 and result.failed_tests == []
 
 
 @pytest.mark.parametrize("planted", [SharedUniformBV(), FirstFailureBV()])
@@ -43,6 +44,10 @@ def test_planted_bv_caught(planted):
                       expect_pass=False, backend_dtype="float64")
     result = certify_case(planted, case, N, ALPHA)
     assert not result.passed and result.ok and result.verdict == "CAUGHT"
+    # the decisions certify_case took, each test at α/4: the failed ones are named
+    assert len(result.tests_passed) == 4 and result.failed_tests
+    assert result.failed_tests == [n for n, ok in zip(TEST_NAMES, result.tests_passed) if not ok]
+    assert "joint outcome" in result.failed_tests  # the joint G-test sees every deviation of the law
 
 
 def test_released_rule_caught_against_target_law_and_lossless_rule_passes():
@@ -54,7 +59,12 @@ def test_released_rule_caught_against_target_law_and_lossless_rule_passes():
     assert released.verdict == "CAUGHT" and released.detectable_tv < 0.01
     assert lossless.verdict == "PASS"
     assert report.ok
-    assert "CAUGHT" in report.table()
+    assert released.failed_tests == ["first-token law"] and lossless.failed_tests == []
+    table = report.table().splitlines()
+    assert table[0].startswith("| case | rule | V | K | L | dtype | N | α | detectable TV | measured TV | min p | "
+                               "failed tests | mean τ | exact E[τ] | verdict |")
+    assert f"| {released.empirical_tv:.4f} |" in table[2] and "| first-token law |" in table[2]
+    assert "| — |" in table[3] and table[2].endswith("| CAUGHT |")
 
 
 def test_backend_output_checked():

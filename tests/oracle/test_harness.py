@@ -96,3 +96,20 @@ def test_api_doc_example_is_the_example_file():
     assert len(lines) >= 15
     missing = [ln for ln in lines if ln not in example]
     assert not missing, missing
+
+
+def test_one_default_for_n_samples():
+    """oracle.defaults.DEFAULT_SAMPLES is the default N of certify_verifier, the plugin, certify,
+    certify_case and the third-party certificate."""
+    import inspect
+
+    from spectr_gbv.gpu_backend.adapters.third_party import certify_all
+    from spectr_gbv.oracle import pytest_plugin
+    from spectr_gbv.oracle.certify import certify, certify_case
+    from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+    from spectr_gbv.oracle.harness import certify_verifier
+
+    assert DEFAULT_SAMPLES == 20_000 and pytest_plugin.DEFAULT_SAMPLES is DEFAULT_SAMPLES
+    for fn in (certify_verifier, certify, certify_case, certify_all):
+        params = inspect.signature(fn).parameters
+        assert params["n_samples"].default == DEFAULT_SAMPLES and params["alpha"].default == DEFAULT_ALPHA, fn

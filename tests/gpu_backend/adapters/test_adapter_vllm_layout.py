@@ -2,12 +2,15 @@
 
 Round trip: our torch rules run in vLLM's layout (``rules_in_vllm_layout``), put back behind
 the batched contract (``from_vllm_layout``) and certified by the public harness against the
-exact laws of "sd" and "bv" on the toy, zeros and equal families (V = 3, 3, 4; K = 1, L = 3).
-N = 20,000 per case at α = 1e-6 per case: detectable δ (TV, power 0.99) ≤ 0.03 on these
-families (measured 0.027–0.029).  Layout mistakes are caught: a verifier that drops the bonus
-(equal family: E[τ] 2 against the exact 3), one that reads target_logits in the older order
-(all draft rows, then the B bonus rows), and one that reads ``draft_probs=None`` as uniform
-rows instead of one-hot drafts.  ``draft_probs=None`` with our sd follows the exact law of
+exact laws of "sd" and "bv" on the toy, zeros and equal families (V = 3, 3, 4; K = 1, L = 3),
+through the adapter's realistic batches (temperatures 0.6/1.0/1.7 and filler requests; the
+planted defects those catch are in test_adapter_vllm_realistic.py).  N = 20,000 per case at
+α = 1e-6 per case: detectable δ (TV, power 0.99) ≤ 0.03 on these families (measured
+0.027–0.029).  Layout mistakes are caught: a verifier that drops the bonus (its 0-draft
+filler emits nothing; without fillers, equal family: E[τ] 2 against the exact 3), one that
+reads target_logits in the older order (all draft rows, then the B bonus rows: a filler's
+row; without fillers, the law), and one that reads ``draft_probs=None`` as uniform rows
+instead of one-hot drafts.  ``draft_probs=None`` with our sd follows the exact law of
 reference sd whose draft rows are the indicators of the drafted tokens.  Mixed draft lengths,
 greedy requests, determinism per seed and the argument errors are checked directly.
 """
@@ -72,8 +75,11 @@ def test_dropped_bonus_is_caught():
         out[full, n[full]] = -1  # forgets the bonus of fully accepted requests
         return out
 
-    (r,) = _certify(from_vllm_layout(no_bonus), "sd", families=("equal",)).results
+    with pytest.raises(ValueError, match=r"filler request 1 \(bonus only: 0 drafts, T = 1.3\) emitted no token"):
+        _certify(from_vllm_layout(no_bonus), "sd", families=("equal",))
+    (r,) = _certify(from_vllm_layout(no_bonus, fillers=False), "sd", families=("equal",)).results
     assert r.verdict == "FAIL" and r.exact_mean_tau == 3.0 and r.mean_tau == 2.0
+    assert r.failed_tests == ["joint outcome", "law of τ", "token given (τ, prefix)", "mean τ"]
 
 
 def test_older_row_order_is_caught():
@@ -87,7 +93,9 @@ def test_older_row_order_is_caught():
         misread[bonus_logits_indices(num_draft_tokens)] = target_logits[num_tokens:]
         return inner(num_draft_tokens, draft_token_ids, draft_probs, misread, temperatures, generators=generators)
 
-    report = _certify(from_vllm_layout(old_order), "sd", families=("toy",))
+    with pytest.raises(ValueError, match=r"filler request \d+ \("):
+        _certify(from_vllm_layout(old_order), "sd", families=("toy",))
+    report = _certify(from_vllm_layout(old_order, fillers=False), "sd", families=("toy",))
     assert not report.ok and report.results[0].empirical_tv > 3 * report.results[0].detectable_tv
 
 
@@ -153,10 +161,14 @@ def test_all_requests_without_drafts():
     assert out.shape == (2, 1) and (out >= 0).all()
 
 
-def test_greedy_requests_follow_the_argmax():
-    counts, ids, dp, logits = _mixed_inputs(counts=(3, 2, 1))
+@pytest.mark.parametrize("rule", ["sd", "bv", "gbv"])
+@pytest.mark.parametrize("with_draft_probs", [False, True])
+def test_greedy_requests_follow_the_argmax(rule, with_draft_probs):
+    counts, ids, dp, logits = _mixed_inputs(counts=(3, 2, 1, 0))
     ids[0] = logits[0].argmax()  # request 0's first draft is the target's argmax
-    out = rules_in_vllm_layout("sd")(counts, ids, None, logits, torch.zeros(3), seeds=[1, 2, 3])
+    ids[3:5] = logits[4:6].argmax(dim=1)  # request 1's drafts are both the argmax: its bonus is emitted
+    out = rules_in_vllm_layout(rule)(counts, ids, dp if with_draft_probs else None, logits, torch.zeros(4),
+                                     seeds=[1, 2, 3, 4])
     rows = target_logits_indices(counts).tolist()
     bonus = bonus_logits_indices(counts).tolist()
     d = 0
@@ -229,7 +241,7 @@ def test_malformed_output_is_refused(row, problem):
     if row == "not the draft":  # τ = 1, but the accepted token differs from the drafted one
         row = [(int(case.draft_tokens[0, 0]) + 1) % case.V, 0, -1, -1]
     rows = (case.draft_tokens[None], case.draft_probs[None], case.target_probs[None])
-    adapter = from_vllm_layout(lambda *a, **k: torch.tensor([row], dtype=torch.int32))
+    adapter = from_vllm_layout(lambda *a, **k: torch.tensor([row], dtype=torch.int32), realistic=False)
     with pytest.raises(ValueError, match=problem):
         adapter(*rows, seeds=np.array([0]))
 
@@ -238,8 +250,8 @@ def test_output_of_the_wrong_shape_is_refused():
     case = case_family("toy", "sd", 1, 3)
     rows = (case.draft_tokens[None], case.draft_probs[None], case.target_probs[None])
     wrong_shape = from_vllm_layout(lambda *a, **k: torch.zeros(1, 3, dtype=torch.int32))
-    with pytest.raises(ValueError, match="output_token_ids must have shape"):
+    with pytest.raises(ValueError, match="output_token_ids must have shape .* fillers"):
         wrong_shape(*rows, seeds=np.array([0]))
-    floats = from_vllm_layout(lambda *a, **k: torch.zeros(1, 4))
+    floats = from_vllm_layout(lambda *a, **k: torch.zeros(1, 4), realistic=False)
     with pytest.raises(ValueError, match="integer"):
         floats(*rows, seeds=np.array([0]))
