@@ -38,12 +38,25 @@ total-variation deviation of the tested law detected with power 0.99, pooled mas
 ``GTestResult.detectable_tv_law``), the detectable excess of E[τ] over the ceiling (power 0.99),
 and which tests failed.
 
-Memoryless.  Rules that modify later targets (Algorithm 2: ``BatchVerdict.modification``) are
-lossless only together with the modified targets of their later calls, which the harness cannot
-carry for a verifier it does not know: every call here gets the plain target's rows for its
-context.  Such a verifier is certified as a memoryless rule (the registered GBV and K-SEQ-GBV,
-run this way, emit tokens whose joint law is not the target's); ``modification_rows`` counts the
-rows that returned a record, and the result's notes say so.
+Carried modifications.  Rules that modify later targets (GBV, K-SEQ-GBV: SpecTr-GBV Algorithm 2,
+docs/rules.md §3) are lossless only together with the modified targets of their later calls.
+When a verdict returns a record (``BatchVerdict.modification``, a ``BatchModification``: kind,
+K, ρ and the log joints of the emitted tokens, per row), the harness carries it exactly as the
+reference decode loop does: the generation moves to the state that
+``reference.decode.Decoder.advance`` returns (the record's window pushed, older windows continued
+over the emitted tokens, windows whose positions are all emitted dropped), and its next calls
+get that state's effective target rows (``Decoder.block_inputs``: modified at the positions a
+live window covers, plain elsewhere) in place of the plain target's.
+Drafts are unaffected (the draft model is never modified).  A verifier that returns no record
+(``modification`` None, or no row ``active``) stays memoryless: every call gets the plain
+target's rows for its context, from tables precomputed per context; only the rows of
+generations with a live window are computed per (state, draft block) and memoised.  With a
+narrow dtype the windows are those of the rounded rows renormalised (what the verifier saw),
+and the modified rows are rounded again.  ``modification_rows`` counts the rows that returned
+an active record, ``carried_rows`` the rows handed a modified target, and the notes say which.
+A verifier that needs a record it does not return is certified as the memoryless rule it then
+is: GBV with its record dropped fails the joint test (the planted check of
+tests/oracle/test_lossless.py).
 """
 
 from __future__ import annotations
@@ -63,10 +76,11 @@ from spectr_gbv.oracle.certify import (_renormalise, chunk_seeds, counts_from_sa
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.pytest_plugin import DEFAULT_SAMPLES
 from spectr_gbv.oracle.stats import gtest, mean_ci
-from spectr_gbv.reference.contract import to_numpy
+from spectr_gbv.reference.contract import MODIFICATION_KINDS, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
 from spectr_gbv.reference.models import ContextFree, RandomModel, ToyModel
 from spectr_gbv.reference.validation import check_positive_int
+from spectr_gbv.reference.verdict import Modification, Verdict
 
 __all__ = ["ModelPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
            "default_pairs", "lossless_ceiling", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES", "MAX_JOINT_CELLS"]
@@ -239,7 +253,9 @@ class LosslessCaseResult:
         mean_tau: mean τ of the first call.  mean_tau_low: the lower end of its one-sided
             (1 − α/m) interval.  ceiling, ceiling_name: the lossless ceiling and which one.
         calls, rows: verifier calls and rows (all iterations).  modification_rows: rows whose
-            verdict carried an active Algorithm 2 record (not carried: module doc).
+            verdict returned an active Algorithm 2 record (τ < L; carried: module doc).
+        carried_rows: rows handed the modified target of a live window instead of the plain
+            target's (0 for a verifier that returns no record: memoryless).
         seconds: wall time of the pair.  notes: what the reader should know.
     """
 
@@ -260,6 +276,7 @@ class LosslessCaseResult:
     calls: int
     rows: int
     modification_rows: int
+    carried_rows: int
     seconds: float
     notes: str = ""
 
@@ -336,12 +353,13 @@ class LosslessReport:
 class _PrefixTables:
     """Per context c (a prefix of emitted tokens): every draft block of L tokens with positive
     probability, its probability under the draft as the verifier is told it, and the verifier's
-    rows for it (``Decoder.block_inputs`` on the plain models: memoryless), rounded to the
-    dtype.  Tables are built on first use and concatenated, so a batch gathers its rows by
-    global block index."""
+    rows for it (``Decoder.block_inputs`` on the plain models, no live modification window),
+    rounded to the dtype.  Tables are built on first use and concatenated, so a batch gathers
+    its rows by global block index.  Rows under a carried modification are ``_Carrier``'s."""
 
     def __init__(self, pair: ModelPair, L: int, dtype: str):
         self.dec = Decoder(pair.draft, pair.target, 1, L)
+        self.law_draft, self.law_target = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         self.L, self.V, self.dtype = L, pair.V, dtype
         self.all_blocks = [tuple(z) for z in itertools.product(range(self.V), repeat=L)]
         self.offset: dict[tuple, tuple[int, np.ndarray]] = {}
@@ -366,10 +384,16 @@ class _PrefixTables:
         return hit
 
     def gather(self, index: np.ndarray):
-        """(draft_tokens, draft_probs, target_probs) of the global block indices ``index`` [...]."""
+        """(draft_tokens, draft_probs, target_probs) of the global block indices ``index`` [...]
+        (copies)."""
         if self.arrays is None:
             self.arrays = tuple(np.concatenate([p[j] for p in self.parts]) for j in range(3))
         return tuple(a[index] for a in self.arrays)
+
+    def block_tokens(self, index: int) -> np.ndarray:
+        """The L tokens of global block ``index``."""
+        self.gather(np.zeros(0, dtype=np.int64))
+        return self.arrays[0][index]
 
 
 @functools.lru_cache(maxsize=16)
@@ -377,13 +401,15 @@ def _tables(pair: ModelPair, L: int, dtype: str) -> _PrefixTables:
     return _PrefixTables(pair, L, dtype)
 
 
-def _check_output(out, drafts: np.ndarray, L: int, V: int) -> tuple[np.ndarray, np.ndarray, int]:
-    """(τ int64 [B], tokens int64 [B, L+1], rows with an active Algorithm 2 record) of one call.
+def _check_output(out, drafts: np.ndarray, L: int, V: int) -> tuple[np.ndarray, np.ndarray, list]:
+    """(τ int64 [B], tokens int64 [B, L+1], row b's Algorithm 2 record or None: ``_records``)
+    of one call.
 
     Raises:
         ValueError: τ or tokens of the wrong shape, τ outside [0, L], an emitted token id outside
             [0, V), ``selected`` outside [0, K) where τ > 0, accepted tokens that are not the
-            first τ tokens of the selected draft block.
+            first τ tokens of the selected draft block; a malformed modification record
+            (``_records``).
     """
     B, K = drafts.shape[:2]
     try:
@@ -423,26 +449,117 @@ def _check_output(out, drafts: np.ndarray, L: int, V: int) -> tuple[np.ndarray, 
         raise ValueError(f"verifier's accepted tokens {tokens[bad, :int(tau[bad])].tolist()} are not the first "
                          f"tau = {int(tau[bad])} tokens of the selected draft block (batch row {bad}: drafts "
                          f"{drafts[bad].tolist()})")
-    mod = getattr(out, "modification", None)
-    n_mod = 0
-    if mod is not None:
-        active = getattr(mod, "active", None)
-        n_mod = int(np.asarray(to_numpy(active)).sum()) if active is not None else B
-    return tau, tokens, n_mod
+    return tau, tokens, _records(getattr(out, "modification", None), tau, B, L)
+
+
+def _records(mod, tau: np.ndarray, B: int, L: int) -> list:
+    """Row b's Algorithm 2 record of one call as a hashable (kind, K, ρ, log q joint, log p
+    joint), or None where the row opened no window (no record, ``active`` False, or τ = L).
+
+    Raises:
+        ValueError: a record with an unknown kind, fields of the wrong shape, or an active row
+            whose ρ is negative or not finite or whose log joints are NaN or +inf.
+    """
+    if mod is None:
+        return [None] * B
+    kind = getattr(mod, "kind", None)
+    if kind not in MODIFICATION_KINDS:
+        raise ValueError(f"verifier returned a modification of kind {kind!r}; the batched contract's "
+                         f"BatchModification has kind {' or '.join(map(repr, MODIFICATION_KINDS))}")
+    try:
+        fields = {name: np.asarray(to_numpy(getattr(mod, name)))
+                  for name in ("rho", "log_q_joint", "log_p_joint", "active")}
+        mod_K = int(mod.K)
+    except (AttributeError, TypeError) as err:
+        raise ValueError(f"verifier's modification is not a BatchModification (reference/contract.py): {err}") from None
+    for name, a in fields.items():
+        if a.shape != (B,):
+            raise ValueError(f"verifier returned modification.{name} of shape {a.shape}, expected [B] = [{B}]")
+    active = fields["active"].astype(bool) & (tau < L)
+    rho = fields["rho"].astype(np.float64)
+    lq, lp = fields["log_q_joint"].astype(np.float64), fields["log_p_joint"].astype(np.float64)
+    bad = active & ~(np.isfinite(rho) & (rho >= 0) & ~np.isnan(lq) & ~np.isnan(lp) & (lq < np.inf) & (lp < np.inf))
+    if bad.any():
+        b = int(np.flatnonzero(bad)[0])
+        raise ValueError(f"verifier returned an active modification record with rho = {rho[b]}, log joints "
+                         f"({lq[b]}, {lp[b]}) (batch row {b}): rho must be finite and >= 0, the log joints "
+                         "< +inf and not NaN")
+    return [(kind, mod_K, float(rho[b]), float(lq[b]), float(lp[b])) if active[b] else None for b in range(B)]
+
+
+class _Carrier:
+    """Algorithm 2's modified targets across the calls of one ``_decode`` (module doc,
+    "Carried modifications"): the reference decode loop's windows (``reference.decode.Decoder``,
+    ``DecodeState``, ``Decoder.advance``) over the models as the verifier sees them (the
+    dtype's rounded rows, renormalised), one per ``_decode`` so that nothing of a verifier
+    outlives its run.
+
+    States with a live window are numbered (state ids ≥ 0; -1 is "no live window": the plain
+    target, whose rows are the tables').  Rows are computed once per (state, draft block), the
+    next state once per (state, emitted tokens, record).
+    """
+
+    def __init__(self, tables: "_PrefixTables"):
+        self.tables = tables
+        self.dec = Decoder(tables.law_draft, tables.law_target, 1, tables.L)
+        self.ids: dict[tuple, int] = {}
+        self.states: list[DecodeState] = []
+        self.rows: dict[tuple[int, int], np.ndarray] = {}
+        self.next: dict[tuple, int] = {}
+
+    def target_rows(self, sid: int, block: int) -> np.ndarray:
+        """The effective target rows [L+1, V] of global draft block ``block`` in state ``sid``,
+        rounded to the dtype (``Decoder.block_inputs``' target_probs)."""
+        hit = self.rows.get((sid, block))
+        if hit is None:
+            z = tuple(int(t) for t in self.tables.block_tokens(block))
+            _, _, tp = self.dec.block_inputs(self.states[sid], [z])
+            hit = self.rows[(sid, block)] = round_to_dtype(tp[0], self.tables.dtype)
+        return hit
+
+    def advance(self, sid: int, context: tuple, emitted: tuple, record) -> int:
+        """``Decoder.advance`` from state ``sid`` (-1: no live window after ``context``) over
+        ``emitted``, the record's window pushed: the new state's id, -1 when no window is live."""
+        key = (sid, emitted, record) if sid >= 0 else (sid, context, emitted, record)
+        hit = self.next.get(key)
+        if hit is None:
+            state = self.states[sid] if sid >= 0 else DecodeState(context)
+            mod = None
+            if record is not None:
+                kind, K, rho, lq, lp = record
+                mod = Modification(kind, K, rho, math.exp(lq), math.exp(lp))
+            new = self.dec.advance(state, Verdict(len(emitted) - 1, -1, emitted, mod))
+            hit = -1
+            if new.windows:
+                hit = self.ids.get(new.key(), -1)
+                if hit < 0:
+                    hit = self.ids[new.key()] = len(self.states)
+                    self.states.append(new)
+            self.next[key] = hit
+        return hit
 
 
 def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: int):
-    """N memoryless generations of ≥ L + 1 tokens (module doc).
+    """N generations of ≥ L + 1 tokens (module doc), Algorithm 2 records carried.
+
+    Drafts are drawn per context (the draft model is never modified), from the plain tables;
+    a generation with a live modification window (a state of ``_Carrier``) gets the effective
+    target rows of its state in place of the plain ones.  A verifier that returns no record
+    never opens a window: every call then uses the plain tables only.
 
     Returns:
-        (emitted int64 [N, L+1], τ of the first call int64 [N], calls, rows, modification rows).
+        (emitted int64 [N, L+1], τ of the first call int64 [N], calls, rows, rows that returned
+        an active record, rows handed modified target rows).
     """
-    L, V = tables.L, tables.V
+    L = tables.L
+    V = tables.V
     rng = np.random.default_rng(seed)
     out = np.full((N, 2 * L + 1), -1, dtype=np.int64)
     length = np.zeros(N, dtype=np.int64)
+    carrier = _Carrier(tables)
+    state = np.full(N, -1, dtype=np.int64)  # each generation's carrier state id, -1: no live window
     first_tau = None
-    calls = rows = n_mod = 0
+    calls = rows = n_mod = n_carried = 0
     while True:
         live = np.flatnonzero(length < L + 1)
         if live.size == 0:
@@ -455,22 +572,39 @@ def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: i
             members = np.flatnonzero(inverse == g)
             start, prob = tables.context(tuple(int(t) for t in key if t >= 0))
             index[members] = start + rng.choice(prob.size, size=(members.size, K), p=prob)
+        sid = state[live]
         taus = np.empty(live.size, dtype=np.int64)
         emitted = np.empty((live.size, L + 1), dtype=np.int64)
+        records: list = [None] * live.size
         for lo in range(0, live.size, chunk):
             hi = min(lo + chunk, live.size)
             draft_tokens, draft_probs, target_probs = tables.gather(index[lo:hi])
+            carried = np.flatnonzero(sid[lo:hi] >= 0)
+            if carried.size:  # the modified target rows, once per distinct (state, block)
+                pairs = np.stack([np.repeat(sid[lo:hi][carried], K), index[lo:hi][carried].reshape(-1)], 1)
+                distinct, where = np.unique(pairs, axis=0, return_inverse=True)
+                new_rows = np.stack([carrier.target_rows(int(s_), int(b)) for s_, b in distinct])
+                target_probs[np.repeat(carried, K), np.tile(np.arange(K), carried.size)] = new_rows[where.reshape(-1)]
             verdict = verifier(draft_tokens, draft_probs, target_probs,
                                seeds=chunk_seeds(seed, calls, hi - lo))
-            taus[lo:hi], emitted[lo:hi], m = _check_output(verdict, draft_tokens, L, V)
-            calls, rows, n_mod = calls + 1, rows + hi - lo, n_mod + m
+            taus[lo:hi], emitted[lo:hi], records[lo:hi] = _check_output(verdict, draft_tokens, L, V)
+            calls, rows, n_carried = calls + 1, rows + hi - lo, n_carried + carried.size
+        opened = np.array([r is not None for r in records], dtype=bool)
+        n_mod += int(opened.sum())
         if first_tau is None:
             first_tau = taus.copy()
+        before = length[live].copy()
         for j in range(L + 1):
             sel = j <= taus
             out[live[sel], length[live[sel]] + j] = emitted[sel, j]
         length[live] += taus + 1
-    return out[:, :L + 1], first_tau, calls, rows, n_mod
+        # the next state of each generation still short of L + 1 tokens that had or opened a window
+        state[live] = -1
+        for r in np.flatnonzero((opened | (sid >= 0)) & (length[live] < L + 1)).tolist():
+            context = tuple(out[live[r], :before[r]].tolist()) if sid[r] < 0 else ()
+            state[live[r]] = carrier.advance(int(sid[r]), context, tuple(emitted[r, :taus[r] + 1].tolist()),
+                                             records[r])
+    return out[:, :L + 1], first_tau, calls, rows, n_mod, n_carried
 
 
 # ------------------------------------------------------------------------------------ tests
@@ -575,8 +709,9 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             target_probs [B, K, L+1, V], seeds=int64 [B])`` with numpy arrays (float64, or float32
             holding the rounded rows for dtype "float32"/"bfloat16") and returning ``tau`` [B]
             and ``tokens`` [B, L+1] (numpy or tensors), ``selected`` [B] (checked where τ > 0)
-            and optionally ``modification`` (counted, never carried: module doc, "Memoryless").
-            Row b must draw its randomness from seeds[b] alone.
+            and optionally ``modification`` (a ``BatchModification``; carried into the
+            generation's later calls as their modified targets: module doc, "Carried
+            modifications").  Row b must draw its randomness from seeds[b] alone.
         K: drafts per call (1 for a single-draft verifier), integer ≥ 1.
         L: block length, integer ≥ 1.
         models: None for ``default_pairs()``, or a sequence of ``ModelPair`` / (draft, target)
@@ -604,7 +739,9 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             an unknown dtype, malformed models (vocabulary mismatch, V^L or V^(L+1) too large);
             malformed verifier output (τ or tokens of the wrong shape, τ outside [0, L], an
             emitted token id outside [0, V), ``selected`` outside [0, K) where τ > 0, accepted
-            tokens that are not the first τ tokens of the selected draft block).
+            tokens that are not the first τ tokens of the selected draft block, a modification
+            record of an unknown kind, of fields not of shape [B], or with an active row whose
+            ρ is not finite and ≥ 0 or whose log joints are NaN or +inf).
         TypeError: ``verifier`` is not callable.
     Sources: G-test and its power, oracle/stats.py (Sokal & Rohlf; Mitra 1958; Cohen 1988);
         the ceilings, docs/bounds.md §4.3 (global OT) and §6 (prefix-match U).
@@ -619,7 +756,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         start = time.perf_counter()
         case_seed = seed + 1_000_003 * j
         tables = _tables(pair, L, dtype)
-        emitted, first_tau, calls, rows, n_mod = _decode(verifier, tables, K, N, chunk, case_seed)
+        emitted, first_tau, calls, rows, n_mod, n_carried = _decode(verifier, tables, K, N, chunk, case_seed)
         draft_law, target_law = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         first_law = {x: float(p) for x, p in enumerate(target_law.conditional(())) if p > 0}
         block = target_law.block_law(L + 1)
@@ -628,14 +765,16 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         joint = _gtest_result("joint", [tuple(r) for r in emitted.tolist()], joint_law, a)
         ceiling, ceiling_name = lossless_ceiling(draft_law, target_law, K, L)
         ceil_test, low = _ceiling_test(first_tau, ceiling, a)
-        notes = "memoryless: each call gets the plain target's rows for its context"
         if n_mod:
-            notes += (f"; the verifier returned Algorithm 2 records on {n_mod} of {rows} rows, not carried "
-                      "(a rule that needs them is tested without them)")
+            notes = (f"Algorithm 2 records carried: the verifier returned one on {n_mod} of {rows} rows; "
+                     f"{n_carried} rows of later calls got the modified target of their state "
+                     "(reference.decode.Decoder windows)")
+        else:
+            notes = "memoryless: no Algorithm 2 record returned, each call got the plain target's rows for its context"
         result = LosslessCaseResult(
             pair.name, repr(pair.draft), repr(pair.target), pair.V, K, L, dtype, N, alpha,
             (first, joint, ceil_test), float(first_tau.mean()), low, ceiling, ceiling_name,
-            calls, rows, n_mod, time.perf_counter() - start, notes)
+            calls, rows, n_mod, n_carried, time.perf_counter() - start, notes)
         report.results.append(result)
         if progress is not None:
             progress(result)
