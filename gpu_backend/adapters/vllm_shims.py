@@ -84,7 +84,8 @@ def enable() -> bool:
     """Make vLLM's Triton kernels importable and runnable here (shim 1; module doc).
 
     Idempotent.  Does nothing on a machine with a CUDA GPU (returns False there).  Must be
-    called before ``vllm`` is imported.
+    called before ``vllm`` and ``triton`` are imported (triton reads ``TRITON_INTERPRET`` when
+    it is imported: a kernel defined before would not be interpreted).
 
     Returns:
         True when the interpreter shims are active.

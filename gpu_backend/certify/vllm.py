@@ -62,7 +62,11 @@ class Sampler:
         from spectr_gbv.gpu_backend.adapters.vllm_samplers import sampler
 
         kwargs = {"rates": SYNTHETIC_RATES} if self.synthetic else {}
-        return from_vllm_layout(sampler(self.kind, **kwargs), one_hot_drafts=self.one_hot)
+        # synthetic acceptance also overrides greedy requests (accepts with its rate), so the
+        # adapter's exact greedy fillers would stop it with a ValueError before its law is
+        # measured: they are left out for it (its certified requests keep T ≠ 1)
+        return from_vllm_layout(sampler(self.kind, **kwargs), one_hot_drafts=self.one_hot,
+                                fillers=not self.synthetic)
 
 
 SAMPLERS = (

@@ -72,26 +72,44 @@ def test_samplers_certified_on_the_toy_family_and_synthetic_caught():
 
 
 def test_a_wrong_residual_in_mrv2_is_caught():
-    """A planted defect inside MRV2's kernel path: the shimmed log1p replaced by log(1 + 2x)
-    (the residual's weight (1 − ratio) becomes (1 − 2·ratio)₊): standard mode, toy family,
-    N = 400, must FAIL sd's exact law — the certification sees MRV2's residual."""
+    """A planted defect inside MRV2's kernel path: the residual's weight log1p(−ratio) made
+    8·log1p(−ratio) (the residual ∝ q·(1 − p/q)^8 instead of (q − p)₊).  On a row where the
+    residual has two tokens of different ratios (p = [0.9, 0, 0.1], q = [0.05, 0.5, 0.45],
+    draft token 0, L = 1) the correction token's law moves by TV ≈ 0.29; N = 1,000 at α = 10^-6
+    (detectable δ ≈ 0.16) must fail sd's exact law, and the unpatched sampler must pass.
+    (The built-in toy and prefix families move by less than their δ at N = 400 under this
+    defect: their residuals rarely hold two tokens of different ratios.)"""
     got = run_in_vllm("""
         import json, types
-        import triton, triton.language as tl
+        import numpy as np
         from spectr_gbv.gpu_backend.adapters import vllm_shims
-        vllm_shims.available()
+        vllm_shims.available()  # before triton is imported: it reads TRITON_INTERPRET once
+        import triton, triton.language as tl
         from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rs
+        from spectr_gbv.gpu_backend.certify import vllm as vc
+        from spectr_gbv.oracle.certify import FixedCase
+        from spectr_gbv.oracle.harness import certify_verifier
+
+        case = FixedCase("two-token residual", "sd", "sd", np.array([[0]]), np.array([[[0.9, 0.0, 0.1]]]),
+                         np.array([[[0.05, 0.5, 0.45], [0.2, 0.3, 0.5]]]))
+        def run():
+            r = certify_verifier(vc.SAMPLERS[0].build(), "sd", K=1, L=1, families=(), cases=[case],
+                                 n_samples=1000, chunk=250).results[0]
+            return {"passed": r.passed, "tv": r.empirical_tv, "delta": r.detectable_tv,
+                    "failed": list(r.failed_tests)}
+        out = {"shipped": run()}
 
         @triton.jit
         def wrong_log1p(x):
-            return tl.log(tl.maximum(1.0 + 2.0 * x.to(tl.float64), 1e-30)).to(x.dtype)
+            return 8.0 * tl.log(1.0 + x.to(tl.float64)).to(x.dtype)
 
         rs.tldevice = types.SimpleNamespace(log1p=wrong_log1p)
-        from spectr_gbv.gpu_backend.certify import vllm as vc
-        row = vc.run_job(vc.SAMPLERS[0], "toy", 400, 1e-6, 0)
-        print(json.dumps(row.to_json()))
+        out["planted"] = run()
+        print(json.dumps(out))
     """)
-    assert got["verdict"] == "FAIL" and got["pvalue"] < 1e-6, got
+    assert got["shipped"]["passed"], got
+    assert not got["planted"]["passed"] and got["planted"]["tv"] > got["planted"]["delta"], got
+    assert "token given (τ, prefix)" in got["planted"]["failed"] or "joint outcome" in got["planted"]["failed"], got
 
 
 def test_v1_accepts_a_zero_probability_draft_when_u_is_0():
