@@ -37,6 +37,7 @@ from spectr_gbv.reference.rules import registry
 from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
 from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, ModelPair, certify_lossless  # noqa: F401 (re-exported)
 
 
 def one_hot_draft_case(case: FixedCase) -> FixedCase:
@@ -62,15 +63,6 @@ def one_hot_draft_case(case: FixedCase) -> FixedCase:
                      case.backend_target_probs, case.expect_pass, case.backend_dtype)
 
 
-def __getattr__(name: str):
-    """``certify_lossless`` and its report classes, from oracle/lossless.py, imported on first
-    use: that module takes its default N from oracle/pytest_plugin.py, which imports pytest,
-    and importing this module must not need pytest."""
-    if name in ("certify_lossless", "LosslessReport", "LosslessCaseResult", "ModelPair"):
-        from spectr_gbv.oracle import lossless
-
-        return getattr(lossless, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,

@@ -74,7 +74,7 @@ from scipy import stats as scipy_stats
 from spectr_gbv.oracle.certify import (_renormalise, chunk_seeds, counts_from_samples, empirical_tv,
                                        round_to_dtype, worst_cells)
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
-from spectr_gbv.oracle.pytest_plugin import DEFAULT_SAMPLES
+from spectr_gbv.oracle.defaults import DEFAULT_SAMPLES
 from spectr_gbv.oracle.stats import gtest, mean_ci
 from spectr_gbv.reference.contract import MODIFICATION_KINDS, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
@@ -718,7 +718,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             ToyModel pairs (toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
             block after every context of ≤ L tokens within ``MAX_TABLE_BYTES`` = 1 GiB, e.g.
             V = 8 at L = 3, V = 5 at L = 4).
-        n_samples: N generations per pair, ≥ 2 (default ``oracle.pytest_plugin.DEFAULT_SAMPLES``,
+        n_samples: N generations per pair, ≥ 2 (default ``oracle.defaults.DEFAULT_SAMPLES``,
             20,000, the plugin's).
         alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 tests runs at α/3
             (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the

@@ -139,3 +139,24 @@ def test_v1_accepts_a_zero_probability_draft_when_u_is_0():
     """)
     assert got["zero-given"][0] == 0 and got["zero-none"][0] == 0  # token 0 (target probability 0) emitted
     assert got["tiny-given"][0] in (1, 2) and got["tiny-none"][0] in (1, 2)  # rejected, a recovered token
+
+
+def test_certify_lossless_fails_vllm_synthetic_mode():
+    """``certify_lossless`` (no reference rule needed) on MRV2's synthetic acceptance, rates
+    (0.8, 0.6, 0.4), K = 1, L = 2, N = 400 generations per pair at α = 10^-6: the first-token
+    law or the acceptance ceiling fails on the built-in pairs (synthetic acceptance ignores the
+    rows, so on the toy pair it accepts more than any lossless rule can)."""
+    got = run_in_vllm("""
+        import json, warnings
+        warnings.simplefilter("ignore")
+        from spectr_gbv.gpu_backend.adapters import vllm_shims
+        vllm_shims.available()
+        from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout
+        from spectr_gbv.gpu_backend.adapters.vllm_samplers import MRV2Sampler
+        from spectr_gbv.oracle.harness import certify_lossless
+        from spectr_gbv.gpu_backend.certify.vllm import SYNTHETIC_RATES
+        v = from_vllm_layout(MRV2Sampler("synthetic", rates=SYNTHETIC_RATES), fillers=False)
+        rep = certify_lossless(v, K=1, L=2, n_samples=400, chunk=200)
+        print(json.dumps({"ok": rep.ok, "failed": {k: list(x) for k, x in rep.failed.items()}}))
+    """)
+    assert not got["ok"] and got["failed"], got
