@@ -62,7 +62,7 @@ __all__ = [
 # 0.0163 (256); 64 keeps most of the power while a bin holds 1/64 of the mass.
 COARSE_BINS = 64
 
-# Qwen2.5's vocabulary (the rows of the Qwen2.5-Coder pair of gpu_backend/models).
+# The rows of the Qwen2.5-Coder pair (gpu_backend/models): 151,936 logits (the padded vocabulary).
 QWEN_V = 151_936
 
 
