@@ -30,7 +30,8 @@ without one it says so and exits 2.  N = 2,000 per case on a CPU (Triton's inter
 Every rule of the registry (``reference.rules.registry``; or the ``--rules`` subset) is run by
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
 joint outcome (τ, accepted prefix, emitted token), of the law of τ, of the emitted token given
-(τ, prefix), and the mean of τ against the exact E[τ], each at α/4) on the cases of
+(τ, prefix), and the mean of τ against the exact E[τ], each at α/4; on the V = 4,096 rows a
+fifth, the coarsened G-test of oracle.coarsen, and each of the five at α/5) on the cases of
 gpu_backend/certify/suite.py.  Three kinds of row:
 
 * ``lossless`` — a rule registered as lossless (``reference.rules.registry``): fixed-draft cases against the
@@ -55,12 +56,15 @@ gpu_backend/certify/suite.py.  Three kinds of row:
 Each row reports N, α, the smallest total-variation deviation of the whole outcome law detected
 with power 0.99 (``detectable δ``: the joint G-test's bound on its pooled cells plus the pooled
 mass, oracle.stats.GTestResult.detectable_tv_law), the deciding test and the case's p-value
-(Bonferroni: 4 × the smallest of its four p-values, the single first-token test's own
-p-value), mean τ with its confidence interval against the exact E[τ], and the verdict.
+(Bonferroni: the number of tests × the smallest of its p-values, the single first-token test's
+own p-value), mean τ with its confidence interval against the exact E[τ], and the verdict
+(``--json`` adds the pooled mass and the coarsened test's δ on its 64 bins).
 Exit status 0 only when every lossless and conformance row passes and every planted row is
 caught; 1 otherwise; 2 for bad arguments (e.g. an unknown rule).
 
-Sizes: full run N = 2·10^5 per case at α = 1e-6.  ``--quick``: N = 5·10^4 per case (10^5 for
+Sizes: full run N = 2·10^5 per case at α = 1e-6, except the V = 4,096 rows: 10^6 in float32
+and 2·10^6 in bfloat16 (``verifiers.FULL_N_ROWS``), where every lossless rule's case states
+δ ≤ 0.02 (at 2·10^5: 0.025-0.082).  ``--quick``: N = 5·10^4 per case (10^5 for
 the law-level planted ones), no bfloat16 rows at V = 4,096; every registered rule and every
 planted defect is still covered.  ``--samples`` sets N for every case (a law-level planted case
 needs N ≳ 3·10^4 to be caught: its first-token TV is 0.024).
@@ -71,8 +75,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, certify_rules, device_unusable, markdown,
-                            parse_rules, summary, text_table)
+from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, FULL_N_ROWS, certify_rules,
+                                                      device_unusable, markdown, parse_rules, summary,
+                                                      text_table)
 
 # gpu_backend.certify.engine's defaults, repeated here so that --help imports no torch
 # (tests/gpu_backend/certify/test_engine_certify.py checks they agree)
@@ -101,7 +106,8 @@ def register(subparsers) -> None:
                    help="smaller N and fewer cases (every rule and planted defect still covered; "
                    "under 5 minutes on 2 CPU cores)")
     p.add_argument("--samples", type=int_at_least(2, " (the mean test needs 2 samples)"), default=None,
-                   help=f"N for every case (default {FULL_N}; --quick: per kind, see the docs)")
+                   help=f"N for every case (default {FULL_N}, V = 4,096 rows {FULL_N_ROWS['rows']} "
+                   f"and {FULL_N_ROWS['rows_bf16']} in bfloat16; --quick: per kind, see the docs)")
     p.add_argument("--alpha", type=unit_interval_open, default=None,
                    help=f"false-alarm rate per case, in (0, 1) (default {DEFAULT_ALPHA:g}; "
                    f"--engine: {ENGINE_ALPHA:g} per rule)")

@@ -22,7 +22,13 @@ Two kinds of case:
   SpecTr-GBV fails (docs/rules.md §2.5) — the planted case that a law-level check must catch.
 
 Each case is one family of four tests at α/4 each (Bonferroni), so a correct backend fails a
-case with probability ≤ α.  Each result states N, α and δ, the smallest total-variation
+case with probability ≤ α; a fixed case whose exact law has more than ``COARSE_BINS`` (64)
+outcomes of positive probability (the V = 4,096 rows, not the toy cases) adds a fifth, the
+coarsened G-test of oracle.coarsen (outcomes sorted by τ then exact probability, in 64 bins of
+nearly equal exact mass), and its five tests run at α/5 each (``CaseResult.n_tests``).  Its δ
+(``CaseResult.detectable_tv_coarse``) is on the coarsened law: it does not see mass moved
+inside a bin, and the case's δ below stays the joint test's.  ``case_power`` gives both δ's
+for a case and N before sampling.  Each result states N, α and δ, the smallest total-variation
 deviation of the joint outcome law detected with power 0.99.  The guarantee that holds: the
 joint G-test pools the outcomes of expected count < 5 (at V = 4,096 about 3 % of the mass at
 N = 5·10^4, 0.7 % at 2·10^5) and cannot see mass moved inside a pooled group, so δ is the
@@ -50,8 +56,10 @@ from spectr_gbv.reference.rules import Rule, get_rule
 from spectr_gbv.reference.seeds import generator_seed
 from spectr_gbv.reference.validation import check_iteration_inputs
 
+from spectr_gbv.oracle.coarsen import COARSE_BINS, coarse_gtest, coarse_power
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
-from spectr_gbv.oracle.stats import conditional_gtests, counts_from_samples, gtest, law_of, mean_within_ci
+from spectr_gbv.oracle.stats import (GTestPower, conditional_gtests, counts_from_samples, gtest, gtest_power,
+                                     law_of, mean_within_ci)
 
 Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
 
@@ -167,14 +175,14 @@ class FirstTokenCase:
 
 
 # The four tests of a FixedCase, each at α/4 (``_family``), in the order of ``tests_passed``.
-TEST_NAMES = ("joint outcome", "law of τ", "token given (τ, prefix)", "mean τ")
+TEST_NAMES = ("joint outcome", "law of τ", "token given (τ, prefix)", "mean τ", "coarsened law")
 # A FirstTokenCase has one test, the G-test of the first emitted token's law at α.
 FIRST_TOKEN_TEST_NAMES = ("first-token law",)
 
 
 @dataclass
 class CaseResult:
-    """Outcome of one case (all p-values are per test; each test ran at α/4).
+    """Outcome of one case (all p-values are per test; each test ran at α/``n_tests``).
 
     ``detectable_tv`` is the guarantee on the whole outcome law (module doc): the joint
     G-test's bound on its pooled cells (``detectable_tv_pooled``) plus ``pooled_mass``.
@@ -185,8 +193,11 @@ class CaseResult:
     the outcomes, the measured distance of the sampled law from the exact one (biased upwards by
     sampling noise, about √(cells/N); informative when it is well above ``detectable_tv``).
     ``tests_passed``: the pass/fail decision of each test of the family as ``certify_case``
-    took it (``TEST_NAMES`` for a FixedCase, each at α/4; ``FIRST_TOKEN_TEST_NAMES`` for a
+    took it (``TEST_NAMES`` for a FixedCase, each at α/4, or α/5 with the coarsened test; ``FIRST_TOKEN_TEST_NAMES`` for a
     FirstTokenCase, at α); ``passed`` is their conjunction and ``failed_tests`` names the failed ones.
+    ``n_tests``: the family's size, 4, or 5 with the coarsened test (module doc), whose p-value
+    ``pvalue_coarse``, δ on the coarsened law ``detectable_tv_coarse`` and number of bins
+    ``coarse_bins`` are NaN, NaN and 0 when it did not run.
     """
 
     name: str
@@ -215,17 +226,21 @@ class CaseResult:
     detectable_tv_pooled: float = math.nan
     worst_cells: tuple = ()
     empirical_tv: float = math.nan
+    n_tests: int = 4
+    pvalue_coarse: float = math.nan
+    detectable_tv_coarse: float = math.nan
+    coarse_bins: int = 0
     tests_passed: tuple = ()
 
     @property
     def test_names(self) -> tuple[str, ...]:
         """The names of the tests behind ``tests_passed`` (by the kind of case)."""
-        return FIRST_TOKEN_TEST_NAMES if len(self.tests_passed) == 1 else TEST_NAMES
+        return FIRST_TOKEN_TEST_NAMES if len(self.tests_passed) == 1 else TEST_NAMES[:len(self.tests_passed)]
 
     @property
     def failed_tests(self) -> list[str]:
         """Names of the tests that failed (``TEST_NAMES``: joint outcome, law of τ, token given
-        (τ, prefix), mean τ; a FirstTokenCase has the one first-token law test), from the
+        (τ, prefix), mean τ, and the coarsened law on cases of five tests; a FirstTokenCase has the one first-token law test), from the
         decisions ``certify_case`` took (``tests_passed``): [] for a passing case."""
         return [name for name, ok in zip(self.test_names, self.tests_passed) if not ok]
 
@@ -274,7 +289,8 @@ class CertificationReport:
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         lines = [head]
         for r in self.results:
-            pmin = min(r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
+            pmin = min(r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean,
+                       *(() if math.isnan(r.pvalue_coarse) else (r.pvalue_coarse,)))
             failed = ", ".join(r.failed_tests) or "—"
             lines.append(
                 f"| {r.name} | {r.rule} | {r.V} | {r.K} | {r.L} | {r.dtype} | {r.n} | {r.alpha:g} | "
@@ -345,14 +361,67 @@ def _draft_table(draft: ToyModel, target: ToyModel, K: int, L: int):
 MEAN_VARIANCE_FLOOR = 1e-18
 
 
+def _tau(outcome: Outcome) -> int:
+    return outcome[0]
+
+
+def family_size(law: dict) -> int:
+    """The number of tests of a fixed case with this exact law: 5 (the coarsened test added)
+    when more than ``COARSE_BINS`` outcomes have positive probability, else 4.  It depends on
+    the law only, so Bonferroni at α/family_size holds."""
+    return 5 if sum(1 for p in law.values() if p > 0.0) > COARSE_BINS else 4
+
+
 def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, exact_var: float):
-    a = alpha / 4.0
+    """(joint, law of τ, conditional, mean, coarsened or None, n_tests), each at α/n_tests."""
+    n_tests = family_size(law)
+    a = alpha / n_tests
     exact_var = max(exact_var, MEAN_VARIANCE_FLOOR)
-    joint = gtest(counts_from_samples(samples), law, a)
-    tau_law = gtest(counts_from_samples(o[0] for o in samples), law_of(law, lambda o: o[0]), a)
+    counts = counts_from_samples(samples)
+    joint = gtest(counts, law, a)
+    tau_law = gtest(counts_from_samples(o[0] for o in samples), law_of(law, _tau), a)
     cond = conditional_gtests(samples, law, lambda o: (o[0], o[1]), a)
     mean = mean_within_ci([o[0] for o in samples], exact_mean, a, exact_variance=exact_var)
-    return joint, tau_law, cond, mean
+    coarse = coarse_gtest(counts, law, a, group=_tau) if n_tests == 5 else None
+    return joint, tau_law, cond, mean, coarse, n_tests
+
+
+@dataclass(frozen=True)
+class CasePower:
+    """What a fixed case states at N before sampling (``case_power``).
+
+    Attributes: n_tests (4 or 5), alpha_per_test, joint (``oracle.stats.GTestPower`` of the
+    joint G-test: cells, pooled mass; ``joint.detectable_tv_law`` is ``CaseResult.detectable_tv``
+    with no count on the rare cells), coarse (the coarsened test's, None with 4 tests;
+    ``coarse.detectable_tv_law`` is ``CaseResult.detectable_tv_coarse``).
+    """
+
+    n_tests: int
+    alpha_per_test: float
+    joint: GTestPower
+    coarse: GTestPower | None
+
+    @property
+    def detectable_tv(self) -> float:
+        return self.joint.detectable_tv_law
+
+
+def case_power(case: FixedCase, n_samples: int, alpha: float = 1e-6) -> CasePower:
+    """The δ's ``certify_case(…, case, n_samples, alpha)`` states, from the case's exact law
+    and the pooling rule alone (no sampling): the same family size, α per test, pooling
+    (``gtest_power``) and bins (``coarse_power``) as ``certify_case``.
+
+    Raises:
+        TypeError: not a FixedCase.  ValueError: as ``gtest_power``.
+    """
+    if not isinstance(case, FixedCase):
+        raise TypeError(f"case must be a FixedCase, got {type(case).__name__}")
+    law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
+                            case.target_probs)
+    n_tests = family_size(law)
+    a = alpha / n_tests
+    coarse = coarse_power(law, n_samples, a, group=_tau) if n_tests == 5 else None
+    return CasePower(n_tests, a, gtest_power(law, n_samples, a), coarse)
 
 
 def chunk_seeds(seed: int, chunk_index: int, B: int) -> np.ndarray:
@@ -425,16 +494,18 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
             done, c = done + B, c + 1
         exact_mean = sum(pr * o[0] for o, pr in law.items())
         exact_var = sum(pr * (o[0] - exact_mean) ** 2 for o, pr in law.items())
-        joint, tau_law, cond, mean = _family(samples, law, alpha, exact_mean, exact_var)
-        passed = joint.passed and tau_law.passed and cond.passed and mean.passed
+        joint, tau_law, cond, mean, coarse, n_tests = _family(samples, law, alpha, exact_mean, exact_var)
+        passed = (joint.passed and tau_law.passed and cond.passed and mean.passed
+                  and (coarse is None or coarse.passed))
         return CaseResult(
             case.name, case.rule, kind, case.expect_pass, n_samples, alpha, joint.detectable_tv_law,
             joint.pvalue, tau_law.pvalue, cond.pvalue, mean.pvalue, mean.mean, exact_mean,
             (mean.low, mean.high), len(joint.zero_cell_violations), passed,
             time.perf_counter() - start, case.V, K, L, case.backend_dtype, pooled_mass=joint.merged_mass,
             detectable_tv_pooled=joint.detectable_tv, worst_cells=worst_cells(samples, law),
-            empirical_tv=empirical_tv(samples, law),
-            tests_passed=(joint.passed, tau_law.passed, cond.passed, mean.passed))
+            empirical_tv=empirical_tv(samples, law), **_coarse_fields(coarse, n_tests),
+            tests_passed=(joint.passed, tau_law.passed, cond.passed, mean.passed)
+            + (() if coarse is None else (coarse.passed,)))
 
     if isinstance(case, FirstTokenCase):
         kind = "fresh drafts, first token vs target"
@@ -462,6 +533,14 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
             worst_cells=worst_cells(firsts, target_first), empirical_tv=empirical_tv(firsts, target_first),
             tests_passed=(test.passed,))
     raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
+
+
+def _coarse_fields(coarse, n_tests: int) -> dict:
+    """CaseResult's n_tests and coarsened-test fields."""
+    if coarse is None:
+        return {"n_tests": n_tests}
+    return {"n_tests": n_tests, "pvalue_coarse": coarse.pvalue,
+            "detectable_tv_coarse": coarse.detectable_tv, "coarse_bins": coarse.bins.n_bins}
 
 
 def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA,

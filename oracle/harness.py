@@ -9,7 +9,7 @@ torch; it gets numpy arrays and per-row seeds).  It is run on the built-in case 
 ``oracle.certify_cases.case_family`` (toy, prefix-dependent, V = 4,096 rows, zero target mass
 on drafted tokens, near-disjoint rows, p = q) and on the caller's own ``FixedCase`` rows, and
 each case's outcomes are tested against the reference rule's exact law given the drafts
-(oracle/certify.py: per case N, α, the detectable δ, four p-values and the names of the failed
+(oracle/certify.py: per case N, α, the detectable δ, four (five on large cases) p-values and the names of the failed
 tests, the measured TV, mean τ with its interval against the exact E[τ], the worst outcome
 cells).  ``one_hot_drafts=True`` certifies on one-hot drafts (``one_hot_draft_case``: n-gram
 speculation, vLLM's ``draft_probs=None``).  N defaults to ``oracle.defaults.DEFAULT_SAMPLES``.

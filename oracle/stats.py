@@ -13,6 +13,8 @@ Contents
   zero-probability outcome.
 - :func:`sample_size_for_tv`, :func:`detectable_tv` — power of the G-test against
   total-variation deviations, from the non-central χ² approximation.
+- :func:`gtest_power` — what :func:`gtest` will state for a law and a sample size, before
+  sampling: its cells after pooling, the pooled mass and the detectable δ.
 - :func:`conditional_gtests` — marginal law of a conditioning key plus the conditional law
   of the outcome given each key, Bonferroni-corrected as one family.
 - :func:`law_of` — push an exact law forward through a function (e.g. the law of τ).
@@ -88,6 +90,7 @@ import numpy as np
 from scipy import optimize, stats
 
 __all__ = [
+    "GTestPower",
     "GTestResult",
     "ConditionalGTestResult",
     "MeanCI",
@@ -98,6 +101,7 @@ __all__ = [
     "counts_from_samples",
     "detectable_tv",
     "gtest",
+    "gtest_power",
     "law_of",
     "least_favourable_kappa",
     "mean_ci",
@@ -438,10 +442,7 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
     alpha, min_expected, law, counts, n = _gtest_inputs(counts, law, alpha, min_expected)
     violations = _zero_cell_violations(counts, law)
     cells = _pooled_cells(law, counts, n, min_expected)
-    # with rare cells the G-test runs at alpha/2 on the n_g samples outside them (Bonferroni)
-    alpha_g = alpha / 2.0 if cells.has_rare else alpha
-    tv = (detectable_tv(max(cells.n_g, 1), alpha_g, 0.99, n_cells=cells.n_cells)
-          if cells.dof >= 1 else math.inf)
+    tv = _pooled_detectable_tv(cells.n_g, alpha, cells.n_cells, cells.has_rare)
     common = dict(dof=cells.dof, n=n, alpha=alpha, n_cells_after_merge=cells.n_cells,
                   zero_cell_violations=violations, detectable_tv=tv,
                   min_expected=min_expected, merged_mass=cells.merged_mass,
@@ -460,6 +461,85 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
     if not cells.has_rare:
         return GTestResult(statistic=statistic, pvalue=p_g, passed=p_g >= alpha, **common)
     return _with_rare_cells(statistic, p_g, cells, n, alpha, common)
+
+
+def _pooled_detectable_tv(n_g: int, alpha: float, n_cells: int, has_rare: bool) -> float:
+    """gtest's ``detectable_tv``: with rare cells the G-test runs at alpha/2 (Bonferroni with
+    their binomial tail) on the n_g samples outside them; ``inf`` with one cell."""
+    if n_cells < 2:
+        return math.inf
+    return detectable_tv(max(n_g, 1), alpha / 2.0 if has_rare else alpha, 0.99, n_cells=n_cells)
+
+
+@dataclass(frozen=True)
+class GTestPower:
+    """What :func:`gtest` states for a law and n, known before sampling (:func:`gtest_power`).
+
+    Attributes:
+        n: sample size.  alpha: the test's false-alarm rate.  min_expected: pooling threshold.
+        support: cells of positive probability.
+        n_large: cells with expected count n·p ≥ min_expected (compared alone).
+        n_cells: cells compared after pooling (``GTestResult.n_cells_after_merge``).
+        merged_mass: law mass of the pooled groups and rare cells (``GTestResult.merged_mass``).
+        rare_mass: law mass of the rare cells (tested apart by a binomial tail; 0 when none).
+        detectable_tv: δ on the pooled cells (``GTestResult.detectable_tv``), computed with no
+            count on the rare cells (n_g = n); ``inf`` with one cell.
+    """
+
+    n: int
+    alpha: float
+    min_expected: float
+    support: int
+    n_large: int
+    n_cells: int
+    merged_mass: float
+    rare_mass: float
+    detectable_tv: float
+
+    @property
+    def detectable_tv_law(self) -> float:
+        """δ on the whole law: ``detectable_tv + merged_mass`` capped at 1
+        (``GTestResult.detectable_tv_law``)."""
+        return min(1.0, self.detectable_tv + self.merged_mass)
+
+
+def gtest_power(law, n: int, alpha: float, min_expected: float = 5.0) -> GTestPower:
+    """The cells, pooled mass and detectable δ that :func:`gtest` states for ``law`` and ``n``.
+
+    The pooling depends on the law and n only (``_pool_cells``), so this is known before
+    sampling; ``gtest`` on n samples states the same numbers, except that with rare cells its δ
+    uses the n_g = n − (count on the rare cells) samples outside them, where this uses n (their
+    expected count is below ``min_expected``, so the difference is a factor √(n/n_g) ≈ 1).
+
+    Args:
+        law: mapping ``{outcome: prob}`` or 1-D array.  n: integer ≥ 1.
+        alpha: the test's false-alarm rate, in (0, 1).  min_expected: as in :func:`gtest`.
+    Returns:
+        :class:`GTestPower`.
+    Raises:
+        ValueError: law not a probability law, n < 1, alpha outside (0, 1), min_expected ≤ 0.
+    """
+    alpha = _check_alpha(alpha)
+    min_expected = float(min_expected)
+    if not (min_expected > 0.0) or not math.isfinite(min_expected):
+        raise ValueError(f"min_expected must be a finite number > 0, got {min_expected!r}")
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise ValueError(f"n must be an integer >= 1, got {n!r}")
+    n = int(n)
+    arr = None if isinstance(law, Mapping) else np.asarray(law, dtype=np.float64)
+    if (arr is not None and arr.ndim == 1 and arr.size and np.all(np.isfinite(arr))
+            and np.all(arr >= 0.0) and abs(math.fsum(arr) - 1.0) <= LAW_SUM_ATOL):
+        probs = arr[arr > 0.0]  # a valid array law: checked without building a dict
+    else:
+        probs = np.array([p for p in _as_law(law).values() if p > 0.0], dtype=np.float64)
+    groups, rare = _pool_cells(probs, n, min_expected)
+    rare_mass = math.fsum(probs[rare]) if rare else 0.0
+    # as _pooled_cells computes GTestResult.merged_mass
+    merged = math.fsum(probs[i] for g in groups if len(g) > 1 for i in g) + rare_mass
+    return GTestPower(n=n, alpha=alpha, min_expected=min_expected, support=int(probs.size),
+                      n_large=sum(1 for g in groups if len(g) == 1), n_cells=len(groups),
+                      merged_mass=merged, rare_mass=rare_mass,
+                      detectable_tv=_pooled_detectable_tv(n, alpha, len(groups), bool(rare)))
 
 
 def _gtest_inputs(counts, law, alpha, min_expected):

@@ -164,9 +164,10 @@ def test_plan_covers_every_registered_rule_and_planted_defect():
             assert {"toy", "rows"} <= sizes, rule
         planted = {e.rule for e in entries if e.kind == "planted"}
         assert set(PLANTED) | {"spectr_gbv", "spectr_gbv_fixed"} <= planted
-    quick_rows = [e for e in certification.plan(rules, True) if e.size == "rows"]
-    full_rows = [e for e in certification.plan(rules, False) if e.size == "rows"]
+    quick_rows = [e for e in certification.plan(rules, True) if e.size in ("rows", "rows_bf16")]
+    full_rows = [e for e in certification.plan(rules, False) if e.size in ("rows", "rows_bf16")]
     assert len(full_rows) > len(quick_rows) == len(rules)
+    assert {e.size for e in quick_rows} == {"rows"}  # the bfloat16 rows are the full plan's
 
 
 def test_third_party_vllm_without_an_environment_is_refused_in_one_line(monkeypatch, capsys):
