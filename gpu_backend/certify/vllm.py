@@ -301,6 +301,13 @@ def markdown_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def rows_from_json(obj: dict) -> list[Row]:
+    """The rows of a ``certify --third-party vllm --json`` file, back as ``Row`` objects."""
+    keep = set(Row.__dataclass_fields__)
+    return [Row(**{k: (tuple(v) if k == "failed_tests" else v) for k, v in r.items() if k in keep})
+            for r in obj["rows"]]
+
+
 def pivot_markdown(rows: list[Row]) -> str:
     """README's compact table: one line per sampler, one column per case family, each cell
     "verdict (δ detectable, TV measured)"; replay and batch independence as ✓/✗; N and the
@@ -314,7 +321,7 @@ def pivot_markdown(rows: list[Row]) -> str:
             by[r.sampler] = {}
         by[r.sampler][r.family] = r
     checks = ("replay", "batch independence")
-    lines = ["| sampler | claims | " + " | ".join(FAMILIES) + " | seeded replay, batch independence | N | time |",
+    lines = ["| sampler | claims | " + " | ".join(FAMILIES) + " | seeded replay, batch independence | N | time (its cases summed) |",
              "|---|---|" + "---|" * len(FAMILIES) + "---|---|---|"]
     for name in order:
         cells = by[name]

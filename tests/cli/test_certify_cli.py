@@ -200,3 +200,22 @@ def test_vllm_plan_and_table_without_vllm():
     row = vc.Row("MRV2 x", "sd", "toy", False, False, 2000, 1e-6, 0.09, 0.31, 1e-40, ("joint outcome",), 12.0)
     table = vc.markdown_table([row])
     assert "| MRV2 x | `sd` | toy | CAUGHT | 2,000 | 0.090 | 0.310 | 1e-40 | joint outcome | 12 s |" in table
+
+
+def test_readme_vllm_table_is_the_published_run():
+    """README's vLLM table is ``pivot_markdown`` of the published run
+    (benchmarks/VLLM_CERTIFY.json, written by ``certify --third-party vllm --json``), and that
+    run is as expected (every sampler certified, the synthetic ones caught)."""
+    import json
+    import os
+
+    from spectr_gbv.gpu_backend.certify import vllm as vc
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    with open(os.path.join(root, "benchmarks", "VLLM_CERTIFY.json")) as fh:
+        rows = vc.rows_from_json(json.load(fh))
+    with open(os.path.join(root, "README.md")) as fh:
+        readme = fh.read()
+    assert vc.pivot_markdown(rows) in readme
+    assert all(r.ok for r in rows) and {r.verdict for r in rows} == {"PASS", "CAUGHT"}
+    assert len(rows) == len(vc.plan()) + 2 * len({(s.kind, s.one_hot) for s in vc.SAMPLERS})
