@@ -111,6 +111,23 @@ def rule_label(name: str) -> str:
     return name if registry.spec(name).lossless else f"{name} (lossy)"
 
 
+def select_methods(methods: dict, requested, rules=()) -> dict:
+    """``--methods``: the requested entries of ``methods`` (what ``build_methods`` made), with
+    ``ar`` and ``hf_assisted`` (the ratios' denominators) and the ``--rules`` rules, each once, in
+    ``methods``' order.  ``requested`` None: all of them.
+
+    Raises:
+        ValueError: a requested name that ``methods`` lacks (the message lists the known ones).
+    """
+    if requested is None:
+        return dict(methods)
+    unknown = set(requested) - set(methods)
+    if unknown:
+        raise ValueError(f"--methods: unknown {sorted(unknown)}; known: {list(methods)}")
+    keep = set(requested) | {"ar", "hf_assisted"} | {rule_label(r) for r in rules}
+    return {k: v for k, v in methods.items() if k in keep}
+
+
 def build_methods(pair, int8_draft, sampling, thresholds, auto=None, rules=()):
     from spectr_gbv.gpu_backend.bench.assisted import assisted_generate
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
@@ -294,12 +311,10 @@ def main(argv=None) -> int:
                          PairSpec(args.target, args.draft, args.dtype, "int8"), "spectr", sampling)
         print(auto.summary(), file=sys.stderr, flush=True)
     methods = build_methods(pair, int8_draft, sampling, args.thresholds, auto, rules)
-    if args.methods is not None:
-        unknown = set(args.methods) - set(methods)
-        if unknown:
-            parser.error(f"--methods: unknown {sorted(unknown)}; known: {list(methods)}")
-        keep = set(args.methods) | {"ar", "hf_assisted"} | {rule_label(r) for r in rules}
-        methods = {k: v for k, v in methods.items() if k in keep}
+    try:
+        methods = select_methods(methods, args.methods, rules)
+    except ValueError as e:
+        parser.error(str(e))
     prompts = [(s, p, encode_prompt(pair.tokenizer, text))
                for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
     for fn in methods.values():  # warm-up, untimed

@@ -1,5 +1,6 @@
-"""What no lossless rule can exceed on the real model pair: the prefix-match ceiling of tokens per
-target call, estimated on the target's own texts, beside what the engine's rules measure.
+"""What lossless rules cannot exceed on the real model pair (in which iterations: item 3): the
+prefix-match ceiling of tokens per target call, estimated on the target's own texts, beside
+what the engine's rules measure.
 
 Per prompt (the benchmark's four sets by default, the same seeds as
 ``benchmarks/engine_vs_assisted.py``) and per ``--rules`` rule (lossless rules only):
@@ -12,8 +13,9 @@ Per prompt (the benchmark's four sets by default, the same seeds as
    (processed rows: temperature, as the engine samples);
 3. on that text, the unbiased estimate of the prefix-match ceiling at every start and depth
    (``oracle.prefix_match.prefix_match_bound_estimate``, docs/bounds.md §6): per (K, L),
-   ``1 + Σ_i u_i`` bounds the tokens per target call of one iteration of any lossless rule
-   with K i.i.d. drafts of L tokens, modifying later targets or not.
+   ``1 + Σ_i u_i`` bounds the tokens per target call of one iteration of a lossless rule
+   with K i.i.d. drafts of L tokens: its first, or any if it leaves later targets untouched
+   (not a bound at later iterations of a rule that modifies them: docs/bounds.md §6).
 
 Estimating the ceiling on the rule's own text pairs the two numbers on the same contexts, so
 their difference is resolved with far fewer prompts than two independent samples would need.
@@ -249,9 +251,10 @@ def main(argv=None) -> int:
               machine_description() + ".", "",
               "The ceiling: 1 + Σ_i u_i, u_i = Σ_{|z|=i} min(q(z), 1 − (1 − p(z))^K) (docs/bounds.md §6), "
               "estimated at every start of each rule's output (a sample of the target); no lossless rule "
-              "with K i.i.d. drafts of "
-              "L tokens emits more tokens per target call in one iteration, in expectation over the "
-              "contexts it starts from.", ""]
+              "with K i.i.d. drafts of L tokens emits more tokens per target call in its first iteration, "
+              "nor in any iteration if it leaves later targets untouched, in expectation over the "
+              "contexts it starts from (for later iterations of a rule that modifies later targets it "
+              "is not a bound: docs/bounds.md §6).", ""]
     if args.json:  # first: the raw data is the costly part
         Path(args.json).write_text(json.dumps(dict(args=vars(args), grid=dict(K=Ks, L=Ls), header=header,
                                                    rules=rules, prompts=out)), encoding="utf-8")

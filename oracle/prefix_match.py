@@ -7,8 +7,10 @@ every coupling of the drafts with the output (docs/bounds.md §6)
 
     P(τ ≥ i) ≤ u_i = Σ_{|z| = i} min(q(z), 1 − (1 − p(z))^K),      E[τ] ≤ U(K, L) = Σ_{i ≤ L} u_i.
 
-The bound holds for rules that modify later targets too, at the first iteration and, by
-Jensen (min(·, r) is concave), averaged over the hidden state at later ones.  It is above the
+Proved for the first iteration of every lossless rule and every iteration of a rule that leaves
+later targets untouched.  At a later iteration of a rule that modifies later targets the
+emitted law given the context need not be q, and the bound can fail there (docs/bounds.md §6
+has a GBV counterexample).  It is above the
 global block OT of docs/bounds.md §4.3 (the exact ceiling, which needs V^(K·L) variables) and
 equal to it at K = 1, where U(1, L) = B(1, L) is greedy block verification's one-iteration
 E[τ] (GBV modifies later targets; block verification, the best rule that does not, accepts
@@ -71,7 +73,10 @@ def _drafted(p: np.ndarray, K: int) -> np.ndarray:
 
 def prefix_match_bound(p_block: np.ndarray, q_block: np.ndarray, K: int) -> np.ndarray:
     """Per-depth prefix-match ceiling u_i = Σ_{|z| = i} min(q(z), 1 − (1 − p(z))^K), i = 1..L
-    (docs/bounds.md §6): P(τ ≥ i) ≤ u_i for every lossless rule with K i.i.d. drafts.
+    (docs/bounds.md §6): P(τ ≥ i) ≤ u_i for an iteration of a lossless rule with K i.i.d.
+    drafts that starts from the context of these block laws (the first iteration of any lossless
+    rule; any iteration of one that leaves later targets untouched; not proved, and false in
+    general, for later iterations of a rule that modifies later targets).
 
     Args:
         p_block, q_block: float arrays of shape (V,)*L, draft and target block laws given the

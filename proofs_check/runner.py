@@ -33,7 +33,9 @@ class Claim:
 
     Attributes:
         id: the claim's number (sub-claims "5a", "5b", …).
-        claim: the statement checked.
+        claim: the statement checked; ``{instances}`` in it is replaced by the number of
+            instances the run tried (``run_claim``), so that a claim worded "on the N instances
+            searched" states the N of its own run.
         source: paper and theorem/lemma/algorithm number.
         measure: instance → deviation ≥ 0 (0 when the claim holds exactly on it).
         tol: the claim holds on an instance iff deviation ≤ tol.
@@ -148,13 +150,14 @@ def run_claim(claim: Claim, mode: str = "quick", seed: int = 0) -> ClaimResult:
         except (NoSuchExample, Unsatisfiable):
             pass
     seconds = time.perf_counter() - start
+    text = claim.claim.replace("{instances}", str(tried))
     if claim.existential:
         verdict = "holds" if found is not None else "fails"
-        return ClaimResult(claim.id, claim.claim, claim.source, tried, verdict, worst, None,
+        return ClaimResult(claim.id, text, claim.source, tried, verdict, worst, None,
                            _export(found) if found is not None else None, claim.tol, seconds, claim.note,
                            str(found) if found is not None else worst_label)
     verdict = "fails" if found is not None else "holds"
-    return ClaimResult(claim.id, claim.claim, claim.source, tried, verdict, worst,
+    return ClaimResult(claim.id, text, claim.source, tried, verdict, worst,
                        _export(found) if found is not None else None, None, claim.tol, seconds, claim.note,
                        str(found) if found is not None else worst_label)
 
@@ -211,7 +214,7 @@ def _short(result) -> str:
 
 
 # what the verdicts of claims 12g-12j say about the goal of the non-modifying rules (written
-# beside the table whenever 12h is run)
+# beside the table whenever 12h is run; {12j} is claim 12j's instance count, non_modifying_reading)
 NON_MODIFYING_READING = (
     '**Which of the non-modifying goals holds (claims 12g, 12h, 12j).**  The second one: no rule of '
     "MDBV's family can be within 2 % of the no-modification LP on every instance.  The family is the"
@@ -226,9 +229,16 @@ NON_MODIFYING_READING = (
     'on limit: on each instance it is attained by a rule that decides only on the drafted rows (NON_'
     'MODIFYING_RULES.md §2; proofs_check/information_lp.py, 45 instances, largest violation 2.4e-8).'
     "  MDBV is not its family's best everywhere (a member beats it by 3.24 % on one instance).  MDBV"
-    '-KSEQ is never below SpecTr, K-SEQ-BV or Traversal (12j holds); MDBV falls below one of them on'
-    ' the known instances of 12g (12g fails).'
+    '-KSEQ was below none of SpecTr, K-SEQ-BV and Traversal on the {12j} instances searched (12j; no'
+    ' proof that it never is); MDBV falls below one of them on the known instances of 12g (12g fails'
+    ').'
 )
+
+
+def non_modifying_reading(results) -> str:
+    """NON_MODIFYING_READING with claim 12j's instance count from ``results``."""
+    n = next((f"{r.instances} " for r in results if r.id == "12j"), "")
+    return NON_MODIFYING_READING.replace("{12j} ", n)
 
 
 def markdown(verdicts, command: str) -> str:
@@ -246,7 +256,9 @@ def markdown(verdicts, command: str) -> str:
         "L ∈ {1, 2, 3}, peaked to flat rows, p = q, disjoint supports, zero-probability tokens); a failing "
         "instance is shrunk to a small counterexample.  Deviation: how far an instance is from the claim "
         "(TV of the first L + 2 tokens for losslessness; absolute differences of E[τ] otherwise).  "
-        "Existential claims (\"… can …\", \"… is not lossless\") hold when a witness is found.",
+        "Existential claims (\"… can …\", \"… is not lossless\") hold when a witness is found.  "
+        "For a universal claim, **holds** means that it held on every instance counted, not that it is "
+        "proved (where a proof exists, it is the source's).",
         "",
         "| id | claim | source | instances | verdict | worst deviation | counterexample / witness |",
         "|---|---|---|---|---|---|---|",
@@ -255,7 +267,7 @@ def markdown(verdicts, command: str) -> str:
         lines.append(f"| {r.id} | {r.claim} | {r.source} | {r.instances} | **{r.verdict}** | "
                      f"{r.worst_deviation:.3g} | {_short(r)} |")
     if any(r.id == "12h" for r in verdicts.results):
-        lines += ["", NON_MODIFYING_READING]
+        lines += ["", non_modifying_reading(verdicts.results)]
     for title, table in verdicts.tables.items():
         lines += ["", f"## {title}", "", table]
     examples = [r for r in verdicts.results if r.counterexample or r.witness]

@@ -1,6 +1,9 @@
 """benchmarks/engine_vs_assisted.py runs end to end (the tiny model as target and draft, one
-HumanEval prompt, 4 tokens) and prints one row per method in both tables."""
+HumanEval prompt, 4 tokens) and prints one row per method in both tables; without models, the
+``--methods`` selection and both tables built from fake runs (each method once per table, each
+(set, method) cell its mean)."""
 
+import math
 import os
 import subprocess
 import sys
@@ -68,3 +71,78 @@ def test_rules_option_names_unknown_rules():
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "engine_vs_assisted.py"), "--rules", "nope"],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and "--rules: unknown ['nope']" in out.stderr
+
+
+# -- the tables from fake runs (no models) -----------------------------------------------------------
+
+def _script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("engine_vs_assisted", ROOT / "benchmarks" / "engine_vs_assisted.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_runs(methods, sets, prompts=2):
+    """One run per (set, prompt, method); a method's tokens/s is (its index + 1) × the set's
+    number, so every per-set mean speedup over ar is known: index + 1."""
+    runs = []
+    for si, s in enumerate(sets):
+        for p in range(prompts):
+            for mi, m in enumerate(methods):
+                tokens = 64
+                runs.append(dict(set=s, prompt=p, method=m, tokens=tokens, calls=16 + mi + p,
+                                 wall=tokens / ((mi + 1) * (si + 1) * (p + 1)), rss=1e9, ttft=0.5,
+                                 decode_tps=5.0, positions=4.0 if m != "ar" else math.nan))
+    return runs
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The method rows of each markdown table in ``text`` (header and rule lines left out)."""
+    tables, rows = [], None
+    for line in text.splitlines() + [""]:
+        if line.startswith("| method |"):
+            rows = []
+        elif line.startswith("|") and rows is not None:
+            if not line.startswith("|---"):
+                rows.append([c.strip() for c in line.strip("|").split("|")])
+        elif rows is not None:
+            tables.append(rows)
+            rows = None
+    return tables
+
+
+def test_select_methods_keeps_each_requested_method_once():
+    """``--methods spectr mdbv_kseq --rules mdbv_kseq`` (the run of ENGINE_VS_ASSISTED.md's first
+    section): ar and hf_assisted added once, a name requested twice or also named by --rules kept
+    once, the build order kept; an unknown name refused."""
+    evs = _script()
+    built = {name: None for name in ["hf_generate", "ar", "spectr", "spectr int8", "spectr int8 stop<0.3",
+                                     "mdbv_kseq", "hf_assisted", "hf_assisted L=20", "hf_assisted int8"]}
+    got = evs.select_methods(built, ["spectr", "mdbv_kseq", "spectr", "ar"], ["mdbv_kseq"])
+    assert list(got) == ["ar", "spectr", "mdbv_kseq", "hf_assisted"]
+    assert list(evs.select_methods(built, None)) == list(built)
+    with pytest.raises(ValueError, match=r"--methods: unknown \['nope'\]"):
+        evs.select_methods(built, ["spectr", "nope"])
+
+
+def test_tables_from_fake_runs_have_each_set_and_method_once():
+    """render's two tables built from fake runs: the pooled table has one row per method, the per-set
+    table one row per method with one cell per set, each (set, method) value the mean of that
+    method's speedup over ar on that set's prompts (here: the method's index + 1)."""
+    evs = _script()
+    methods = ["ar", "spectr", "mdbv_kseq", "hf_assisted"]
+    sets = ["humaneval", "gsm8k", "/data/mgsm/mgsm_en.tsv"]
+    text = evs.render(_fake_runs(methods, sets), methods, sets, ["# fake", ""])
+    pooled, per_set = _table_rows(text)
+    assert [r[0] for r in pooled] == methods
+    assert [r[0] for r in per_set] == methods
+    header = next(line for line in text.splitlines() if line.startswith("| method | humaneval"))
+    assert header == "| method | humaneval | gsm8k | mgsm_en.tsv |"
+    for mi, row in enumerate(per_set):
+        assert row[1:] == [f"{mi + 1:.2f}"] * len(sets), row
+    # pooled: tokens per target call Σ tokens / Σ calls over every set and prompt
+    for mi, row in enumerate(pooled):
+        calls = len(sets) * ((16 + mi) + (16 + mi + 1))
+        assert row[1] == f"{64 * 2 * len(sets) / calls:.3f}", row

@@ -102,6 +102,56 @@ def test_gbv_attains_the_ceiling_at_K1_and_bv_does_not():
     assert e_tau["bv"] < u - 1e-3
 
 
+def survival_at_iteration_starts(rule, draft, target, K, L, n_tokens):
+    """context → (P(an iteration starts after it), P(τ ≥ i | it does), i = 1..L), exactly, over
+    the iterations of a generation that start before n_tokens tokens are out (Algorithm 2
+    carried; reference.exact.generation_law's walk)."""
+    from collections import defaultdict
+
+    from spectr_gbv.reference.decode import DecodeState
+
+    decoder = Decoder(draft, target, K, L)
+    frontier = {0: {DecodeState().key(): [DecodeState(), 1.0]}}
+    start, reach = defaultdict(float), defaultdict(lambda: np.zeros(L))
+    while frontier:
+        for state, prob in frontier.pop(min(frontier)).values():
+            start[state.tokens] += prob
+            for verdict, pr in iteration_law(RULES[rule], decoder, state).items():
+                reach[state.tokens][:verdict.tau] += prob * pr
+                nxt = decoder.advance(state, verdict)
+                if len(nxt.tokens) < n_tokens:
+                    slot = frontier.setdefault(len(nxt.tokens), {}).setdefault(nxt.key(), [nxt, 0.0])
+                    slot[1] += prob * pr
+            decoder.clear_cache()
+    return {c: (start[c], reach[c] / start[c]) for c in start}
+
+
+def ceiling_at(draft, target, context, K, L):
+    return prefix_match_bound(draft.block_law(L, context), target.block_law(L, context), K)
+
+
+def test_ceiling_given_the_context_at_an_iteration_start():
+    """docs/bounds.md §6: given the context where an iteration starts, u_i bounds P(τ ≥ i) at every
+    iteration of a rule that leaves later targets untouched (its output from there has the
+    target's law) and at the first iteration of any lossless rule, but not at the later
+    iterations of a rule that modifies later targets: GBV, K = 1, L = 2, after the context
+    (1, 0, 0, 0) exceeds u_2 (P(τ ≥ 2) 0.13893 against 0.13834)."""
+    from spectr_gbv.proofs_check.instances import random_instance
+
+    inst = random_instance(2, 1, 2, seed=3, concentration=0.5)
+    draft, target = inst.draft, inst.target
+    bv = survival_at_iteration_starts("bv", draft, target, 1, 2, 5)
+    gbv = survival_at_iteration_starts("gbv", draft, target, 1, 2, 5)
+    assert set(bv) == set(gbv) and len(gbv) > 20  # every context of fewer than 5 tokens the walk reaches
+    for context, (_, survival) in bv.items():
+        assert np.all(survival <= ceiling_at(draft, target, context, 1, 2) + 1e-12), context
+    np.testing.assert_allclose(gbv[()][1], ceiling_at(draft, target, (), 1, 2), rtol=0, atol=1e-12)
+    above = {c: survival - ceiling_at(draft, target, c, 1, 2) for c, (_, survival) in gbv.items()}
+    worst = max(above, key=lambda c: above[c].max())
+    assert worst == (1, 0, 0, 0) and gbv[worst][0] > 0.02
+    assert above[worst][1] == pytest.approx(0.13893435 - 0.13833904, abs=2e-8)
+
+
 @pytest.mark.parametrize("K", [1, 2, 3])
 @pytest.mark.parametrize("L", [1, 2, 3])
 def test_estimator_expectation_is_the_ceiling(K, L):

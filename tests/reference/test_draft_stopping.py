@@ -116,6 +116,25 @@ def test_declared_rules_are_exactly_the_documented_ones():
     assert set(registry.names(draft_stopping=False, lossless=True)) == {"gbv", "kseq_gbv"}
 
 
+def test_documented_stopping_lists_are_the_registry_s():
+    """docs/rules.md §4 and docs/findings.md name, in backticks, the rules that stay lossless under
+    draft-side stopping and the lossless ones that do not: exactly the registry's
+    ``draft_stopping`` split (a rule added to the registry must be added to both lists)."""
+    safe = set(registry.names(draft_stopping=True))
+    unsafe = set(registry.names(draft_stopping=False, lossless=True))
+    rules_md = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    section = rules_md.split("## §4 Draft-side stopping", 1)[1].split("The registry records", 1)[0]
+    bullets = [b for b in re.split(r"\n- ", section)[1:]]
+    keep = set().union(*(re.findall(r"`(\w+)`", b) for b in bullets if " keep " in b))
+    lose = set().union(*(re.findall(r"`(\w+)`", b) for b in bullets if " do not " in b))
+    assert (keep, lose) == (safe, unsafe)
+    findings = re.sub(r"\s+", " ", (ROOT / "docs" / "findings.md").read_text(encoding="utf-8"))
+    m = re.search(r"argument\): (.*?) stay lossless .*?; (.*?) do not", findings)
+    assert m, "findings.md's draft-side stopping bullet not found"
+    assert set(re.findall(r"`(\w+)`", m.group(1))) == safe
+    assert set(re.findall(r"`(\w+)`", m.group(2))) == unsafe
+
+
 def test_committed_table_agrees_with_the_registry():
     text = (ROOT / "proofs_check" / "DRAFT_STOPPING.md").read_text(encoding="utf-8")
     rows = {m.group(1): (m.group(2) == "True", m.group(3)) for m in
