@@ -42,6 +42,18 @@ sampling_metadata)`` with vLLM's own ``Sampler`` drawing the bonus tokens, ``Spe
 from ``vllm_layout``'s indices, and a ``SamplingMetadata`` carrying only temperatures and
 generators (no top-k/top-p, penalties, logprobs).
 
+Deterministic probes (``noise=``, ``V1Sampler`` only; ``oracle.harness.boundary_probes``
+through ``from_vllm_layout``): the layout's noise (uniforms float64 [num_tokens] in [0, 1),
+exponentials float64 [B, V]) replaces v1's random draws for one call: the uniforms are what
+``generate_uniform_probs`` returns (vLLM's convention, u' ∈ [0, 1), compared as
+``target_prob / draft_prob >= u'``), the recovered-token kernel
+(``sample_recovered_tokens_kernel``) gets inv_q = 1 / exponentials, and the bonus token is drawn
+by the same exponential race, argmax of probs / E, in place of vLLM's CPU Gumbel sampler (which
+takes no injected noise).  Everything else, the acceptance coins included, is vLLM's code.
+Model Runner V2 draws its uniforms and Gumbel noise inside its kernels (Philox and murmur3 on
+(seed, position)): no noise can be injected there without editing a kernel, so its boundaries
+were read, not probed (its uniforms exclude 0 and its comparison is strict, in log space).
+
 Synthetic acceptance (``rates``: unconditional acceptance rates per depth, vLLM's
 ``synthetic_acceptance_rates``) accepts a draft with a fixed probability whatever the rows:
 lossy by design; certification must catch it.
@@ -170,7 +182,17 @@ class V1Sampler:
         return f"V1Sampler({'' if self.rates is None else f'rates={list(self.rates)}'})"
 
     def __call__(self, num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures=None, *,
-                 generators=None) -> torch.Tensor:
+                 generators=None, noise=None) -> torch.Tensor:
+        """v1's ``RejectionSampler.forward`` on one call of the layout; ``noise=`` replaces its
+        random draws (module doc).
+
+        Raises:
+            ValueError: malformed layout or noise (``check_layout``, ``check_layout_noise``);
+                synthetic rates shorter than the longest draft.
+        """
+        if noise is not None:
+            return self._with_noise(num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures,
+                                    noise)
         from vllm.v1.sample.logits_processor import LogitsProcessors
         from vllm.v1.sample.metadata import SamplingMetadata
         from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
@@ -201,6 +223,45 @@ class V1Sampler:
         probs = None if dp is None else dp.to(torch.float32).contiguous()
         out = self.sampler(metadata, probs, logits.to(torch.float32).clone(), sampling)
         return out.sampled_token_ids.to(torch.int32)
+
+
+    def _with_noise(self, num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures, noise):
+        import vllm.v1.sample.rejection_sampler as v1
+        from vllm.v1.outputs import SamplerOutput
+
+        from spectr_gbv.gpu_backend.adapters.vllm_layout import check_layout_noise, target_probs_from_logits
+
+        counts, _, _, logits, temps = check_layout(num_draft_tokens, draft_token_ids, draft_probs, target_logits,
+                                                   temperatures)
+        B, V = len(counts), logits.shape[1]
+        u, e = check_layout_noise(noise, sum(counts), B, V, logits.device)
+        bonus_q = target_probs_from_logits(logits, temps, counts)[vllm_layout.bonus_logits_indices(counts)]
+        bonus = torch.where(bonus_q > 0, torch.log(bonus_q.to(torch.float64)) - torch.log(e),
+                            torch.full_like(e, -torch.inf)).argmax(dim=1)
+
+        def uniforms(num_tokens, *args, **kwargs):
+            return u.clone()
+
+        recovered = v1._sample_recovered_tokens
+
+        def recovered_with_noise(output, cu, ids, dp, tp, inv_q, **kwargs):
+            return recovered(output, cu, ids, dp, tp, (1.0 / e).to(inv_q.dtype).contiguous(), **kwargs)
+
+        class _Bonus:  # stands in for vLLM's Sampler: the bonus by the injected race
+            logprobs_mode = self.sampler.sampler.logprobs_mode
+
+            def __call__(self_, logits, sampling_metadata, **kwargs):
+                return SamplerOutput(sampled_token_ids=bonus.view(-1, 1).to(torch.int32), logprobs_tensors=None)
+
+        modules = self.sampler._modules  # nn.Module refuses a plain object as a child by assignment
+        saved = (v1.generate_uniform_probs, v1._sample_recovered_tokens, modules["sampler"])
+        v1.generate_uniform_probs, v1._sample_recovered_tokens = uniforms, recovered_with_noise
+        modules["sampler"] = _Bonus()
+        try:
+            return self(num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures,
+                        generators={})
+        finally:
+            v1.generate_uniform_probs, v1._sample_recovered_tokens, modules["sampler"] = saved
 
 
 def sampler(kind: str, **kwargs):

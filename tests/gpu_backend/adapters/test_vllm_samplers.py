@@ -160,3 +160,27 @@ def test_certify_lossless_fails_vllm_synthetic_mode():
         print(json.dumps({"ok": rep.ok, "failed": {k: list(x) for k, x in rep.failed.items()}}))
     """)
     assert not got["ok"] and got["failed"], got
+
+
+def test_boundary_probes_reach_vllm_v1_through_the_adapter():
+    """``boundary_probes`` through ``from_vllm_layout(V1Sampler())`` (noise injected at v1's
+    uniforms, recovered-token race and bonus race: vllm_samplers module doc).  Every probe
+    agrees with the reference but two, both vLLM's behaviour and both expected: at u' = 0 (our
+    u = 2^-53) v1 accepts a drafted token of target probability 0
+    (docs/upstream/vllm_v1_accepts_zero_probability_draft.md), and a NaN target row is sampled
+    from instead of refused (a serving engine does not validate its logits; MRV2 maps NaN to
+    −inf in its insert kernel)."""
+    got = run_in_vllm("""
+        import json, warnings
+        warnings.simplefilter("ignore")
+        from spectr_gbv.gpu_backend.adapters import vllm_shims
+        vllm_shims.available()
+        from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout
+        from spectr_gbv.gpu_backend.adapters.vllm_samplers import V1Sampler
+        from spectr_gbv.oracle.harness import boundary_probes
+        probes = boundary_probes(from_vllm_layout(V1Sampler()), "sd", K=1)
+        print(json.dumps({p.name: p.passed for p in probes}))
+    """)
+    failed = sorted(name for name, ok in got.items() if not ok)
+    assert failed == ["NaN in target_probs", "zeros rows, every uniform = 1.11022e-16"], got
+    assert len(got) == 7
