@@ -56,7 +56,7 @@ and the modified rows are rounded again.  ``modification_rows`` counts the rows 
 an active record, ``carried_rows`` the rows handed a modified target, and the notes say which.
 A verifier that needs a record it does not return is certified as the memoryless rule it then
 is: GBV with its record dropped fails the joint test (the planted check of
-tests/oracle/test_lossless.py).
+tests/oracle/test_certify_lossless.py).
 """
 
 from __future__ import annotations
