@@ -245,6 +245,20 @@ class CaseResult:
         return [name for name, ok in zip(self.test_names, self.tests_passed) if not ok]
 
     @property
+    def pvalues(self) -> tuple[float, ...]:
+        """The p-values of the family's tests, in ``TEST_NAMES`` order (``n_tests`` of them;
+        the first-token law's alone for a FirstTokenCase)."""
+        if len(self.tests_passed) == 1:
+            return (self.pvalue_joint,)
+        return (self.pvalue_joint, self.pvalue_tau, self.pvalue_conditional, self.pvalue_mean,
+                self.pvalue_coarse)[: self.n_tests]
+
+    @property
+    def case_pvalue(self) -> float:
+        """The case's Bonferroni p-value: min(1, number of tests × the smallest p-value)."""
+        return min(1.0, len(self.pvalues) * min(self.pvalues))
+
+    @property
     def verdict(self) -> str:
         if self.expect_pass:
             return "PASS" if self.passed else "FAIL"
@@ -289,8 +303,7 @@ class CertificationReport:
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         lines = [head]
         for r in self.results:
-            pmin = min(r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean,
-                       *(() if math.isnan(r.pvalue_coarse) else (r.pvalue_coarse,)))
+            pmin = min(r.pvalues)
             failed = ", ".join(r.failed_tests) or "—"
             lines.append(
                 f"| {r.name} | {r.rule} | {r.V} | {r.K} | {r.L} | {r.dtype} | {r.n} | {r.alpha:g} | "

@@ -76,15 +76,6 @@ def _require_vllm() -> None:
         raise RuntimeError(why)
 
 
-def _seeds_from_generators(B: int, generators) -> torch.Tensor:
-    """int64 [B]: one draw in [0, 2^62) from each request's generator (fresh where none)."""
-    generators = generators or {}
-    out = torch.randint(0, 2**62, (B,), dtype=torch.int64)
-    for b, g in generators.items():
-        out[b] = torch.randint(0, 2**62, (1,), dtype=torch.int64, generator=g, device=g.device).cpu()[0]
-    return out
-
-
 def _conditional_rates(rates, steps: int, device) -> torch.Tensor | None:
     if rates is None:
         return None
@@ -145,7 +136,7 @@ class MRV2Sampler:
             scale = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
             logp = torch.log(dp.to(torch.float64)) * scale[req_of_row[is_draft_row]].to(torch.float64).unsqueeze(1)
             draft_logits[req_of_row[is_draft_row], local[is_draft_row]] = logp.to(torch.float32)
-        seed = _seeds_from_generators(B, generators).to(device)
+        seed = vllm_layout._request_seeds(B, device, generators, None)  # one draw per request's generator
         sampled, num_sampled = rejection_sample(
             target, draft_logits, draft_sampled, cu, (local + MRV2_POSITION_OFFSET).to(torch.int64),
             torch.arange(B, dtype=torch.int32, device=device), req_of_row.to(torch.int32),

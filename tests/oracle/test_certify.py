@@ -103,3 +103,21 @@ def test_deterministic_tau_passes_mean_test():
     case = FixedCase("det", "sd", "sd", np.array([[0]]), dp, tp, backend_dtype="float64")
     result = certify_case(RULES, case, 20_000, ALPHA)
     assert result.passed and result.mean_tau == 1.0
+
+
+def test_case_pvalue_is_bonferroni_over_the_family():
+    """CaseResult.pvalues lists the family's n_tests p-values in TEST_NAMES order and
+    case_pvalue = min(1, n_tests × the smallest); a first-token case has one test."""
+    import math
+    from spectr_gbv.oracle.certify import CaseResult
+
+    base = dict(name="c", rule="sd", kind="k", expect_pass=True, n=10, alpha=1e-6, detectable_tv=0.1,
+                pvalue_joint=0.3, pvalue_tau=0.02, pvalue_conditional=0.5, pvalue_mean=0.9, mean_tau=1.0,
+                exact_mean_tau=1.0, mean_ci=(0.9, 1.1), zero_cell_violations=0, passed=True, seconds=0.0,
+                V=3, K=1, L=3, dtype="float64")
+    four = CaseResult(**base, tests_passed=(True,) * 4)
+    assert four.pvalues == (0.3, 0.02, 0.5, 0.9) and math.isclose(four.case_pvalue, 0.08, rel_tol=1e-12)
+    five = CaseResult(**base, n_tests=5, pvalue_coarse=0.001, tests_passed=(True,) * 5)
+    assert five.pvalues[-1] == 0.001 and math.isclose(five.case_pvalue, 0.005, rel_tol=1e-12)
+    first = CaseResult(**{**base, "pvalue_joint": 0.7}, tests_passed=(True,))
+    assert first.pvalues == (0.7,) and first.case_pvalue == 0.7
