@@ -129,6 +129,9 @@ def register(subparsers) -> None:
                    "about 3 s per 16-token generation on 1 CPU thread; --quick ~13 minutes)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help=f"--engine: tokens per generation (default {ENGINE_MAX_NEW_TOKENS})")
+    p.add_argument("--backend", choices=("torch", "llama.cpp"), default=None,
+                   help="--engine: run the models on transformers (torch, float32; default) or on "
+                   "llama.cpp's kernels (the GGUF files as they are)")
     p.add_argument("--target", default=None,
                    help="--engine: target model (default: the embedded 'tiny' SmolLM2, float32)")
     p.add_argument("--draft", default=None,
@@ -176,7 +179,8 @@ def check(args: argparse.Namespace) -> None:
         given = [flag for flag, value in (("--max-new-tokens", getattr(args, "max_new_tokens", None)),
                                           ("--target", getattr(args, "target", None)),
                                           ("--draft", getattr(args, "draft", None)),
-                                          ("--draft-temperature", getattr(args, "draft_temperature", None)))
+                                          ("--draft-temperature", getattr(args, "draft_temperature", None)),
+                                          ("--backend", getattr(args, "backend", None)))
                  if value is not None]
         if given:
             raise UsageError(f"{given[0]} needs --engine")
@@ -296,14 +300,18 @@ def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
     from spectr_gbv.gpu_backend.models.pair import ModelLoadError
 
     try:
-        target, draft, tok, eos = ec.load_pair(target_name, args.draft, "float32", device)
+        backend = args.backend or "torch"
+        if backend == "llama.cpp" and device.type != "cpu":
+            raise UsageError("--backend llama.cpp runs on the CPU (leave --device at cpu)")
+        target, draft, tok, eos = ec.load_pair(target_name, args.draft, "float32", device, backend)
     except ModelLoadError as err:  # the loader's OSError or ValueError is the cause
         raise UsageError(f"--engine: cannot load the models: {first_line(err.__cause__)}") from None
     except (OSError, ValueError) as err:  # draft and target that do not fit together
         raise UsageError(f"--engine: cannot load the models: {first_line(err)}") from None
     draft_t = args.draft_temperature or (ec.DEFAULT_DRAFT_TEMPERATURE if args.draft is None else 1.0)
     ids = encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False)
-    setup = (f"target {target_name} (float32, T = 1), draft "
+    weights = "float32" if backend == "torch" else "GGUF on llama.cpp"
+    setup = (f"target {target_name} ({weights}, T = 1), draft "
              f"{args.draft or target_name} (T = {draft_t:g}), prompt {ec.DEFAULT_PROMPT!r} "
              f"({len(ids)} tokens), {tokens} new tokens per run, device {device}")
     print(f"certify --engine: {setup}", file=sys.stderr, flush=True)

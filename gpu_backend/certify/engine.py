@@ -164,7 +164,9 @@ def target_first_token_law(target, prompt_ids, sampling) -> np.ndarray:
     renormalised.
 
     Args:
-        target: a transformers causal LM; prompt_ids: list of int token ids (≥ 1);
+        target: a transformers causal LM, or a ``LlamaCppModel`` (its cache emptied before
+            and after: llama.cpp's own logits of the prompt, no cache reused);
+        prompt_ids: list of int token ids (≥ 1);
         sampling: ``sampling.SamplingConfig``.
     Returns:
         float64 [V].
@@ -173,6 +175,12 @@ def target_first_token_law(target, prompt_ids, sampling) -> np.ndarray:
 
     from spectr_gbv.gpu_backend.engine.sampling import probabilities
 
+    if getattr(target, "backend", None) == "llama.cpp":  # an emptied cache: uncached
+        target.clear()
+        p = probabilities(target.forward_last(list(prompt_ids), 0)[None], sampling)[0]
+        target.clear()
+        p = p.double().numpy()
+        return p / p.sum()
     device = next(target.parameters()).device
     with torch.inference_mode():
         logits = target(torch.tensor([list(prompt_ids)], device=device)).logits[0, -1]
@@ -441,7 +449,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
 # -- loading and reporting ---------------------------------------------------------------------
 
 def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="float32",
-              device="cpu"):
+              device="cpu", backend: str = "torch"):
     """The models of an engine certification (``models.pair.load_pair``: a separate draft is
     checked to share the target's tokenizer).
 
@@ -449,6 +457,10 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
         target_name: a ``weights.load_causal_lm`` spec (default the embedded "tiny" SmolLM2).
         draft_name: None: the target itself (tempered by the engine's draft sampling);
             else another spec (e.g. "target"/"draft": the Qwen2.5-Coder pair).
+        backend: "torch" (transformers, ``dtype``) or "llama.cpp" (the GGUF files on
+            llama.cpp's kernels, ``llamacpp.pair``; ``dtype`` and ``device`` unused; with
+            ``draft_name`` None the target's file is loaded twice: draft and target need
+            their own caches).
     Returns:
         (target, draft, tokenizer, eos ids frozenset).
     Raises:
@@ -456,6 +468,13 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
             ValueError is its ``__cause__``).
         ValueError: draft and target do not fit together (vocabulary or tokenizer).
     """
+    if backend == "llama.cpp":
+        from spectr_gbv.gpu_backend.llamacpp.pair import load_llamacpp_pair
+
+        pair = load_llamacpp_pair(target_name, draft_name or target_name)
+        return pair.target, pair.draft, pair.tokenizer, pair.eos
+    if backend != "torch":
+        raise ValueError(f"backend must be 'torch' or 'llama.cpp', got {backend!r}")
     from spectr_gbv.gpu_backend.models.pair import load_pair as load
 
     pair = load(target_name, draft_name, dtype, device=device)
@@ -499,13 +518,15 @@ def summary(cert: EngineCertification) -> str:
 
 
 def quick_certification(progress: Callable[[EngineRow], None] | None = None,
-                        log: Callable[[str], None] | None = None) -> EngineCertification:
+                        log: Callable[[str], None] | None = None,
+                        backend: str = "torch") -> EngineCertification:
     """``certify --engine --quick`` on its defaults: the embedded "tiny" SmolLM2 in float32 as
     target (T = 1) and itself at T = ``DEFAULT_DRAFT_TEMPERATURE`` as draft, ``CI_RULES`` and
     their planted rules, N = ``QUICK_ENGINE_SEEDS`` runs of ``DEFAULT_MAX_NEW_TOKENS`` tokens
     from ``DEFAULT_PROMPT``, α = ``DEFAULT_ENGINE_ALPHA`` per row (``spectr-gbv report --full``
     calls it).  ``progress`` and ``log``: as in ``certify_engine`` (``log`` also hears of the
-    model's loading).
+    model's loading).  ``backend``: "torch" (float32 transformers) or "llama.cpp" (the GGUF
+    file itself on llama.cpp's kernels, ``load_pair``).
 
     Raises:
         OSError / ValueError: the embedded model cannot be loaded.
@@ -514,10 +535,11 @@ def quick_certification(progress: Callable[[EngineRow], None] | None = None,
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     if log is not None:
-        log("loading the embedded tiny model")
-    target, draft, tok, eos = load_pair()
+        log(f"loading the embedded tiny model ({backend})")
+    target, draft, tok, eos = load_pair(backend=backend)
     ids = encode_prompt(tok, DEFAULT_PROMPT, chat=False)
-    setup = (f"target tiny (float32, T = 1), draft tiny (T = {DEFAULT_DRAFT_TEMPERATURE:g}), prompt "
+    weights = "float32" if backend == "torch" else "GGUF Q4_1 on llama.cpp"
+    setup = (f"target tiny ({weights}, T = 1), draft tiny (T = {DEFAULT_DRAFT_TEMPERATURE:g}), prompt "
              f"{DEFAULT_PROMPT!r} ({len(ids)} tokens), {DEFAULT_MAX_NEW_TOKENS} new tokens per run, cpu")
     return certify_engine(target, draft, ids, list(CI_RULES), n_seeds=QUICK_ENGINE_SEEDS,
                           max_new_tokens=DEFAULT_MAX_NEW_TOKENS, alpha=DEFAULT_ENGINE_ALPHA,

@@ -37,7 +37,9 @@ class DraftState:
     [K, L]: which draft rows are finite, ``sampling.finite_rows``).
 
     ``d_len``: positions of the context held by the draft's cache (its pending tokens are
-    ``context[d_len:]``).  The target's cache always holds the context minus its last token.
+    ``context[d_len:]``).  The torch layouts' target cache always holds the context minus its
+    last token; ``t_len``: the positions of the context the llama.cpp layout's target cache
+    holds (its pending tokens are ``context[t_len:]``, at least the last one).
     ``tree``: the packed layout's token tree of the current iteration (None in the batched
     layout).  ``S``: the current iteration's block length (L, or less when a draft-side
     stopping policy or ``limit`` ended drafting early); the buffers' first S depths are the
@@ -54,6 +56,7 @@ class DraftState:
     draft_ok: torch.Tensor
     d_len: int = 0
     tree: DraftTree | None = None
+    t_len: int = 0
     S: int = 0
     limit: int = 0
 

@@ -371,6 +371,8 @@ def _prompt_tensor(prompt_ids, V: int) -> torch.Tensor:
 
 
 def _model_device(model) -> torch.device:
+    if getattr(model, "backend", None) == "llama.cpp":
+        return torch.device("cpu")
     return next(model.parameters()).device
 
 
@@ -378,7 +380,10 @@ class SpeculativeEngine:
     """Speculative decoding with K drafts of L tokens and any verification rule.
 
     Args:
-        target, draft: transformers causal LMs on the same device, same vocabulary axis.
+        target, draft: transformers causal LMs on the same device, same vocabulary axis; or
+            two ``llamacpp.model.LlamaCppModel`` (llama.cpp's kernels on the GGUF files as they
+            are: the drafts fed as llama.cpp sequences, ``llamacpp.layout``; ``layout`` and
+            ``share_prefixes`` are then not used, the tree always shares prefixes).
         rule: verifier name (``gpu_backend.verifiers``: sd, spectr, bv, gbv, spectr_gbv,
             spectr_gbv_fixed, kseq_gbv, ...); ignored when ``verifier`` is given.
         K: drafts per iteration ≥ 1 (1 for the single-draft rules sd, bv, gbv).
@@ -456,15 +461,27 @@ class SpeculativeEngine:
         self.cap_blocks = (verifier is None and registry.spec(rule).lossless) if cap_blocks is None else cap_blocks
         from spectr_gbv.gpu_backend.models.draft_quant import is_dynamically_quantised
 
-        if verifier is None and is_dynamically_quantised(draft):
-            policy.check_varying_draft_rows(rule, "draft")
-        check_model(target, "target")
-        check_model(draft, "draft")
-        # accepted sliding windows never bind below max_position_embeddings; a generation
-        # beyond that must still fit (checked per generation)
-        self._windows = [(role, w) for role, m in (("target", target), ("draft", draft))
-                         if (w := sliding_window_limit(m.config)) is not None]
-        self.V = check_same_vocabulary(draft, target)
+        from spectr_gbv.gpu_backend.llamacpp.model import is_llamacpp
+
+        self.backend = "llama.cpp" if is_llamacpp(target) else "torch"
+        if self.backend == "llama.cpp":
+            from spectr_gbv.gpu_backend.llamacpp.pair import check_llamacpp_pair
+
+            self.V = check_llamacpp_pair(draft, target)
+            self._windows = []
+        else:
+            if is_llamacpp(draft):
+                raise ValueError("draft is a llama.cpp model but target is not: both must run "
+                                 "on one backend")
+            if verifier is None and is_dynamically_quantised(draft):
+                policy.check_varying_draft_rows(rule, "draft")
+            check_model(target, "target")
+            check_model(draft, "draft")
+            # accepted sliding windows never bind below max_position_embeddings; a generation
+            # beyond that must still fit (checked per generation)
+            self._windows = [(role, w) for role, m in (("target", target), ("draft", draft))
+                             if (w := sliding_window_limit(m.config)) is not None]
+            self.V = check_same_vocabulary(draft, target)
         self.target, self.draft = target, draft
         self.rule = rule
         self.sampling = sampling or SamplingConfig()
@@ -478,8 +495,13 @@ class SpeculativeEngine:
         self.device = _model_device(target)
         models = (target, draft, self.sampling, self.draft_sampling, self.K, self.L, self.device,
                   draft_stop)
-        self._layout = (PackedLayout(*models, share_prefixes=self.share_prefixes)
-                        if layout == "packed" else BatchedLayout(*models))
+        if self.backend == "llama.cpp":
+            from spectr_gbv.gpu_backend.llamacpp.layout import LlamaCppLayout
+
+            self._layout = LlamaCppLayout(*models)  # the tree as llama.cpp sequences
+        else:
+            self._layout = (PackedLayout(*models, share_prefixes=self.share_prefixes)
+                            if layout == "packed" else BatchedLayout(*models))
 
     @torch.inference_mode()
     def generate(self, prompt_ids, max_new_tokens: int = 64, seed: int = 0,
@@ -561,6 +583,8 @@ class SpeculativeEngine:
         """A generation's state for the prompt ``ids`` int64 [T] (on the device): empty
         caches and draft buffers of ``L`` ≤ self.L positions (the longest block it will draft);
         the target's cache gets the prompt minus its last token."""
+        if self.backend == "llama.cpp":
+            return self._layout.start(ids, gen, L)
         K, V, dev = self.K, self.V, self.device
         state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
                            torch.empty(K, L, dtype=torch.int64, device=dev),
@@ -649,7 +673,8 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     """Plain sampling from the target, one token per forward call, with a KV cache.
 
     Args:
-        target: transformers causal LM.
+        target: transformers causal LM, or a ``llamacpp.model.LlamaCppModel`` (llama.cpp's
+            kernels; its cache is emptied first).
         prompt_ids: token ids (at least one).
         max_new_tokens: ≥ 1.
         sampling: temperature / top-k / top-p (``sampling.probabilities``).
@@ -672,16 +697,30 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     dev = _model_device(target)
     from spectr_gbv.gpu_backend.models.weights import vocab_size
 
-    ids = _prompt_tensor(prompt_ids, vocab_size(target)).to(dev)
+    llama = getattr(target, "backend", None) == "llama.cpp"
+    ids = _prompt_tensor(prompt_ids, target.V if llama else vocab_size(target)).to(dev)
     gen = seeded_generator(seed, dev)
     start, cpu_start = time.perf_counter(), time.process_time()
-    cache = new_cache(target)
+    if llama:  # llama.cpp's context: sequence 0, fed one token per call after the prompt
+        target.clear()
+        fed = 0
+
+        def next_logits(pending: torch.Tensor) -> torch.Tensor:
+            nonlocal fed
+            tokens = pending[0].tolist()
+            logits = target.forward_last(tokens, fed)
+            fed += len(tokens)
+            return logits[None]
+    else:
+        cache = new_cache(target)
+
+        def next_logits(pending: torch.Tensor) -> torch.Tensor:
+            return target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
     pending = ids[None]
     out: list[int] = []
     stop_reason = "max_new_tokens"
     while len(out) < max_new_tokens:
-        logits = target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits
-        p = probabilities(logits[:, -1], sampling)
+        p = probabilities(next_logits(pending), sampling)
         ok = finite_rows(p)
         pending = sample_rows(sampleable(p, ok), gen)[:, None]
         token, finite = torch.cat([pending[0], ok.to(torch.int64)]).tolist()  # one sync
