@@ -61,6 +61,9 @@ def test_greedy_rows_on_random_logits_with_ties():
     assert ties == 1619  # rows whose maximum is tied (of 2,000): the ties are exercised
     # the same rows on float64 input and through greedy_rows directly
     assert torch.equal(greedy_rows(rows.double().float()), flat)
+    # torch.argmax agrees on this CPU (documented: the first maximal index), so transformers'
+    # do_sample=False and the vLLM-layout adapter's greedy rows pick the same token
+    assert torch.equal(flat.argmax(-1), rows.float().argmax(-1))
 
 
 def test_greedy_rows_with_non_finite_logits_are_flagged_never_one_hot():
