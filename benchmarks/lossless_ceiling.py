@@ -157,7 +157,7 @@ def render(prompts: list[dict], Ks, Ls, rules, main, header) -> str:
 
 
 def main(argv=None) -> int:
-    from spectr_gbv.cli.args import dtype_name, output_file, positive_int, temperature_value
+    from spectr_gbv.cli.args import dtype_name, output_file, positive_int, positive_temperature_value
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--prompts", type=positive_int, default=8, help="prompts per set")
@@ -171,7 +171,7 @@ def main(argv=None) -> int:
                         help="lossless rules run by the engine, whose outputs are the texts (K from --main "
                              "for a multi-draft rule, 1 for a single-draft one; L from --main)")
     parser.add_argument("--main", type=_shape, default=(2, 4), help="KxL of the per-set table and the rules")
-    parser.add_argument("--temperature", type=temperature_value, default=0.7)
+    parser.add_argument("--temperature", type=positive_temperature_value, default=0.7)
     parser.add_argument("--target", default="target")
     parser.add_argument("--draft", default="draft")
     parser.add_argument("--dtype", type=dtype_name, default="bfloat16")

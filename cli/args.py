@@ -6,7 +6,8 @@ flag (and the file), exit status 2, no traceback, before any model is loaded:
 
 * ``CliParser``: an ``argparse.ArgumentParser`` whose ``error`` prints that one line (argparse's
   own errors: unknown flag, missing value, invalid choice, a ``type=`` callable refusing).
-* ``type=`` callables (``positive_int``, ``nonneg_int``, ``int_at_least``, ``seed_int``, ``positive_float``, ``temperature_value``,
+* ``type=`` callables (``positive_int``, ``nonneg_int``, ``int_at_least``, ``seed_int``, ``run_seed_int``, ``positive_float``, ``temperature_value``,
+  ``positive_temperature_value``,
   ``unit_interval_open``, ``top_p_value``, ``existing_file``, ``output_file``, ``output_dir``):
   the per-flag range checks, declared with the flag.
 * ``UsageError``: raised by a sub-command's ``check(args)`` (cross-flag checks, file contents,
@@ -135,6 +136,16 @@ def seed_int(text: str) -> int:
     return value
 
 
+def run_seed_int(text: str) -> int:
+    """The seed of one generation (``generate --seed``): an integer in [0, 2^64), the range of
+    the fresh seeds a run without one draws (``reference.seeds.fresh_seed``), so that any
+    printed seed replays."""
+    value = _int(text)
+    if not 0 <= value < 2**64:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2^64), got {value}")
+    return value
+
+
 def int_at_least(minimum: int, why: str = ""):
     """A ``type=`` callable: an integer >= ``minimum`` (``why`` is added to the refusal)."""
     def parse(text: str) -> int:
@@ -147,19 +158,29 @@ def int_at_least(minimum: int, why: str = ""):
     return parse
 
 
-# Temperatures below this are refused: the engine divides float32 logits by T, and logits of
-# order 10 divided by T < 1e-4 leave float32's range quickly (T = 1e-39 gives inf/NaN rows).
-MIN_TEMPERATURE = 1e-4
+# The floor of positive temperatures, derived in gpu_backend/engine/temperature.py (torch-free):
+# float32 logits / T overflow below it.  Every entry point checks with that module.
+from spectr_gbv.gpu_backend.engine.temperature import MIN_TEMPERATURE, temperature_problem  # noqa: E402
 
 
 def temperature_value(text: str) -> float:
-    """A sampling temperature: a finite number >= ``MIN_TEMPERATURE``."""
+    """A sampling temperature: 0 (greedy decoding: the argmax, ties to the lowest token id) or a
+    finite number >= ``MIN_TEMPERATURE`` (``gpu_backend.engine.temperature.check_temperature``'s
+    rule and message)."""
     value = _float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    if value < MIN_TEMPERATURE:
-        raise argparse.ArgumentTypeError(
-            f"must be >= {MIN_TEMPERATURE:g} (logits / T must stay finite in float32), got {echo(text)}")
+    problem = temperature_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
+
+
+def positive_temperature_value(text: str) -> float:
+    """A sampling temperature where greedy decoding is not offered (sweeps, certificates): a
+    finite number >= ``MIN_TEMPERATURE``, with the same floor message as ``temperature_value``."""
+    value = _float(text)
+    problem = temperature_problem(value, greedy_ok=False)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return value
 
 

@@ -24,7 +24,7 @@ def register(subparsers) -> None:
 def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """The benchmark options (shared with ``spectr-gbv report``)."""
     from spectr_gbv.cli.args import (add_json_flag, dtype_or_auto, nonneg_int, output_dir, output_file,
-                                    positive_int, seed_int, temperature_value)
+                                    positive_int, positive_temperature_value, seed_int)
 
     from spectr_gbv.gpu_backend.bench.config import default_methods
     from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
@@ -41,7 +41,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--L", nargs="+", type=positive_int, default=None,
                    help=f"L of the main point (first value, default {DEFAULT_L}); more values "
                    "replace the L sweep's")
-    p.add_argument("--temperature", nargs="+", type=temperature_value, default=None,
+    p.add_argument("--temperature", nargs="+", type=positive_temperature_value, default=None,
                    help="T of the main point (first value, default 0.7; each >= 1e-4); more values "
                    "replace the T sweep's")
     p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
@@ -77,16 +77,18 @@ def check_top_p(top_p: float | None) -> None:
 
 
 def check_temperatures(temperatures) -> None:
-    """Every temperature of the run (``--temperature`` values and the T sweep's) at least
-    ``MIN_TEMPERATURE`` (the flag's type checks the given ones; this covers the sweep's too)."""
-    from spectr_gbv.cli.args import MIN_TEMPERATURE, UsageError
+    """Every temperature of the run (``--temperature`` values and the T sweep's) a positive
+    temperature (``gpu_backend.engine.temperature``: >= ``MIN_TEMPERATURE``, no greedy; the flag's
+    type checks the given ones, this covers the sweep's too), with the same message."""
+    from spectr_gbv.cli.args import UsageError
+    from spectr_gbv.gpu_backend.engine.temperature import temperature_problem
 
     from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES
 
     for T in list(temperatures or []) + list(SWEEP_VALUES["T"]):
-        if not T >= MIN_TEMPERATURE:
-            raise UsageError(f"--temperature must be >= {MIN_TEMPERATURE:g} (logits / T must stay finite "
-                             f"in float32), got {T}")
+        problem = temperature_problem(T, greedy_ok=False)
+        if problem is not None:
+            raise UsageError(f"--temperature {problem}")
 
 
 def check(args: argparse.Namespace) -> None:

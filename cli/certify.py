@@ -97,7 +97,7 @@ def register(subparsers) -> None:
         "passes and every planted wrong rule is caught.",
     )
     from spectr_gbv.cli.args import (add_json_flag, int_at_least, output_file, positive_int, seed_int,
-                                    temperature_value, unit_interval_open)
+                                    positive_temperature_value, unit_interval_open)
 
     p.add_argument("--rules", default=None,
                    help="comma-separated registered rules (default: all); planted wrong rules run "
@@ -136,7 +136,7 @@ def register(subparsers) -> None:
                    help="--engine: target model (default: the embedded 'tiny' SmolLM2, float32)")
     p.add_argument("--draft", default=None,
                    help="--engine: draft model (default: the target itself, tempered)")
-    p.add_argument("--draft-temperature", type=temperature_value, default=None,
+    p.add_argument("--draft-temperature", type=positive_temperature_value, default=None,
                    help=f"--engine: the draft's sampling temperature (default "
                    f"{ENGINE_DRAFT_T:g} for the tempered copy, 1 for a separate --draft)")
     add_json_flag(p, "the rows")

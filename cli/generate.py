@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers) -> None:
-    from spectr_gbv.cli.args import (dtype_or_auto, nonneg_int, positive_int, probability_value, seed_int,
+    from spectr_gbv.cli.args import (dtype_or_auto, nonneg_int, positive_int, probability_value, run_seed_int,
                                     temperature_value, top_p_value)
 
     from spectr_gbv.reference.rules import registry
@@ -40,11 +40,17 @@ def register(subparsers) -> None:
                    help="measure the costs and acceptance (and, with --dtype auto, the dtype probe) again "
                    "instead of reading them from the cache")
     p.add_argument("--temperature", type=temperature_value, default=0.7,
-                   help="T >= 1e-4 (default 0.7; smaller T overflows float32 logits / T)")
-    p.add_argument("--top-k", type=nonneg_int, default=None, help="keep the k largest logits (0: off)")
+                   help="T >= 1e-4 (default 0.7; smaller T overflows float32 logits / T), or 0: greedy "
+                   "decoding (the argmax, exact ties to the lowest token id; every rule then accepts a "
+                   "draft token iff it is the target's argmax, and --top-k/--top-p change nothing)")
+    p.add_argument("--top-k", type=nonneg_int, default=None,
+                   help="keep the k largest logits (0: off; --top-k 1 keeps exact ties of the largest, "
+                   "greedy is --temperature 0)")
     p.add_argument("--top-p", type=top_p_value, default=None, help="nucleus mass in (0, 1]")
     p.add_argument("--max-new-tokens", type=positive_int, default=128)
-    p.add_argument("--seed", type=seed_int, default=0)
+    p.add_argument("--seed", type=run_seed_int, default=None,
+                   help="the run's seed, an integer in [0, 2^64) (default: a fresh 64-bit seed from the "
+                   "operating system, printed with the metrics; pass it back to replay the run)")
     p.add_argument("--target", default="target", help="target model (embedded name, folder, hub id)")
     p.add_argument("--draft", default="draft", help="draft model")
     p.add_argument("--dtype", type=dtype_or_auto, default="auto",
@@ -184,7 +190,9 @@ def _print_metrics(result, args, dtype: str, quant: str, predicted: float | None
     print("---")
     shape = (f"K={m['K']}  L={m['L']}  draft {args.draft}{' (int8)' if quant == 'int8' else ''}  "
              if m["method"] != "ar" else "")
-    print(f"rule {m['method']}  {shape}T={args.temperature}  {dtype}  stop: {m['stop_reason']}")
+    greedy = " (greedy)" if args.temperature == 0 else ""
+    print(f"rule {m['method']}  {shape}T={args.temperature}{greedy}  {dtype}  stop: {m['stop_reason']}  "
+          f"seed {m['seed']} (replay: --seed {m['seed']})")
     print(f"new tokens {m['new_tokens']}  target calls {m['target_calls']}  "
           f"block efficiency {m['block_efficiency']:.2f}"
           + (f"  drafted positions per iteration {m['draft_positions_per_iteration']:.2f}"

@@ -45,8 +45,9 @@ This module's layout is the current one (bonus rows inside ``target_logits``), a
     draft_probs       float [num_tokens, V], or None (one-hot drafts: n-gram, greedy drafts);
                       post-temperature probabilities, as vLLM's draft_probs are
     target_logits     float [num_tokens + B, V], request i's n_i draft rows then its bonus row
-    temperatures      float [B] ≥ 0 (0 = greedy: the target is the one-hot of the argmax), or
-                      None (all 1)
+    temperatures      float [B], each 0 (greedy: the target is the one-hot of the argmax) or
+                      ≥ 1e-4 (the floor of every entry point, gpu_backend/engine/temperature.py),
+                      or None (all 1)
     generators        dict[int, torch.Generator] (batch index → the request's generator)
     noise             optional, for deterministic probes (below): (uniforms float64
                       [num_tokens] in [0, 1), one per draft position in flattened order,
@@ -131,6 +132,8 @@ import torch
 from spectr_gbv.reference.contract import BatchVerdict, to_numpy
 from spectr_gbv.reference.seeds import generator_seed
 
+from spectr_gbv.gpu_backend.engine.temperature import check_temperature
+
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0.0
 ULP_HALF = 2.0**-53  # u' = u − 2^-53 maps (0, 1] onto [0, 1) (module doc, noise)
@@ -197,7 +200,9 @@ def check_layout(num_draft_tokens, draft_token_ids, draft_probs, target_logits, 
             integers of length Σ num_draft_tokens or outside [0, V); draft_probs not
             [num_tokens, V] floats; target_logits not [num_tokens + B, V] floats (the older
             layout without bonus rows is named in the message) or with a row of no finite
-            logit; temperatures not [B] finite and ≥ 0.
+            logit; temperatures not [B], or an entry neither 0 (greedy) nor a finite number
+            ≥ 1e-4 (``gpu_backend.engine.temperature.check_temperature``'s message, naming
+            ``temperatures[b]``: at T = 1e-40 softmax(logits / T) was NaN).
     """
     counts = check_num_draft_tokens(num_draft_tokens)
     B, num_tokens = len(counts), sum(counts)
@@ -236,8 +241,8 @@ def check_layout(num_draft_tokens, draft_token_ids, draft_probs, target_logits, 
         temps = _as_tensor(temperatures, "temperatures", device).to(device=device, dtype=torch.float64)
         if tuple(temps.shape) != (B,):
             raise ValueError(f"temperatures must have shape [B] = [{B}], got {tuple(temps.shape)}")
-        if not bool((torch.isfinite(temps) & (temps >= 0)).all()):
-            raise ValueError(f"temperatures must be finite and >= 0 (0 = greedy), got {temps.tolist()}")
+        for b, t in enumerate(temps.tolist()):  # the floor of every entry point (one host read)
+            check_temperature(t, f"temperatures[{b}]")
     return counts, ids, draft_probs, logits, temps
 
 
@@ -641,10 +646,12 @@ class VLLMLayoutAdapter:
                  temperatures=TEMPERATURES, fillers: bool = True):
         if not callable(fn):
             raise ValueError(f"fn must be callable in vLLM's layout, got {type(fn).__name__}")
-        temps = tuple(float(t) for t in (temperatures if temperatures is not None else TEMPERATURES))
-        if not temps or not all(np.isfinite(t) and t > 0 for t in temps):
-            raise ValueError(f"temperatures must be a non-empty cycle of finite values > 0 (0 is greedy, which "
-                             f"changes the law), got {temperatures!r}")
+        temps = tuple(temperatures if temperatures is not None else TEMPERATURES)
+        if not temps:
+            raise ValueError(f"temperatures must be a non-empty cycle (0, greedy, changes the law), got {temperatures!r}")
+        # the floor of every entry point; 0 (greedy) changes the law, so it is not a certified cycle value
+        temps = tuple(check_temperature(t.item() if isinstance(t, torch.Tensor) else t, f"temperatures[{i}]",
+                                        greedy_ok=False) for i, t in enumerate(temps))
         self.fn = fn
         self.one_hot_drafts = bool(one_hot_drafts)
         self.realistic = bool(realistic)

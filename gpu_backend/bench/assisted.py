@@ -23,6 +23,7 @@ import time
 import torch
 
 from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, check_positive, generator_seed, kept_tau
+from spectr_gbv.reference.seeds import resolve_seed
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
@@ -62,7 +63,7 @@ class IterationLog:
 
 @torch.inference_mode()
 def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
-                      sampling: SamplingConfig | None = None, L: int = 4, seed: int = 0,
+                      sampling: SamplingConfig | None = None, L: int = 4, seed: int | None = None,
                       eos_token_ids=()) -> GenerationResult:
     """One generation with transformers' assisted generation.
 
@@ -75,19 +76,21 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
             (``SamplingConfig.generate_kwargs``; top_k = 0 overrides transformers' default 50).
         L: ``num_assistant_tokens`` ≥ 1 (constant schedule).
         seed: any Python int; ``torch.manual_seed(engine.generator_seed(seed))`` before the
-            call (transformers samples from the global RNG).
+            call (transformers samples from the global RNG); None (default): a fresh 64-bit
+            seed (``reference.seeds.resolve_seed``), reported as ``result.seed``.
         eos_token_ids: ids that stop the generation.
     Returns:
         GenerationResult with method "hf_assisted", target_calls = iterations (target forward
-        calls), taus = kept τ per iteration, taus_raw = τ before truncation.
+        calls), taus = kept τ per iteration, taus_raw = τ before truncation, seed the seed used.
     Raises:
-        ValueError: empty prompt, max_new_tokens < 1, L < 1, seed not an integer.
+        ValueError: empty prompt, max_new_tokens < 1, L < 1, seed neither None nor an integer.
     Not thread-safe: ``_speculative_sampling`` is wrapped in transformers' module during the call.
     """
     from transformers.generation import utils as generation_utils
 
     max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
     L = check_positive(L, "L")
+    seed = resolve_seed(seed)
     gen_seed = generator_seed(seed)
     sampling = sampling or SamplingConfig()
     device = next(target.parameters()).device
@@ -129,4 +132,4 @@ def assisted_generate(target, draft, prompt_ids, max_new_tokens: int = 64,
     ttft = log.first_token_at - start if log.first_token_at is not None else float("nan")
     return GenerationResult("hf_assisted", tokens, int(ids.shape[1]), len(log.emitted), taus,
                             1, L, wall, peak_rss_bytes(), stop_reason, cpu, taus_raw,
-                            time_to_first_token_s=ttft)
+                            time_to_first_token_s=ttft, seed=seed)

@@ -24,8 +24,10 @@ class GenerateRequest:
         rule: the verification rule, or "ar" (plain sampling); ``rule_given``: whether the
             user named it (a measured choice of plain sampling then does not override it).
         shape: the candidate K and L (``tuning.shape.plan_shape``).
-        max_new_tokens, seed: as for ``SpeculativeEngine.generate``.
-        temperature, top_k, top_p: the sampling (``sampling.SamplingConfig``).
+        max_new_tokens, seed: as for ``SpeculativeEngine.generate`` (seed None: a fresh
+            64-bit seed, drawn by the engine and reported in the result's ``seed``).
+        temperature, top_k, top_p: the sampling (``sampling.SamplingConfig``; temperature 0:
+            greedy).
         target, draft: model specs (``weights.load_causal_lm``); the draft is not loaded for "ar".
         dtype: the weights' dtype as asked ("auto": ``tuning.dtype_probe.resolve``).
         draft_quant: "none" or "int8" (``draft_quant.resolve_mode``, already resolved).
@@ -43,7 +45,7 @@ class GenerateRequest:
     temperature: float
     top_k: int | None
     top_p: float | None
-    seed: int
+    seed: int | None
     target: str
     draft: str
     dtype: str

@@ -8,6 +8,15 @@ order (temperature, then top-k, then top-p; ``GenerationMixin._get_logits_proces
 that the engine, the autoregressive baseline and ``generate(..., do_sample=True)`` sample from
 the same law, then a float32 softmax.
 
+Temperature 0 is greedy decoding: every row is the one-hot of the argmax of the logits, exact
+ties going to the LOWEST token id (as serving engines and transformers' ``do_sample=False``
+do), so draft and target are deterministic and every verification rule reduces to "accept iff
+the draft token is the target's argmax" (certified exactly over the registry by
+``gpu_backend.certify.greedy``, run in tests/gpu_backend/engine/test_greedy_mode.py).  top_k = 1 is not greedy: it keeps every token
+tied with the largest logit ([1, 1, 0] → [.5, .5, 0]), as transformers' ``TopKLogitsWarper``
+does.  Positive temperatures below ``temperature.MIN_TEMPERATURE`` = 1e-4 are refused where the
+configuration is built (the floor and its derivation: ``gpu_backend.engine.temperature``).
+
 Non-finite logits are never sampled: a NaN or +inf logit (or a row of −inf) makes the whole
 softmax row non-finite, ``finite_rows`` flags such rows with one reduction per row (on the
 device, no host sync), and ``sampleable`` hands the sampler a harmless uniform row in their
@@ -17,10 +26,11 @@ place, so that the caller can raise after its next read instead of drawing from 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
+
+from spectr_gbv.gpu_backend.engine.temperature import GREEDY_TEMPERATURE, check_temperature
 
 
 @dataclass(frozen=True)
@@ -28,15 +38,20 @@ class SamplingConfig:
     """How logits become a sampling distribution.
 
     Attributes:
-        temperature: T > 0; logits are divided by T.
-        top_k: keep the k largest logits (ties with the k-th are kept, as in transformers);
+        temperature: T >= 1e-4: logits are divided by T; or T = 0: greedy decoding (the
+            one-hot of the argmax, ties to the lowest token id; top_k and top_p then change
+            nothing: both always keep the largest logit).  Checked by
+            ``temperature.check_temperature`` (stored as a float).
+        top_k: keep the k largest logits (ties with the k-th are kept, as in transformers, so
+            top_k = 1 keeps exact ties of the largest: it is not greedy, temperature 0 is);
             0 or None: off.
         top_p: nucleus sampling, keep the smallest set of largest-probability tokens whose mass
             reaches top_p (transformers' ``TopPLogitsWarper``); 1.0 or None: off.
 
     Raises:
-        ValueError: temperature ≤ 0 or not finite, top_k < 0, top_p outside (0, 1]; the
-            message names the argument.
+        ValueError: temperature neither 0 nor a finite number >= 1e-4 (the message of
+            ``temperature.check_temperature``, naming ``temperature``), top_k < 0, top_p outside
+            (0, 1]; the message names the argument.
     """
 
     temperature: float = 1.0
@@ -44,10 +59,7 @@ class SamplingConfig:
     top_p: float | None = None
 
     def __post_init__(self):
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-            raise ValueError(f"temperature must be a finite number > 0, got {t!r} "
-                             "(greedy decoding is top_k=1)")
+        object.__setattr__(self, "temperature", check_temperature(self.temperature, "temperature"))
         k = self.top_k
         if k is not None and (isinstance(k, bool) or not isinstance(k, int) or k < 0):
             raise ValueError(f"top_k must be None or an integer >= 0, got {k!r}")
@@ -55,6 +67,11 @@ class SamplingConfig:
         if p is not None and (isinstance(p, bool) or not isinstance(p, (int, float))
                               or not (0.0 < p <= 1.0)):
             raise ValueError(f"top_p must be None or in (0, 1], got {p!r}")
+
+    @property
+    def greedy(self) -> bool:
+        """Temperature 0: the rows are the one-hot of the argmax (ties to the lowest id)."""
+        return self.temperature == GREEDY_TEMPERATURE
 
     @property
     def uses_top_k(self) -> bool:
@@ -67,8 +84,11 @@ class SamplingConfig:
     def generate_kwargs(self) -> dict:
         """The same law as ``transformers`` ``generate`` keyword arguments (do_sample=True).
 
-        top_k is passed as 0 when off: transformers' global default is top_k = 50.
+        top_k is passed as 0 when off: transformers' global default is top_k = 50.  Greedy
+        (temperature 0): ``do_sample=False`` (transformers' argmax, ties to the first maximum).
         """
+        if self.greedy:
+            return {"do_sample": False}
         return {"do_sample": True, "temperature": float(self.temperature),
                 "top_k": int(self.top_k or 0), "top_p": float(self.top_p or 1.0)}
 
@@ -81,12 +101,14 @@ def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
         config: temperature, top-k, top-p.
     Returns:
         float32 [..., V], rows summing to 1 (up to float32 rounding); tokens removed by top-k
-        or top-p have probability exactly 0.
+        or top-p have probability exactly 0.  Greedy (temperature 0): ``greedy_rows``.
     Source: transformers ``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogitsWarper``
         (applied in that order, min_tokens_to_keep = 1).
     """
     shape = logits.shape
     scores = logits.reshape(-1, shape[-1]).float()
+    if config.greedy:
+        return greedy_rows(scores).reshape(shape)
     if config.temperature != 1.0:
         scores = scores / config.temperature
     if config.uses_top_k or config.uses_top_p:
@@ -97,6 +119,23 @@ def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
         if config.uses_top_p:
             scores = TopPLogitsWarper(top_p=config.top_p)(None, scores)
     return torch.softmax(scores, dim=-1).reshape(shape)
+
+
+def greedy_rows(scores: torch.Tensor) -> torch.Tensor:
+    """The greedy rows of float32 logits [N, V]: float32 [N, V], the one-hot of the argmax,
+    exact ties going to the lowest token id (made explicit: the smallest index holding the
+    row's maximum, not left to ``torch.argmax``'s tie order on each device).
+
+    A row with a NaN or +inf logit, or with every logit −inf, is all NaN (as its softmax would
+    be), so that ``finite_rows`` flags it and nothing is drawn from it.
+    """
+    V = scores.shape[-1]
+    top = scores.amax(dim=-1, keepdim=True)
+    index = torch.arange(V, device=scores.device).expand_as(scores)
+    first = torch.where(scores == top, index, V).amin(dim=-1)  # V only where no entry equals top (NaN)
+    ok = torch.isfinite(torch.logsumexp(scores, dim=-1)) & (first < V)
+    one_hot = torch.nn.functional.one_hot(first.clamp(max=V - 1), V).to(torch.float32)
+    return torch.where(ok.unsqueeze(-1), one_hot, torch.full_like(one_hot, float("nan")))
 
 
 def finite_rows(probs: torch.Tensor) -> torch.Tensor:

@@ -27,7 +27,9 @@ common prefix share its nodes), and the selected path is gathered back.
 Draft and target logits go through the same ``sampling.probabilities`` (temperature, top-k,
 top-p, float32 softmax).  All randomness comes from one seeded ``torch.Generator`` (draft
 tokens, and one verifier seed per iteration), so a run is reproducible; any Python int is a
-seed (``generator_seed``).  The loop reads the verdict back to the host once per iteration
+seed (``generator_seed``).  Without a seed (``seed=None``, the default) a run draws a fresh
+64-bit seed from the operating system (``reference.seeds.fresh_seed``) and reports it in
+``GenerationResult.seed``: calls differ, and any run is replayed by passing its seed back.  The loop reads the verdict back to the host once per iteration
 (τ, selected draft, emitted tokens, and an "every row finite" flag); the packed layout also
 reads each depth's K draft tokens on the host to build the tree (free on CPU; on a GPU the
 batched layout avoids these reads).
@@ -58,7 +60,7 @@ import torch
 
 from spectr_gbv.reference.draft_stopping import block_cap
 from spectr_gbv.reference.rules import registry
-from spectr_gbv.reference.seeds import generator_seed  # also re-exported (gpu_backend.assisted)
+from spectr_gbv.reference.seeds import generator_seed, resolve_seed  # also re-exported (gpu_backend.assisted)
 
 from spectr_gbv.gpu_backend.engine.kv import new_cache, rollback_problem, sliding_window_limit
 from spectr_gbv.gpu_backend.engine.layouts import BatchedLayout, DraftState, PackedLayout, sample_rows
@@ -102,6 +104,9 @@ class GenerationResult:
             tokens still needed, ``cap_blocks``); empty for AR.
         time_to_first_token_s: seconds from the start until the first iteration's tokens (AR:
             the first token) were emitted: the prompt's prefill plus one iteration.
+        seed: the seed the run used (the caller's, or the fresh one drawn for ``seed=None``):
+            the same call with ``seed=result.seed`` gives the same tokens; None where the
+            producer has no seed.
     """
 
     method: str
@@ -118,6 +123,7 @@ class GenerationResult:
     taus_raw: list[int] = field(default_factory=list)
     block_lengths: list[int] = field(default_factory=list)
     time_to_first_token_s: float = float("nan")
+    seed: int | None = None
 
     @property
     def new_tokens(self) -> int:
@@ -201,6 +207,7 @@ class GenerationResult:
             "decode_tokens_per_second": self.decode_tokens_per_second,
             "peak_rss_bytes": self.peak_rss_bytes, "stop_reason": self.stop_reason,
             "draft_positions_per_iteration": self.draft_positions_per_iteration,
+            "seed": self.seed,
         }
 
 
@@ -504,7 +511,7 @@ class SpeculativeEngine:
                             if layout == "packed" else BatchedLayout(*models))
 
     @torch.inference_mode()
-    def generate(self, prompt_ids, max_new_tokens: int = 64, seed: int = 0,
+    def generate(self, prompt_ids, max_new_tokens: int = 64, seed: int | None = None,
                  on_iteration=None, streamer=None) -> GenerationResult:
         """Sample up to ``max_new_tokens`` new tokens after the prompt.
 
@@ -515,16 +522,18 @@ class SpeculativeEngine:
                 ``torch.Generator`` is seeded with ``generator_seed(seed)``, a 64-bit hash, so
                 that distinct ints give distinct streams (on CPU, torch's generator keeps 32 of
                 those bits: a chance collision per pair of 2^-32).  The same seed gives the
-                same generation.
+                same generation.  None (default): a fresh 64-bit seed from the operating
+                system (``reference.seeds.resolve_seed``); the seed used is ``result.seed``.
             on_iteration: optional callable receiving an ``IterationRecord`` per iteration
                 (copies tensors: for tests and diagnostics, not for timing).
             streamer: optional transformers-style streamer (e.g. ``transformers.TextStreamer``):
                 ``put(int64 tensor)`` with each iteration's kept tokens as they are accepted,
                 ``end()`` once the generation ends (the prompt is not put).
         Returns:
-            GenerationResult (tokens stop after the first EOS id, which is kept).
+            GenerationResult (tokens stop after the first EOS id, which is kept; ``seed``: the
+            seed used).
         Raises:
-            ValueError: empty prompt, max_new_tokens < 1, seed not an integer, or a
+            ValueError: empty prompt, max_new_tokens < 1, seed neither None nor an integer, or a
                 generation that could outgrow an accepted model's sliding window (one of at
                 least ``max_position_embeddings`` positions).
             NonFiniteError (a ValueError): a draft or target probability row is not finite
@@ -536,6 +545,7 @@ class SpeculativeEngine:
         # the cap never grows as tokens come out: the first block is the longest
         most = block_cap(0, max_new_tokens, self.L) if self.cap_blocks else self.L
         self._check_windows(ids.numel() + max_new_tokens, most)
+        seed = resolve_seed(seed)
         gen = seeded_generator(seed, self.device)
         start, cpu_start = time.perf_counter(), time.process_time()
         state = self._start(ids, gen, most)
@@ -567,7 +577,7 @@ class SpeculativeEngine:
         return GenerationResult(self.rule, out, int(ids.numel()), len(taus), taus, self.K,
                                 self.L, time.perf_counter() - start, peak_rss_bytes(),
                                 stop_reason, time.process_time() - cpu_start, taus_raw, lengths,
-                                first_token)
+                                first_token, seed)
 
     def _check_windows(self, length: int, block: int) -> None:
         """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) with
@@ -668,7 +678,7 @@ class SpeculativeEngine:
 
 @torch.inference_mode()
 def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
-                            sampling: SamplingConfig | None = None, seed: int = 0,
+                            sampling: SamplingConfig | None = None, seed: int | None = None,
                             eos_token_ids=(), streamer=None) -> GenerationResult:
     """Plain sampling from the target, one token per forward call, with a KV cache.
 
@@ -679,14 +689,16 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
         max_new_tokens: ≥ 1.
         sampling: temperature / top-k / top-p (``sampling.probabilities``).
         seed: any Python int; the run's ``torch.Generator`` is seeded with
-            ``generator_seed(seed)`` (as ``SpeculativeEngine.generate``).
+            ``generator_seed(seed)`` (as ``SpeculativeEngine.generate``); None (default): a
+            fresh 64-bit seed from the operating system, reported as ``result.seed``.
         eos_token_ids: ids that stop the generation (kept in the output).
         streamer: optional transformers-style streamer, ``put`` once per new token, ``end``.
     Returns:
-        GenerationResult with method "ar", K = 1, L = 0, block efficiency 1.
+        GenerationResult with method "ar", K = 1, L = 0, block efficiency 1, ``seed`` the seed
+        used.
     Raises:
         ValueError: empty prompt, a prompt id that is not an integer in [0, V), max_new_tokens
-            < 1, seed not an integer.
+            < 1, seed neither None nor an integer.
         NonFiniteError (a ValueError): the target's probability row is not finite (NaN / inf
             logits), naming the target model and the new token's index; nothing is sampled
             from that row.
@@ -699,6 +711,7 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
 
     llama = getattr(target, "backend", None) == "llama.cpp"
     ids = _prompt_tensor(prompt_ids, target.V if llama else vocab_size(target)).to(dev)
+    seed = resolve_seed(seed)
     gen = seeded_generator(seed, dev)
     start, cpu_start = time.perf_counter(), time.process_time()
     if llama:  # llama.cpp's context: sequence 0, fed one token per call after the prompt
@@ -740,4 +753,5 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
         streamer.end()
     return GenerationResult("ar", out, int(ids.numel()), len(out), [], 1, 0,
                             time.perf_counter() - start, peak_rss_bytes(), stop_reason,
-                            time.process_time() - cpu_start, time_to_first_token_s=first_token)
+                            time.process_time() - cpu_start, time_to_first_token_s=first_token,
+                            seed=seed)

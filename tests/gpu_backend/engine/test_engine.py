@@ -338,7 +338,8 @@ def test_bad_arguments_raise_clear_errors(models):
         engine.generate(PROMPT, 0)
     with pytest.raises(ValueError, match="prompt"):
         engine.generate([], 4)
-    for kwargs, name in [({"temperature": 0}, "temperature"), ({"temperature": -1.0}, "temperature"),
+    # temperature 0 is greedy (test_greedy_mode.py); 0 < T < 1e-4 is below the floor
+    for kwargs, name in [({"temperature": 1e-5}, "temperature"), ({"temperature": -1.0}, "temperature"),
                          ({"temperature": float("nan")}, "temperature"),
                          ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"),
                          ({"top_k": -1}, "top_k")]:
