@@ -58,6 +58,10 @@ def register(subparsers) -> None:
                    "slower than float32, measured once per machine (gpu_backend/tuning/dtype_probe.py), else float32")
     p.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--no-chat", action="store_true", help="encode the prompt as plain text")
+    p.add_argument("--backend", choices=["auto", "torch", "llama.cpp"], default="auto",
+                   help="where the models run: llama.cpp's kernels on the GGUF files as they are, or "
+                   "torch (transformers, the GGUF dequantised); auto (default): llama.cpp for GGUF "
+                   "models (the embedded ones) when llama-cpp-python is installed, else torch")
     p.add_argument("--draft-quant", choices=["auto", "none", "int8"], default="auto",
                    help="int8: dynamic int8 quantisation of the draft's linear layers (CPU; lossless for "
                    f"{', '.join(registry.names(varying_draft_rows=True))}); auto (default): int8 for the "
@@ -114,10 +118,22 @@ def build_request(args: argparse.Namespace):
     if args.recalibrate and not shape.auto:
         raise UsageError("--recalibrate: nothing is measured with --no-auto, with both --K and --L given, "
                          "or with --rule ar")
+    from spectr_gbv.gpu_backend.llamacpp.pair import resolve_backend
     from spectr_gbv.gpu_backend.models.draft_quant import resolve_mode
 
     with usage_errors():
-        quant = resolve_mode(args.draft_quant, args.draft, rule, name=f"--draft-quant {args.draft_quant}")
+        backend = resolve_backend(args.backend, args.target, args.draft if rule != "ar" else None)
+    if backend == "llama.cpp":
+        if args.draft_quant == "int8":
+            raise UsageError("--draft-quant int8 quantises a torch draft; on --backend llama.cpp the "
+                             "GGUF draft runs as it is quantised (use --backend torch)")
+        if args.dtype not in ("auto",):
+            raise UsageError(f"--dtype {args.dtype}: the llama.cpp backend runs the GGUF files as they "
+                             "are (use --backend torch to choose a dtype)")
+        quant = "none"
+    else:
+        with usage_errors():
+            quant = resolve_mode(args.draft_quant, args.draft, rule, name=f"--draft-quant {args.draft_quant}")
     V, known = check_models(args.target, args.draft if rule != "ar" else None)
     if rule != "ar":
         flags = ("--K/--L" if not shape.auto else
@@ -129,7 +145,7 @@ def build_request(args: argparse.Namespace):
         max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
         top_p=args.top_p, seed=args.seed, target=args.target, draft=args.draft, dtype=args.dtype,
         draft_quant=quant, stop_below=args.stop_below, chat=not args.no_chat, threads=args.threads,
-        recalibrate=args.recalibrate)
+        recalibrate=args.recalibrate, backend=backend)
 
 
 def check(args: argparse.Namespace) -> None:
@@ -148,8 +164,14 @@ def run(args: argparse.Namespace) -> int:
 
     request = getattr(args, "request", None) or build_request(args)  # None: check() not run
     set_threads(request.threads)
-    dtype, probe = resolve(request.dtype, refresh=request.recalibrate)
-    pair = load_models(request.target, request.draft_to_load, dtype, request.draft_quant)
+    if request.backend == "llama.cpp":
+        from spectr_gbv.cli.models import load_llamacpp_models
+
+        dtype, probe = "gguf (llama.cpp)", None
+        pair = load_llamacpp_models(request.target, request.draft_to_load, request.threads)
+    else:
+        dtype, probe = resolve(request.dtype, refresh=request.recalibrate)
+        pair = load_models(request.target, request.draft_to_load, dtype, request.draft_quant)
     if probe is not None:  # after loading: a load failure stays one line
         print(probe.summary(), file=sys.stderr)
     streamer = None

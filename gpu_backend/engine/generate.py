@@ -35,6 +35,8 @@ class GenerateRequest:
             or None.
         chat: apply the chat template; threads: torch threads (None: all cores);
         recalibrate: measure again instead of reading the cache.
+        backend: "torch" (transformers) or "llama.cpp" (the GGUF files on llama.cpp's kernels,
+            ``llamacpp.pair.resolve_backend``: already resolved).
     """
 
     prompt: str
@@ -54,6 +56,7 @@ class GenerateRequest:
     chat: bool = True
     threads: int | None = None
     recalibrate: bool = False
+    backend: str = "torch"
 
     @property
     def draft_to_load(self) -> str | None:

@@ -122,3 +122,36 @@ def load_llamacpp_pair(target: str = "target", draft: str | None = "draft", thre
                      f"target {MODEL_ALIASES.get(target, target)}"
                      + (f", draft {MODEL_ALIASES.get(draft, draft)}" if draft else "")
                      + ", GGUF on llama.cpp")
+
+
+BACKENDS = ("auto", "torch", "llama.cpp")
+
+
+def resolve_backend(backend: str, target: str, draft: str | None) -> str:
+    """The backend a generation runs on.
+
+    "auto" (``spectr-gbv generate``'s default): llama.cpp when llama-cpp-python is installed
+    and the target (and the draft, unless None) are GGUF files (embedded models or local
+    ``.gguf``): the files are then used as they are, on llama.cpp's kernels; torch
+    (transformers) otherwise.  "llama.cpp" and "torch" are taken as given.
+
+    Raises:
+        ValueError: an unknown backend, or "llama.cpp" asked for a model that is not a GGUF
+            file, or without llama-cpp-python installed (naming ``--backend``).
+    """
+    from spectr_gbv.gpu_backend.llamacpp.model import available
+
+    if backend not in BACKENDS:
+        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    gguf = is_gguf_spec(target) and is_gguf_spec(draft)
+    if backend == "auto":
+        return "llama.cpp" if gguf and available() else "torch"
+    if backend == "llama.cpp":
+        if not available():
+            raise ValueError("--backend llama.cpp: llama-cpp-python is not installed "
+                             "(scripts/install.sh installs llama-cpp-python==0.3.36)")
+        if not gguf:
+            bad = target if not is_gguf_spec(target) else draft
+            raise ValueError(f"--backend llama.cpp runs GGUF files (an embedded model or a .gguf "
+                             f"file), not {bad!r}")
+    return backend

@@ -113,12 +113,16 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
     processing of every row, for each n in ``ns``; and the context's prefill seconds.
 
     Args:
-        model: a transformers causal LM.
+        model: a transformers causal LM, or a ``LlamaCppModel`` (``llamacpp.costs``).
         context_ids: the context (≥ 2 tokens); the new tokens are its last n tokens again.
         ns: token counts ≥ 1.
     Returns:
         (seconds per n: medians of ``repeats`` timed calls; the prefill's seconds: one call).
     """
+    if getattr(model, "backend", None) == "llama.cpp":
+        from spectr_gbv.gpu_backend.llamacpp import costs
+
+        return costs.forward_costs(model, context_ids, ns, sampling, _timed, repeats)
     dev = next(model.parameters()).device
     ctx = torch.tensor([context_ids], dtype=torch.int64, device=dev)
     cache = new_cache(model)
@@ -190,7 +194,12 @@ def calibration_text(target, draft, prompt_ids: list[int], n_tokens: int = CALIB
 @torch.inference_mode()
 def teacher_forced_rows(model, prompt_ids: list[int], continuation: list[int],
                         sampling: SamplingConfig) -> torch.Tensor:
-    """float32 [n, V]: the model's processed row before each token of ``continuation``."""
+    """float32 [n, V]: the model's processed row before each token of ``continuation``
+    (a transformers causal LM, or a ``LlamaCppModel``: ``llamacpp.costs``)."""
+    if getattr(model, "backend", None) == "llama.cpp":
+        from spectr_gbv.gpu_backend.llamacpp import costs
+
+        return costs.teacher_forced_rows(model, prompt_ids, continuation, sampling)
     dev = next(model.parameters()).device
     ids = torch.tensor([prompt_ids + continuation], dtype=torch.int64, device=dev)
     n = len(continuation)
@@ -288,7 +297,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     key_acc = json.dumps(["acceptance", spec.key(), sampling.temperature, sampling.top_k, sampling.top_p,
                           max(Ks), CALIBRATION_TOKENS])
     # costs: top-k / top-p change the probability processing of every row (a sort over V)
-    device = str(next(target.parameters()).device)
+    device = ("cpu:llama.cpp" if getattr(target, "backend", None) == "llama.cpp"
+              else str(next(target.parameters()).device))
     key_costs = json.dumps(["costs", fingerprint(threads), device, spec.key(), rule, Ks, Ls,
                             sampling.top_k, sampling.top_p])
     cached, start = [], time.perf_counter()

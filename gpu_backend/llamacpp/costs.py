@@ -1,0 +1,59 @@
+"""What the auto-configuration (``tuning.autoconfig``) measures, on llama.cpp models: the same
+quantities as the torch functions it dispatches from, so that one cost model
+(``tuning.speed_model``) chooses K, L or plain sampling on either backend.
+
+Difference from the torch layouts the cost model does not see: after a K > 1 iteration the
+llama.cpp layout feeds the τ accepted tokens again in the next target batch
+(``llamacpp.layout``), so a K > 1 prediction is optimistic by about τ target tokens per
+iteration.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
+from spectr_gbv.gpu_backend.llamacpp.model import Feed
+
+
+def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig, timed,
+                  repeats: int) -> tuple[list[float], float]:
+    """As ``tuning.autoconfig.forward_costs``, on a ``LlamaCppModel``: seconds of a decode of n
+    new tokens (positions after the context, sequence 0) with every row's probability
+    processing, the n cells removed after each call; and the context's prefill seconds.
+
+    Args:
+        timed: ``autoconfig._timed`` (median of repeats after a warm-up).
+    """
+    model.clear()
+    start = time.perf_counter()
+    model.decode(Feed(tuple(context_ids), tuple(range(len(context_ids))), ((0,),) * len(context_ids), ()))
+    prefill = time.perf_counter() - start
+    held = len(context_ids)
+    out = []
+    for n in ns:
+        tokens = (list(context_ids[-n:]) if n <= held else [context_ids[-1]] * n)
+        feed = Feed(tuple(tokens), tuple(range(held, held + n)), ((0,),) * n, tuple(range(n)))
+
+        def step():
+            probabilities(model.decode(feed), sampling)
+            model.seq_rm(0, held, -1)
+
+        out.append(timed(step, repeats))
+    model.clear()
+    return out, prefill
+
+
+def teacher_forced_rows(model, prompt_ids: list[int], continuation: list[int],
+                        sampling: SamplingConfig) -> torch.Tensor:
+    """float32 [n, V]: the model's processed row before each token of ``continuation`` (one
+    llama.cpp decode of prompt + continuation from an empty cache)."""
+    ids = list(prompt_ids) + list(continuation)
+    n = len(continuation)
+    model.clear()
+    logits = model.decode(Feed(tuple(ids), tuple(range(len(ids))), ((0,),) * len(ids),
+                               tuple(range(len(prompt_ids) - 1, len(ids) - 1))))
+    model.clear()
+    return probabilities(logits, sampling)[:n]
