@@ -61,7 +61,8 @@ def register(subparsers) -> None:
     p.add_argument("--backend", choices=["auto", "torch", "llama.cpp"], default="auto",
                    help="where the models run: llama.cpp's kernels on the GGUF files as they are, or "
                    "torch (transformers, the GGUF dequantised); auto (default): llama.cpp for GGUF "
-                   "models (the embedded ones) when llama-cpp-python is installed, else torch")
+                   "models (the embedded ones) when llama-cpp-python is installed, unless --dtype or "
+                   "--draft-quant int8 is given (torch features); else torch")
     p.add_argument("--draft-quant", choices=["auto", "none", "int8"], default="auto",
                    help="int8: dynamic int8 quantisation of the draft's linear layers (CPU; lossless for "
                    f"{', '.join(registry.names(varying_draft_rows=True))}); auto (default): int8 for the "
@@ -121,8 +122,12 @@ def build_request(args: argparse.Namespace):
     from spectr_gbv.gpu_backend.llamacpp.pair import resolve_backend
     from spectr_gbv.gpu_backend.models.draft_quant import resolve_mode
 
+    # flags only the torch backend has: with --backend auto they choose it
+    torch_flags = [f for f, given in (("--dtype", args.dtype != "auto"),
+                                      ("--draft-quant", args.draft_quant == "int8")) if given]
     with usage_errors():
-        backend = resolve_backend(args.backend, args.target, args.draft if rule != "ar" else None)
+        backend = ("torch" if args.backend == "auto" and torch_flags else
+                   resolve_backend(args.backend, args.target, args.draft if rule != "ar" else None))
     if backend == "llama.cpp":
         if args.draft_quant == "int8":
             raise UsageError("--draft-quant int8 quantises a torch draft; on --backend llama.cpp the "

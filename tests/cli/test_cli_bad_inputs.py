@@ -353,8 +353,28 @@ def test_model_load_failure_names_the_flag(failing, flag, monkeypatch, capsys, t
 
     monkeypatch.setattr(weights, "load_causal_lm", load)
     code, out, err = run_main(["generate", "--prompt", "hi", "--target", "target", "--draft", "draft",
-                               "--threads", "1"], capsys)
+                               "--threads", "1", "--backend", "torch"], capsys)
     assert_one_line(code, out, err, "generate", [f"{flag} {failing}: cannot load the model", "could not load"])
+    assert "second line" not in err
+
+
+@pytest.mark.parametrize("failing", ["target", "draft"])
+def test_llamacpp_model_load_failure_names_the_flag(failing, monkeypatch, capsys, torch_threads):
+    """The same on the llama.cpp backend (``generate``'s default for the embedded GGUF models):
+    a GGUF that llama.cpp cannot load is one line naming its flag."""
+    import spectr_gbv.gpu_backend.llamacpp.pair as lp
+
+    real = lp.gguf_path
+
+    def gguf_path(spec):
+        if spec == failing:
+            raise OSError(f"spec={spec!r}: could not load\nsecond line of a long library error")
+        return real(spec)
+
+    monkeypatch.setattr(lp, "gguf_path", gguf_path)
+    code, out, err = run_main(["generate", "--prompt", "hi", "--target", "target", "--draft", "draft",
+                               "--threads", "1", "--backend", "llama.cpp"], capsys)
+    assert_one_line(code, out, err, "generate", [f"--{failing} {failing}: cannot load the model", "could not load"])
     assert "second line" not in err
 
 

@@ -188,3 +188,32 @@ def test_pair_check_names_the_first_difference(monkeypatch):
     monkeypatch.setattr(m, "is_llamacpp", lambda model: False)
     with pytest.raises(ValueError, match="draft is not"):
         check_llamacpp_pair(object(), _FakeVocab([b"a"], sp))
+
+
+def test_generate_runs_on_llamacpp_by_default_for_gguf_models(capsys, tmp_path, monkeypatch):
+    """``spectr-gbv generate`` on the embedded (GGUF) models picks llama.cpp; draft = target, so
+    every block is accepted in full (K = 2: the accepted tokens are fed again, still τ = L)."""
+    from spectr_gbv.cli import main as cli_main
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["generate", "--prompt", "Say hi.", "--target", "tiny", "--draft", "tiny", "--max-new-tokens", "8",
+            "--no-stream", "--threads", "2", "--no-auto", "--rule", "spectr", "--K", "2", "--L", "3",
+            "--seed", "0", "--temperature", "0"]
+    assert cli_main.main(argv) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("rule "))
+    assert "gguf (llama.cpp)" in line and "K=2  L=3" in line
+    assert "block efficiency 4.00" in out or "stop: eos" in line
+
+
+def test_backend_resolution():
+    from spectr_gbv.gpu_backend.llamacpp.pair import resolve_backend
+
+    assert resolve_backend("auto", "tiny", "tiny") == "llama.cpp"
+    assert resolve_backend("auto", "tiny", None) == "llama.cpp"
+    assert resolve_backend("auto", "some/hub-model", "tiny") == "torch"
+    assert resolve_backend("torch", "tiny", "tiny") == "torch"
+    with pytest.raises(ValueError, match="--backend llama.cpp runs GGUF files .* not 'some/hub-model'"):
+        resolve_backend("llama.cpp", "tiny", "some/hub-model")
+    with pytest.raises(ValueError, match="--backend must be one of auto, torch, llama.cpp"):
+        resolve_backend("cuda", "tiny", "tiny")

