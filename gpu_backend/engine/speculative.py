@@ -581,9 +581,16 @@ class SpeculativeEngine:
 
     def _check_windows(self, length: int, block: int) -> None:
         """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) with
-        blocks of at most ``block`` positions could outgrow an accepted model's sliding window."""
+        blocks of at most ``block`` positions could outgrow an accepted model's sliding window,
+        or a llama.cpp model's cache (``n_ctx`` cells)."""
         # the most positions a cache holds: the context, the last token and every tree node
         most = length + self.K * block + 1
+        if self.backend == "llama.cpp":
+            for role, m in (("target", self.target), ("draft", self.draft)):
+                if most > m.n_ctx:
+                    raise ValueError(f"{role} model's llama.cpp cache ({m.n_ctx} cells) is too short "
+                                     f"for this generation (up to {most} positions: prompt, new "
+                                     "tokens and one iteration's draft tree)")
         for role, window in self._windows:
             if most > window:
                 raise ValueError(f"{role} model's sliding window ({window}) is too short for "
@@ -729,6 +736,9 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
 
         def next_logits(pending: torch.Tensor) -> torch.Tensor:
             return target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
+    if llama and ids.numel() + max_new_tokens > target.n_ctx:
+        raise ValueError(f"target model's llama.cpp cache ({target.n_ctx} cells) is too short for "
+                         f"{ids.numel()} prompt and {max_new_tokens} new tokens")
     pending = ids[None]
     out: list[int] = []
     stop_reason = "max_new_tokens"

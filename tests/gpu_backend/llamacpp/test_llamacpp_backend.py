@@ -153,6 +153,10 @@ def test_refusals(pair):
     with pytest.raises(ValueError, match=r"sequence ids \(8,\) outside"):
         pair.target.decode(Feed((5,), (0,), ((8,),), (0,)))
     pair.target.clear()
+    with pytest.raises(ValueError, match=r"cache \(512 cells\) is too short for 6 prompt and 507 new tokens"):
+        autoregressive_generate(pair.target, PROMPT, 507)
+    with pytest.raises(ValueError, match=r"llama.cpp cache \(512 cells\) is too short for this generation"):
+        SpeculativeEngine(pair.target, pair.draft, rule="spectr", K=2, L=4).generate(PROMPT, 500)
     with pytest.raises(FileNotFoundError, match="no such GGUF file"):
         LlamaCppModel("/no/such/file.gguf")
     with pytest.raises(ValueError, match="n_seq_max must be an integer in"):
