@@ -155,12 +155,12 @@ MUTANTS: tuple[Mutant, ...] = (
 
 # Fast test files (about 2-4 minutes on 2 CPU cores unmutated): the exact reference checks, the
 # matched-noise torch-vs-reference tests and the certification of the toy and coverage cases.
-TESTS = (
+TESTS = (  # the quickest killers first: -x stops at the first failure
+    "tests/gpu_backend/certify/test_verifiers_certify.py::test_certify_coverage_case",
     "tests/oracle/test_case_coverage.py",
+    "tests/gpu_backend/verifiers/test_verifiers_matched.py",
     "tests/reference/test_lossless.py",
     "tests/reference/test_toy_values.py",
-    "tests/gpu_backend/verifiers/test_verifiers_matched.py",
-    "tests/gpu_backend/certify/test_verifiers_certify.py::test_certify_coverage_case",
     "tests/gpu_backend/certify/test_verifiers_certify.py::test_certify_toy_cases",
     "tests/gpu_backend/certify/test_verifiers_certify_distinctive.py::test_certify_toy_case",
 )
