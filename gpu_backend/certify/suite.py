@@ -11,6 +11,10 @@ reference rule's exact law given them):
   * ``large_case``: random peaked rows at V = 4,096 (oracle.certify_cases.large_models(4096, 21)),
     K = 2 (K = 1 single-draft), L = the spec's ``rows_L`` (2; SpecTr 1: beyond depth 1 its ρ*
     is solved per row, slow at V = 4,096: benchmarks/CERTIFY.md);
+  * ``coverage_case``: per rule its branch-coverage case (``RuleSpec.coverage_seeds``: V = 3-5,
+    K = 1 single-draft / 2-3, L = 3, float32), on which every outcome class its code
+    distinguishes (oracle.branches) has exact probability ≥ ``COVERAGE_FLOOR`` = 0.02
+    (tests/oracle/test_case_coverage.py);
   * ``distinctive_case``: the cases of the rules with ``distinctive_seeds`` (toy V = 3 and rows
     V = 4,096 at the spec's seeds), checked to be at TV ≥ 0.05 from the other multi-draft rules.
 bfloat16 cases use rows exact in bfloat16 that sum to exactly 1 (``bf16_exact``), and every case

@@ -11,6 +11,9 @@ Every registry rule on
     deeper levels are certified on the toy cases.  bfloat16 at V = 4,096 for K-SEQ-GBV and
     SpecTr-GBV (fixed) only: the bfloat16 path (renormalisation in prepare) is the same for every
     rule, and each V = 4,096 case costs 10-25 s on this shared 2-core CPU.
+  * every registry rule's branch-coverage case (suite.coverage_case: every outcome class of
+    oracle.branches — each τ, the weighted correction at each inner depth, each draft, the
+    Algorithm 2 record — with exact probability ≥ 0.02), float32;
   * the law-level planted case of oracle.certify_cases: the released SpecTr-GBV must be caught
     against the target's first-token law (docs/rules.md §2.5), K-SEQ-GBV must pass it.
 N = 2·10^5 samples per case at α = 1e-6 (Bonferroni over the case's four tests, five at V = 4,096
