@@ -15,7 +15,11 @@ reference/rules/*.py or gpu_backend/verifiers/*.py: wrong residual weights, off-
     says) sampled ``--samples`` times per instance with the same seeds as the unmutated one
     (matched noise): ``flip`` = the fraction of samples whose outcome changed, an upper bound
     on the TV up to sampling error, and ``TV`` = the TV between the two empirical laws (a
-    noisy estimate, biased upwards by ≈ √(flip·cells/N)).
+    noisy estimate, biased upwards by ≈ √(flip·cells/N)).  The instances are built once, by
+    the unmutated sources.  The enumerated law draws every coin afresh whatever its key
+    (reference.randomness), so a reference mutant that only reuses a coin's key has exact TV 0
+    here; it moves the law of the batched reference, whose uniforms are addressed by key
+    (reference.randomness.MatchedSource), which the matched-noise tests compare with the port.
   * Kill.  pytest on ``TESTS`` in the scratch copy (-x first; where the first failure is not
     an assertion, the list is rerun without -x): ``assertion`` if a test failed with an
     AssertionError (a plain assert, an assertion on a certification verdict) or pytest.fail /
@@ -197,16 +201,32 @@ def instances(rule: str) -> list:
     return out
 
 
-def measure(rules: list[str], what: str, n: int) -> dict:
-    """{(rule, case name): exact law dict (what = "ref") or (tau, tokens) int arrays (torch)}."""
+def load_instances(rules: list[str], cases_file: str) -> dict:
+    """{rule: its instances}, built once by the unmutated sources and pickled to ``cases_file``
+    (toy cases are chosen by the reference's law: a mutated reference must be measured on the
+    same drafts, not on the ones it would choose)."""
+    path = Path(cases_file)
+    cached = pickle.loads(path.read_bytes()) if path.is_file() else {}
+    missing = [r for r in rules if r not in cached]
+    if missing:
+        cached.update({r: instances(r) for r in missing})
+        path.write_bytes(pickle.dumps(cached))
+    return {r: cached[r] for r in rules}
+
+
+def measure(rules: list[str], what: str, n: int, cases_file: str) -> dict:
+    """{(rule, case name): exact law dict (what = "ref") or the outcomes as int64 rows
+    (τ, accepted prefix padded with −1, emitted token) of ``n`` torch samples (torch); an
+    error message instead where the mutated code raises."""
     import numpy as np
 
     from spectr_gbv.oracle.certify import chunk_seeds, exact_verdict_law
     from spectr_gbv.reference.rules import get_rule
 
     out = {}
+    cases = load_instances(rules, cases_file)
     for rule in rules:
-        for case in instances(rule):
+        for case in cases[rule]:
             if what == "ref":
                 try:
                     law = exact_verdict_law(get_rule(rule), case.draft_tokens, case.draft_probs, case.target_probs)
@@ -302,8 +322,10 @@ def env_for(scratch: Path) -> dict:
 
 def run_measure(scratch: Path, rules, what: str, n: int) -> dict:
     out = scratch / f"measure-{what}.pkl"
+    cases = scratch.parent / (scratch.name + "-cases.pkl")  # outside the copy: never patched
     proc = subprocess.run([sys.executable, str(scratch / "scripts" / "mutants.py"), "--measure", str(out),
-                           "--rules", ",".join(rules), "--what", what, "--samples", str(n)],
+                           "--rules", ",".join(rules), "--what", what, "--samples", str(n),
+                           "--cases", str(cases)],
                           cwd=scratch, env=env_for(scratch), capture_output=True, text=True)
     if proc.returncode != 0:
         return {(r, "import"): f"measure failed: {proc.stderr.strip().splitlines()[-1:]}" for r in rules}
@@ -419,11 +441,12 @@ def main(argv=None) -> int:
     ap.add_argument("--measure", help=argparse.SUPPRESS)
     ap.add_argument("--rules", help=argparse.SUPPRESS)
     ap.add_argument("--what", help=argparse.SUPPRESS)
+    ap.add_argument("--cases", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
     if args.measure:  # inner mode, in the scratch copy
         with open(args.measure, "wb") as f:
-            pickle.dump(measure(args.rules.split(","), args.what, args.samples), f)
+            pickle.dump(measure(args.rules.split(","), args.what, args.samples, args.cases), f)
         return 0
     if args.list:
         for m in MUTANTS:
@@ -482,6 +505,7 @@ def main(argv=None) -> int:
                   flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        (scratch.parent / (scratch.name + "-cases.pkl")).unlink(missing_ok=True)
     seconds = time.perf_counter() - start
     print("\n" + table(results) + "\n\n" + summary(results))
     if args.markdown:
