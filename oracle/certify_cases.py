@@ -32,6 +32,13 @@ def toy_models(V: int, seed: int, concentration: float = 1.0) -> tuple[ToyModel,
     return draft, target
 
 
+def coverage_models(V: int, seed: int) -> tuple[ToyModel, ToyModel]:
+    """A prefix-dependent (draft, target) pair drawn independently (Dirichlet(1) rows, seeds
+    ``seed`` and ``seed + 1000``): a draft far enough from the target that every depth's
+    correction, the bonus and τ = 0 all have mass (gpu_backend.certify.suite.coverage_case)."""
+    return RandomModel(V, seed, 1.0), RandomModel(V, seed + 1000, 1.0)
+
+
 def large_models(V: int = 4096, seed: int = 0) -> tuple[ToyModel, ToyModel]:
     """Random rows at a realistic vocabulary: peaked Dirichlet target, draft a 40 % mixture."""
     target = RandomModel(V, seed, 0.05)

@@ -171,6 +171,8 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
         single = registry.is_single_draft(rule)
         ref = f"{rule} exact law"
         entries.append(Entry(kind, rule, ref, "toy", lambda r=rule, s=single: suite.toy_cases(r, s)))
+        if registry.spec(rule).coverage_seeds is not None:  # every branch of the rule's code
+            entries.append(Entry(kind, rule, ref, "toy", lambda r=rule: [suite.coverage_case(r)]))
         if registry.spec(rule).distinctive_seeds is not None:
             # the non-modifying rules are certified on their own cases (as in the tests): no
             # large_case, whose seed scan computes MDBV's exact law at V = 4,096 (slow:

@@ -118,6 +118,11 @@ class RuleSpec:
         rows_L: L of the generic V = 4,096 case (SpecTr: 1, its ρ* beyond depth 1 is solved
             per row, ~0.3 ms per row at V = 4,096 on a CPU).
         engine_skip: why ``spectr-gbv certify --engine`` cannot certify the rule (None: it can).
+        coverage_seeds: (V, K, models_seed, draft_seed) of the rule's branch-coverage case
+            (suite.coverage_case: L = 3, float32, draft and target independent random models
+            oracle.certify_cases.coverage_models(V, models_seed)), chosen by a scan so that every
+            outcome class the rule's code distinguishes (oracle.branches) has exact probability
+            ≥ suite.COVERAGE_FLOOR.  None: no such case (a rule registered at run time).
         test_variants: the parameter overrides the generic torch-vs-reference tests run
             (tests/gpu_backend/verifiers/test_verifiers_cases.py RULE_VARIANTS; ``{}``: the registered
             parameters).  Empty for the merged-tree rules, which have their own fuzz
@@ -141,6 +146,7 @@ class RuleSpec:
     distinctive_seeds: tuple[int, int] | None = None
     rows_L: int = 2
     engine_skip: str | None = None
+    coverage_seeds: tuple[int, int, int, int] | None = None
     test_variants: tuple[dict, ...] = ({},)
     single_draft: bool = field(init=False, repr=False)
     modifies_targets: bool = field(init=False, repr=False)
@@ -249,17 +255,17 @@ def _builtin() -> None:
     w = "spectr_gbv.gpu_backend.certify.planted:"
     mdbv_host = "its reference rule plans every row on the host (seconds to minutes per iteration at a real vocabulary)"
     for s in (
-        RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", lossless=True,
+        RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", coverage_seeds=(5, 1, 38, 16), lossless=True,
                  citation="Leviathan et al. 2023, Alg. 1; Chen et al. 2023", summary="token verification",
                  draft_stopping=True, varying_draft_rows=True,
                  planted=(Planted("planted_sd_shared_uniform", "token verification with one uniform shared by the block",
                                   w + "SharedUniformSD", 1, 3, 3, 9, 2),)),
-        RuleSpec("spectr", SpecTr, v + "spectr:SpecTr", lossless=True,
+        RuleSpec("spectr", SpecTr, v + "spectr:SpecTr", coverage_seeds=(5, 3, 23, 7), lossless=True,
                  citation="Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3)", summary="SpecTr K-SEQ, K drafts",
                  draft_stopping=True, varying_draft_rows=True, rows_L=1,
                  planted=(Planted("planted_spectr_rho1", "K-SEQ (SpecTr) with rho = 1 at K = 2",
                                   w + "UnscaledSpecTr", 2, 2, 3, 5, 3, engine=True),)),
-        RuleSpec("bv", BlockVerification, v + "bv:BlockVerification", lossless=True,
+        RuleSpec("bv", BlockVerification, v + "bv:BlockVerification", coverage_seeds=(5, 1, 24, 15), lossless=True,
                  citation="Sun et al., Block Verification, ICLR 2025, Alg. 2", summary="block verification",
                  draft_stopping=True, varying_draft_rows=True,
                  planted=(Planted("planted_bv_shared_uniform", "BV with one uniform shared by the block",
@@ -267,13 +273,13 @@ def _builtin() -> None:
                           Planted("planted_bv_first_failure", "BV stopping at the first failed coin",
                                   w + "FirstFailureBV", 1, 3, 3, 9, 2, engine=True))),
         RuleSpec("gbv", lambda: GreedyBlockVerification(algorithm2=True), v + "gbv:GreedyBlockVerification",
-                 lossless=True, citation="Lin et al. 2026 (SpecTr-GBV), GBV baseline with Alg. 2",
+                 coverage_seeds=(5, 1, 24, 15), lossless=True, citation="Lin et al. 2026 (SpecTr-GBV), GBV baseline with Alg. 2",
                  summary="greedy block verification with Algorithm 2", params={"algorithm2": True},
                  planted=(Planted("planted_gbv_first_failure", "GBV stopping at the first failed coin",
                                   w + "FirstFailureGBV", 1, 3, 3, 9, 2, engine=True),),
                  test_variants=({}, {"algorithm2": False})),
         RuleSpec("spectr_gbv", lambda: SpecTrGBV(residual="released", algorithm2=False), v + "spectr_gbv:SpecTrGBV",
-                 lossless=False, citation="Lin et al. 2026, arXiv 2604.25925, Alg. 1 as released",
+                 coverage_seeds=(3, 3, 34, 2), lossless=False, citation="Lin et al. 2026, arXiv 2604.25925, Alg. 1 as released",
                  summary="SpecTr-GBV as released (lossy for K >= 2)",
                  params={"residual": "released", "algorithm2": False},
                  planted=(Planted("planted_spectr_gbv_shared_coins",
@@ -281,24 +287,24 @@ def _builtin() -> None:
                                   w + "SharedCoinsSpecTrGBV", 3, 3, 3, 12, 12),),
                  test_variants=({}, {"residual": "consistent"})),
         RuleSpec("spectr_gbv_fixed", lambda: SpecTrGBV(residual="consistent", algorithm2=True),
-                 v + "spectr_gbv:SpecTrGBV", lossless=False,
+                 v + "spectr_gbv:SpecTrGBV", coverage_seeds=(3, 3, 34, 2), lossless=False,
                  citation="Lin et al. 2026, Alg. 1 with the (1 - m)^K residual and Alg. 2",
                  summary="SpecTr-GBV, consistent residual + Algorithm 2 (still lossy)",
                  params={"residual": "consistent", "algorithm2": True}, bench=False,
                  planted=(Planted("planted_spectr_gbv_fixed_shared_coins",
                                   "SpecTr-GBV (consistent residual, Alg. 2) with every draft reading draft 0's coins",
                                   w + "SharedCoinsSpecTrGBVFixed", 3, 3, 3, 12, 12),)),
-        RuleSpec("kseq_gbv", lambda: KSeqGBV(algorithm2=True), v + "kseq_gbv:KSeqGBV", lossless=True,
+        RuleSpec("kseq_gbv", lambda: KSeqGBV(algorithm2=True), v + "kseq_gbv:KSeqGBV", coverage_seeds=(3, 3, 4, 11), lossless=True,
                  citation="this project (docs: K-SEQ-GBV)", summary="lossless greedy multi-draft (K-SEQ-GBV)",
                  params={"algorithm2": True},
                  planted=(Planted("planted_kseq_gbv_rho1", "K-SEQ-GBV with rho = 1 at K = 2",
                                   w + "UnscaledKSeqGBV", 2, 2, 3, 5, 3, engine=True),)),
-        RuleSpec("kseq_bv", KSeqBV, v + "kseq_bv:KSeqBV", lossless=True,
+        RuleSpec("kseq_bv", KSeqBV, v + "kseq_bv:KSeqBV", coverage_seeds=(3, 3, 4, 11), lossless=True,
                  citation="this project: K-SEQ over the drafts, BV along the winner", summary="K-SEQ-BV",
                  draft_stopping=True, distinctive_seeds=(14, 29), test_variants=(),
                  planted=(Planted("planted_kseq_bv_rho1", "K-SEQ-BV with rho = 1 at K = 2",
                                   w + "UnscaledKSeqBV", 2, 2, 3, 5, 3),)),
-        RuleSpec("traversal", TraversalVerification, v + "traversal:TraversalVerification", lossless=True,
+        RuleSpec("traversal", TraversalVerification, v + "traversal:TraversalVerification", coverage_seeds=(5, 2, 24, 7), lossless=True,
                  citation="Weng et al., Traversal Verification, NeurIPS 2025",
                  summary="Traversal Verification on the merged tree", draft_stopping=True,
                  distinctive_seeds=(14, 29), test_variants=(),
@@ -306,7 +312,7 @@ def _builtin() -> None:
                                   "Traversal Verification keeping a parent's acceptance probability when it deletes a child",
                                   w + "StaleAlphaTraversal", 3, 3, 3, 12, 14),)),
         # MDBV accepts the whole block of toy seed 14
-        RuleSpec("mdbv", MultiDraftBlockVerification, v + "mdbv:MultiDraftBlockVerification", lossless=True,
+        RuleSpec("mdbv", MultiDraftBlockVerification, v + "mdbv:MultiDraftBlockVerification", coverage_seeds=(3, 3, 19, 13), lossless=True,
                  citation="this project: multi-draft block verification (proofs_check/NON_MODIFYING_RULES.md)",
                  summary="multi-draft block verification (host plan: slow at large V)", bench=False,
                  draft_stopping=True, distinctive_seeds=(15, 29), engine_skip=mdbv_host, test_variants=(),
@@ -314,7 +320,7 @@ def _builtin() -> None:
                                   "MDBV with every node reading draft 0's coin at its depth",
                                   w + "SharedCoinsMDBV", 3, 3, 3, 12, 15),)),
         # at rows seed 29 MDBV-KSEQ's law is within TV 0.05 of SpecTr's: 38
-        RuleSpec("mdbv_kseq", MDBVKSeq, v + "mdbv_kseq:MDBVKSeq", lossless=True,
+        RuleSpec("mdbv_kseq", MDBVKSeq, v + "mdbv_kseq:MDBVKSeq", coverage_seeds=(4, 3, 36, 17), lossless=True,
                  citation="this project: MDBV with K-SEQ node selection (proofs_check/NON_MODIFYING_RULES.md §8)",
                  summary="MDBV with K-SEQ at every node (batched, no host plan)", draft_stopping=True,
                  distinctive_seeds=(16, 38), test_variants=(),

@@ -61,9 +61,9 @@ def test_exit_zero_json_and_markdown_when_everything_passes(tmp_path, capsys):
     for r in rows:
         if r["mean_ci"] is not None and r["kind"] != "planted":
             assert r["mean_ci"][0] <= r["exact_mean_tau"] <= r["mean_ci"][1]
-    # bv: toy float32 + bfloat16, rows V = 4,096 float32 (quick), law-level
+    # bv: toy float32 + bfloat16, branch coverage float32, rows V = 4,096 float32 (quick), law-level
     assert sorted((r["dtype"], r["case"].split()[1]) for r in rows if r["rule"] == "bv") == [
-        ("bfloat16", "toy"), ("float32", "rows"), ("float32", "toy"), ("float64", "vs")]
+        ("bfloat16", "toy"), ("float32", "coverage"), ("float32", "rows"), ("float32", "toy"), ("float64", "vs")]
     assert "CERTIFIED" in out and "NOT CERTIFIED" not in out and "planted_bv_first_failure" in out
     text = md.read_text()
     assert not text.startswith("#")  # embedded under a heading by `spectr-gbv report`

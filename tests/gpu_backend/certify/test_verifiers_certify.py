@@ -11,6 +11,9 @@ Every registry rule on
     deeper levels are certified on the toy cases.  bfloat16 at V = 4,096 for K-SEQ-GBV and
     SpecTr-GBV (fixed) only: the bfloat16 path (renormalisation in prepare) is the same for every
     rule, and each V = 4,096 case costs 10-25 s on this shared 2-core CPU.
+  * every registry rule's branch-coverage case (suite.coverage_case: every outcome class of
+    oracle.branches — each τ, the weighted correction at each inner depth, each draft, the
+    Algorithm 2 record — with exact probability ≥ 0.02), float32;
   * the law-level planted case of oracle.certify_cases: the released SpecTr-GBV must be caught
     against the target's first-token law (docs/rules.md §2.5), K-SEQ-GBV must pass it.
 N = 2·10^5 samples per case at α = 1e-6 (Bonferroni over the case's four tests, five at V = 4,096
@@ -36,7 +39,7 @@ import pytest
 import torch
 
 # the cases and the torch adapter are shared with `spectr-gbv certify`
-from spectr_gbv.gpu_backend.certify.suite import TOY_SEED, large_case, suite_verifier, toy_cases
+from spectr_gbv.gpu_backend.certify.suite import TOY_SEED, coverage_case, large_case, suite_verifier, toy_cases
 from spectr_gbv.gpu_backend.verifiers import VERIFIERS
 from spectr_gbv.oracle.certify import certify
 from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
@@ -72,6 +75,20 @@ def test_certify_toy_cases(rule):
         assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
         assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
         assert r.detectable_tv < 0.015 and r.zero_cell_violations == 0  # whole law: no pooled mass here
+
+
+@pytest.mark.parametrize("rule", tuple(VERIFIERS))
+def test_certify_coverage_case(rule):
+    """Every rule (the distinctive ones too) on its branch-coverage case (suite.coverage_case:
+    every outcome class of oracle.branches has exact probability ≥ 0.02,
+    tests/oracle/test_case_coverage.py), float32, N = 2·10^5, α = 1e-6.  The torch BV verifier
+    with the residual (q − p)_+ instead of (p_τ·q − p)_+ moves this law by TV 0.0822 and fails
+    here (p < 1e-100 on the bv case, 2026-12-02); it passed every case before (issue 27)."""
+    report = run([coverage_case(rule)], torch.float32, chunk=16384)
+    r = report.results[0]
+    assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
+    assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
+    assert r.detectable_tv < 0.015 and r.zero_cell_violations == 0
 
 
 LARGE = [(rule, "float32") for rule in CERTIFIED_HERE] + [("kseq_gbv", "bfloat16"), ("spectr_gbv_fixed", "bfloat16")]
