@@ -159,3 +159,26 @@ def sampleable(probs: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     """
     uniform = torch.full_like(probs[..., :1], 1.0 / probs.shape[-1])
     return torch.where(ok.unsqueeze(-1), probs, uniform)
+
+
+def inverse_cdf_rows(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token per row by inversion of the cumulative distribution: token k when
+    c[k−1] ≤ u·c[V−1] < c[k], c the float64 cumulative sum of the row (the row need not be
+    normalised).  With u uniform on [0, 1) this draws exactly from the row up to float64
+    rounding of c (about V·2^-53 in total variation), and a token of probability 0 is never
+    drawn (its interval is empty); at V = 151,936 it takes about 0.14 ms on a CPU core,
+    ``torch.multinomial`` about 2.7 ms (the llama.cpp backend's plain sampling uses it: there
+    a token costs ~100 ms of model time, and 3 % of it matters).
+
+    Args:
+        probs: float [R, V], finite, ≥ 0, each row with a positive entry (``sampleable`` rows).
+        u: float64 [R] in [0, 1).
+    Returns:
+        int64 [R], each in [0, V) with probs[r, token] > 0.
+    """
+    c = torch.cumsum(probs, dim=-1, dtype=torch.float64)
+    tokens = torch.searchsorted(c, (u.to(torch.float64) * c[:, -1])[:, None], right=True)[:, 0]
+    # u·c[V−1] rounds below c[V−1] for u < 1, so tokens < V; kept as a guard for the last
+    # positive entry all the same
+    last = probs.shape[-1] - 1 - (probs > 0).flip(-1).to(torch.int8).argmax(-1)
+    return torch.minimum(tokens, last)

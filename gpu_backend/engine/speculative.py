@@ -65,7 +65,8 @@ from spectr_gbv.reference.seeds import generator_seed, resolve_seed  # also re-e
 from spectr_gbv.gpu_backend.engine.kv import new_cache, rollback_problem, sliding_window_limit
 from spectr_gbv.gpu_backend.engine.layouts import BatchedLayout, DraftState, PackedLayout, sample_rows
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.engine.sampling import (SamplingConfig, finite_rows, inverse_cdf_rows, probabilities,
+                                                    sampleable)
 from spectr_gbv.gpu_backend.engine.stack import ModificationStack
 
 from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
@@ -745,7 +746,11 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     while len(out) < max_new_tokens:
         p = probabilities(next_logits(pending), sampling)
         ok = finite_rows(p)
-        pending = sample_rows(sampleable(p, ok), gen)[:, None]
+        if llama:  # the same law, 20× faster than multinomial at V = 151,936 (inverse_cdf_rows)
+            u = torch.rand(1, generator=gen, dtype=torch.float64)
+            pending = inverse_cdf_rows(sampleable(p, ok), u)[:, None]
+        else:
+            pending = sample_rows(sampleable(p, ok), gen)[:, None]
         token, finite = torch.cat([pending[0], ok.to(torch.int64)]).tolist()  # one sync
         if not finite:
             raise NonFiniteError(f"target model gave a non-finite probability row (NaN or inf "

@@ -1,6 +1,8 @@
 """The speculative engine's steps 1–2 (draft, score) and 5 (cut back) on llama.cpp models
-(``LlamaCppModel``): the same rows, tokens and generator draws as ``engine.layouts.PackedLayout``,
-with the draft tree fed as llama.cpp sequences instead of a 4-D attention mask.
+(``LlamaCppModel``): the same rows as ``engine.layouts.PackedLayout``, with the draft tree fed
+as llama.cpp sequences instead of a 4-D attention mask, and the draft tokens drawn by inverse
+CDF (``sampling.inverse_cdf_rows``: the same law as ``torch.multinomial``, 20× faster at
+V = 151,936) from the run's generator.
 
 Cache layout (both models), between iterations: sequence 0 holds the first ``state.t_len``
 (target) or ``state.d_len`` (draft) positions of the context, in cache cells whose order is
@@ -31,10 +33,15 @@ from __future__ import annotations
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.layouts import DraftState, Layout, _draw_draft
-from spectr_gbv.gpu_backend.engine.sampling import finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.engine.layouts import DraftState, Layout
+from spectr_gbv.gpu_backend.engine.sampling import finite_rows, inverse_cdf_rows, probabilities, sampleable
 from spectr_gbv.gpu_backend.engine.tree import DraftTree
 from spectr_gbv.gpu_backend.llamacpp.model import Feed
+
+
+def _draw(rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token per row of ``rows`` float32 [R, V] (sampleable), by inverse CDF."""
+    return inverse_cdf_rows(rows, torch.rand(rows.shape[0], generator=gen, dtype=torch.float64))
 
 
 def _drafts_through(tree: DraftTree, depth: int, first: int, last: int) -> list[tuple[int, ...]]:
@@ -94,8 +101,7 @@ class LlamaCppLayout(Layout):
         ok = finite_rows(p_first)
         state.draft_ok[:, 0] = ok
         state.draft_probs[:, 0] = p_first
-        state.draft_tokens[:, 0] = torch.multinomial(sampleable(p_first, ok), K,
-                                                     replacement=True, generator=state.gen)[0]
+        state.draft_tokens[:, 0] = _draw(sampleable(p_first, ok).expand(K, -1), state.gen)
         state.tree = tree = DraftTree(K, share_prefixes=True)
         new, _ = tree.add_depth(state.draft_tokens[:, 0].tolist())
         node_tokens = list(new)
@@ -109,7 +115,9 @@ class LlamaCppLayout(Layout):
                 tuple(_drafts_through(tree, i, first, last)), tuple(range(last - first))))
             rows = probabilities(rows_logits, self.draft_sampling)
             state.draft_probs[:, i] = rows[torch.tensor(tree.node_of[i - 1]) - first]
-            state.draft_tokens[:, i] = _draw_draft(state, i)
+            ok = finite_rows(state.draft_probs[:, i])
+            state.draft_ok[:, i] = ok
+            state.draft_tokens[:, i] = _draw(sampleable(state.draft_probs[:, i], ok), state.gen)
             new, _ = tree.add_depth(state.draft_tokens[:, i].tolist())
             node_tokens += new
         return self._score_tree(state, tree, node_tokens)

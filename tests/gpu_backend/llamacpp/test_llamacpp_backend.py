@@ -113,17 +113,19 @@ def test_draft_equal_to_target_accepts_every_draft(pair):
 
 
 def test_plain_sampling_is_seeded_and_matches_the_rows(pair):
-    """The llama.cpp plain sampler is reproducible per seed, and its first token is drawn from
-    the uncached row (the same generator draw as a multinomial on that row)."""
+    """The llama.cpp plain sampler is reproducible per seed, and its first token is the
+    inverse-CDF draw of the run generator's first uniform on the uncached row."""
     s = SamplingConfig(1.0)
     a = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11)
     b = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11)
     assert a.tokens == b.tokens and len(a.tokens) == 8
     from spectr_gbv.gpu_backend.engine.speculative import seeded_generator
 
+    from spectr_gbv.gpu_backend.engine.sampling import inverse_cdf_rows
+
     row = _uncached_rows(pair.target, PROMPT, s)
-    first = int(torch.multinomial(row[None], 1, replacement=True, generator=seeded_generator(11, "cpu"))[0, 0])
-    assert a.tokens[0] == first
+    u = torch.rand(1, generator=seeded_generator(11, "cpu"), dtype=torch.float64)
+    assert a.tokens[0] == int(inverse_cdf_rows(row[None], u)[0])
 
 
 def test_non_finite_target_rows_are_refused(pair, monkeypatch):
