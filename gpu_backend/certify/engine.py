@@ -32,6 +32,16 @@ must pass all three; a planted wrong rule (``registry.planted()``: the real torc
 with one deliberate change, run through the engine with ``verifier=`` and ``rule=`` its base)
 must be caught by (b) — one of its two τ tests rejects at α/3.
 
+Designed power of the planted rows: each planted defect the engine runs has a reference
+analogue whose exact τ law given an iteration's rows is known (``planted_laws``), so the shift
+of mean τ it causes on the rows run, and the mean test's power at α/3 with them
+(``planted_power``: ``oracle.stats.paired_mean_power``, normal approximation), are computed,
+not hoped for.  A planted row drafts blocks of ``PLANTED_L`` = 8 (its shift per iteration grows
+with L) and runs on past N, 10 runs at a time, until that power is ≥ ``TARGET_POWER`` = 0.99
+(at most ``PLANTED_MAX_FACTOR`` × N); the row states N, the shift, the TV of the averaged τ
+laws and the power (a lower bound on the row's: it is caught when either τ test rejects).
+Defects without an analogue (``planted_mdbv_kseq_fallback``) run N and state no power.
+
 Why ``tau_law`` and not ``oracle.certify.exact_verdict_law``: the full law enumerates the
 emitted token too (V branches per iteration: far too slow at V = 49,152; measured in
 benchmarks/ENGINE_CERTIFICATE.md).  Every reference
