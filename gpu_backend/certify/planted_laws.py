@@ -19,6 +19,7 @@ tests/gpu_backend/certify/test_planted_power.py):
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -235,6 +236,16 @@ def _sampled_tau_law(name: str, case, draws: int = SAMPLED_DRAWS, seed: int = 7)
     return p, 0.5 * float(np.sqrt(p * (1 - p) / counts.sum()).sum())
 
 
+@functools.lru_cache(maxsize=None)
+def _sampled_default(name: str):
+    """``_sampled_tau_law`` of a registered planted defect on its case (cached per process:
+    the quick and the full plan, and every N, share one sample)."""
+    from spectr_gbv.gpu_backend.certify import suite
+    from spectr_gbv.reference.rules import registry
+
+    return _sampled_tau_law(name, suite.planted_case(registry.planted()[name]))
+
+
 def planted_case_power(planted, n: int, alpha: float) -> CasePower:
     """Effect and power of a planted defect's row of the verifier certificate
     (``suite.planted_case``): its τ law (exact through its reference analogue, else sampled)
@@ -268,7 +279,7 @@ def planted_case_power(planted, n: int, alpha: float) -> CasePower:
         p1 /= p1.sum()
         tv = 0.5 * float(np.abs(p1 - p0).sum())
         return CasePower(planted.name, "law of τ", tv, True, n, a, gtest_power(p0, p1, n, a))
-    p1, se = _sampled_tau_law(planted.name, case)
+    p1, se = _sampled_default(planted.name)
     tv = 0.5 * float(np.abs(p1 - p0).sum())
     shrink = max(0.0, 1.0 - 4 * se / tv) if tv > 0 else 0.0
     return CasePower(planted.name, "law of τ", tv, False, n, a, gtest_power(p0, p0 + shrink * (p1 - p0), n, a))
