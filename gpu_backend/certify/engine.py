@@ -36,8 +36,8 @@ Designed power of the planted rows: each planted defect the engine runs has a re
 analogue whose exact τ law given an iteration's rows is known (``planted_laws``), so the shift
 of mean τ it causes on the rows run, and the mean test's power at α/3 with them
 (``planted_power``: ``oracle.stats.paired_mean_power``, normal approximation), are computed,
-not hoped for.  A planted row drafts blocks of ``PLANTED_L`` = 8 (its shift per iteration grows
-with L) and runs on past N, 10 runs at a time, until that power is ≥ ``TARGET_POWER`` = 0.99
+not hoped for.  A planted row runs the shape ``planted_shape`` chose for a larger effect (ρ = 1
+defects K = 3; the other defects with an exact law blocks of L = 8) and runs on past N, 10 runs at a time, until that power is ≥ ``TARGET_POWER`` = 0.99
 (at most ``PLANTED_MAX_FACTOR`` × N); the row states N, the shift, the TV of the averaged τ
 laws and the power (a lower bound on the row's: it is caught when either τ test rejects).
 Defects without an analogue (``planted_mdbv_kseq_fallback``) run N and state no power.
@@ -90,12 +90,17 @@ LOG_SECONDS = 30.0  # ... or seconds, whichever comes first
 # PLANTED_MAX_FACTOR × n_seeds runs
 TARGET_POWER = 0.99
 PLANTED_MAX_FACTOR = 4
-# planted rows draft blocks of this length (the lossless rows: L): each wrong acceptance rule
-# errs at every depth, so its mean τ shift per iteration grows with L.  Measured on the tiny
-# pair (2-3 runs each): shared-uniform SD shifts mean τ by 0.11 per iteration at L = 4 (about
-# 2,600 iterations for power 0.99 at α/3 = 3.3e-4, ~380 runs) and by 0.42 at L = 8 (~360
-# iterations, ~42 runs); SpecTr with ρ = 1 by 0.15 at L = 4 (~230 runs)
+# the planted rows' shape (``planted_shape``), chosen for a larger known effect.  Measured on
+# the tiny pair (pilot runs, seeds from 0; iterations for power 0.99 at α/3 = 3.3e-4):
+#   shared-uniform SD: mean τ shift 0.11 per iteration at L = 4 (~2,600 iterations, ~380
+#     runs), 0.42 at L = 8 (~360 iterations, ~42 runs): each wrong coin errs at every depth;
+#   SpecTr with ρ = 1: 0.148 at K = 2, L = 4 (~1,500, ~230 runs); 0.13 at K = 2, L = 8
+#     (10 runs: ~2,240, ~460 runs); 0.29 at K = 3, L = 4 (8 runs: ~350, ~61 runs); 0.15 at K = 4
+#     (8 runs: ~1,400): ρ* − 1 grows with K, but so does the chance that a second draft saves
+#     the block anyway;
+#   GBV stopping at the first failure: −0.35 at L = 8 (power 1 − 2e-13 after 107 iterations).
 PLANTED_L = 8
+RHO1_K = 3
 
 
 def __getattr__(name: str):
@@ -109,6 +114,21 @@ def engine_rules() -> tuple[str, ...]:
     registry's lossless rules without an ``engine_skip``)."""
     skipped = registry.engine_skipped()
     return tuple(r for r in registry.names(lossless=True) if r not in skipped)
+
+
+def planted_shape(name: str, K: int, L: int) -> tuple[int, int]:
+    """The (K, L) a planted row runs (the lossless rows run (K, L)): ρ = 1 defects at K =
+    max(K, ``RHO1_K``) and L; the other defects with an exact law (``planted_laws.has_law``) at
+    K and L = ``PLANTED_L``; defects without one at (K, L), as measured before.  Single-draft
+    bases run K = 1 whatever is asked (``run_rule``).  The measurements behind these choices:
+    the comment at ``PLANTED_L``."""
+    from spectr_gbv.gpu_backend.certify.planted_laws import has_law
+
+    if name.endswith("_rho1"):
+        return max(K, RHO1_K), L
+    if has_law(name):
+        return K, PLANTED_L
+    return K, L
 
 
 def planted_for(rules) -> tuple[str, ...]:
@@ -488,7 +508,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
                    first_seed: int = 0, eos_token_ids=(), setup: str = "",
                    progress: Callable[[EngineRow], None] | None = None,
                    log: Callable[[str], None] | None = None,
-                   planted_L: int | None = PLANTED_L) -> EngineCertification:
+                   planted_shapes: bool = True) -> EngineCertification:
     """Certify the engine for each rule in ``rules`` (and each planted rule in ``planted``;
     default ``planted_for(rules)``).
 
@@ -503,7 +523,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
             T = ``DEFAULT_DRAFT_TEMPERATURE``).
         progress: called with each row when it is done.
         log: called with a progress line every ``LOG_EVERY`` runs or ``LOG_SECONDS`` s of a rule.
-        planted_L: the planted rows' block length (default ``PLANTED_L``; None: L).
+        planted_shapes: run each planted row at ``planted_shape`` (default); False: at (K, L).
     A planted row with an exact law (``planted_laws``) runs N = n_seeds, then more runs (10 at
     a time) until its mean test's power at α/3 on the rows it ran reaches ``TARGET_POWER``
     (``planted_power``), at most ``PLANTED_MAX_FACTOR`` × n_seeds; its row states N, the effect
@@ -532,10 +552,10 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
     rows = []
     for name, kind in [(r, "lossless") for r in rules] + [(p, "planted") for p in planted]:
         t0 = time.perf_counter()
-        row_L = planted_L if kind == "planted" and planted_L is not None else L
+        row_K, row_L = planted_shape(name, K, L) if kind == "planted" and planted_shapes else (K, L)
         try:
             runs = run_rule(target, draft, name, prompt_ids, n_seeds, max_new_tokens, sampling,
-                            draft_sampling, K, row_L, first_seed, eos_token_ids, log)
+                            draft_sampling, row_K, row_L, first_seed, eos_token_ids, log)
             if kind == "planted":  # N chosen from the effect: run on until the power is reached
                 most = PLANTED_MAX_FACTOR * n_seeds
                 while len(runs.first_tokens) < most:
@@ -547,11 +567,11 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
                         log(f"{name}: power {pw.power:.3f} < {TARGET_POWER} at N = {done} (mean τ shift "
                             f"{pw.shift:+.3f}): running more")
                     _extend(runs, run_rule(target, draft, name, prompt_ids, min(LOG_EVERY, most - done),
-                                           max_new_tokens, sampling, draft_sampling, K, row_L,
+                                           max_new_tokens, sampling, draft_sampling, row_K, row_L,
                                            first_seed + done, eos_token_ids, log))
             row = certify_runs(runs, first_law, alpha, kind)
         except (ValueError, RuntimeError) as err:
-            row = EngineRow(name, name, kind, K, row_L, n_seeds, 0, alpha,
+            row = EngineRow(name, name, kind, row_K, row_L, n_seeds, 0, alpha,
                             error=(str(err).splitlines() or [type(err).__name__])[0])
         row.seconds = time.perf_counter() - t0
         rows.append(row)

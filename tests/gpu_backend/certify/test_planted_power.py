@@ -192,3 +192,13 @@ def test_certify_engine_cli_prints_progress_without_a_terminal(monkeypatch, caps
     err = capsys.readouterr().err
     assert "certify --engine: gbv: 10/60 runs" in err  # stderr is captured: not a terminal
     assert "CAUGHT planted_gbv_first_failure" in err and "power 0.999900" in err
+
+
+def test_planted_shapes_are_the_measured_ones():
+    # ρ = 1 defects: K = 3 (SpecTr's mean τ shift 0.29 per iteration against 0.15 at K = 2);
+    # the other defects with an exact law: L = 8; planted_mdbv_kseq_fallback as before
+    assert ec.planted_shape("planted_spectr_rho1", 2, 4) == (3, 4)
+    assert ec.planted_shape("planted_kseq_gbv_rho1", 4, 4) == (4, 4)
+    assert ec.planted_shape("planted_sd_shared_uniform", 2, 4) == (2, 8)
+    assert ec.planted_shape("planted_gbv_first_failure", 2, 4) == (2, 8)
+    assert ec.planted_shape("planted_mdbv_kseq_fallback", 2, 4) == (2, 4)
