@@ -95,7 +95,7 @@ PLANTED_MAX_FACTOR = 4
 #   shared-uniform SD: mean τ shift 0.11 per iteration at L = 4 (~2,600 iterations, ~380
 #     runs), 0.42 at L = 8 (~360 iterations, ~42 runs): each wrong coin errs at every depth;
 #   SpecTr with ρ = 1: 0.148 at K = 2, L = 4 (~1,500, ~230 runs); 0.13 at K = 2, L = 8
-#     (10 runs: ~2,240, ~460 runs); 0.29 at K = 3, L = 4 (8 runs: ~350, ~61 runs); 0.15 at K = 4
+#     (10 runs: ~2,240, ~460 runs); 0.26 at K = 3, L = 4 (20 runs: ~490, ~87 runs); 0.15 at K = 4
 #     (8 runs: ~1,400): ρ* − 1 grows with K, but so does the chance that a second draft saves
 #     the block anyway;
 #   GBV stopping at the first failure: −0.35 at L = 8 (power 1 − 2e-13 after 107 iterations).

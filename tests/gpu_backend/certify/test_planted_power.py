@@ -195,7 +195,7 @@ def test_certify_engine_cli_prints_progress_without_a_terminal(monkeypatch, caps
 
 
 def test_planted_shapes_are_the_measured_ones():
-    # ρ = 1 defects: K = 3 (SpecTr's mean τ shift 0.29 per iteration against 0.15 at K = 2);
+    # ρ = 1 defects: K = 3 (SpecTr's mean τ shift 0.26 per iteration against 0.15 at K = 2);
     # the other defects with an exact law: L = 8; planted_mdbv_kseq_fallback as before
     assert ec.planted_shape("planted_spectr_rho1", 2, 4) == (3, 4)
     assert ec.planted_shape("planted_kseq_gbv_rho1", 4, 4) == (4, 4)
