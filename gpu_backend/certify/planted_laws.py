@@ -12,8 +12,13 @@ tests/gpu_backend/certify/test_planted_power.py):
     to lie in);
   * ``planted_gbv_first_failure``, ``planted_bv_first_failure``: τ = (the first i whose coin
     fails) − 1, L if none, instead of the last success;
-  * ``planted_spectr_rho1``, ``planted_kseq_gbv_rho1``: ρ = 1 instead of ρ*.
-``planted_mdbv_kseq_fallback`` has no analogue here (its law is not stated: None).
+  * ``planted_spectr_rho1``, ``planted_kseq_gbv_rho1``, ``planted_kseq_bv_rho1``: ρ = 1 instead
+    of ρ*.
+The coin-sharing defects of the multi-draft rules (``planted_spectr_gbv*_shared_coins``,
+``planted_mdbv_shared_coins``), ``planted_traversal_stale_alpha`` and
+``planted_mdbv_kseq_fallback`` have no analogue here (``planted_tau_law`` returns None): the
+verifier certificate samples their τ law (``planted_case_power``), the engine certificate
+states no power for ``planted_mdbv_kseq_fallback``.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ def _bv_first_failure_rule():
 # name → (base rule, how: "shared" source, or a context manager factory patching the reference)
 def _analogue(name):
     from spectr_gbv.reference.rules import gbv as ref_gbv
+    from spectr_gbv.reference.rules import kseq_bv as ref_kseq_bv
     from spectr_gbv.reference.rules import kseq_gbv as ref_kseq_gbv
     from spectr_gbv.reference.rules import spectr as ref_spectr
     from spectr_gbv.reference.rules import get_rule
@@ -108,6 +114,8 @@ def _analogue(name):
                                 lambda: _patched(ref_spectr, "rho_star", _rho_one)),
         "planted_kseq_gbv_rho1": (lambda: get_rule("kseq_gbv"), False,
                                   lambda: _patched(ref_kseq_gbv, "rho_star", _rho_one)),
+        "planted_kseq_bv_rho1": (lambda: get_rule("kseq_bv"), False,
+                                 lambda: _patched(ref_kseq_bv, "rho_star", _rho_one)),
     }
     return table.get(name)
 
@@ -146,13 +154,6 @@ def planted_tau_law(name: str, draft_tokens, draft_probs, target_probs) -> np.nd
 
 
 # -- the verifier certificate's planted rows: effect size and power ------------------------------
-
-def _kseq_bv_rho1():
-    from spectr_gbv.reference.rules import get_rule
-    from spectr_gbv.reference.rules import kseq_bv as ref_kseq_bv
-
-    return lambda: get_rule("kseq_bv"), False, lambda: _patched(ref_kseq_bv, "rho_star", _rho_one)
-
 
 def gtest_power(p0, p1, n: int, alpha: float) -> float:
     """Power of a G-test of n counts against the law ``p0`` when they are drawn from ``p1``
@@ -263,7 +264,7 @@ def planted_case_power(planted, n: int, alpha: float) -> CasePower:
     law = exact_verdict_law(get_rule(planted.base), case.draft_tokens, case.draft_probs, case.target_probs)
     p0 = suite.tau_law(law, case.L)
     a = alpha / family_size(law)
-    entry = _analogue(planted.name) or (_kseq_bv_rho1() if planted.name == "planted_kseq_bv_rho1" else None)
+    entry = _analogue(planted.name)
     if entry is not None:
         make, shared, patch = entry
         rule = make()
