@@ -44,7 +44,8 @@ def test_interleaved_medians_drop_a_transient_load():
         return call
 
     secs, quality = timed_interleaved([fn(i) for i in range(3)], repeats=5, clock=clock,
-                                      cpu_clock=lambda: clock.now, threads=1)
+                                      cpu_clock=lambda: clock.now, machine_clock=lambda: clock.now,
+                                      threads=1, cores=2)
     assert secs == pytest.approx(base, abs=1e-12)
     # interleaved: warm-ups 0, 1, 2, then rounds 0, 1, 2, 0, 1, 2, ...
     assert calls == [0, 1, 2] + [0, 1, 2] * 5
@@ -53,18 +54,28 @@ def test_interleaved_medians_drop_a_transient_load():
     assert not quality.quiet and "busy while timing" in quality.line()
 
 
-def test_quiet_machine_and_cpu_share():
+def test_quiet_machine_and_other_processes_load():
     clock = FakeClock()
+    machine = {"busy": 0.0}
 
     def call():
         clock.now += 0.01
+        machine["busy"] += 0.01 + 0.014  # this process, and others using 1.4 cores meanwhile
 
-    secs, q = timed_interleaved([call], repeats=3, clock=clock, cpu_clock=lambda: clock.now, threads=1)
+    secs, q = timed_interleaved([call], repeats=3, clock=clock, cpu_clock=lambda: clock.now,
+                                machine_clock=lambda: machine["busy"], threads=1, cores=2)
     assert secs == [pytest.approx(0.01)] and q.spread == pytest.approx(0.0, abs=1e-9)
-    assert q.cpu_share == pytest.approx(1.0) and q.quiet
-    # another process holding the core: this one got 40 % of it (< BUSY_CPU_SHARE = 0.5)
-    assert not TimingQuality(0.0, 0.4, 3).quiet and TimingQuality(0.25, 0.5, 3).quiet
-    assert not TimingQuality(0.26, float("nan"), 3).quiet and TimingQuality(0.1, float("nan"), 3).quiet
+    # 1.4 other cores with 1 free: within the 0.5 slack, quiet
+    assert q.other_cores == pytest.approx(1.4) and q.free_cores == 1.0 and q.quiet
+    # another process holding this one's core: 2.1 other cores with 1 free → busy, in one line
+    busy = TimingQuality(0.0, 2.1, 1.0, 3)
+    assert not busy.quiet and "other processes used 2.1 cores with 1 free" in busy.line()
+    assert "\n" not in busy.line()
+    assert not TimingQuality(0.26, float("nan"), 1.0, 3).quiet and TimingQuality(0.1, float("nan"), 1.0, 3).quiet
+    assert busy.merged(TimingQuality(0.3, 0.2, 3.0, 2)) == TimingQuality(0.3, 2.1, 1.0, 5)
+    # the real counters: a number of cores' worth ≥ 0 (or NaN off Linux)
+    _, real = timed_interleaved([lambda: sum(range(1000))], repeats=3)
+    assert real.other_cores >= 0 or real.other_cores != real.other_cores
 
 
 def test_compare_thresholds_at_25_percent_either_way():
@@ -140,10 +151,10 @@ def test_a_planted_stale_cache_is_timed_again_after_one_line(tiny_pair, factor):
     assert sorted(again.cached) == ["acceptance", "text"]
     assert sum("marked stale" in x for x in lines) == 1 and "timing the models and the verifier again" in lines[0]
     assert "stale" not in json.loads(path.read_text())["entries"][first.costs_key]
-    # re-measured costs are the machine's again: each within 3× of the first measurement
-    # (the planted ones were off by exactly 3×), and a third run reads them from the cache
-    for a, b0 in zip(again.costs.target_s, first.costs.target_s):
-        assert b0 / 3 < a < 3 * b0
+    # the costs were timed again (not the planted ones: those are exactly factor × the first),
+    # and a third run reads them from the cache.  (How close they come to the first timing
+    # depends on this shared machine's load: not asserted.)
+    assert all(a != factor * b0 for a, b0 in zip(again.costs.target_s, first.costs.target_s))
     assert sorted(configure(target, draft, None, spec, **args).cached) == ["acceptance", "costs", "text"]
 
 
