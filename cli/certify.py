@@ -74,6 +74,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 
 from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, FULL_N_ROWS, certify_rules,
                                                       device_unusable, markdown, parse_rules, summary,
@@ -235,7 +236,11 @@ def run(args: argparse.Namespace) -> int:
         return run_engine(args, rules, device)
 
     def progress(row):
+        from spectr_gbv.gpu_backend.certify.verifiers import power_text
+
         extra = f"  {row.error}" if row.error else ""
+        if row.power == row.power:  # a planted row: its effect and the power at its N
+            extra += f"  effect TV {row.effect_tv:.4f}, power {power_text(row.power)} ({row.power_test})"
         print(f"certify: {row.verdict:6s} {row.case}  N={row.n}  p={row.pvalue:.3g}  "
               f"δ={row.detectable_delta:.4f}  {row.seconds:.1f}s{extra}", file=sys.stderr, flush=True)
 
@@ -318,13 +323,18 @@ def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
 
     def progress(row):
         extra = f"  {row.error}" if row.error else ""
+        power = (f"  effect: mean τ shift {row.effect_shift:+.3f}, TV {row.effect_tv:.3f}; power {row.power:.6f}"
+                 if row.power == row.power else "")
         print(f"certify --engine: {row.verdict:6s} {row.rule}  N={row.n}  iterations="
-              f"{row.iterations}  {row.seconds:.0f}s{extra}", file=sys.stderr, flush=True)
+              f"{row.iterations}  {row.seconds:.0f}s{power}{extra}", file=sys.stderr, flush=True)
+
+    def log(message):  # within a row: every 10 runs or 30 s (a row takes minutes)
+        print(f"{time.strftime('%H:%M:%S')} certify --engine: {message}", file=sys.stderr, flush=True)
 
     cert = ec.certify_engine(target, draft, ids, rules, n_seeds=n, max_new_tokens=tokens,
                              alpha=args.alpha, sampling=SamplingConfig(1.0),
                              draft_sampling=SamplingConfig(draft_t), first_seed=args.seed,
-                             eos_token_ids=eos, setup=setup, progress=progress)
+                             eos_token_ids=eos, setup=setup, progress=progress, log=log)
     out = text_stream(args)
     print(ec.text_table(cert.rows), file=out)
     print(file=out)

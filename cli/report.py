@@ -228,7 +228,8 @@ def engine_part(out_dir: str) -> Part:
         from spectr_gbv.gpu_backend.certify import engine as ec
 
         def progress(row):
-            log(f"engine: {row.verdict} {row.rule} (N = {row.n}, {row.iterations} iterations, "
+            power = f", power {row.power:.6f}" if row.power == row.power else ""
+            log(f"engine: {row.verdict} {row.rule} (N = {row.n}, {row.iterations} iterations{power}, "
                 f"{row.seconds:.0f} s)")
 
         cert = ec.quick_certification(progress=progress, log=lambda m: log(f"engine: {m}"))

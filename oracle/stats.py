@@ -106,6 +106,7 @@ __all__ = [
     "least_favourable_kappa",
     "mean_ci",
     "mean_within_ci",
+    "paired_mean_power",
     "paired_mean_test",
     "sample_size_for_tv",
 ]
@@ -1084,3 +1085,34 @@ def paired_mean_test(values, exact_means, exact_variances, alpha: float) -> Pair
     return PairedMeanTestResult(statistic=z, pvalue=pvalue, n=n, mean=float(np.mean(x)),
                                 exact_mean=float(means.mean()), variance=var, alpha=alpha,
                                 passed=pvalue >= alpha, detectable_shift=shift)
+
+
+def paired_mean_power(shift: float, null_variance: float, alt_variance: float, alpha: float) -> float:
+    """Power of ``paired_mean_test`` against a known alternative: the observations' sum of
+    deviations Σ(x_i − μ_i) has mean ``shift`` (Σ of the per-observation mean shifts) and
+    variance ``alt_variance`` (Σ of the alternative's per-observation variances), and the test
+    rejects when |Σ(x_i − μ_i)| > z_{1−α/2}·√``null_variance`` (normal approximation, as the
+    test's own):
+
+        power = Φ((shift − z√V0) / √V1) + Φ((−shift − z√V0) / √V1).
+
+    Args:
+        shift: float, the expected sum of deviations under the alternative.
+        null_variance: Σσ_i² of the null (the test's denominator), > 0.
+        alt_variance: Σ of the alternative's variances, ≥ 0 (0: a certain sum).
+        alpha: the test's false-alarm rate, in (0, 1).
+    Returns:
+        float in [0, 1].
+    Raises:
+        ValueError: alpha outside (0, 1), null_variance ≤ 0, alt_variance < 0, or non-finite input.
+    """
+    alpha = _check_alpha(alpha)
+    if not (math.isfinite(shift) and math.isfinite(null_variance) and math.isfinite(alt_variance)):
+        raise ValueError("shift and variances must be finite")
+    if not null_variance > 0 or alt_variance < 0:
+        raise ValueError(f"need null_variance > 0 and alt_variance >= 0, got {null_variance}, {alt_variance}")
+    edge = stats.norm.isf(alpha / 2) * math.sqrt(null_variance)
+    if alt_variance == 0:
+        return float(abs(shift) > edge)
+    sd = math.sqrt(alt_variance)
+    return float(stats.norm.cdf((shift - edge) / sd) + stats.norm.cdf((-shift - edge) / sd))

@@ -32,6 +32,16 @@ must pass all three; a planted wrong rule (``registry.planted()``: the real torc
 with one deliberate change, run through the engine with ``verifier=`` and ``rule=`` its base)
 must be caught by (b) — one of its two τ tests rejects at α/3.
 
+Designed power of the planted rows: each planted defect the engine runs has a reference
+analogue whose exact τ law given an iteration's rows is known (``planted_laws``), so the shift
+of mean τ it causes on the rows run, and the mean test's power at α/3 with them
+(``planted_power``: ``oracle.stats.paired_mean_power``, normal approximation), are computed,
+not hoped for.  A planted row runs the shape ``planted_shape`` chose for a larger effect (ρ = 1
+defects K = 3; the other defects with an exact law blocks of L = 8) and runs on past N, 10 runs at a time, until that power is ≥ ``TARGET_POWER`` = 0.99
+(at most ``PLANTED_MAX_FACTOR`` × N); the row states N, the shift, the TV of the averaged τ
+laws and the power (a lower bound on the row's: it is caught when either τ test rejects).
+Defects without an analogue (``planted_mdbv_kseq_fallback``) run N and state no power.
+
 Why ``tau_law`` and not ``oracle.certify.exact_verdict_law``: the full law enumerates the
 emitted token too (V branches per iteration: far too slow at V = 49,152; measured in
 benchmarks/ENGINE_CERTIFICATE.md).  Every reference
@@ -73,7 +83,24 @@ QUICK_ENGINE_SEEDS = 60
 DEFAULT_MAX_NEW_TOKENS = 16
 CI_RULES = (DEFAULT_RULE, "sd", "gbv")
 TESTS_PER_ROW = 3
-LOG_EVERY = 10  # runs between two progress lines of run_rule
+LOG_EVERY = 10  # runs between two progress lines of run_rule ...
+LOG_SECONDS = 30.0  # ... or seconds, whichever comes first
+# a planted row runs until its mean test's power at α/3, computed from the exact laws of the
+# rows it ran (``planted_power``), reaches TARGET_POWER, from n_seeds up to
+# PLANTED_MAX_FACTOR × n_seeds runs
+TARGET_POWER = 0.99
+PLANTED_MAX_FACTOR = 4
+# the planted rows' shape (``planted_shape``), chosen for a larger known effect.  Measured on
+# the tiny pair (pilot runs, seeds from 0; iterations for power 0.99 at α/3 = 3.3e-4):
+#   shared-uniform SD: mean τ shift 0.11 per iteration at L = 4 (~2,600 iterations, ~380
+#     runs), 0.42 at L = 8 (~360 iterations, ~42 runs): each wrong coin errs at every depth;
+#   SpecTr with ρ = 1: 0.148 at K = 2, L = 4 (~1,500, ~230 runs); 0.13 at K = 2, L = 8
+#     (10 runs: ~2,240, ~460 runs); 0.26 at K = 3, L = 4 (20 runs: ~490, ~87 runs); 0.15 at K = 4
+#     (8 runs: ~1,400): ρ* − 1 grows with K, but so does the chance that a second draft saves
+#     the block anyway;
+#   GBV stopping at the first failure: −0.35 at L = 8 (power 1 − 2e-13 after 107 iterations).
+PLANTED_L = 8
+RHO1_K = 3
 
 
 def __getattr__(name: str):
@@ -87,6 +114,21 @@ def engine_rules() -> tuple[str, ...]:
     registry's lossless rules without an ``engine_skip``)."""
     skipped = registry.engine_skipped()
     return tuple(r for r in registry.names(lossless=True) if r not in skipped)
+
+
+def planted_shape(name: str, K: int, L: int) -> tuple[int, int]:
+    """The (K, L) a planted row runs (the lossless rows run (K, L)): ρ = 1 defects at K =
+    max(K, ``RHO1_K``) and L; the other defects with an exact law (``planted_laws.has_law``) at
+    K and L = ``PLANTED_L``; defects without one at (K, L), as measured before.  Single-draft
+    bases run K = 1 whatever is asked (``run_rule``).  The measurements behind these choices:
+    the comment at ``PLANTED_L``."""
+    from spectr_gbv.gpu_backend.certify.planted_laws import has_law
+
+    if name.endswith("_rho1"):
+        return max(K, RHO1_K), L
+    if has_law(name):
+        return K, PLANTED_L
+    return K, L
 
 
 def planted_for(rules) -> tuple[str, ...]:
@@ -200,6 +242,9 @@ class Runs:
         first_tokens: int per run (the first emitted token).
         taus: the verifier's τ per iteration (all runs, in order); laws: float64 [L+1] per
             iteration, the reference τ law given that iteration's rows.
+        planted_laws: for a planted defect with a reference analogue
+            (``planted_laws.planted_tau_law``), its own exact τ law per iteration (what it is
+            tested against is ``laws``); else empty.
         generate_s, law_s: seconds spent generating, and computing the τ laws.
     """
 
@@ -210,6 +255,7 @@ class Runs:
     first_tokens: list[int] = field(default_factory=list)
     taus: list[int] = field(default_factory=list)
     laws: list[np.ndarray] = field(default_factory=list)
+    planted_laws: list[np.ndarray] = field(default_factory=list)
     generate_s: float = 0.0
     law_s: float = 0.0
 
@@ -224,7 +270,8 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
         name: a registered rule, or a planted one (``registry.planted()``: the engine runs
             its torch verifier with ``rule=`` its base).  K is forced to 1 for single-draft
             bases.
-        log: called with a progress line every ``LOG_EVERY`` runs and after the last.
+        log: called with a progress line every ``LOG_EVERY`` runs or ``LOG_SECONDS`` seconds,
+            whichever comes first, and after the last.
     Raises:
         ValueError: unknown rule, or the engine's own errors.
     """
@@ -240,8 +287,12 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
     engine = SpeculativeEngine(target, draft, rule=base, K=K, L=L, sampling=sampling,
                                draft_sampling=draft_sampling, verifier=verifier,
                                eos_token_ids=eos_token_ids)
+    from spectr_gbv.gpu_backend.certify.planted_laws import has_law, planted_tau_law
+
     ref = get_rule(base)
     runs = Runs(name, base, K, L)
+    with_planted_law = name in planted and has_law(name)
+    last_line = time.perf_counter()
     for s in range(first_seed, first_seed + n_seeds):
         records = []
         t0 = time.perf_counter()
@@ -250,19 +301,82 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
         runs.first_tokens.append(int(result.tokens[0]))
         for rec in records:
             runs.taus.append(int(rec.verdict.tau[0]))
-            law = tau_law(ref, *rows_float64(rec))
+            rows = rows_float64(rec)
+            law = tau_law(ref, *rows)
             # a block capped at the tokens still needed has S < L positions: τ ≤ S
             runs.laws.append(np.pad(law, (0, L + 1 - len(law))))
+            if with_planted_law:
+                law = planted_tau_law(name, *rows)
+                runs.planted_laws.append(np.pad(law, (0, L + 1 - len(law))))
         runs.generate_s += t1 - t0
         runs.law_s += time.perf_counter() - t1
         done = s - first_seed + 1
-        if log is not None and (done % LOG_EVERY == 0 or done == n_seeds):
+        if log is not None and (done % LOG_EVERY == 0 or done == n_seeds
+                                or time.perf_counter() - last_line >= LOG_SECONDS):
+            last_line = time.perf_counter()
             log(f"{name}: {done}/{n_seeds} runs, {len(runs.taus)} iterations "
                 f"({runs.generate_s:.0f} s generating, {runs.law_s:.0f} s exact laws)")
     return runs
 
 
+def _extend(runs: Runs, more: Runs) -> Runs:
+    """``runs`` with ``more`` (the same rule, later seeds) appended."""
+    runs.first_tokens += more.first_tokens
+    runs.taus += more.taus
+    runs.laws += more.laws
+    runs.planted_laws += more.planted_laws
+    runs.generate_s += more.generate_s
+    runs.law_s += more.law_s
+    return runs
+
+
 # -- tests -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PlantedPower:
+    """A planted row's effect size and its mean test's power, from exact laws on its rows.
+
+    Attributes:
+        shift: mean over the iterations of E_planted[τ | rows] − E_base[τ | rows] (tokens).
+        tv: total variation between the averaged τ laws, Σ_i P_i / n of the planted defect and
+            of its base rule.
+        power: probability that the paired mean test at ``alpha`` rejects, with this many
+            iterations and these rows (``oracle.stats.paired_mean_power``: shift Σ(m1 − m0),
+            null variance Σ v0, alternative variance Σ v1; normal approximation).  The row is
+            caught when the mean test or the τ-law G-test rejects, so this is a lower bound on
+            the row's power.
+        iterations: n.
+    """
+
+    shift: float
+    tv: float
+    power: float
+    iterations: int
+
+
+def planted_power(runs: Runs, alpha: float) -> PlantedPower | None:
+    """``PlantedPower`` of a planted rule's runs at the mean test's level ``alpha`` (the row's
+    α/3), or None when the defect has no exact law (``planted_laws.has_law``) or no iteration.
+
+    Raises:
+        ValueError: alpha outside (0, 1).
+    """
+    from spectr_gbv.oracle.stats import paired_mean_power
+
+    if not runs.planted_laws or len(runs.planted_laws) != len(runs.laws):
+        return None
+    t = np.arange(len(runs.laws[0]))
+    p0, p1 = np.stack(runs.laws), np.stack(runs.planted_laws)
+    m0, m1 = p0 @ t, p1 @ t
+    v0 = np.maximum(p0 @ t**2 - m0**2, 0.0)
+    v1 = np.maximum(p1 @ t**2 - m1**2, 0.0)
+    tv = 0.5 * float(np.abs(p1.mean(axis=0) - p0.mean(axis=0)).sum())
+    n = len(runs.laws)
+    if not v0.sum() > 0:
+        return PlantedPower(float((m1 - m0).mean()), tv, math.nan, n)
+    power = paired_mean_power(float((m1 - m0).sum()), float(v0.sum()), float(v1.sum()), alpha)
+    return PlantedPower(float((m1 - m0).mean()), tv, power, n)
+
 
 def mean_test(taus, laws, alpha: float) -> PairedMeanTestResult:
     """The paired mean test of (b): observed τ's against the means and variances of their exact
@@ -299,6 +413,8 @@ class EngineRow:
         first_pvalue, first_delta: (a)'s G-test p-value and detectable TV of the whole law.
         mean_tau, expected_tau, mean_z, mean_pvalue, mean_shift: (b)'s mean test.
         tau_pvalue, tau_delta: (b)'s G-test of the τ counts.
+        effect_shift, effect_tv, power: a planted row's ``PlantedPower`` on its runs (NaN for a
+            lossless row or a defect without an exact law).
         seconds: wall time (generation + laws + tests); error: a one-line error, if any.
     """
 
@@ -319,6 +435,9 @@ class EngineRow:
     mean_shift: float = math.nan
     tau_pvalue: float = math.nan
     tau_delta: float = math.nan
+    effect_shift: float = math.nan
+    effect_tv: float = math.nan
+    power: float = math.nan
     seconds: float = 0.0
     error: str = ""
 
@@ -373,6 +492,9 @@ def certify_runs(runs: Runs, first_law: np.ndarray, alpha: float, kind: str) -> 
     row.mean_shift = m.detectable_shift
     g = tau_gtest(runs.taus, runs.laws, a)
     row.tau_pvalue, row.tau_delta = g.pvalue, g.detectable_tv_law
+    pw = planted_power(runs, a) if kind == "planted" else None
+    if pw is not None:
+        row.effect_shift, row.effect_tv, row.power = pw.shift, pw.tv, pw.power
     return row
 
 
@@ -393,7 +515,8 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
                    sampling=None, draft_sampling=None, K: int = DEFAULT_K, L: int = DEFAULT_L,
                    first_seed: int = 0, eos_token_ids=(), setup: str = "",
                    progress: Callable[[EngineRow], None] | None = None,
-                   log: Callable[[str], None] | None = None) -> EngineCertification:
+                   log: Callable[[str], None] | None = None,
+                   planted_shapes: bool = True) -> EngineCertification:
     """Certify the engine for each rule in ``rules`` (and each planted rule in ``planted``;
     default ``planted_for(rules)``).
 
@@ -407,7 +530,12 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
         sampling, draft_sampling: ``SamplingConfig`` of target and draft (default T = 1 and
             T = ``DEFAULT_DRAFT_TEMPERATURE``).
         progress: called with each row when it is done.
-        log: called with a progress line every ``LOG_EVERY`` runs of a rule.
+        log: called with a progress line every ``LOG_EVERY`` runs or ``LOG_SECONDS`` s of a rule.
+        planted_shapes: run each planted row at ``planted_shape`` (default); False: at (K, L).
+    A planted row with an exact law (``planted_laws``) runs N = n_seeds, then more runs (10 at
+    a time) until its mean test's power at α/3 on the rows it ran reaches ``TARGET_POWER``
+    (``planted_power``), at most ``PLANTED_MAX_FACTOR`` × n_seeds; its row states N, the effect
+    (mean τ shift, TV of the τ laws) and the power.
     Returns:
         EngineCertification.  A rule whose run raised gets an ERROR row (the message's
         first line), which fails the certification.
@@ -432,12 +560,26 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
     rows = []
     for name, kind in [(r, "lossless") for r in rules] + [(p, "planted") for p in planted]:
         t0 = time.perf_counter()
+        row_K, row_L = planted_shape(name, K, L) if kind == "planted" and planted_shapes else (K, L)
         try:
             runs = run_rule(target, draft, name, prompt_ids, n_seeds, max_new_tokens, sampling,
-                            draft_sampling, K, L, first_seed, eos_token_ids, log)
+                            draft_sampling, row_K, row_L, first_seed, eos_token_ids, log)
+            if kind == "planted":  # N chosen from the effect: run on until the power is reached
+                most = PLANTED_MAX_FACTOR * n_seeds
+                while len(runs.first_tokens) < most:
+                    pw = planted_power(runs, alpha / TESTS_PER_ROW)
+                    if pw is None or not pw.power < TARGET_POWER:
+                        break
+                    done = len(runs.first_tokens)
+                    if log is not None:
+                        log(f"{name}: power {pw.power:.3f} < {TARGET_POWER} at N = {done} (mean τ shift "
+                            f"{pw.shift:+.3f}): running more")
+                    _extend(runs, run_rule(target, draft, name, prompt_ids, min(LOG_EVERY, most - done),
+                                           max_new_tokens, sampling, draft_sampling, row_K, row_L,
+                                           first_seed + done, eos_token_ids, log))
             row = certify_runs(runs, first_law, alpha, kind)
         except (ValueError, RuntimeError) as err:
-            row = EngineRow(name, name, kind, K, L, n_seeds, 0, alpha,
+            row = EngineRow(name, name, kind, row_K, row_L, n_seeds, 0, alpha,
                             error=(str(err).splitlines() or [type(err).__name__])[0])
         row.seconds = time.perf_counter() - t0
         rows.append(row)
@@ -483,7 +625,7 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
 
 
 HEADER = ("rule", "kind", "K", "L", "N", "iters", "alpha", "first p", "first δ",
-          "mean τ", "E[τ]", "z", "mean p", "τ-law p", "τ-law δ", "verdict", "s")
+          "mean τ", "E[τ]", "z", "mean p", "τ-law p", "τ-law δ", "shift", "TV", "power", "verdict", "s")
 
 
 def _cells(row: EngineRow) -> tuple[str, ...]:
@@ -494,8 +636,18 @@ def _cells(row: EngineRow) -> tuple[str, ...]:
     return (name, row.kind, str(row.K), str(row.L), str(row.n), str(row.iterations),
             f"{row.alpha:g}", f(row.first_pvalue, ".3g"), f(row.first_delta, ".3f"),
             f(row.mean_tau, ".3f"), f(row.expected_tau, ".3f"), f(row.mean_z, ".2f"),
-            f(row.mean_pvalue, ".3g"), f(row.tau_pvalue, ".3g"), f(row.tau_delta, ".3f"), row.verdict,
+            f(row.mean_pvalue, ".3g"), f(row.tau_pvalue, ".3g"), f(row.tau_delta, ".3f"),
+            f(row.effect_shift, "+.3f"), f(row.effect_tv, ".3f"), _power(row.power), row.verdict,
             f"{row.seconds:.0f}")
+
+
+def _power(x: float) -> str:
+    """A power near 1 with its distance to 1 (1 − 1e-9 reads "1-1e-09")."""
+    if isinstance(x, float) and math.isnan(x):
+        return "-"
+    if 1 - x >= 1e-4:
+        return f"{x:.4f}"
+    return f"1-{1 - x:.0e}" if 1 - x > 0 else "1-<1e-16"
 
 
 def text_table(rows: list[EngineRow]) -> str:

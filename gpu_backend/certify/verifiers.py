@@ -82,6 +82,9 @@ class Row:
     pooled_mass: float = math.nan
     n_tests: int = 0
     detectable_delta_coarse: float = math.nan
+    effect_tv: float = math.nan
+    power: float = math.nan
+    power_test: str = ""
 
     @property
     def caught(self) -> bool | None:
@@ -123,6 +126,7 @@ class Row:
             "expected": "pass" if self.expect_pass else "fail", "passed": self.passed,
             "caught": self.caught, "ok": self.ok, "verdict": self.verdict,
             "seconds": round(self.seconds, 3), "description": self.description, "error": self.error,
+            "effect_tv": num(self.effect_tv), "power": num(self.power), "power_test": self.power_test,
         }
 
 
@@ -289,11 +293,41 @@ def certify_rules(rules: list[str], quick: bool = False, n_samples: int | None =
             except Exception as err:
                 row = _error_row(entry, case.name, n, alpha, time.perf_counter() - t0, err)
             j += 1
+            if entry.kind == "planted" and row.error is None:
+                try:
+                    _state_power(row, entry, n, alpha)
+                except Exception as err:  # the statement is extra: its failure leaves NaN, said
+                    row.power_test = f"power not computed: {type(err).__name__}: {err}"
             out.rows.append(row)
             if progress:
                 progress(row)
     out.seconds = time.perf_counter() - start
     return out
+
+
+def _state_power(row: Row, entry: Entry, n: int, alpha: float) -> None:
+    """A planted row's effect size and power at its N (``planted_laws.planted_case_power`` for a
+    planted defect's case, ``lossy_first_token_power`` for a lossy rule against the target)."""
+    from spectr_gbv.gpu_backend.certify import planted_laws
+    from spectr_gbv.reference.rules import registry
+
+    if entry.size == "planted":
+        cp = planted_laws.planted_case_power(registry.planted()[entry.rule], n, alpha)
+    elif entry.size == "law_planted":
+        cp = planted_laws.lossy_first_token_power(entry.rule, n, alpha)
+    else:
+        return
+    row.effect_tv, row.power = cp.effect_tv, cp.power
+    row.power_test = f"{cp.test} at α = {cp.alpha:.3g}" + ("" if cp.exact else " (effect sampled)")
+
+
+def power_text(power: float) -> str:
+    """A power near 1 with its distance to 1 ("1 − 3e-12"; "1 − <1e-16" when it rounds to 1)."""
+    if not math.isfinite(power):
+        return "not computed"
+    if 1 - power >= 1e-4:
+        return f"{power:.4f}"
+    return f"1 − {1 - power:.0e}" if 1 - power > 0 else "1 − <1e-16"
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -380,9 +414,14 @@ def markdown(cert: Certification, command: str) -> str:
     errors = [r for r in cert.rows if r.error]
     if errors:
         lines += ["", "Errors:", ""] + [f"- {r.case}: `{r.error}`" for r in errors]
-    planted = {r.rule: r.description for r in cert.rows if r.kind == "planted" and r.description}
+    planted = {r.rule: r.description + (f" — effect: TV {r.effect_tv:.4f} of the {r.power_test.split(' at ')[0]} "
+                                        f"from the law it is tested against; N = {r.n:,}; power of that test "
+                                        f"{power_text(r.power)} ({r.power_test})" if math.isfinite(r.power) else "")
+               for r in cert.rows if r.kind == "planted" and r.description}
     if planted:
-        lines += ["", "Planted wrong rules:", ""] + [f"- `{k}`: {v}" for k, v in planted.items()]
+        lines += ["", "Planted wrong rules (effect size, N and the power of one test of the family at "
+                  "that N: the row is caught when any test rejects, so the row's power is at least this):",
+                  ""] + [f"- `{k}`: {v}" for k, v in planted.items()]
     return "\n".join(lines) + "\n"
 
 

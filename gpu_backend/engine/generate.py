@@ -5,7 +5,9 @@ frozen outcome out.
 its flags, ``cli.generate.build_request``, before any model is loaded); ``generate`` runs it on a
 loaded ``models.pair.ModelPair``: encodes the prompt, chooses the shape
 (``tuning.shape.choose_shape``: measured when the request's plan asks for it), and runs ONE
-``SpeculativeEngine`` (or plain sampling), whose verifier is the one the measurement timed.
+``SpeculativeEngine`` (or plain sampling), whose verifier is the one the measurement timed;
+then compares the decode rate with the measurement's prediction (``tuning.recheck``: one line,
+and stale cached costs, when they differ by more than 25 %).
 """
 
 from __future__ import annotations
@@ -66,20 +68,24 @@ class GenerateRequest:
 
 @dataclass(frozen=True)
 class GenerateOutcome:
-    """What ``generate`` ran: ``choice`` (rule, K, L, prediction and measurement) and the
-    engine's ``GenerationResult``."""
+    """What ``generate`` ran: ``choice`` (rule, K, L, prediction and measurement), the
+    engine's ``GenerationResult``, and ``rate_check``: its decode rate against the prediction
+    (``tuning.recheck.RateCheck``; None without a measured choice)."""
 
     choice: ShapeChoice
     result: object
+    rate_check: object = None
 
 
-def generate(request: GenerateRequest, pair, dtype: str, streamer=None, on_choice=None) -> GenerateOutcome:
+def generate(request: GenerateRequest, pair, dtype: str, streamer=None, on_choice=None, log=None) -> GenerateOutcome:
     """Run ``request`` on the loaded ``pair`` (``models.pair.ModelPair``) in ``dtype``.
 
     Args:
         streamer: a transformers streamer receiving the tokens as they are accepted, or None.
         on_choice: called with the ``ShapeChoice`` before the generation starts (e.g. to print
             the measurement's summary).
+        log: receives the one line of ``tuning.recheck`` when the decode rate misses the
+            prediction by more than 25 % (default: stderr).
     Raises:
         ValueError: from the engine (a prompt that does not fit, a model it cannot run).
     """
@@ -110,4 +116,6 @@ def generate(request: GenerateRequest, pair, dtype: str, streamer=None, on_choic
                                    sampling=sampling, eos_token_ids=pair.eos, draft_stop=stop,
                                    rule_verifier=verifier)
         result = engine.generate(ids, request.max_new_tokens, seed=request.seed, streamer=streamer)
-    return GenerateOutcome(choice, result)
+    from spectr_gbv.gpu_backend.tuning.recheck import recheck
+
+    return GenerateOutcome(choice, result, recheck(choice, result, log))

@@ -16,6 +16,13 @@ or the file ``$SPECTR_GBV_AUTOCONFIG`` names: ``tuning.cache``):
 sampling.  Choosing K and L from information gathered before the generation keeps every rule
 lossless: the output law of a lossless rule does not depend on K or L.
 
+Timings are medians of ``TIMING_REPEATS`` interleaved rounds (``timed_interleaved``: a transient
+load slows one round of every candidate, not every repeat of one); when the repeats spread
+widely or other processes used cores this one wanted (/proc/stat), the machine is said to be
+busy (one line).  The costs are then checked by every generation: ``tuning.recheck`` compares its measured
+decode rate with the prediction and marks the cached costs stale when they differ by more than
+``RATE_TOLERANCE``; the next ``configure`` times them again (one line says why).
+
 The cache key holds the CPU model, its bf16/int8 flags, cores, torch threads and version, the
 model specs (names, folders or hub ids: a folder whose weights change needs ``refresh=True``),
 dtype and draft quantisation, the rule and the candidates (and, for acceptance, the sampling).
@@ -41,8 +48,16 @@ from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
 
 CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))
 CALIBRATION_TOKENS = 64
-TIMING_REPEATS = 3
+TIMING_REPEATS = 5
 SLOW_CALL_S = 1.0
+# the machine counts as busy during a timing when the repeats spread by more than this
+# (median over the functions of (max − min) / median) or when the other processes used more
+# cores than this process left free, by more than BUSY_SLACK_CORES (Linux /proc/stat)
+NOISY_SPREAD = 0.25
+BUSY_SLACK_CORES = 0.5
+# a generation whose decode rate misses the prediction by more than this (relative, either
+# direction) marks the cached costs stale (``tuning.recheck``)
+RATE_TOLERANCE = 0.25
 
 
 @dataclass
@@ -67,6 +82,8 @@ class AutoConfig:
         costs, acceptance: what the choice was made from.
         cached: which of "costs", "text", "acceptance" came from the cache.
         seconds: time spent measuring in this call (0 when everything was cached).
+        costs_key: the cache key of the costs (``tuning.recheck`` marks that entry stale when a
+            generation's decode rate misses the prediction), or None when they are not cached.
     """
 
     choice: Choice
@@ -74,6 +91,7 @@ class AutoConfig:
     acceptance: Acceptance
     cached: list = field(default_factory=list)
     seconds: float = 0.0
+    costs_key: str | None = None
 
     def summary(self) -> str:
         """Lines for the user: the choice, its predicted speed and plain sampling's."""
@@ -89,26 +107,127 @@ class AutoConfig:
         return head + "\n" + verdict
 
 
-def _timed(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
-    """Median seconds of ``fn()`` over ``repeats`` calls after one warm-up call (the first call
-    of a shape builds kernels and allocates).  A warm-up slower than ``SLOW_CALL_S`` is returned
-    as the measurement (a host-planned verifier such as mdbv's takes seconds per call at a large
-    vocabulary).  On a CUDA ``device`` each call is synchronised before the clock is read."""
-    def once() -> float:
-        start = time.perf_counter()
-        fn()
-        if device is not None and torch.device(device).type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter() - start
+def machine_busy_seconds() -> float:
+    """CPU seconds all processes have spent busy since boot, summed over cores (Linux
+    /proc/stat: user + nice + system + irq + softirq + steal); NaN where unreadable."""
+    import os
 
-    if once() > SLOW_CALL_S:
-        return once()  # the warm-up may have been slow for a one-off reason: time one more call
-    return statistics.median(once() for _ in range(repeats))
+    try:
+        with open("/proc/stat") as fh:
+            fields = fh.readline().split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+        return (user + nice + system + irq + softirq + steal) / ticks
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+@dataclass
+class TimingQuality:
+    """How quiet the machine was while ``timed_interleaved`` ran.
+
+    Attributes:
+        spread: median over the timed functions of (max − min) / median of their repeats
+            (0 on a perfectly steady machine; a load that comes and goes widens it).
+        other_cores: cores' worth of CPU time the OTHER processes used during the timing
+            (machine busy seconds − this process's CPU seconds, over wall seconds); NaN where
+            the machine's counters cannot be read.
+        free_cores: cores not used by this process's torch threads (cores − threads).
+        calls: timed calls (warm-ups excluded).
+    A timing is quiet when spread ≤ ``NOISY_SPREAD`` and the other processes did not need more
+    than the free cores (+ ``BUSY_SLACK_CORES``): otherwise some held a core this process wanted.
+    """
+
+    spread: float
+    other_cores: float
+    free_cores: float
+    calls: int
+
+    @property
+    def quiet(self) -> bool:
+        """spread ≤ ``NOISY_SPREAD`` and not other_cores > free_cores + ``BUSY_SLACK_CORES``."""
+        return self.spread <= NOISY_SPREAD and not self.other_cores > self.free_cores + BUSY_SLACK_CORES
+
+    def merged(self, other: "TimingQuality") -> "TimingQuality":
+        """The worse of two timings' indicators (calls added)."""
+        load = max((x for x in (self.other_cores, other.other_cores) if x == x), default=float("nan"))
+        return TimingQuality(max(self.spread, other.spread), load, min(self.free_cores, other.free_cores),
+                             self.calls + other.calls)
+
+    def to_json(self) -> dict:
+        return {"spread": self.spread, "other_cores": self.other_cores if self.other_cores == self.other_cores else None,
+                "free_cores": self.free_cores, "calls": self.calls, "quiet": self.quiet}
+
+    def line(self) -> str:
+        """One line for the user when the machine was not quiet."""
+        load = ("" if self.other_cores != self.other_cores else
+                f", other processes used {self.other_cores:.1f} cores with {self.free_cores:g} free")
+        return (f"auto-configuration: the machine was busy while timing (repeats spread "
+                f"{100 * self.spread:.0f} %{load}); the costs are kept, and every generation's decode "
+                f"rate is checked against them (a miss by more than {100 * RATE_TOLERANCE:.0f} % times them again)")
+
+
+def timed_interleaved(fns, repeats: int = TIMING_REPEATS, device=None, threads: int | None = None,
+                      clock=time.perf_counter, cpu_clock=time.process_time,
+                      machine_clock=machine_busy_seconds, cores: int | None = None
+                      ) -> tuple[list[float], TimingQuality]:
+    """Median seconds of each function of ``fns``, the repeats interleaved: after one warm-up
+    call of each (the first call of a shape builds kernels and allocates), ``repeats`` rounds
+    each call every function once, so a load that comes and goes slows one round of every
+    function rather than every repeat of one, and the median drops it.
+
+    A function whose warm-up is slower than ``SLOW_CALL_S`` is timed once more, outside the
+    rounds (a host-planned verifier such as mdbv's takes seconds per call at a large vocabulary).
+    On a CUDA ``device`` each call is synchronised before the clock is read.
+
+    Args:
+        fns: callables with no arguments.
+        repeats: rounds (≥ 1).
+        threads: torch threads (default the current setting); cores: the machine's (default
+            ``os.cpu_count()``): free cores = cores − threads.
+        clock, cpu_clock, machine_clock: wall seconds, this process's CPU seconds, and every
+            process's busy CPU seconds (``machine_busy_seconds``); tests pass fakes.
+    Returns:
+        ([median seconds per function], TimingQuality of the rounds).
+    """
+    import os
+
+    cuda = device is not None and torch.device(device).type == "cuda"
+
+    def once(fn) -> float:
+        start = clock()
+        fn()
+        if cuda:
+            torch.cuda.synchronize(device)
+        return clock() - start
+
+    fns = list(fns)
+    warm = [once(fn) for fn in fns]
+    slow = [w > SLOW_CALL_S for w in warm]
+    samples = [[] for _ in fns]
+    wall0, cpu0, busy0 = clock(), cpu_clock(), machine_clock()
+    for _ in range(repeats):
+        for i, fn in enumerate(fns):
+            if not slow[i]:
+                samples[i].append(once(fn))
+    wall, cpu, busy = clock() - wall0, cpu_clock() - cpu0, machine_clock() - busy0
+    out = [once(fn) if slow[i] else statistics.median(samples[i]) for i, fn in enumerate(fns)]
+    spreads = [(max(x) - min(x)) / statistics.median(x) for x in samples if len(x) > 1 and statistics.median(x) > 0]
+    threads = threads or torch.get_num_threads()
+    cores = cores or os.cpu_count() or threads
+    others = max(busy - cpu, 0.0) / wall if wall > 0 and busy == busy else float("nan")
+    return out, TimingQuality(statistics.median(spreads) if spreads else 0.0, others,
+                              float(max(cores - threads, 0)), sum(len(x) for x in samples))
+
+
+def _timed(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
+    """Median seconds of ``fn()`` (``timed_interleaved`` of one function)."""
+    return timed_interleaved([fn], repeats, device)[0][0]
 
 
 @torch.inference_mode()
 def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
-                  repeats: int = TIMING_REPEATS) -> tuple[list[float], float]:
+                  repeats: int = TIMING_REPEATS) -> tuple[list[float], float, TimingQuality]:
     """Seconds of a forward over n new tokens after a cached context, with the probability
     processing of every row, for each n in ``ns``; and the context's prefill seconds.
 
@@ -117,7 +236,8 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
         context_ids: the context (≥ 2 tokens); the new tokens are its last n tokens again.
         ns: token counts ≥ 1.
     Returns:
-        (seconds per n: medians of ``repeats`` timed calls; the prefill's seconds: one call).
+        (seconds per n: medians of ``repeats`` rounds, the n interleaved (``timed_interleaved``);
+        the prefill's seconds: one call; how quiet the machine was).
     """
     if getattr(model, "backend", None) == "llama.cpp":
         from spectr_gbv.gpu_backend.llamacpp import costs
@@ -130,32 +250,34 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
     model(ctx, cache=cache, use_cache=True, logits_to_keep=1)
     prefill = time.perf_counter() - start
     held = cache_length(cache)
-    out = []
-    for n in ns:
+
+    def step_for(n):
         ids = ctx[:, -n:] if n <= ctx.shape[1] else ctx[:, -1:].repeat(1, n)
 
         def step():
             logits = model(ids, cache=cache, use_cache=True).logits
             probabilities(logits[0], sampling)
             cache.crop(held - cache_length(cache))
+        return step
 
-        out.append(_timed(step, repeats, dev))
-    return out, prefill
+    out, quality = timed_interleaved([step_for(n) for n in ns], repeats, dev)
+    return out, prefill, quality
 
 
 @torch.inference_mode()
 def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
-                   repeats: int = TIMING_REPEATS) -> tuple[dict, float]:
+                   repeats: int = TIMING_REPEATS) -> tuple[dict, float, TimingQuality]:
     """Per-iteration seconds besides the forwards: the verifier on [1, K, L, V] rows built from
     measured rows, and L draws of K draft tokens (finite check + sampling); and plain
-    sampling's per-token draw.
+    sampling's per-token draw.  Every timed call is interleaved with the others
+    (``timed_interleaved``).
 
     Args:
         verifier: a batched verifier (``engine.load_verifier``).
         p_rows, q_rows: float32 [≥ max(Ls) + 1, V] draft and target rows of consecutive
             positions (from the calibration text).
     Returns:
-        ({(K, L): seconds}, seconds of one plain-sampling draw).
+        ({(K, L): seconds}, seconds of one plain-sampling draw, how quiet the machine was).
     """
     gen = torch.Generator(device=p_rows.device).manual_seed(0)
 
@@ -164,17 +286,18 @@ def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
         sample_rows(sampleable(rows, ok), gen)
 
     dev = p_rows.device
-    draw_s = {K: _timed(lambda K=K: draw(p_rows[:1].expand(K, -1).contiguous()), repeats, dev) for K in Ks}
     seeds = torch.zeros(1, dtype=torch.int64, device=p_rows.device)
-    out = {}
-    for K in Ks:
-        for L in Ls:
-            dp = p_rows[:L].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
-            tp = q_rows[: L + 1].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
-            tokens = dp[0].argmax(dim=-1)[None]
-            v = _timed(lambda: verifier(tokens, dp, tp, seeds=seeds, validate=False), repeats, dev)
-            out[(K, L)] = v + L * draw_s[K]
-    return out, _timed(lambda: draw(p_rows[:1]), repeats, dev)
+    fns = [lambda: draw(p_rows[:1])] + [lambda K=K: draw(p_rows[:1].expand(K, -1).contiguous()) for K in Ks]
+    shapes = [(K, L) for K in Ks for L in Ls]
+    for K, L in shapes:
+        dp = p_rows[:L].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
+        tp = q_rows[: L + 1].unsqueeze(0).expand(K, -1, -1).contiguous()[None]
+        tokens = dp[0].argmax(dim=-1)[None]
+        fns.append(lambda tokens=tokens, dp=dp, tp=tp: verifier(tokens, dp, tp, seeds=seeds, validate=False))
+    secs, quality = timed_interleaved(fns, repeats, dev)
+    draw_s = dict(zip(Ks, secs[1:1 + len(Ks)]))
+    out = {(K, L): v + L * draw_s[K] for (K, L), v in zip(shapes, secs[1 + len(Ks):])}
+    return out, secs[0], quality
 
 
 @torch.inference_mode()
@@ -334,31 +457,39 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         acceptance = Acceptance(np.concatenate(betas), np.concatenate(matches), tuple(segments))
         entries[key_acc] = acceptance.to_json()
 
-    costs = None if refresh else _parsed(Costs.from_json, entries.get(key_costs))
+    entry = entries.get(key_costs)
+    stale = entry.get("stale") if isinstance(entry, dict) else None
+    costs = None if refresh or stale else _parsed(Costs.from_json, entry)
     if costs is not None:
         cached.append("costs")
     else:
-        log(f"auto-configuration: timing the models and the verifier on this machine "
+        log(f"auto-configuration: timing the models and the verifier again: the cached costs were "
+            f"marked stale ({stale})" if stale and not refresh else
+            f"auto-configuration: timing the models and the verifier on this machine "
             f"(K in {list(Ks)}, L in {list(Ls)}; once per machine and model pair)")
         prompt, cont = max(texts, key=lambda t: len(t[0]) + len(t[1]))
         context = prompt + cont
         most = max(Ks) * max(Ls) + 1
         target_n = sorted({n for n in (1, 2, 4, 8, 12, 16, 24, 32) if n < most} | {most})
         draft_n = sorted(set(range(1, max(Ks) + 1)))
-        t_s, t_pre = forward_costs(target, context, target_n, sampling)
-        d_s, d_pre = forward_costs(draft, context, draft_n, sampling)
+        t_s, t_pre, t_q = forward_costs(target, context, target_n, sampling)
+        d_s, d_pre, d_q = forward_costs(draft, context, draft_n, sampling)
         if rows is None:
             q = teacher_forced_rows(target, prompt, cont, sampling)
             rows = [(teacher_forced_rows(draft, prompt, cont, sampling).to(q.device), q)]
         p_rows, q_rows = _rows_for_overhead(rows, max(Ls) + 1)
-        overhead, ar_draw = overhead_costs(verifier, p_rows, q_rows, Ks, Ls)
+        overhead, ar_draw, o_q = overhead_costs(verifier, p_rows, q_rows, Ks, Ls)
         costs = Costs(tuple(target_n), tuple(t_s), tuple(draft_n), tuple(d_s), overhead, ar_draw,
                       {"target": t_pre, "draft": d_pre}, len(context))
-        entries[key_costs] = costs.to_json()
+        quality = t_q.merged(d_q).merged(o_q)
+        if not quality.quiet:
+            log(quality.line())
+        entries[key_costs] = {**costs.to_json(), "timing": quality.to_json()}
     if len(cached) < 3:
         write_cache(data, log)
     choice = choose(costs, acceptance, Ks, Ls, margin)
-    return AutoConfig(choice, costs, acceptance, cached, time.perf_counter() - start if len(cached) < 3 else 0.0)
+    return AutoConfig(choice, costs, acceptance, cached, time.perf_counter() - start if len(cached) < 3 else 0.0,
+                      costs_key=key_costs)
 
 
 def _texts_from_json(entry) -> list:

@@ -83,3 +83,23 @@ def write_cache(data: dict, log) -> None:
         _atomic_write_text(path, json.dumps(data))
     except (OSError, ValueError) as err:
         log(f"auto-configuration: not cached ({err})")
+
+
+def mark_stale(key: str, reason: str, log) -> bool:
+    """Mark the cache entry ``key`` stale (``entry["stale"] = reason``): the next
+    ``autoconfig.configure`` measures it again instead of reading it.
+
+    Args:
+        key: an entry's key (a dict entry: the costs); reason: one line, kept in the entry.
+        log: receives a line when the cache cannot be written (``write_cache``).
+    Returns:
+        True when the entry was found and marked; False when the cache holds no such dict entry
+        (nothing is written).
+    """
+    data = read_cache()
+    entry = data.get("entries", {}).get(key)
+    if not isinstance(entry, dict):
+        return False
+    entry["stale"] = reason
+    write_cache(data, log)
+    return True

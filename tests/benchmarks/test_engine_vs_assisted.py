@@ -39,11 +39,21 @@ def test_script_prints_every_method(tmp_path):
     assert len(summary) == 1, out.stdout
     auto_row = next(line for line in out.stdout.splitlines() if line.startswith("| auto | "))
     tokens_per_call, positions = auto_row.split(" | ")[1:3]
+    # the row's tokens per target call is Σ tokens / Σ calls of the saved auto runs
+    import json
+    import re
+
+    runs = [r for r in json.loads((tmp_path / "runs.json").read_text())["runs"] if r["method"] == "auto"]
+    n = runs[0]["tokens"]
+    assert len(runs) == 1 and 1 <= n <= 4  # fewer than 4 only at an EOS
+    assert tokens_per_call == f"{sum(r['tokens'] for r in runs) / sum(r['calls'] for r in runs):.3f}", auto_row
     if "→ not speculating" in summary[0]:
-        assert (tokens_per_call, positions) == ("1.000", "nan"), auto_row  # plain sampling
+        # plain sampling: one target call per token
+        assert (tokens_per_call, positions) == ("1.000", "nan") and runs[0]["calls"] == n, auto_row
     else:
-        assert "→ speculating with K=" in summary[0], summary[0]
-        assert positions != "nan" and float(tokens_per_call) >= 1.0, auto_row
+        L = int(re.search(r"→ speculating with K=\d+, L=(\d+)", summary[0]).group(1))
+        # a call emits 1..L + 1 tokens: the n tokens take ceil(n / (L + 1))..n calls
+        assert positions != "nan" and -(-n // (L + 1)) <= runs[0]["calls"] <= n, (auto_row, L)
     assert (tmp_path / "autoconfig.json").is_file()
     assert (tmp_path / "t.md").read_text(encoding="utf-8").strip() == out.stdout.strip()
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,10 +5,13 @@ end on the embedded SmolLM2 (target float32 at T = 1, itself at T = 1.5 as draft
   oracle.certify.exact_verdict_law on toy rows of every registered rule;
 * the mean and τ-law tests pass on τ's drawn from their laws and reject shifted ones;
 * the CI run (marked ``models``): gbv and the planted planted_gbv_first_failure through the
-  engine, N = 5 runs of 16 tokens each (~40 iterations per rule; 21 s alone on this 2-core
-  CPU, 71 s beside another job): gbv PASSES all three tests, the planted rule is CAUGHT by its acceptance lengths
-  (measured z ≈ −6.6, p ≈ 3e-11 at N = 6); at N = 5 the first-token G-test has no power
-  (δ = 1: every cell pooled at V = 49,152), which the row states;
+  engine, runs of 16 tokens each: gbv at N = 5, L = 4 (~35 iterations) PASSES all three tests;
+  the planted rule runs blocks of L = 8 from N = 5 until its mean test's power at α/3,
+  computed from the exact laws of its rows, is ≥ 0.99 (N = 15 here: power 0.34 at N = 5) and
+  is CAUGHT by its acceptance lengths (z ≈ −7.2); 80 s on this 2-core CPU beside other jobs
+  (was 21 s alone, 71 s beside another job, with the planted row at N = 5 and power 0.34);
+  at these N the first-token G-test has no power (δ = 1: every cell pooled at V = 49,152),
+  which the rows state;
 * argument errors of the new flags: exit 2, one line.
 """
 
@@ -94,17 +97,25 @@ def test_engine_certification_gbv_passes_and_planted_is_caught(tiny):
     lines = []
     cert = ec.certify_engine(target, draft, ids, ["gbv"], n_seeds=5, max_new_tokens=16,
                              eos_token_ids=eos, log=lines.append)
-    assert [line.split(":")[0] for line in lines] == ["gbv", "planted_gbv_first_failure"]
-    assert all("5/5 runs" in line for line in lines)
+    print("\n".join(lines) + "\n" + ec.text_table(cert.rows))
+    # progress lines every 10 runs or 30 s, and after each rule's last run
+    assert {line.split(":")[0] for line in lines} == {"gbv", "planted_gbv_first_failure"}
+    assert "gbv: 5/5 runs" in "\n".join(lines)
     good, bad = cert.rows
     assert (good.rule, good.kind, good.verdict) == ("gbv", "lossless", "PASS")
     assert (bad.rule, bad.base, bad.kind, bad.verdict) == (
         "planted_gbv_first_failure", "gbv", "planted", "CAUGHT")
     assert cert.ok
+    assert good.n == 5 and (good.K, good.L) == (1, 4) and good.iterations >= 5 * 3  # ≤ 5 tokens per iteration
+    # the planted row: blocks of L = 8, N from 5 up to 4 × 5 until its mean test's power at
+    # α/3, computed from the exact laws of the rows it ran, is ≥ 0.99 (stated in the row)
+    assert (bad.K, bad.L) == (1, ec.PLANTED_L) and 5 <= bad.n <= 20 and bad.iterations >= 2 * bad.n
+    # measured here: power 0.34 at N = 5 (33 iterations), 1 − 2e-13 at N = 15 (107 iterations;
+    # normal approximation), mean τ shift −0.35 per iteration, TV 0.083, z = −7.2
+    assert bad.power >= 0.99 and bad.effect_shift < -0.2 and bad.effect_tv > 0.04
     for row in cert.rows:
-        assert row.n == 5 and row.alpha == 1e-3 and (row.K, row.L) == (1, 4)
-        assert row.iterations >= 5 * 3  # 16 tokens in ≤ 5 tokens per iteration
-        assert row.first_delta == 1.0  # N = 5 at V = 49,152: no first-token guarantee
+        assert row.alpha == 1e-3
+        assert row.first_delta == 1.0  # N ≤ 20 at V = 49,152: no first-token guarantee
         assert 0 < row.tau_delta < 1
     assert good.first_pvalue >= 1e-3 / 3 and good.mean_pvalue >= 1e-3 / 3 and good.tau_pvalue >= 1e-3 / 3
     assert abs(good.mean_z) < 3.5

@@ -183,9 +183,15 @@ def test_smoke_every_rule_bfloat16(tiny16, rule, K):
     r = engine.generate(ids, 16, seed=0)
     assert r.new_tokens == 16 or (r.stop_reason == "eos" and r.tokens[-1] in eos)
     assert all(0 <= t < model.config.vocab_size for t in r.tokens)
-    assert all(0 <= t <= 4 for t in r.taus)
-    assert 1.0 <= r.block_efficiency <= 5.0
-    assert r.block_efficiency == pytest.approx(r.new_tokens / r.target_calls)
+    # the counts' exact relations (L = 4): one target call per iteration, τ_raw ≤ S ≤ L drafted
+    # positions, every iteration but the last emits τ + 1 tokens untruncated, the last keeps
+    # 1..τ_raw + 1 of its tokens (max_new_tokens or EOS) and its kept τ is min(τ_raw, kept)
+    assert r.target_calls == len(r.taus) == len(r.taus_raw) == len(r.block_lengths) >= 1
+    assert all(0 <= t <= S <= 4 for t, S in zip(r.taus_raw, r.block_lengths))
+    assert r.taus[:-1] == r.taus_raw[:-1]
+    last_kept = r.new_tokens - sum(t + 1 for t in r.taus[:-1])
+    assert 1 <= last_kept <= r.taus_raw[-1] + 1 and r.taus[-1] == min(r.taus_raw[-1], last_kept)
+    assert r.block_efficiency == r.new_tokens / r.target_calls
     assert tok.decode(r.tokens).strip()
 
 
