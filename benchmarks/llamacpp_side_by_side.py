@@ -25,6 +25,11 @@ compared.
 
     python benchmarks/llamacpp_side_by_side.py [--prompts 8] [--max-new-tokens 64] [--torch]
         [--datasets humaneval gsm8k ../shared/data/mgsm/mgsm_en.tsv ...] [--md FILE] [--json FILE]
+    python benchmarks/llamacpp_side_by_side.py --from-json FILE [--md FILE]
+
+Tokens/s counts the prompt's prefill; the two samplers draw from different generators, so a
+prompt's two outputs differ in length (an early EOS makes the prefill weigh more), which the
+decode rate (tokens after the first over the time after it) does not suffer from.
 """
 
 from __future__ import annotations
@@ -85,20 +90,29 @@ def render(runs, methods, sets, header) -> str:
     by = {(r["set"], r["prompt"], r["method"]): r for r in runs}
     keys = sorted({(r["set"], r["prompt"]) for r in runs})
     lines += ["| method | tokens per target call | tokens/s (median) | decode tokens/s (median) | "
-              f"× {DENOMINATOR} (mean, 95 % CI) | worst prompt | time to first token (median) | peak RSS |",
+              f"tokens/s × {DENOMINATOR} (mean ± 95 % CI; worst prompt) | decode × {DENOMINATOR} "
+              "(mean ± 95 % CI; worst prompt) | time to first token (median) | peak RSS |",
               "|---|---|---|---|---|---|---|---|"]
+
+    def paired(m, field):
+        ratios = [by[k + (m,)][field] / by[k + (DENOMINATOR,)][field] for k in keys
+                  if k + (m,) in by and k + (DENOMINATOR,) in by
+                  and by[k + (m,)][field] == by[k + (m,)][field]
+                  and by[k + (DENOMINATOR,)][field] == by[k + (DENOMINATOR,)][field]]
+        if not ratios:
+            return "-"
+        mean, half = _ci(ratios)
+        return f"{mean:.3f} ± {half:.3f}; {min(ratios):.3f}"
+
     for m in methods:
         rs = [by[k + (m,)] for k in keys if k + (m,) in by]
         if not rs:
             continue
-        ratios = [by[k + (m,)]["tps"] / by[k + (DENOMINATOR,)]["tps"] for k in keys
-                  if k + (m,) in by and k + (DENOMINATOR,) in by]
-        mean, half = _ci(ratios) if ratios else (math.nan, math.nan)
         calls = sum(r["calls"] for r in rs)
         lines.append(f"| {m} | {sum(r['tokens'] for r in rs) / calls:.2f} | "
                      f"{statistics.median(r['tps'] for r in rs):.2f} | "
                      f"{statistics.median(r['decode_tps'] for r in rs if r['decode_tps'] == r['decode_tps']):.2f} | "
-                     f"{mean:.3f} ± {half:.3f} | {min(ratios):.3f} | "
+                     f"{paired(m, 'tps')} | {paired(m, 'decode_tps')} | "
                      f"{statistics.median(r['ttft'] for r in rs):.2f} s | {max(r['rss'] for r in rs) / 1e9:.2f} GB |")
     lines += ["", "Mean ratio to " + DENOMINATOR + " per set:", "",
               "| method | " + " | ".join(Path(s).name for s in sets) + " |",
@@ -125,7 +139,16 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="float32", help="--torch: the torch models' dtype")
     parser.add_argument("--json", default=None)
     parser.add_argument("--md", default=None)
+    parser.add_argument("--from-json", default=None, help="render the runs of an earlier --json FILE")
     args = parser.parse_args(argv)
+    if args.from_json:
+        data = json.loads(Path(args.from_json).read_text(encoding="utf-8"))
+        sets = list(dict.fromkeys(r["set"] for r in data["runs"]))
+        text = render(data["runs"], data["methods"], sets, data["header"])
+        print(text)
+        if args.md:
+            Path(args.md).write_text(text + "\n", encoding="utf-8")
+        return 0
 
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes, reset_peak_rss

@@ -18,32 +18,36 @@ from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
 from spectr_gbv.gpu_backend.llamacpp.model import Feed
 
 
-def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig, timed,
-                  repeats: int) -> tuple[list[float], float]:
+def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig, timed_interleaved,
+                  repeats: int):
     """As ``tuning.autoconfig.forward_costs``, on a ``LlamaCppModel``: seconds of a decode of n
     new tokens (positions after the context, sequence 0) with every row's probability
-    processing, the n cells removed after each call; and the context's prefill seconds.
+    processing, the n cells removed after each call; the context's prefill seconds; and how
+    quiet the machine was.
 
     Args:
-        timed: ``autoconfig._timed`` (median of repeats after a warm-up).
+        timed_interleaved: ``autoconfig.timed_interleaved`` (medians of interleaved rounds).
+    Returns:
+        (seconds per n, prefill seconds, ``autoconfig.TimingQuality``).
     """
     model.clear()
     start = time.perf_counter()
     model.decode(Feed(tuple(context_ids), tuple(range(len(context_ids))), ((0,),) * len(context_ids), ()))
     prefill = time.perf_counter() - start
     held = len(context_ids)
-    out = []
-    for n in ns:
+
+    def step_for(n):
         tokens = (list(context_ids[-n:]) if n <= held else [context_ids[-1]] * n)
         feed = Feed(tuple(tokens), tuple(range(held, held + n)), ((0,),) * n, tuple(range(n)))
 
         def step():
             probabilities(model.decode(feed), sampling)
             model.seq_rm(0, held, -1)
+        return step
 
-        out.append(timed(step, repeats))
+    out, quality = timed_interleaved([step_for(n) for n in ns], repeats, threads=model.threads)
     model.clear()
-    return out, prefill
+    return out, prefill, quality
 
 
 def teacher_forced_rows(model, prompt_ids: list[int], continuation: list[int],

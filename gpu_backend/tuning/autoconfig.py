@@ -242,7 +242,7 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
     if getattr(model, "backend", None) == "llama.cpp":
         from spectr_gbv.gpu_backend.llamacpp import costs
 
-        return costs.forward_costs(model, context_ids, ns, sampling, _timed, repeats)
+        return costs.forward_costs(model, context_ids, ns, sampling, timed_interleaved, repeats)
     dev = next(model.parameters()).device
     ctx = torch.tensor([context_ids], dtype=torch.int64, device=dev)
     cache = new_cache(model)
@@ -266,7 +266,7 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
 
 @torch.inference_mode()
 def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
-                   repeats: int = TIMING_REPEATS) -> tuple[dict, float, TimingQuality]:
+                   repeats: int = TIMING_REPEATS, inverse_cdf: bool = False) -> tuple[dict, float, TimingQuality]:
     """Per-iteration seconds besides the forwards: the verifier on [1, K, L, V] rows built from
     measured rows, and L draws of K draft tokens (finite check + sampling); and plain
     sampling's per-token draw.  Every timed call is interleaved with the others
@@ -276,6 +276,8 @@ def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
         verifier: a batched verifier (``engine.load_verifier``).
         p_rows, q_rows: float32 [≥ max(Ls) + 1, V] draft and target rows of consecutive
             positions (from the calibration text).
+        inverse_cdf: draws as the llama.cpp backend makes them (``sampling.inverse_cdf_rows``)
+            instead of ``torch.multinomial``.
     Returns:
         ({(K, L): seconds}, seconds of one plain-sampling draw, how quiet the machine was).
     """
@@ -283,7 +285,12 @@ def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
 
     def draw(rows):
         ok = finite_rows(rows)
-        sample_rows(sampleable(rows, ok), gen)
+        if inverse_cdf:
+            from spectr_gbv.gpu_backend.engine.sampling import inverse_cdf_rows
+
+            inverse_cdf_rows(sampleable(rows, ok), torch.rand(rows.shape[0], generator=gen, dtype=torch.float64))
+        else:
+            sample_rows(sampleable(rows, ok), gen)
 
     dev = p_rows.device
     seeds = torch.zeros(1, dtype=torch.int64, device=p_rows.device)
@@ -478,7 +485,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
             q = teacher_forced_rows(target, prompt, cont, sampling)
             rows = [(teacher_forced_rows(draft, prompt, cont, sampling).to(q.device), q)]
         p_rows, q_rows = _rows_for_overhead(rows, max(Ls) + 1)
-        overhead, ar_draw, o_q = overhead_costs(verifier, p_rows, q_rows, Ks, Ls)
+        overhead, ar_draw, o_q = overhead_costs(verifier, p_rows, q_rows, Ks, Ls,
+                                                inverse_cdf=getattr(target, "backend", None) == "llama.cpp")
         costs = Costs(tuple(target_n), tuple(t_s), tuple(draft_n), tuple(d_s), overhead, ar_draw,
                       {"target": t_pre, "draft": d_pre}, len(context))
         quality = t_q.merged(d_q).merged(o_q)
