@@ -78,7 +78,11 @@ class BenchConfig:
             check_positive(k, "K")
         for v in self.L_values:
             check_positive(v, "L")
+        from spectr_gbv.gpu_backend.engine.temperature import check_temperature
+
         for t in (self.temperature, *self.T_values):
+            # the benchmark samples (its CLI refuses --temperature 0 too): greedy is not a point
+            check_temperature(t, "temperature", greedy_ok=False)
             self.sampling(t)
         bad = [s for s in self.sweeps if s not in SWEEPS]
         if bad:
