@@ -50,15 +50,8 @@ DEFAULT_SETS = ["humaneval", "gsm8k", str(SHARED / "mgsm" / "mgsm_en.tsv"),
                 str(SHARED / "alpaca_eval" / "instructions.jsonl")]
 DENOMINATOR = "llama.cpp plain"
 
-
-def _ci(values: list[float]) -> tuple[float, float]:
-    """Mean and half-width of the 95 % t-interval (scipy.stats.t); NaN half-width for n < 2."""
-    from scipy import stats
-
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, math.nan
-    return mean, float(stats.t.ppf(0.975, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from engine_vs_assisted import _ci, hf_generate  # noqa: E402  (the same interval, the same transformers baseline)
 
 
 def llama_cpp_plain(path: Path, threads: int, n_ctx: int = 4096):
@@ -194,9 +187,6 @@ def main(argv=None) -> int:
         from spectr_gbv.gpu_backend.models.draft_quant import quantize_draft
         from spectr_gbv.gpu_backend.models.pair import load_pair
         from spectr_gbv.gpu_backend.models.weights import load_causal_lm
-
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-        from engine_vs_assisted import hf_generate
 
         tpair = load_pair(args.target, args.draft, args.dtype)
         int8 = quantize_draft(load_causal_lm(args.draft, "float32")[0], "int8")

@@ -166,9 +166,9 @@ def inverse_cdf_rows(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     c[k−1] ≤ u·c[V−1] < c[k], c the float64 cumulative sum of the row (the row need not be
     normalised).  With u uniform on [0, 1) this draws exactly from the row up to float64
     rounding of c (about V·2^-53 in total variation), and a token of probability 0 is never
-    drawn (its interval is empty); at V = 151,936 it takes about 0.14 ms on a CPU core,
-    ``torch.multinomial`` about 2.7 ms (the llama.cpp backend's plain sampling uses it: there
-    a token costs ~100 ms of model time, and 3 % of it matters).
+    drawn (its interval is empty).  One cumulative sum and one binary search per row: much
+    cheaper than ``torch.multinomial`` at a real vocabulary, which matters where a token costs
+    little model time (the llama.cpp backend; timings in benchmarks/LLAMACPP.md).
 
     Args:
         probs: float [R, V], finite, ≥ 0, each row with a positive entry (``sampleable`` rows).

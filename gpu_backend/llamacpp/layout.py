@@ -1,8 +1,8 @@
 """The speculative engine's steps 1–2 (draft, score) and 5 (cut back) on llama.cpp models
 (``LlamaCppModel``): the same rows as ``engine.layouts.PackedLayout``, with the draft tree fed
 as llama.cpp sequences instead of a 4-D attention mask, and the draft tokens drawn by inverse
-CDF (``sampling.inverse_cdf_rows``: the same law as ``torch.multinomial``, 20× faster at
-V = 151,936) from the run's generator.
+CDF (``sampling.inverse_cdf_rows``: the same law as ``torch.multinomial``, cheaper) from the
+run's generator.
 
 Cache layout (both models), between iterations: sequence 0 holds the first ``state.t_len``
 (target) or ``state.d_len`` (draft) positions of the context, in cache cells whose order is
@@ -21,8 +21,8 @@ the order of their positions; sequences 1..K−1 are empty.  One iteration:
    iteration: kept nodes would sit above freed cells of rejected siblings, a later token would
    then fill such a cell below a cell of an earlier position, and llama.cpp 0.3.36's CPU path
    computes wrong logits once a sequence's cells are out of position order (found by
-   tests/gpu_backend/llamacpp/test_llamacpp_backend.py, 0.65 in probability; reproduced
-   without the engine in four llama.cpp calls).  This costs the target τ more tokens in the
+   tests/gpu_backend/llamacpp/test_llamacpp_backend.py; the reproducer is
+   docs/upstream/llamacpp_out_of_order_kv_cells.md).  This costs the target τ more tokens in the
    next batch.
 
 The target rows go through ``engine.sampling.probabilities`` exactly as in the torch layouts,
