@@ -2,10 +2,10 @@
 quantities as the torch functions it dispatches from, so that one cost model
 (``tuning.speed_model``) chooses K, L or plain sampling on either backend.
 
-Difference from the torch layouts the cost model does not see: after a K > 1 iteration the
-llama.cpp layout feeds the τ accepted tokens again in the next target batch
-(``llamacpp.layout``), so a K > 1 prediction is optimistic by about τ target tokens per
-iteration.
+After a K > 1 iteration the llama.cpp layout feeds the τ accepted tokens again to both models
+(``llamacpp.layout``); ``autoconfig.configure`` then times the forwards over up to L more tokens
+and marks the costs ``refeed_accepted``, and ``speed_model.iteration_seconds`` charges E[τ] more
+tokens to the first draft call and the target call.
 """
 
 from __future__ import annotations

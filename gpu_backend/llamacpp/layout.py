@@ -22,8 +22,8 @@ the order of their positions; sequences 1..K−1 are empty.  One iteration:
    then fill such a cell below a cell of an earlier position, and llama.cpp 0.3.36's CPU path
    computes wrong logits once a sequence's cells are out of position order (found by
    tests/gpu_backend/llamacpp/test_llamacpp_backend.py; the reproducer is
-   docs/upstream/llamacpp_out_of_order_kv_cells.md).  This costs the target τ more tokens in the
-   next batch.
+   docs/upstream/llamacpp_out_of_order_kv_cells.md).  This costs both models τ more tokens at the
+   next iteration (the cost model charges it: ``speed_model.iteration_seconds``).
 
 The target rows go through ``engine.sampling.probabilities`` exactly as in the torch layouts,
 so the verifier (the rule layer) is unchanged.

@@ -14,6 +14,13 @@ token's attention to the cells of the token's first sequence id at positions ≤
 (``llama_kv_cache::set_input_kq_mask``): for a tree node that is exactly the context, its
 ancestors and itself, whichever of its drafts comes first.
 
+Weight buffers: llama.cpp can move weights into "extra" buffer types at load (AMX tiles where
+the build has AMX kernels, repacked interleaved layouts otherwise).  With the AMX buffer type
+llama.cpp 0.3.36 crashes the process (segfault in ``ggml_backend_amx_mul_mat``) on the first
+batch of more than one token, its own ``Llama`` included (docs/upstream/llamacpp_amx_segfault.md;
+ggml-org/llama.cpp#20824), so a build with AMX kernels loads without extra buffer types
+(``default_extra_buffers``); elsewhere llama.cpp's default stands.
+
 What is refused (``ValueError``/``OSError`` naming the argument): a path that is not a
 readable GGUF file, n_ctx / n_seq_max out of range, a batch that does not fit, token ids
 outside [0, V), a decode that llama.cpp reports failed.
@@ -73,6 +80,15 @@ def _lib():
     return llama_cpp
 
 
+def default_extra_buffers(system_info: str | None = None) -> bool:
+    """Whether models load with llama.cpp's extra weight buffer types (module docstring): False
+    where the CPU backend was built with AMX kernels, i.e. ``llama_print_system_info`` (or
+    ``system_info``) reports ``AMX_INT8 = 1``; True otherwise (llama.cpp's default)."""
+    if system_info is None:
+        system_info = _lib().llama_print_system_info().decode(errors="replace")
+    return "AMX_INT8 = 1" not in system_info
+
+
 @dataclass(frozen=True)
 class Feed:
     """Tokens for one ``decode`` call (one llama.cpp batch).
@@ -101,6 +117,8 @@ class LlamaCppModel:
         n_batch: the most tokens one llama.cpp batch takes (longer feeds are split; only a
             prompt can be longer).
         name: how messages name the model (default: the file's name).
+        extra_buffers: load the weights into llama.cpp's extra buffer types (AMX, repacked);
+            None: ``default_extra_buffers()`` (off where llama.cpp's AMX path would crash).
     Attributes:
         V: the logits axis (``llama_vocab_n_tokens``: Qwen2.5's GGUF pads it to 151,936).
         config: ``eos_token_id`` (llama.cpp's EOS of the vocabulary), ``vocab_size``: what the
@@ -115,7 +133,8 @@ class LlamaCppModel:
     generation_config = None
 
     def __init__(self, path, n_ctx: int = DEFAULT_N_CTX, n_seq_max: int = DEFAULT_N_SEQ_MAX,
-                 threads: int | None = None, n_batch: int = DEFAULT_N_BATCH, name: str | None = None):
+                 threads: int | None = None, n_batch: int = DEFAULT_N_BATCH, name: str | None = None,
+                 extra_buffers: bool | None = None):
         path = Path(path).expanduser()
         if not path.is_file():
             raise FileNotFoundError(f"path={str(path)!r}: no such GGUF file")
@@ -128,7 +147,9 @@ class LlamaCppModel:
         self.path, self.name = path, name or path.name
         self.n_ctx, self.n_seq_max, self.n_batch = n_ctx, n_seq_max, n_batch
         self.threads = threads or os.cpu_count() or 1
+        self.extra_buffers = default_extra_buffers() if extra_buffers is None else bool(extra_buffers)
         mparams = lib.llama_model_default_params()
+        mparams.use_extra_bufts = self.extra_buffers
         self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)
         if not self._model:
             raise OSError(f"path={str(path)!r}: llama.cpp cannot load this GGUF file")

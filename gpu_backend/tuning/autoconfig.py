@@ -476,9 +476,11 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
             f"(K in {list(Ks)}, L in {list(Ls)}; once per machine and model pair)")
         prompt, cont = max(texts, key=lambda t: len(t[0]) + len(t[1]))
         context = prompt + cont
-        most = max(Ks) * max(Ls) + 1
+        # K > 1 on llama.cpp: up to L re-fed accepted tokens more per call (speed_model.Costs)
+        refeed = getattr(target, "backend", None) == "llama.cpp" and max(Ks) > 1
+        most = max(Ks) * max(Ls) + 1 + (max(Ls) if refeed else 0)
         target_n = sorted({n for n in (1, 2, 4, 8, 12, 16, 24, 32) if n < most} | {most})
-        draft_n = sorted(set(range(1, max(Ks) + 1)))
+        draft_n = list(range(1, max(max(Ks), max(Ls) + 1 if refeed else 1) + 1))
         t_s, t_pre, t_q = forward_costs(target, context, target_n, sampling)
         d_s, d_pre, d_q = forward_costs(draft, context, draft_n, sampling)
         if rows is None:
@@ -488,7 +490,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         overhead, ar_draw, o_q = overhead_costs(verifier, p_rows, q_rows, Ks, Ls,
                                                 inverse_cdf=getattr(target, "backend", None) == "llama.cpp")
         costs = Costs(tuple(target_n), tuple(t_s), tuple(draft_n), tuple(d_s), overhead, ar_draw,
-                      {"target": t_pre, "draft": d_pre}, len(context))
+                      {"target": t_pre, "draft": d_pre}, len(context), refeed)
         quality = t_q.merged(d_q).merged(o_q)
         if not quality.quiet:
             log(quality.line())

@@ -13,7 +13,8 @@ import json
 
 # 2: verifier costs measured before the K-SEQ solver and MDBV-KSEQ host-plan changes
 # are stale; the dtype probe (dtype_probe.py) shares this file
-CACHE_VERSION = 2
+# 3: costs carry ``refeed_accepted`` (llama.cpp's K > 1 re-feed, timed over more tokens)
+CACHE_VERSION = 3
 
 
 def cache_path():

@@ -6,8 +6,9 @@ tokens per iteration and a draft step costing c target steps, an iteration emits
 generalises that model in three ways, each because the simple form misled on real machines:
 
 1. **Measured costs, not a ratio c.**  An iteration costs
-       (L − 1)·D(K) + D(1) + T(1 + K·L) + overhead(K, L)
-   seconds: D(n) and T(n) are measured forwards of the draft and target over n new tokens after
+       (L − 1)·D(K) + D(1 + r) + T(1 + r + K·L) + overhead(K, L)
+   seconds, r = 0 except on the llama.cpp backend with K > 1, which feeds the τ accepted tokens
+   of an iteration again to both models at the next one (``llamacpp.layout``): there r = E[τ]: D(n) and T(n) are measured forwards of the draft and target over n new tokens after
    a cached context (the packed layout feeds one depth of the draft tree, ≤ K nodes, per draft
    call, the pending token(s) first, then every tree node and the last context token to the
    target in one call; drafts sharing a prefix share nodes, so K per depth is an upper bound
@@ -142,6 +143,9 @@ class Costs:
         ar_overhead_s: per token of plain sampling besides the target forward.
         prefill_s: {"target": s, "draft": s} for the measured context (``context_tokens``).
         context_tokens: the cached context's length during the measurement.
+        refeed_accepted: the layout feeds an iteration's τ accepted tokens again at the next
+            one when K > 1 (the llama.cpp backend: ``llamacpp.layout``); ``iteration_seconds``
+            then charges E[τ] more tokens to the first draft call and to the target call.
     """
 
     target_n: tuple[int, ...]
@@ -152,6 +156,7 @@ class Costs:
     ar_overhead_s: float
     prefill_s: dict
     context_tokens: int
+    refeed_accepted: bool = False
 
     def __post_init__(self):
         for name, ns, secs in (("target", self.target_n, self.target_s), ("draft", self.draft_n, self.draft_s)):
@@ -190,26 +195,31 @@ class Costs:
                 "draft_n": list(self.draft_n), "draft_s": list(self.draft_s),
                 "overhead": [[K, L, s] for (K, L), s in sorted(self.overhead.items())],
                 "ar_overhead_s": self.ar_overhead_s, "prefill_s": dict(self.prefill_s),
-                "context_tokens": self.context_tokens}
+                "context_tokens": self.context_tokens, "refeed_accepted": self.refeed_accepted}
 
     @classmethod
     def from_json(cls, d: dict) -> "Costs":
         return cls(tuple(d["target_n"]), tuple(d["target_s"]), tuple(d["draft_n"]), tuple(d["draft_s"]),
                    {(int(K), int(L)): float(s) for K, L, s in d["overhead"]}, float(d["ar_overhead_s"]),
-                   dict(d["prefill_s"]), int(d["context_tokens"]))
+                   dict(d["prefill_s"]), int(d["context_tokens"]), bool(d["refeed_accepted"]))
 
 
-def iteration_seconds(costs: Costs, K: int, L: int) -> float:
+def iteration_seconds(costs: Costs, K: int, L: int, accepted: float = 0.0) -> float:
     """Seconds of one iteration of K drafts of L tokens (item 1 of the module docstring).
 
     An upper bound on the forwards' cost: drafts that share a prefix share tree nodes in the
     engine's packed layout, so a depth feeds at most K nodes and the target at most 1 + K·L.
+
+    Args:
+        accepted: E[τ] of this (K, L) (``expected_tokens`` − 1); used only when
+            ``costs.refeed_accepted`` and K > 1 (the re-fed tokens, linear interpolation).
     Raises:
         ValueError: (K, L) has no measured overhead, or a token count outside the measured range.
     """
     if (K, L) not in costs.overhead:
         raise ValueError(f"no measured overhead for K={K}, L={L}")
-    return ((L - 1) * costs.draft(K) + costs.draft(1) + costs.target(1 + K * L)
+    r = accepted if costs.refeed_accepted and K > 1 else 0.0
+    return ((L - 1) * costs.draft(K) + costs.draft(1 + r) + costs.target(1 + r + K * L)
             + costs.overhead[(K, L)])
 
 
@@ -282,7 +292,8 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = 0.05) -> Choic
         for L in Ls:
             if (K, L) not in costs.overhead:
                 raise ValueError(f"no measured overhead for K={K}, L={L}")
-            preds.append(Prediction(K, L, expected_tokens(acc, K, L), iteration_seconds(costs, K, L)))
+            e = expected_tokens(acc, K, L)
+            preds.append(Prediction(K, L, e, iteration_seconds(costs, K, L, accepted=e - 1)))
     if not preds:
         raise ValueError("Ks and Ls must not be empty")
     # fastest first; ties to the smaller K, then the smaller L (cheaper memory, same speed)

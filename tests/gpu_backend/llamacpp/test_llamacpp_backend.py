@@ -223,3 +223,17 @@ def test_backend_resolution():
         resolve_backend("llama.cpp", "tiny", "some/hub-model")
     with pytest.raises(ValueError, match="--backend must be one of auto, torch, llama.cpp"):
         resolve_backend("cuda", "tiny", "tiny")
+
+
+def test_autoconfig_times_the_refed_tokens(pair, tmp_path, monkeypatch):
+    """K > 1 on llama.cpp re-feeds up to L accepted tokens (llamacpp.layout): the costs are
+    timed over 1 + K·L + L target tokens and 1..L + 1 draft tokens, and marked so."""
+    from spectr_gbv.gpu_backend.tuning import cache as tuning_cache
+    from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure
+
+    monkeypatch.setattr(tuning_cache, "cache_path", lambda: tmp_path / "autoconfig.json")
+    auto = configure(pair.target, pair.draft, None, PairSpec("tiny.gguf", "tiny.gguf", "gguf"), "spectr",
+                     SamplingConfig(0.7), Ks=(1, 2), Ls=(1, 2, 3), fallback_prompt=PROMPT, log=lambda line: None)
+    c = auto.costs
+    assert c.refeed_accepted and c.target_n == (1, 2, 4, 8, 10) and c.draft_n == (1, 2, 3, 4)
+    assert {(p.K, p.L) for p in auto.choice.candidates} == {(K, L) for K in (1, 2) for L in (1, 2, 3)}

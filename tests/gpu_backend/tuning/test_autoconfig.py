@@ -108,7 +108,7 @@ def test_configure_measures_once_then_reads_the_cache(tiny_pair):
     assert len(first.choice.candidates) == 6
     c = first.costs
     assert all(s > 0 for s in c.target_s + c.draft_s) and set(c.overhead) == {(K, L) for K in (1, 2) for L in (1, 2, 3)}
-    assert c.target_n == (1, 2, 4, 7) and c.draft_n == (1, 2)
+    assert c.target_n == (1, 2, 4, 7) and c.draft_n == (1, 2) and not c.refeed_accepted
     assert first.acceptance.K_max == 2 and first.acceptance.segments == (autoconfig.CALIBRATION_TOKENS,)
     second = configure(target, draft, None, spec, **args)
     assert sorted(second.cached) == ["acceptance", "costs", "text"] and second.seconds == 0.0

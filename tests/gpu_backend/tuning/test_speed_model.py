@@ -89,6 +89,26 @@ def test_iteration_cost_is_the_measured_curve():
     assert ar_seconds_per_token(c) == pytest.approx(1.002, abs=1e-12)
 
 
+def test_refed_accepted_tokens_are_charged_for_k_above_one_only():
+    # the llama.cpp layout feeds an iteration's τ accepted tokens again when K > 1: E[τ] = 2.5
+    # more tokens to the first draft call and to the target call (linear between measured n)
+    c = Costs((1, 2, 4, 8, 16, 33), FLAT, tuple(range(1, 10)), tuple(0.4 + 0.02 * i for i in range(9)),
+              {(K, L): 0.01 for K in (1, 2) for L in (4,)}, 0.002, {}, 128, refeed_accepted=True)
+    want = (3 * 0.42 + float(np.interp(3.5, c.draft_n, c.draft_s))
+            + float(np.interp(11.5, c.target_n, c.target_s)) + 0.01)
+    assert iteration_seconds(c, 2, 4, accepted=2.5) == pytest.approx(want, abs=1e-12)
+    assert iteration_seconds(c, 2, 4, accepted=2.5) > iteration_seconds(c, 2, 4)
+    # K = 1 keeps its accepted nodes: nothing is re-fed
+    assert iteration_seconds(c, 1, 4, accepted=2.5) == pytest.approx(
+        3 * 0.4 + 0.4 + float(np.interp(5, c.target_n, c.target_s)) + 0.01, abs=1e-12)
+    # choose passes each shape's own E[τ]: the K = 2 prediction is slower than without re-feed
+    acc = constant([0.8, 0.88], match=0.7)
+    e = expected_tokens(acc, 2, 4)
+    pred = {(p.K, p.L): p for p in choose(c, acc, (1, 2), (4,)).candidates}
+    assert pred[(2, 4)].iteration_s == pytest.approx(iteration_seconds(c, 2, 4, accepted=e - 1), abs=1e-12)
+    assert Costs.from_json(c.to_json()) == c
+
+
 def test_speculates_where_the_target_is_bandwidth_bound():
     choice = choose(costs(FLAT, draft_s=(0.1, 0.11, 0.12, 0.13)), constant([0.8, 0.88, 0.9, 0.91], match=0.7),
                     (1, 2, 3, 4), range(1, 9))
