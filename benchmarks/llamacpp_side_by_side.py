@@ -57,10 +57,26 @@ from engine_vs_assisted import _ci, hf_generate  # noqa: E402  (the same interva
 def llama_cpp_plain(path: Path, threads: int, n_ctx: int = 4096):
     """llama-cpp-python's own generation loop, plain sampling: returns fn(ids, n, seed, T, eos)
     → (tokens, wall s, time to first token s)."""
+    import llama_cpp.llama as llama_module
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
-                verbose=False)
+    from spectr_gbv.gpu_backend.llamacpp.model import default_extra_buffers
+
+    # the same weight buffers as our backend (off where llama.cpp's AMX path crashes:
+    # docs/upstream/llamacpp_amx_segfault.md); Llama has no argument for it
+    defaults = llama_module.llama_cpp.llama_model_default_params
+
+    def params():
+        p = defaults()
+        p.use_extra_bufts = default_extra_buffers()
+        return p
+
+    llama_module.llama_cpp.llama_model_default_params = params
+    try:
+        llm = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads,
+                    verbose=False)
+    finally:
+        llama_module.llama_cpp.llama_model_default_params = defaults
 
     def run(ids, n, seed, temperature, eos):
         llm.set_seed(seed)

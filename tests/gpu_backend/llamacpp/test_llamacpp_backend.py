@@ -237,3 +237,12 @@ def test_autoconfig_times_the_refed_tokens(pair, tmp_path, monkeypatch):
     c = auto.costs
     assert c.refeed_accepted and c.target_n == (1, 2, 4, 8, 10) and c.draft_n == (1, 2, 3, 4)
     assert {(p.K, p.L) for p in auto.choice.candidates} == {(K, L) for K in (1, 2) for L in (1, 2, 3)}
+
+
+def test_extra_buffers_are_off_where_the_build_has_amx():
+    """llama.cpp 0.3.36's AMX buffer segfaults on multi-token batches
+    (docs/upstream/llamacpp_amx_segfault.md): off when the build reports AMX_INT8 = 1."""
+    from spectr_gbv.gpu_backend.llamacpp.model import default_extra_buffers
+
+    assert default_extra_buffers("CPU : AVX2 = 1 | AVX512 = 1 | AMX_INT8 = 1 | REPACK = 1 |") is False
+    assert default_extra_buffers("CPU : AVX2 = 1 | AVX512 = 1 | REPACK = 1 |") is True
