@@ -16,7 +16,7 @@ ancestors and itself, whichever of its drafts comes first.
 
 Weight buffers: llama.cpp can move weights into "extra" buffer types at load (AMX tiles where
 the build has AMX kernels, repacked interleaved layouts otherwise).  With the AMX buffer type
-llama.cpp 0.3.36 crashes the process (segfault in ``ggml_backend_amx_mul_mat``) on the first
+llama.cpp 0.3.36 crashed the process (a general protection fault in libggml-cpu) on the first
 batch of more than one token, its own ``Llama`` included (docs/upstream/llamacpp_amx_segfault.md;
 ggml-org/llama.cpp#20824), so a build with AMX kernels loads without extra buffer types
 (``default_extra_buffers``); elsewhere llama.cpp's default stands.

@@ -427,8 +427,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     key_acc = json.dumps(["acceptance", spec.key(), sampling.temperature, sampling.top_k, sampling.top_p,
                           max(Ks), CALIBRATION_TOKENS])
     # costs: top-k / top-p change the probability processing of every row (a sort over V)
-    device = ("cpu:llama.cpp" if getattr(target, "backend", None) == "llama.cpp"
-              else str(next(target.parameters()).device))
+    on_llama = getattr(target, "backend", None) == "llama.cpp"
+    device = "cpu:llama.cpp" if on_llama else str(next(target.parameters()).device)
     key_costs = json.dumps(["costs", fingerprint(threads), device, spec.key(), rule, Ks, Ls,
                             sampling.top_k, sampling.top_p])
     cached, start = [], time.perf_counter()
@@ -477,7 +477,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         prompt, cont = max(texts, key=lambda t: len(t[0]) + len(t[1]))
         context = prompt + cont
         # K > 1 on llama.cpp: up to L re-fed accepted tokens more per call (speed_model.Costs)
-        refeed = getattr(target, "backend", None) == "llama.cpp" and max(Ks) > 1
+        refeed = on_llama and max(Ks) > 1
         most = max(Ks) * max(Ls) + 1 + (max(Ls) if refeed else 0)
         target_n = sorted({n for n in (1, 2, 4, 8, 12, 16, 24, 32) if n < most} | {most})
         draft_n = list(range(1, max(max(Ks), max(Ls) + 1 if refeed else 1) + 1))
@@ -488,7 +488,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
             rows = [(teacher_forced_rows(draft, prompt, cont, sampling).to(q.device), q)]
         p_rows, q_rows = _rows_for_overhead(rows, max(Ls) + 1)
         overhead, ar_draw, o_q = overhead_costs(verifier, p_rows, q_rows, Ks, Ls,
-                                                inverse_cdf=getattr(target, "backend", None) == "llama.cpp")
+                                                inverse_cdf=on_llama)
         costs = Costs(tuple(target_n), tuple(t_s), tuple(draft_n), tuple(d_s), overhead, ar_draw,
                       {"target": t_pre, "draft": d_pre}, len(context), refeed)
         quality = t_q.merged(d_q).merged(o_q)
