@@ -164,6 +164,7 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
     from spectr_gbv.gpu_backend.engine.speculative import (GenerationResult, SpeculativeEngine,
                                                            autoregressive_generate)
+    from spectr_gbv.gpu_backend.llamacpp.model import build_description
     from spectr_gbv.gpu_backend.llamacpp.pair import gguf_path, load_llamacpp_pair
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
     from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure
@@ -197,7 +198,8 @@ def main(argv=None) -> int:
     }
     if methods["ours llama.cpp default"] is None:
         methods["ours llama.cpp default"] = methods["ours llama.cpp plain"]
-    header_extra = ["`ours llama.cpp default`: " + auto.summary().replace("\n", "; ") + "."]
+    header_extra = ["llama.cpp: " + build_description() + ".", "",
+                    "`ours llama.cpp default`: " + auto.summary().replace("\n", "; ") + "."]
     if args.torch:
         from spectr_gbv.gpu_backend.bench.assisted import assisted_generate
         from spectr_gbv.gpu_backend.models.draft_quant import quantize_draft

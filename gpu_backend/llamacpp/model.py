@@ -106,6 +106,21 @@ class Feed:
     logits: tuple
 
 
+def build_description(extra_buffers: bool | None = None) -> str:
+    """What a measurement on this backend depends on besides the CPU and the model: the
+    llama-cpp-python version, the CPU features its build reports (``llama_print_system_info``,
+    those ``= 1``) and whether weights load into extra buffer types (None:
+    ``default_extra_buffers()``).  One line; part of ``tuning.autoconfig``'s cache key of costs,
+    so a rebuilt or upgraded llama.cpp is timed again."""
+    lib = _lib()
+    info = lib.llama_print_system_info().decode(errors="replace")
+    features = [f.split("=")[0].strip() for f in info.split("|") if f.strip().endswith("= 1")]
+    extra = default_extra_buffers(info) if extra_buffers is None else bool(extra_buffers)
+    return (f"llama-cpp-python {getattr(lib, '__version__', '?')}; built with "
+            + ", ".join(f.split(":")[-1].strip() for f in features)
+            + f"; extra weight buffers {'on' if extra else 'off'}")
+
+
 class LlamaCppModel:
     """One GGUF model and one llama.cpp context.
 
@@ -123,6 +138,7 @@ class LlamaCppModel:
         V: the logits axis (``llama_vocab_n_tokens``: Qwen2.5's GGUF pads it to 151,936).
         config: ``eos_token_id`` (llama.cpp's EOS of the vocabulary), ``vocab_size``: what the
             engine reads from a transformers config.
+        build: ``build_description(extra_buffers)`` (what its timings depend on).
     Raises:
         FileNotFoundError: ``path`` is not a file.
         ValueError: n_ctx, n_seq_max, n_batch or threads not a positive int (n_seq_max ≤ 64).
@@ -148,6 +164,7 @@ class LlamaCppModel:
         self.n_ctx, self.n_seq_max, self.n_batch = n_ctx, n_seq_max, n_batch
         self.threads = threads or os.cpu_count() or 1
         self.extra_buffers = default_extra_buffers() if extra_buffers is None else bool(extra_buffers)
+        self.build = build_description(self.extra_buffers)
         mparams = lib.llama_model_default_params()
         mparams.use_extra_bufts = self.extra_buffers
         self._model = lib.llama_model_load_from_file(str(path).encode(), mparams)

@@ -23,7 +23,8 @@ busy (one line).  The costs are then checked by every generation: ``tuning.reche
 decode rate with the prediction and marks the cached costs stale when they differ by more than
 ``RATE_TOLERANCE``; the next ``configure`` times them again (one line says why).
 
-The cache key holds the CPU model, its bf16/int8 flags, cores, torch threads and version, the
+The cache key holds the CPU model, its bf16/int8 flags, cores, torch threads and version (on
+llama.cpp also the build: version, CPU features, weight buffers), the
 model specs (names, folders or hub ids: a folder whose weights change needs ``refresh=True``),
 dtype and draft quantisation, the rule and the candidates (and, for acceptance, the sampling).
 """
@@ -428,7 +429,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
                           max(Ks), CALIBRATION_TOKENS])
     # costs: top-k / top-p change the probability processing of every row (a sort over V)
     on_llama = getattr(target, "backend", None) == "llama.cpp"
-    device = "cpu:llama.cpp" if on_llama else str(next(target.parameters()).device)
+    # on llama.cpp the build (version, CPU features, weight buffers) is part of the device
+    device = f"cpu:llama.cpp ({getattr(target, 'build', '?')})" if on_llama else str(next(target.parameters()).device)
     key_costs = json.dumps(["costs", fingerprint(threads), device, spec.key(), rule, Ks, Ls,
                             sampling.top_k, sampling.top_p])
     cached, start = [], time.perf_counter()

@@ -237,6 +237,13 @@ def test_autoconfig_times_the_refed_tokens(pair, tmp_path, monkeypatch):
     c = auto.costs
     assert c.refeed_accepted and c.target_n == (1, 2, 4, 8, 10) and c.draft_n == (1, 2, 3, 4)
     assert {(p.K, p.L) for p in auto.choice.candidates} == {(K, L) for K in (1, 2) for L in (1, 2, 3)}
+    # the costs are filed under the llama.cpp build they were timed on: another build times again
+    assert pair.target.build in auto.costs_key and "extra weight buffers" in pair.target.build
+    calls = []
+    monkeypatch.setattr(pair.target, "build", "llama-cpp-python 9.9; built with AVX2; extra weight buffers on")
+    configure(pair.target, pair.draft, None, PairSpec("tiny.gguf", "tiny.gguf", "gguf"), "spectr",
+              SamplingConfig(0.7), Ks=(1, 2), Ls=(1, 2, 3), fallback_prompt=PROMPT, log=calls.append)
+    assert any("timing the models" in line for line in calls)
 
 
 def test_extra_buffers_are_off_where_the_build_has_amx():
