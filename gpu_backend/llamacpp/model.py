@@ -114,11 +114,11 @@ def build_description(extra_buffers: bool | None = None) -> str:
     so a rebuilt or upgraded llama.cpp is timed again."""
     lib = _lib()
     info = lib.llama_print_system_info().decode(errors="replace")
-    features = [f.split("=")[0].strip() for f in info.split("|") if f.strip().endswith("= 1")]
+    # "CPU : SSE3 = 1 | AVX2 = 1 | ... |": the names of the features = 1
+    features = [f.split("=")[0].split(":")[-1].strip() for f in info.split("|") if f.strip().endswith("= 1")]
     extra = default_extra_buffers(info) if extra_buffers is None else bool(extra_buffers)
-    return (f"llama-cpp-python {getattr(lib, '__version__', '?')}; built with "
-            + ", ".join(f.split(":")[-1].strip() for f in features)
-            + f"; extra weight buffers {'on' if extra else 'off'}")
+    return (f"llama-cpp-python {lib.__version__}; built with {', '.join(features)}; "
+            f"extra weight buffers {'on' if extra else 'off'}")
 
 
 class LlamaCppModel:

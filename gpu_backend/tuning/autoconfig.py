@@ -430,7 +430,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     # costs: top-k / top-p change the probability processing of every row (a sort over V)
     on_llama = getattr(target, "backend", None) == "llama.cpp"
     # on llama.cpp the build (version, CPU features, weight buffers) is part of the device
-    device = f"cpu:llama.cpp ({getattr(target, 'build', '?')})" if on_llama else str(next(target.parameters()).device)
+    device = f"cpu:llama.cpp ({target.build})" if on_llama else str(next(target.parameters()).device)
     key_costs = json.dumps(["costs", fingerprint(threads), device, spec.key(), rule, Ks, Ls,
                             sampling.top_k, sampling.top_p])
     cached, start = [], time.perf_counter()
