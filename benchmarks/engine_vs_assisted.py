@@ -18,7 +18,8 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
   named by the rule (``spectr`` is the row above); a lossy rule is marked "(lossy)";
 - ``auto``: what ``spectr-gbv generate`` runs by default: the int8 draft, K and L chosen from
   measured costs (gpu_backend/tuning/autoconfig.py; measured once before the timed runs, or read from
-  the cache), or plain sampling where speculation is predicted not to pay.
+  the cache), or plain sampling where speculation is predicted not to pay, decided per prompt end
+  to end for its length and the tokens asked for (``bench.generate_default``).
 
 Prints per method, pooled over the prompt sets: tokens per target call (all tokens / all
 calls), drafted positions per iteration, speedup ratio over ``ar`` (median; mean and 95 %
@@ -130,6 +131,7 @@ def select_methods(methods: dict, requested, rules=()) -> dict:
 
 def build_methods(pair, int8_draft, sampling, thresholds, auto=None, rules=()):
     from spectr_gbv.gpu_backend.bench.assisted import assisted_generate
+    from spectr_gbv.gpu_backend.bench.generate_default import DefaultMethod
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
     from spectr_gbv.reference.draft_stopping import ConfidenceStop
 
@@ -157,13 +159,8 @@ def build_methods(pair, int8_draft, sampling, thresholds, auto=None, rules=()):
                                                                       s, pair.eos)
     methods["hf_assisted int8"] = lambda ids, n, s: assisted_generate(pair.target, int8_draft, ids, n, sampling,
                                                                       4, s, pair.eos)
-    if auto is not None:
-        if auto.choice.speculate:
-            e = SpeculativeEngine(pair.target, int8_draft, rule="spectr", K=auto.choice.best.K,
-                                  L=auto.choice.best.L, sampling=sampling, eos_token_ids=pair.eos)
-            methods["auto"] = lambda ids, n, s: e.generate(ids, n, seed=s)
-        else:
-            methods["auto"] = methods["ar"]
+    if auto is not None:  # decided per prompt, end to end, as generate does
+        methods["auto"] = DefaultMethod(auto, pair.target, int8_draft, sampling, pair.eos)
     return methods
 
 
@@ -319,6 +316,8 @@ def main(argv=None) -> int:
                for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
     for fn in methods.values():  # warm-up, untimed
         fn(prompts[0][2], 8, 0)
+    if "auto" in methods:
+        methods["auto"].decisions.clear()  # count the timed runs' decisions only
     rng = random.Random(0)
     runs = []
     for n_prompt, (s, p, ids) in enumerate(prompts):
@@ -341,7 +340,9 @@ def main(argv=None) -> int:
                   f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
               machine_description() + ".", ""]
     if auto is not None:
-        header += ["`auto`: " + auto.summary().replace("\n", "; ") + ".", ""]
+        header += ["`auto`: " + auto.summary().replace("\n", "; ") + ".", "",
+                   "`auto` decided per prompt, end to end (the draft's prefill included): "
+                   + methods["auto"].line() + ".", ""]
     text = render(runs, methods, sets, header)
     print(text, flush=True)
     if args.md:

@@ -10,7 +10,8 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
 - ``ours llama.cpp default``: what ``spectr-gbv generate`` runs by default on a CPU: the
   llama.cpp backend, K and L chosen from measured costs (``tuning.autoconfig`` on the llama.cpp
   models, measured once before the timed runs or read from the cache), or plain sampling where
-  speculation is predicted not to pay;
+  speculation is predicted not to pay, decided per prompt end to end for its length and the
+  tokens asked for, the draft's prefill included (``bench.generate_default``);
 - ``ours llama.cpp K=2 L=4``: spectr, K = 2, L = 4 on llama.cpp;
 - with ``--torch``: ``ours torch default`` (the torch engine's default: int8 draft, measured
   K, L, the target in ``--dtype``), ``hf plain`` and ``hf assisted`` (transformers, 4 draft
@@ -118,9 +119,11 @@ def render(runs, methods, sets, header) -> str:
         if not rs:
             continue
         calls = sum(r["calls"] for r in rs)
+        # a decode rate is NaN when every token came in the first emission (a short generation)
+        decode = [r["decode_tps"] for r in rs if r["decode_tps"] == r["decode_tps"]]
         lines.append(f"| {m} | {sum(r['tokens'] for r in rs) / calls:.2f} | "
                      f"{statistics.median(r['tps'] for r in rs):.2f} | "
-                     f"{statistics.median(r['decode_tps'] for r in rs if r['decode_tps'] == r['decode_tps']):.2f} | "
+                     f"{f'{statistics.median(decode):.2f}' if decode else '-'} | "
                      f"{paired(m, 'tps')} | {paired(m, 'decode_tps')} | "
                      f"{statistics.median(r['ttft'] for r in rs):.2f} s | {max(r['rss'] for r in rs) / 1e9:.2f} GB |")
     lines += ["", "Mean ratio to " + DENOMINATOR + " per set:", "",
@@ -159,6 +162,7 @@ def main(argv=None) -> int:
             Path(args.md).write_text(text + "\n", encoding="utf-8")
         return 0
 
+    from spectr_gbv.gpu_backend.bench.generate_default import DefaultMethod
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes, reset_peak_rss
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
@@ -192,12 +196,10 @@ def main(argv=None) -> int:
     methods = {
         DENOMINATOR: wrap_plain,
         "ours llama.cpp plain": lambda ids, n, s: autoregressive_generate(pair.target, ids, n, sampling, s, pair.eos),
-        "ours llama.cpp default": (engine(pair.target, pair.draft, pair.eos, auto.choice.best.K, auto.choice.best.L)
-                                   if auto.choice.speculate else None),
+        # generate's default: speculating or plain sampling decided per prompt, end to end
+        "ours llama.cpp default": DefaultMethod(auto, pair.target, pair.draft, sampling, pair.eos),
         "ours llama.cpp K=2 L=4": engine(pair.target, pair.draft, pair.eos, 2, 4),
     }
-    if methods["ours llama.cpp default"] is None:
-        methods["ours llama.cpp default"] = methods["ours llama.cpp plain"]
     header_extra = ["llama.cpp: " + build_description() + ".", "",
                     "`ours llama.cpp default`: " + auto.summary().replace("\n", "; ") + "."]
     if args.torch:
@@ -210,10 +212,7 @@ def main(argv=None) -> int:
         int8 = quantize_draft(load_causal_lm(args.draft, "float32")[0], "int8")
         tauto = configure(tpair.target, int8, tpair.tokenizer, PairSpec(args.target, args.draft, args.dtype, "int8"),
                           "spectr", sampling)
-        methods["ours torch default"] = (engine(tpair.target, int8, tpair.eos, tauto.choice.best.K, tauto.choice.best.L)
-                                         if tauto.choice.speculate else
-                                         (lambda ids, n, s: autoregressive_generate(tpair.target, ids, n, sampling, s,
-                                                                                    tpair.eos)))
+        methods["ours torch default"] = DefaultMethod(tauto, tpair.target, int8, sampling, tpair.eos)
         methods["hf plain"] = lambda ids, n, s: hf_generate(tpair.target, ids, n, sampling, s, tpair.eos)
         methods["hf assisted"] = lambda ids, n, s: assisted_generate(tpair.target, tpair.draft, ids, n, sampling, 4,
                                                                      s, tpair.eos)
@@ -223,6 +222,9 @@ def main(argv=None) -> int:
                for s in sets for p, text in enumerate(load_prompts(s, args.prompts))]
     for fn in methods.values():  # warm-up, untimed
         fn(prompts[0][2], 8, 0)
+    defaults = {name: fn for name, fn in methods.items() if isinstance(fn, DefaultMethod)}
+    for fn in defaults.values():
+        fn.decisions.clear()  # count the timed runs' decisions only
     rng = random.Random(0)
     runs = []
     for n_prompt, (s, p, ids) in enumerate(prompts):
@@ -243,6 +245,8 @@ def main(argv=None) -> int:
               f"{len(prompts)} prompts: " + ", ".join(
                   f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
               machine_description() + ".", ""] + header_extra + [""]
+    header += [f"`{name}` decided per prompt, end to end (the draft's prefill included): {fn.line()}."
+               for name, fn in defaults.items()] + [""]
     text = render(runs, list(methods), sets, header)
     print(text, flush=True)
     if args.md:

@@ -102,7 +102,7 @@ def generate(request: GenerateRequest, pair, dtype: str, streamer=None, on_choic
     choice = choose_shape(request.shape, request.rule, request.rule_given, pair.target, pair.draft,
                           pair.tokenizer, PairSpec(request.target, request.draft, dtype, request.draft_quant),
                           sampling, prompt_ids=ids, refresh=request.recalibrate, eos_token_ids=pair.eos,
-                          verifier=verifier)
+                          verifier=verifier, new_tokens=request.max_new_tokens)
     if on_choice is not None:
         on_choice(choice)
     if choice.rule == "ar":

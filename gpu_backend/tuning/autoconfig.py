@@ -13,7 +13,8 @@ or the file ``$SPECTR_GBV_AUTOCONFIG`` names: ``tuning.cache``):
   drafts and p(x_t) (``speed_model.Acceptance``).
 
 ``speed_model.choose`` then predicts decode tokens per second for every candidate and plain
-sampling.  Choosing K and L from information gathered before the generation keeps every rule
+sampling, and decides end to end for the generation's prompt and length (the draft's prefill
+included) when ``configure`` is given them.  Choosing K and L from information gathered before the generation keeps every rule
 lossless: the output law of a lossless rule does not depend on K or L.
 
 Timings are medians of ``TIMING_REPEATS`` interleaved rounds (``timed_interleaved``: a transient
@@ -43,7 +44,7 @@ from spectr_gbv.gpu_backend.engine.kv import cache_length, new_cache
 from spectr_gbv.gpu_backend.engine.layouts import sample_rows
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from spectr_gbv.gpu_backend.tuning.cache import CACHE_VERSION, read_cache, write_cache  # noqa: F401
-from spectr_gbv.gpu_backend.tuning.speed_model import Acceptance, Choice, Costs, choose
+from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, Acceptance, Choice, Costs, choose
 
 from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
 
@@ -94,17 +95,33 @@ class AutoConfig:
     seconds: float = 0.0
     costs_key: str | None = None
 
+    def for_generation(self, prompt_tokens: int, new_tokens: int) -> "AutoConfig":
+        """This configuration decided again for a generation of ``new_tokens`` after a prompt of
+        ``prompt_tokens`` (``speed_model.choose`` end to end; nothing is measured)."""
+        c = self.choice
+        Ks = tuple(sorted({p.K for p in c.candidates}))
+        Ls = tuple(sorted({p.L for p in c.candidates}))
+        choice = choose(self.costs, self.acceptance, Ks, Ls, c.margin, prompt_tokens=prompt_tokens,
+                        new_tokens=new_tokens)
+        return AutoConfig(choice, self.costs, self.acceptance, self.cached, self.seconds, self.costs_key)
+
     def summary(self) -> str:
-        """Lines for the user: the choice, its predicted speed and plain sampling's."""
+        """Lines for the user: the choice, its predicted speed and plain sampling's (and, when
+        the lengths are known, both predicted end to end, the draft's prefill included)."""
         c = self.choice
         b = c.best
         head = (f"auto-configuration ({'cached' if len(self.cached) == 3 else f'measured in {self.seconds:.1f} s'}): "
                 f"best K={b.K} L={b.L}: predicted {b.tokens_per_iteration:.2f} tokens per target call, "
                 f"{b.tokens_per_second:.2f} tokens/s decode; plain sampling {c.ar_tokens_per_second:.2f} tokens/s")
-        verdict = (f"→ speculating with K={b.K}, L={b.L} (predicted speedup {c.predicted_speedup:.2f}×)"
+        if c.ar_seconds is not None:
+            head += (f"; for {c.prompt_tokens} prompt tokens and {c.new_tokens} new: {c.speculative_seconds:.2f} s "
+                     f"speculating (the draft's prefill {self.costs.prefill('draft', c.prompt_tokens):.2f} s "
+                     f"included) against {c.ar_seconds:.2f} s plain sampling")
+        what = "end to end" if c.ar_seconds is not None else "in decode"
+        verdict = (f"→ speculating with K={b.K}, L={b.L} (predicted speedup {c.predicted_speedup:.2f}× {what})"
                    if c.speculate else
                    f"→ not speculating: the best shape is predicted at {c.predicted_speedup:.2f}× plain "
-                   f"sampling, below the {1 + c.margin:.2f}× needed")
+                   f"sampling {what}, below the {1 + c.margin:.2f}× needed")
         return head + "\n" + verdict
 
 
@@ -379,9 +396,9 @@ def default_calibration_prompts(tokenizer, fallback: list[int]) -> list[list[int
 
 
 def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: SamplingConfig,
-              Ks=K_CANDIDATES, Ls=L_CANDIDATES, fallback_prompt=(1, 2), margin: float = 0.05,
+              Ks=K_CANDIDATES, Ls=L_CANDIDATES, fallback_prompt=(1, 2), margin: float = MARGIN,
               refresh: bool = False, threads: int | None = None, log=None, eos_token_ids=(),
-              verifier=None) -> AutoConfig:
+              verifier=None, prompt_tokens: int | None = None, new_tokens: int | None = None) -> AutoConfig:
     """Measure (or read from the cache) what the choice needs, and choose K, L or plain sampling.
 
     Args:
@@ -398,11 +415,14 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         eos_token_ids: where the calibration text ends (the generation's EOS ids).
         verifier: ``load_verifier(rule)`` already loaded (the generation's engine then uses the
             same one); default: loaded here.
+        prompt_tokens, new_tokens: the generation's prompt length and ``max_new_tokens``: the
+            choice is then made end to end, the draft's prefill included (``speed_model.choose``);
+            None (both): on decode speed alone (``AutoConfig.for_generation`` decides later).
     Returns:
         AutoConfig.
     Raises:
-        ValueError: empty or invalid candidates, an unknown rule or a bad margin (before any
-            measurement), or a calibration text that is empty (the target ended every
+        ValueError: empty or invalid candidates, an unknown rule, a bad margin or bad lengths
+            (before any measurement), or a calibration text that is empty (the target ended every
             calibration prompt at once).
     An unreadable cache, or an entry that does not parse, is measured again; a cache that
     cannot be written is reported through ``log`` and skipped.
@@ -420,6 +440,10 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     from spectr_gbv.reference.rules import registry
 
     registry.spec(rule)  # an unknown rule fails here, before anything is measured
+    if (prompt_tokens is None) != (new_tokens is None) or any(
+            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (prompt_tokens, new_tokens) if v is not None):
+        raise ValueError(f"prompt_tokens and new_tokens must both be integers >= 1 or both None, "
+                         f"got {prompt_tokens} and {new_tokens}")
     verifier = verifier if verifier is not None else load_verifier(rule)
     threads = threads or torch.get_num_threads()
     data = read_cache()
@@ -499,7 +523,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         entries[key_costs] = {**costs.to_json(), "timing": quality.to_json()}
     if len(cached) < 3:
         write_cache(data, log)
-    choice = choose(costs, acceptance, Ks, Ls, margin)
+    choice = choose(costs, acceptance, Ks, Ls, margin, prompt_tokens=prompt_tokens, new_tokens=new_tokens)
     return AutoConfig(choice, costs, acceptance, cached, time.perf_counter() - start if len(cached) < 3 else 0.0,
                       costs_key=key_costs)
 

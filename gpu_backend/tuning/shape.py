@@ -102,18 +102,21 @@ class ShapeChoice:
 
 def choose_shape(plan: ShapePlan, rule: str, rule_given: bool, target=None, draft=None, tokenizer=None,
                  spec=None, sampling=None, prompt_ids=(1, 2), refresh: bool = False,
-                 eos_token_ids=(), verifier=None) -> ShapeChoice:
+                 eos_token_ids=(), verifier=None, new_tokens: int | None = None) -> ShapeChoice:
     """The rule and shape to run: the plan's own without ``plan.auto``; else the measured best
     (``autoconfig.configure`` on the loaded ``target``/``draft``, ``spec`` its cache key), or
     plain sampling when it is predicted to pay more and ``rule_given`` is False.  ``verifier``:
-    the rule's verifier, timed by the measurement (``autoconfig.configure``)."""
+    the rule's verifier, timed by the measurement (``autoconfig.configure``).  ``new_tokens``:
+    the generation's ``max_new_tokens``; with it the choice is end to end for ``prompt_ids``
+    (the draft's prefill included), without it on decode speed alone."""
     if not plan.auto:
         return ShapeChoice(rule, plan.K, plan.L)
     from spectr_gbv.gpu_backend.tuning.autoconfig import configure
 
     auto = configure(target, draft, tokenizer, spec, rule, sampling, plan.K_candidates, plan.L_candidates,
                      fallback_prompt=prompt_ids, refresh=refresh, eos_token_ids=eos_token_ids,
-                     verifier=verifier)
+                     verifier=verifier, prompt_tokens=len(prompt_ids) if new_tokens is not None else None,
+                     new_tokens=new_tokens)
     choice = auto.choice
     if choice.speculate or rule_given:
         return ShapeChoice(rule, choice.best.K, choice.best.L, choice.best.tokens_per_second, auto,

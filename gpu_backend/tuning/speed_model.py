@@ -26,6 +26,15 @@ generalises that model in three ways, each because the simple form misled on rea
    other live draft with probability p_t(x_t), the draft's probability of the text's token
    (the accepted token is modelled by the text's token).
 
+4. **End to end, for the generation's length.**  Speculating also prefills the draft on the
+   prompt, which plain sampling never does; on a machine where speculation gains little in
+   decode, that prefill decides.  With the prompt's length n and the tokens to generate N,
+   ``choose`` compares predicted seconds end to end,
+       plain sampling:  P_target(n) + N / (plain tokens/s)
+       speculating:     P_target(n) + P_draft(n) + N / (best shape's tokens/s),
+   P(n) the measured prefill scaled linearly to n tokens (``Costs.prefill``).  An EOS before N
+   tokens shortens the decode that amortises the draft's prefill: the margin covers it.
+
 The model is an estimate for choosing K, L and whether to speculate at all; the engine prints
 the predicted and the measured speed side by side so that a wrong prediction is visible.  For
 rules other than SpecTr it uses the same acceptance (token verification's for K = 1: block
@@ -38,6 +47,12 @@ from dataclasses import dataclass
 from math import comb
 
 import numpy as np
+
+# speculate only when predicted at least (1 + MARGIN) × plain sampling end to end: the
+# predictions of a single decode rate were off by up to ~9 % on llama.cpp
+# (benchmarks/LLAMACPP.md, "How far the predictions were off"), so a ratio of two of them can
+# be off by about 10 %; a wrong "yes" makes the engine slower than the plain sampling it replaces
+MARGIN = 0.10
 
 
 @dataclass(frozen=True)
@@ -141,8 +156,9 @@ class Costs:
         overhead: {(K, L): seconds} per iteration besides the forwards: the verifier on
             [K, L, V] rows and the draft's sampling.
         ar_overhead_s: per token of plain sampling besides the target forward.
-        prefill_s: {"target": s, "draft": s} for the measured context (``context_tokens``).
-        context_tokens: the cached context's length during the measurement.
+        prefill_s: {"target": s, "draft": s}: one forward over the measured context
+            (``context_tokens`` tokens) from an empty cache (``prefill`` scales it).
+        context_tokens: the measured context's length, ≥ 1.
         refeed_accepted: the layout feeds an iteration's τ accepted tokens again at the next
             one when K > 1 (the llama.cpp backend: ``llamacpp.layout``); ``iteration_seconds``
             then charges E[τ] more tokens to the first draft call and to the target call.
@@ -171,6 +187,13 @@ class Costs:
             raise ValueError(f"overhead must hold finite seconds >= 0, got {bad}")
         if not (np.isfinite(self.ar_overhead_s) and self.ar_overhead_s >= 0):
             raise ValueError(f"ar_overhead_s must be finite seconds >= 0, got {self.ar_overhead_s}")
+        bad = {k: v for k, v in self.prefill_s.items()
+               if isinstance(v, bool) or not isinstance(v, (int, float)) or not (np.isfinite(v) and v >= 0)}
+        if bad:
+            raise ValueError(f"prefill_s must hold finite seconds >= 0, got {bad}")
+        if isinstance(self.context_tokens, bool) or int(self.context_tokens) != self.context_tokens \
+                or self.context_tokens < 1:
+            raise ValueError(f"context_tokens must be an integer >= 1, got {self.context_tokens}")
 
     def target(self, n: int) -> float:
         """Seconds of a target forward over n new tokens (linear between measured n).
@@ -183,6 +206,21 @@ class Costs:
     def draft(self, n: int) -> float:
         """Seconds of a draft forward over n new tokens (as ``target``)."""
         return self._interp("draft", n, self.draft_n, self.draft_s)
+
+    def prefill(self, model: str, n: int) -> float:
+        """Seconds to prefill n prompt tokens into ``model``'s empty cache ("target" or "draft"):
+        the measured prefill scaled linearly, prefill_s[model] · n / context_tokens (a prefill
+        is one batched forward; its cost grows about linearly in n for prompts of a few hundred
+        tokens, where the attention's n² term is small).
+
+        Raises:
+            ValueError: n < 0, or no prefill was measured for ``model``.
+        """
+        if isinstance(n, bool) or int(n) != n or n < 0:
+            raise ValueError(f"n must be a token count >= 0, got {n}")
+        if model not in self.prefill_s:
+            raise ValueError(f"no measured prefill for the {model} (prefill_s has {sorted(self.prefill_s)})")
+        return float(self.prefill_s[model]) * n / self.context_tokens
 
     @staticmethod
     def _interp(name, n, ns, secs) -> float:
@@ -248,11 +286,18 @@ class Choice:
     """The configuration picked by ``choose``.
 
     Attributes:
-        speculate: False when no candidate is predicted to beat plain sampling by ``margin``.
-        best: the fastest candidate (also when not speculating, for the record).
+        speculate: False when the best candidate is not predicted to beat plain sampling by
+            ``margin`` (end to end when the lengths are known, else in decode).
+        best: the fastest candidate in decode (also when not speculating, for the record);
+            the draft's prefill is the same for every candidate, so it is also the fastest end
+            to end.
         ar_tokens_per_second: predicted plain-sampling decode speed.
         candidates: every Prediction, fastest first.
         margin: the relative gain required to speculate.
+        prompt_tokens, new_tokens: the generation's prompt length and the tokens it asks for,
+            or None when the choice ignores the prefill (a long generation).
+        ar_seconds, speculative_seconds: predicted seconds end to end (prefill and decode) of
+            plain sampling and of the best candidate, or None without the lengths.
     """
 
     speculate: bool
@@ -260,29 +305,60 @@ class Choice:
     ar_tokens_per_second: float
     candidates: tuple[Prediction, ...]
     margin: float
+    prompt_tokens: int | None = None
+    new_tokens: int | None = None
+    ar_seconds: float | None = None
+    speculative_seconds: float | None = None
+
+    @property
+    def decode_speedup(self) -> float:
+        """The best candidate's predicted decode tokens/s over plain sampling's."""
+        return self.best.tokens_per_second / self.ar_tokens_per_second
 
     @property
     def predicted_speedup(self) -> float:
-        return self.best.tokens_per_second / self.ar_tokens_per_second
+        """What ``speculate`` was decided on: plain sampling's predicted seconds end to end over
+        the best candidate's when the lengths are known, else ``decode_speedup``."""
+        if self.ar_seconds is None:
+            return self.decode_speedup
+        return self.ar_seconds / self.speculative_seconds
 
 
-def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = 0.05) -> Choice:
-    """The (K, L) with the most predicted decode tokens per second, or plain sampling.
+def _positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    return int(value)
+
+
+def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = MARGIN, *,
+           prompt_tokens: int | None = None, new_tokens: int | None = None) -> Choice:
+    """The (K, L) with the most predicted decode tokens per second, and whether to speculate
+    with it or to sample plainly.
+
+    With the generation's lengths the decision is end to end (item 4 of the module docstring):
+    speculate when plain sampling's predicted seconds are at least (1 + margin) × the best
+    candidate's, the draft's prefill of the prompt included.  Without them it is on decode
+    speed alone, the limit of a long generation (prefill amortised).
 
     Args:
-        costs: measured costs; ``costs.overhead`` must hold every (K, L) of Ks × Ls.
+        costs: measured costs; ``costs.overhead`` must hold every (K, L) of Ks × Ls, and
+            ``costs.prefill_s`` the target and the draft when the lengths are given.
         acc: measured acceptance with K_max ≥ max(Ks).
         Ks, Ls: candidate drafts and block lengths (≥ 1).
-        margin: speculate only when the best candidate's predicted speed is at least
-            (1 + margin) × plain sampling's: the prediction is an estimate, and a wrong "yes"
-            costs more than a wrong "no" on a machine where speculation does not pay.
+        margin: the relative gain required (``MARGIN``: the prediction is an estimate, and a
+            wrong "yes" costs more than a wrong "no" on a machine where speculation does not pay).
+        prompt_tokens: the prompt's length in tokens (≥ 1), with ``new_tokens``, or neither.
+        new_tokens: the tokens the generation asks for (``max_new_tokens``, ≥ 1).
     Returns:
         Choice.
     Raises:
-        ValueError: empty candidates, a (K, L) without a measured overhead, margin < 0.
+        ValueError: empty candidates, a (K, L) without a measured overhead, margin < 0, only
+            one of the lengths or a length < 1, no measured prefill with the lengths.
     """
     if not (np.isfinite(margin) and margin >= 0):
         raise ValueError(f"margin must be a finite number >= 0, got {margin}")
+    if (prompt_tokens is None) != (new_tokens is None):
+        raise ValueError(f"give both prompt_tokens and new_tokens or neither, got {prompt_tokens} and {new_tokens}")
     Ks, Ls = tuple(Ks), tuple(Ls)
     for name, values in (("Ks", Ks), ("Ls", Ls)):
         if any(isinstance(v, bool) or int(v) != v or v < 1 for v in values):
@@ -298,5 +374,11 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = 0.05) -> Choic
         raise ValueError("Ks and Ls must not be empty")
     # fastest first; ties to the smaller K, then the smaller L (cheaper memory, same speed)
     preds.sort(key=lambda p: (-p.tokens_per_second, p.K, p.L))
-    ar = 1.0 / ar_seconds_per_token(costs)
-    return Choice(preds[0].tokens_per_second >= (1.0 + margin) * ar, preds[0], ar, tuple(preds), margin)
+    best, ar = preds[0], 1.0 / ar_seconds_per_token(costs)
+    if prompt_tokens is None:
+        return Choice(best.tokens_per_second >= (1.0 + margin) * ar, best, ar, tuple(preds), margin)
+    n, N = _positive_int("prompt_tokens", prompt_tokens), _positive_int("new_tokens", new_tokens)
+    target_prefill = costs.prefill("target", n)
+    ar_s = target_prefill + N / ar
+    spec_s = target_prefill + costs.prefill("draft", n) + N / best.tokens_per_second
+    return Choice(ar_s >= (1.0 + margin) * spec_s, best, ar, tuple(preds), margin, n, N, ar_s, spec_s)

@@ -47,11 +47,14 @@ def test_script_prints_every_method(tmp_path):
     n = runs[0]["tokens"]
     assert len(runs) == 1 and 1 <= n <= 4  # fewer than 4 only at an EOS
     assert tokens_per_call == f"{sum(r['tokens'] for r in runs) / sum(r['calls'] for r in runs):.3f}", auto_row
-    if "→ not speculating" in summary[0]:
+    # the decision is made per prompt, end to end (bench.generate_default): one line says which
+    decided = [line for line in out.stdout.splitlines() if line.startswith("`auto` decided per prompt")]
+    assert len(decided) == 1 and decided[0].endswith(" of 1 generations."), out.stdout
+    if "plain sampling in 1 of 1" in decided[0]:
         # plain sampling: one target call per token
         assert (tokens_per_call, positions) == ("1.000", "nan") and runs[0]["calls"] == n, auto_row
     else:
-        L = int(re.search(r"→ speculating with K=\d+, L=(\d+)", summary[0]).group(1))
+        L = int(re.search(r"K=\d+ L=(\d+) in 1 of 1", decided[0]).group(1))
         # a call emits 1..L + 1 tokens: the n tokens take ceil(n / (L + 1))..n calls
         assert positions != "nan" and -(-n // (L + 1)) <= runs[0]["calls"] <= n, (auto_row, L)
     assert (tmp_path / "autoconfig.json").is_file()

@@ -15,7 +15,7 @@ from spectr_gbv.gpu_backend.tuning import cache as tuning_cache
 from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, acceptance_from_rows, configure  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.machine import auto_dtype, cpu_flags, describe_flags, native_bf16  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
-from spectr_gbv.gpu_backend.tuning.speed_model import Acceptance, expected_tokens  # noqa: E402
+from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, Acceptance, choose, expected_tokens  # noqa: E402
 from spectr_gbv.reference.exact import expected_tau  # noqa: E402
 from spectr_gbv.reference.kseq import beta, rho_star  # noqa: E402
 from spectr_gbv.reference.models import ContextFree  # noqa: E402
@@ -113,6 +113,17 @@ def test_configure_measures_once_then_reads_the_cache(tiny_pair):
     second = configure(target, draft, None, spec, **args)
     assert sorted(second.cached) == ["acceptance", "costs", "text"] and second.seconds == 0.0
     assert second.choice == first.choice
+    # with the generation's lengths the choice is end to end (the draft's prefill included), the
+    # same as deciding the cached configuration again for them
+    e2e = configure(target, draft, None, spec, **args, prompt_tokens=20, new_tokens=12)
+    again = choose(second.costs, second.acceptance, (1, 2), (1, 2, 3), MARGIN, prompt_tokens=20, new_tokens=12)
+    assert e2e.choice == second.for_generation(20, 12).choice == again
+    assert e2e.choice.ar_seconds == pytest.approx(
+        e2e.costs.prefill("target", 20) + 12 / e2e.choice.ar_tokens_per_second, abs=1e-12)
+    assert "for 20 prompt tokens and 12 new: " in e2e.summary() and " end to end" in e2e.summary()
+    assert " end to end" not in second.summary() and " in decode" in second.summary()
+    with pytest.raises(ValueError, match="prompt_tokens and new_tokens must both be integers >= 1 or both None"):
+        configure(target, draft, None, spec, **args, prompt_tokens=20)
     # another temperature re-measures acceptance only; top-p also the costs (every row is
     # sorted); refresh re-measures everything
     third = configure(target, draft, None, spec, **{**args, "sampling": SamplingConfig(1.0)})
@@ -166,9 +177,10 @@ def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_pa
     assert cli_main.main(argv) == 0
     out, err = capsys.readouterr()
     assert "auto-configuration (measured in" in err and "best K=" in err and " L=3:" in err
+    assert " prompt tokens and 12 new: " in err  # decided end to end for this generation
     # draft = target: every draft token is accepted (L + 1 tokens per iteration), but an
     # iteration costs L draft forwards plus a target forward, each about one plain step: the
-    # prediction is near 1× plain sampling, on either side of the 1.05× needed depending on
+    # prediction is near 1× plain sampling, on either side of the 1.10× needed depending on
     # timing noise; what ran must be what was announced
     line = next(x for x in out.splitlines() if x.startswith("rule "))
     assert ("→ not speculating" in err) == line.startswith("rule ar ")

@@ -189,3 +189,80 @@ def test_costs_and_acceptance_survive_json():
     a = constant([0.5, 0.6], T=5, segments=(2, 3))
     b = Acceptance.from_json(a.to_json())
     assert np.array_equal(a.beta, b.beta) and np.array_equal(a.match, b.match) and a.segments == b.segments
+
+
+# -- end to end: the draft's prefill of the prompt (speed_model item 4) -----------------------------
+
+def test_prefill_scales_the_measured_one_linearly():
+    c = costs(FLAT)  # prefill 1.0 s (target) and 0.3 s (draft) over 128 tokens
+    assert c.prefill("target", 64) == pytest.approx(0.5, abs=1e-12)
+    assert c.prefill("draft", 320) == pytest.approx(0.75, abs=1e-12)
+    assert c.prefill("draft", 0) == 0.0
+
+
+def test_end_to_end_seconds_include_the_drafts_prefill():
+    c = costs(FLAT, draft_s=(0.2,) * 4, overhead=0.0)
+    acc = constant([0.5], match=0.5)
+    # K = 1, L = 1: 1.5 tokens per 1.21 s; plain sampling 1.002 s per token.  Prompt 64 tokens:
+    # target prefill 0.5 s, draft prefill 0.15 s.  N = 10 new tokens:
+    choice = choose(c, acc, (1,), (1,), prompt_tokens=64, new_tokens=10)
+    assert choice.ar_seconds == pytest.approx(0.5 + 10 * 1.002, abs=1e-12)
+    assert choice.speculative_seconds == pytest.approx(0.5 + 0.15 + 10 * 1.21 / 1.5, abs=1e-12)
+    assert choice.predicted_speedup == pytest.approx((0.5 + 10.02) / (0.65 + 12.1 / 1.5), abs=1e-12)
+    assert choice.decode_speedup == pytest.approx((1.5 / 1.21) * 1.002, abs=1e-12)
+    assert choice.speculate and (choice.prompt_tokens, choice.new_tokens) == (64, 10)
+
+
+def test_the_drafts_prefill_decides_a_short_generation():
+    # decode alone predicts 1.24x; one new token after 64 prompt tokens: 1.502 s plain against
+    # 0.65 + 0.8067 s speculating = 1.031x, below the default margin (1.10x)
+    c = costs(FLAT, draft_s=(0.2,) * 4, overhead=0.0)
+    acc = constant([0.5], match=0.5)
+    assert choose(c, acc, (1,), (1,)).speculate
+    short = choose(c, acc, (1,), (1,), prompt_tokens=64, new_tokens=1)
+    assert short.predicted_speedup == pytest.approx(1.502 / (0.65 + 1.21 / 1.5), abs=1e-12)
+    assert not short.speculate
+    # a longer prompt costs the draft more prefill: 2560 tokens, 64 new → 84.128 s against 77.627 s
+    assert not choose(c, acc, (1,), (1,), prompt_tokens=2560, new_tokens=64).speculate
+    assert choose(c, acc, (1,), (1,), prompt_tokens=1280, new_tokens=64).predicted_speedup == pytest.approx(
+        (10 + 64 * 1.002) / (13 + 64 * 1.21 / 1.5), abs=1e-12)
+
+
+def test_lengths_are_checked():
+    c, acc = costs(FLAT), constant([0.5])
+    with pytest.raises(ValueError, match="give both prompt_tokens and new_tokens or neither"):
+        choose(c, acc, (1,), (1,), prompt_tokens=10)
+    with pytest.raises(ValueError, match="new_tokens must be an integer >= 1, got 0"):
+        choose(c, acc, (1,), (1,), prompt_tokens=10, new_tokens=0)
+    with pytest.raises(ValueError, match="prompt_tokens must be an integer >= 1, got 2.5"):
+        choose(c, acc, (1,), (1,), prompt_tokens=2.5, new_tokens=4)
+    no_prefill = Costs((1, 2), (1.0, 1.0), (1,), (0.1,), {(1, 1): 0.0}, 0.0, {}, 1)
+    with pytest.raises(ValueError, match="no measured prefill for the target"):
+        choose(no_prefill, acc, (1,), (1,), prompt_tokens=10, new_tokens=4)
+    with pytest.raises(ValueError, match="prefill_s must hold finite seconds >= 0"):
+        Costs((1,), (1.0,), (1,), (0.1,), {}, 0.0, {"draft": math.nan}, 1)
+    with pytest.raises(ValueError, match="context_tokens must be an integer >= 1"):
+        Costs((1,), (1.0,), (1,), (0.1,), {}, 0.0, {}, 0)
+    with pytest.raises(ValueError, match="n must be a token count >= 0"):
+        c.prefill("draft", -1)
+
+
+def test_the_measured_miss_is_now_plain_sampling():
+    """The costs and acceptance measured with llama.cpp built for AVX-512 without AMX
+    (benchmarks/LLAMACPP.md): on decode alone they chose K = 1, L = 3 (predicted 1.11x), and
+    generate's default ran at 0.889 ± 0.047x llama.cpp plain sampling end to end, the draft's
+    prefill unaccounted.  End to end, for the benchmark's prompts (34..147 tokens) and 64 new
+    tokens, they choose plain sampling."""
+    import json
+    from pathlib import Path
+
+    data = json.loads((Path(__file__).parent / "data" / "noamx_llamacpp_costs.json").read_text())
+    c, acc = Costs.from_json(data["costs"]), Acceptance.from_json(data["acceptance"])
+    decode_only = choose(c, acc, (1, 2, 3, 4), range(1, 9))
+    assert decode_only.speculate and (decode_only.best.K, decode_only.best.L) == (1, 3)
+    assert decode_only.predicted_speedup == pytest.approx(1.107236345729027, abs=1e-9)  # printed as 1.11
+    for n in (34, 90, 147):
+        e2e = choose(c, acc, (1, 2, 3, 4), range(1, 9), prompt_tokens=n, new_tokens=64)
+        assert not e2e.speculate, (n, e2e.predicted_speedup)
+        assert e2e.speculative_seconds - e2e.ar_seconds == pytest.approx(
+            c.prefill("draft", n) + 64 / e2e.best.tokens_per_second - 64 / e2e.ar_tokens_per_second, abs=1e-12)
