@@ -14,8 +14,9 @@ or the file ``$SPECTR_GBV_AUTOCONFIG`` names: ``tuning.cache``):
 
 ``speed_model.choose`` then predicts decode tokens per second for every candidate and plain
 sampling, and decides end to end for the generation's prompt and length (the draft's prefill
-included) when ``configure`` is given them.  Choosing K and L from information gathered before the generation keeps every rule
-lossless: the output law of a lossless rule does not depend on K or L.
+included) when ``configure`` is given them.  Choosing K and L from information gathered before
+the generation keeps every rule lossless: the output law of a lossless rule does not depend on
+K or L.
 
 Timings are medians of ``TIMING_REPEATS`` interleaved rounds (``timed_interleaved``: a transient
 load slows one round of every candidate, not every repeat of one); when the repeats spread

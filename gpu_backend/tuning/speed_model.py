@@ -48,10 +48,11 @@ from math import comb
 
 import numpy as np
 
-# speculate only when predicted at least (1 + MARGIN) × plain sampling end to end: the
-# predictions of a single decode rate were off by up to ~9 % on llama.cpp
-# (benchmarks/LLAMACPP.md, "How far the predictions were off"), so a ratio of two of them can
-# be off by about 10 %; a wrong "yes" makes the engine slower than the plain sampling it replaces
+# speculate only when predicted at least (1 + MARGIN) × plain sampling end to end: where the
+# measured costs chose to speculate on llama.cpp, the speculative-over-plain decode ratio was
+# over-predicted by about this much (benchmarks/LLAMACPP.md, "How far the predictions were
+# off"); a wrong "yes" makes the engine slower than the plain sampling it replaces, a wrong "no"
+# only forgoes a small gain
 MARGIN = 0.10
 
 
