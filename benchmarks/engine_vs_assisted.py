@@ -159,7 +159,7 @@ def build_methods(pair, int8_draft, sampling, thresholds, auto=None, rules=()):
                                                                       s, pair.eos)
     methods["hf_assisted int8"] = lambda ids, n, s: assisted_generate(pair.target, int8_draft, ids, n, sampling,
                                                                       4, s, pair.eos)
-    if auto is not None:  # decided per prompt, end to end, as generate does
+    if auto is not None:  # decided per prompt, as generate does
         methods["auto"] = DefaultMethod(auto, pair.target, int8_draft, sampling, pair.eos)
     return methods
 
@@ -341,7 +341,7 @@ def main(argv=None) -> int:
               machine_description() + ".", ""]
     if auto is not None:
         header += ["`auto`: " + auto.summary().replace("\n", "; ") + ".", "",
-                   "`auto` decided per prompt, end to end (the draft's prefill included): "
+                   "`auto` decided per prompt (the draft's prefill counted): "
                    + methods["auto"].line() + ".", ""]
     text = render(runs, methods, sets, header)
     print(text, flush=True)

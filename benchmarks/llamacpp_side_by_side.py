@@ -10,7 +10,7 @@ Per prompt, in an order shuffled per prompt, the same seed for every method:
 - ``ours llama.cpp default``: what ``spectr-gbv generate`` runs by default on a CPU: the
   llama.cpp backend, K and L chosen from measured costs (``tuning.autoconfig`` on the llama.cpp
   models, measured once before the timed runs or read from the cache), or plain sampling where
-  speculation is predicted not to pay, decided per prompt end to end for its length and the
+  speculation is predicted not to pay, decided per prompt for its length and the
   tokens asked for, the draft's prefill included (``bench.generate_default``);
 - ``ours llama.cpp K=2 L=4``: spectr, K = 2, L = 4 on llama.cpp;
 - with ``--torch``: ``ours torch default`` (the torch engine's default: int8 draft, measured
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     methods = {
         DENOMINATOR: wrap_plain,
         "ours llama.cpp plain": lambda ids, n, s: autoregressive_generate(pair.target, ids, n, sampling, s, pair.eos),
-        # generate's default: speculating or plain sampling decided per prompt, end to end
+        # generate's default: speculating or plain sampling decided per prompt
         "ours llama.cpp default": DefaultMethod(auto, pair.target, pair.draft, sampling, pair.eos),
         "ours llama.cpp K=2 L=4": engine(pair.target, pair.draft, pair.eos, 2, 4),
     }
@@ -245,7 +245,7 @@ def main(argv=None) -> int:
               f"{len(prompts)} prompts: " + ", ".join(
                   f"{Path(s).name} {sum(1 for x in prompts if x[0] == s)}" for s in sets) + ".", "",
               machine_description() + ".", ""] + header_extra + [""]
-    header += [f"`{name}` decided per prompt, end to end (the draft's prefill included): {fn.line()}."
+    header += [f"`{name}` decided per prompt (the draft's prefill counted): {fn.line()}."
                for name, fn in defaults.items()] + [""]
     text = render(runs, list(methods), sets, header)
     print(text, flush=True)

@@ -1,17 +1,21 @@
 """What ``spectr-gbv generate`` runs by default, as a benchmark method: decided per generation.
 
-``generate`` decides between speculating and plain sampling for each request, end to end for
-its prompt's length and ``max_new_tokens`` (``tuning.shape.choose_shape`` →
+``generate`` decides between speculating and plain sampling for each request, for its
+prompt's length and ``max_new_tokens`` (``tuning.shape.choose_shape`` →
 ``speed_model.choose``: the draft's prefill included).  A benchmark that measured the costs
 once (``autoconfig.configure``) gets the same per-prompt decision from
 ``AutoConfig.for_generation``; ``DefaultMethod`` makes that decision for each call and runs
 the chosen engine (one ``SpeculativeEngine`` per shape, built on first use) or plain sampling,
-and counts what it chose so that a benchmark can report it.
+and counts what it chose so that a benchmark can report it.  The best shape does not depend on
+the lengths (the draft's prefill is the same for every shape), so one engine serves every call
+that speculates.  It is ``generate`` without ``--rule``: a measured "plain sampling" is run.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+
+from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_RULE
 
 
 class DefaultMethod:
@@ -21,15 +25,15 @@ class DefaultMethod:
         auto: ``autoconfig.AutoConfig`` measured for this pair (its candidates and margin).
         target, draft: the loaded models (``SpeculativeEngine``'s).
         sampling: ``sampling.SamplingConfig``; eos: the EOS token ids.
-        rule: the speculative rule (generate's default: ``defaults.DEFAULT_RULE``).
+        rule: the speculative rule (default ``defaults.DEFAULT_RULE``, generate's).
     Attributes:
         decisions: Counter of "plain" and "K=k L=l" over the calls so far.
     """
 
-    def __init__(self, auto, target, draft, sampling, eos, rule: str = "spectr"):
+    def __init__(self, auto, target, draft, sampling, eos, rule: str = DEFAULT_RULE):
         self.auto, self.target, self.draft = auto, target, draft
         self.sampling, self.eos, self.rule = sampling, tuple(eos), rule
-        self.engines: dict = {}
+        self.engine = None
         self.decisions: Counter = Counter()
 
     def __call__(self, ids, max_new_tokens: int, seed):
@@ -39,12 +43,12 @@ class DefaultMethod:
         if not choice.speculate:
             self.decisions["plain"] += 1
             return autoregressive_generate(self.target, ids, max_new_tokens, self.sampling, seed, self.eos)
-        shape = (choice.best.K, choice.best.L)
-        self.decisions[f"K={shape[0]} L={shape[1]}"] += 1
-        if shape not in self.engines:
-            self.engines[shape] = SpeculativeEngine(self.target, self.draft, rule=self.rule, K=shape[0], L=shape[1],
-                                                    sampling=self.sampling, eos_token_ids=self.eos)
-        return self.engines[shape].generate(ids, max_new_tokens, seed=seed)
+        K, L = choice.best.K, choice.best.L
+        self.decisions[f"K={K} L={L}"] += 1
+        if self.engine is None:
+            self.engine = SpeculativeEngine(self.target, self.draft, rule=self.rule, K=K, L=L,
+                                            sampling=self.sampling, eos_token_ids=self.eos)
+        return self.engine.generate(ids, max_new_tokens, seed=seed)
 
     def line(self) -> str:
         """Which choice the calls got, e.g. "plain sampling in 30 of 32 generations, K=1 L=3 in 2"."""

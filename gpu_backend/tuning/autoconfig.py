@@ -13,8 +13,8 @@ or the file ``$SPECTR_GBV_AUTOCONFIG`` names: ``tuning.cache``):
   drafts and p(x_t) (``speed_model.Acceptance``).
 
 ``speed_model.choose`` then predicts decode tokens per second for every candidate and plain
-sampling, and decides end to end for the generation's prompt and length (the draft's prefill
-included) when ``configure`` is given them.  Choosing K and L from information gathered before
+sampling, and decides for the generation's prompt and length, the draft's prefill counted,
+when ``configure`` is given them.  Choosing K and L from information gathered before
 the generation keeps every rule lossless: the output law of a lossless rule does not depend on
 K or L.
 
@@ -45,7 +45,7 @@ from spectr_gbv.gpu_backend.engine.kv import cache_length, new_cache
 from spectr_gbv.gpu_backend.engine.layouts import sample_rows
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from spectr_gbv.gpu_backend.tuning.cache import CACHE_VERSION, read_cache, write_cache  # noqa: F401
-from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, Acceptance, Choice, Costs, choose
+from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, MAX_TOKENS, Acceptance, Choice, Costs, _is_count, choose
 
 from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
 
@@ -98,7 +98,16 @@ class AutoConfig:
 
     def for_generation(self, prompt_tokens: int, new_tokens: int) -> "AutoConfig":
         """This configuration decided again for a generation of ``new_tokens`` after a prompt of
-        ``prompt_tokens`` (``speed_model.choose`` end to end; nothing is measured)."""
+        ``prompt_tokens`` (``speed_model.choose`` with the lengths: the draft's prefill counted),
+        with the same candidates and margin; nothing is measured.
+
+        Raises:
+            ValueError: a length that is not an integer in 1..``speed_model.MAX_TOKENS`` (None
+                included: use ``choice`` for the decode-only decision).
+        """
+        if prompt_tokens is None or new_tokens is None:
+            raise ValueError(f"prompt_tokens and new_tokens must be integers >= 1, got {prompt_tokens!r} "
+                             f"and {new_tokens!r}")
         c = self.choice
         Ks = tuple(sorted({p.K for p in c.candidates}))
         Ls = tuple(sorted({p.L for p in c.candidates}))
@@ -116,9 +125,9 @@ class AutoConfig:
                 f"{b.tokens_per_second:.2f} tokens/s decode; plain sampling {c.ar_tokens_per_second:.2f} tokens/s")
         if c.ar_seconds is not None:
             head += (f"; for {c.prompt_tokens} prompt tokens and {c.new_tokens} new: {c.speculative_seconds:.2f} s "
-                     f"speculating (the draft's prefill {self.costs.prefill('draft', c.prompt_tokens):.2f} s "
-                     f"included) against {c.ar_seconds:.2f} s plain sampling")
-        what = "end to end" if c.ar_seconds is not None else "in decode"
+                     f"speculating (the draft's prefill {c.draft_prefill_s:.2f} s included) against "
+                     f"{c.ar_seconds:.2f} s plain sampling end to end")
+        what = "in decode, the draft's prefill included" if c.ar_seconds is not None else "in decode"
         verdict = (f"→ speculating with K={b.K}, L={b.L} (predicted speedup {c.predicted_speedup:.2f}× {what})"
                    if c.speculate else
                    f"→ not speculating: the best shape is predicted at {c.predicted_speedup:.2f}× plain "
@@ -265,8 +274,12 @@ def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
     dev = next(model.parameters()).device
     ctx = torch.tensor([context_ids], dtype=torch.int64, device=dev)
     cache = new_cache(model)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
     start = time.perf_counter()
     model(ctx, cache=cache, use_cache=True, logits_to_keep=1)
+    if dev.type == "cuda":  # the kernels run asynchronously: wait for them before reading the clock
+        torch.cuda.synchronize(dev)
     prefill = time.perf_counter() - start
     held = cache_length(cache)
 
@@ -417,7 +430,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         verifier: ``load_verifier(rule)`` already loaded (the generation's engine then uses the
             same one); default: loaded here.
         prompt_tokens, new_tokens: the generation's prompt length and ``max_new_tokens``: the
-            choice is then made end to end, the draft's prefill included (``speed_model.choose``);
+            choice then counts the draft's prefill of the prompt (``speed_model.choose``);
             None (both): on decode speed alone (``AutoConfig.for_generation`` decides later).
     Returns:
         AutoConfig.
@@ -442,9 +455,9 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
 
     registry.spec(rule)  # an unknown rule fails here, before anything is measured
     if (prompt_tokens is None) != (new_tokens is None) or any(
-            isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in (prompt_tokens, new_tokens) if v is not None):
-        raise ValueError(f"prompt_tokens and new_tokens must both be integers >= 1 or both None, "
-                         f"got {prompt_tokens} and {new_tokens}")
+            not _is_count(v, 1) for v in (prompt_tokens, new_tokens) if v is not None):
+        raise ValueError(f"prompt_tokens and new_tokens (the prompt's length and max_new_tokens) must both be "
+                         f"integers in 1..{MAX_TOKENS} or both None, got {prompt_tokens!r} and {new_tokens!r}")
     verifier = verifier if verifier is not None else load_verifier(rule)
     threads = threads or torch.get_num_threads()
     data = read_cache()

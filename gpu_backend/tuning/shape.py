@@ -107,8 +107,8 @@ def choose_shape(plan: ShapePlan, rule: str, rule_given: bool, target=None, draf
     (``autoconfig.configure`` on the loaded ``target``/``draft``, ``spec`` its cache key), or
     plain sampling when it is predicted to pay more and ``rule_given`` is False.  ``verifier``:
     the rule's verifier, timed by the measurement (``autoconfig.configure``).  ``new_tokens``:
-    the generation's ``max_new_tokens``; with it the choice is end to end for ``prompt_ids``
-    (the draft's prefill included), without it on decode speed alone."""
+    the generation's ``max_new_tokens``; with it the choice counts the draft's prefill of
+    ``prompt_ids`` (``speed_model.choose``), without it it is on decode speed alone."""
     if not plan.auto:
         return ShapeChoice(rule, plan.K, plan.L)
     from spectr_gbv.gpu_backend.tuning.autoconfig import configure

@@ -28,12 +28,15 @@ generalises that model in three ways, each because the simple form misled on rea
 
 4. **End to end, for the generation's length.**  Speculating also prefills the draft on the
    prompt, which plain sampling never does; on a machine where speculation gains little in
-   decode, that prefill decides.  With the prompt's length n and the tokens to generate N,
-   ``choose`` compares predicted seconds end to end,
+   decode, that prefill decides.  With the prompt's length n and the tokens asked for N,
+   predicted seconds end to end are
        plain sampling:  P_target(n) + N / (plain tokens/s)
        speculating:     P_target(n) + P_draft(n) + N / (best shape's tokens/s),
-   P(n) the measured prefill scaled linearly to n tokens (``Costs.prefill``).  An EOS before N
-   tokens shortens the decode that amortises the draft's prefill: the margin covers it.
+   P(n) the measured prefill scaled linearly to n tokens (``Costs.prefill``).  ``choose``
+   compares the parts that differ (the target's prefill is the same on both sides): speculate
+   when N / (plain tokens/s) ≥ (1 + margin) · (P_draft(n) + N / (best tokens/s)).  The margin
+   covers the error of the decode predictions.  N is the tokens asked for: an EOS before them
+   leaves less decode to pay for the draft's prefill, which the choice cannot foresee.
 
 The model is an estimate for choosing K, L and whether to speculate at all; the engine prints
 the predicted and the measured speed side by side so that a wrong prediction is visible.  For
@@ -48,12 +51,27 @@ from math import comb
 
 import numpy as np
 
-# speculate only when predicted at least (1 + MARGIN) × plain sampling end to end: where the
+# speculate only when predicted at least (1 + MARGIN) × plain sampling (item 4): where the
 # measured costs chose to speculate on llama.cpp, the speculative-over-plain decode ratio was
 # over-predicted by about this much (benchmarks/LLAMACPP.md, "How far the predictions were
 # off"); a wrong "yes" makes the engine slower than the plain sampling it replaces, a wrong "no"
 # only forgoes a small gain
 MARGIN = 0.10
+# the most tokens a prompt or a generation is taken to have (a bound on the lengths, so that
+# every predicted time is a finite number)
+MAX_TOKENS = 2**31 - 1
+
+
+def _is_count(value, minimum: int) -> bool:
+    """An integer (Python or numpy, not bool) in minimum..MAX_TOKENS."""
+    return (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+            and minimum <= value <= MAX_TOKENS)
+
+
+def _is_seconds(value) -> bool:
+    """A real number (Python or numpy, not bool), finite and >= 0."""
+    return (isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+            and bool(np.isfinite(value)) and value >= 0)
 
 
 @dataclass(frozen=True)
@@ -179,22 +197,24 @@ class Costs:
         for name, ns, secs in (("target", self.target_n, self.target_s), ("draft", self.draft_n, self.draft_s)):
             if len(ns) < 1 or len(ns) != len(secs):
                 raise ValueError(f"{name}_n and {name}_s must be non-empty and of equal length")
-            if any(b <= a for a, b in zip(ns, ns[1:])) or ns[0] < 1:
+            if not all(_is_count(n, 1) for n in ns) or any(b <= a for a, b in zip(ns, ns[1:])):
                 raise ValueError(f"{name}_n must be increasing token counts >= 1, got {ns}")
-            if not all(np.isfinite(x) and x > 0 for x in secs):
+            if not all(_is_seconds(x) and x > 0 for x in secs):
                 raise ValueError(f"{name}_s must be finite seconds > 0, got {secs}")
-        bad = {k: v for k, v in self.overhead.items() if not (np.isfinite(v) and v >= 0)}
+        if not isinstance(self.overhead, dict):
+            raise ValueError(f"overhead must be a dict {{(K, L): seconds}}, got {self.overhead!r}")
+        bad = {k: v for k, v in self.overhead.items() if not _is_seconds(v)}
         if bad:
             raise ValueError(f"overhead must hold finite seconds >= 0, got {bad}")
-        if not (np.isfinite(self.ar_overhead_s) and self.ar_overhead_s >= 0):
-            raise ValueError(f"ar_overhead_s must be finite seconds >= 0, got {self.ar_overhead_s}")
-        bad = {k: v for k, v in self.prefill_s.items()
-               if isinstance(v, bool) or not isinstance(v, (int, float)) or not (np.isfinite(v) and v >= 0)}
+        if not _is_seconds(self.ar_overhead_s):
+            raise ValueError(f"ar_overhead_s must be finite seconds >= 0, got {self.ar_overhead_s!r}")
+        if not isinstance(self.prefill_s, dict) or not set(self.prefill_s) <= {"target", "draft"}:
+            raise ValueError(f"prefill_s must be a dict with the keys 'target' and 'draft', got {self.prefill_s!r}")
+        bad = {k: v for k, v in self.prefill_s.items() if not _is_seconds(v)}
         if bad:
             raise ValueError(f"prefill_s must hold finite seconds >= 0, got {bad}")
-        if isinstance(self.context_tokens, bool) or int(self.context_tokens) != self.context_tokens \
-                or self.context_tokens < 1:
-            raise ValueError(f"context_tokens must be an integer >= 1, got {self.context_tokens}")
+        if not _is_count(self.context_tokens, 1):
+            raise ValueError(f"context_tokens must be an integer >= 1, got {self.context_tokens!r}")
 
     def target(self, n: int) -> float:
         """Seconds of a target forward over n new tokens (linear between measured n).
@@ -209,19 +229,25 @@ class Costs:
         return self._interp("draft", n, self.draft_n, self.draft_s)
 
     def prefill(self, model: str, n: int) -> float:
-        """Seconds to prefill n prompt tokens into ``model``'s empty cache ("target" or "draft"):
-        the measured prefill scaled linearly, prefill_s[model] · n / context_tokens (a prefill
-        is one batched forward; its cost grows about linearly in n for prompts of a few hundred
-        tokens, where the attention's n² term is small).
+        """Seconds to prefill n prompt tokens into ``model``'s empty cache: the measured prefill
+        scaled linearly, prefill_s[model] · n / context_tokens.  A prefill is one batched
+        forward, whose cost grows about linearly in n for prompts of a few hundred tokens (the
+        attention's n² term is small there).  The line through zero leaves out a call's fixed
+        cost, which matters below a few tens of tokens (a chat-templated prompt has more).
 
+        Args:
+            model: "target" or "draft".
+            n: tokens, an integer in 0..``MAX_TOKENS``.
         Raises:
-            ValueError: n < 0, or no prefill was measured for ``model``.
+            ValueError: another model or n, or no prefill was measured for ``model``.
         """
-        if isinstance(n, bool) or int(n) != n or n < 0:
-            raise ValueError(f"n must be a token count >= 0, got {n}")
+        if model not in ("target", "draft"):
+            raise ValueError(f"model must be 'target' or 'draft', got {model!r}")
+        if not _is_count(n, 0):
+            raise ValueError(f"n must be a token count in 0..{MAX_TOKENS}, got {n!r}")
         if model not in self.prefill_s:
             raise ValueError(f"no measured prefill for the {model} (prefill_s has {sorted(self.prefill_s)})")
-        return float(self.prefill_s[model]) * n / self.context_tokens
+        return float(self.prefill_s[model]) * int(n) / int(self.context_tokens)
 
     @staticmethod
     def _interp(name, n, ns, secs) -> float:
@@ -288,7 +314,7 @@ class Choice:
 
     Attributes:
         speculate: False when the best candidate is not predicted to beat plain sampling by
-            ``margin`` (end to end when the lengths are known, else in decode).
+            ``margin`` (``predicted_speedup``).
         best: the fastest candidate in decode (also when not speculating, for the record);
             the draft's prefill is the same for every candidate, so it is also the fastest end
             to end.
@@ -297,8 +323,8 @@ class Choice:
         margin: the relative gain required to speculate.
         prompt_tokens, new_tokens: the generation's prompt length and the tokens it asks for,
             or None when the choice ignores the prefill (a long generation).
-        ar_seconds, speculative_seconds: predicted seconds end to end (prefill and decode) of
-            plain sampling and of the best candidate, or None without the lengths.
+        target_prefill_s, draft_prefill_s: the predicted prefills of the prompt (seconds), or
+            None without the lengths (``ar_seconds``, ``speculative_seconds`` add the decode).
     """
 
     speculate: bool
@@ -308,8 +334,8 @@ class Choice:
     margin: float
     prompt_tokens: int | None = None
     new_tokens: int | None = None
-    ar_seconds: float | None = None
-    speculative_seconds: float | None = None
+    target_prefill_s: float | None = None
+    draft_prefill_s: float | None = None
 
     @property
     def decode_speedup(self) -> float:
@@ -317,18 +343,36 @@ class Choice:
         return self.best.tokens_per_second / self.ar_tokens_per_second
 
     @property
+    def ar_seconds(self) -> float | None:
+        """Plain sampling's predicted seconds end to end (the target's prefill and the decode of
+        ``new_tokens``), or None without the lengths."""
+        if self.new_tokens is None:
+            return None
+        return self.target_prefill_s + self.new_tokens / self.ar_tokens_per_second
+
+    @property
+    def speculative_seconds(self) -> float | None:
+        """The best candidate's predicted seconds end to end (both prefills and the decode), or
+        None without the lengths."""
+        if self.new_tokens is None:
+            return None
+        return self.target_prefill_s + self.draft_prefill_s + self.new_tokens / self.best.tokens_per_second
+
+    @property
     def predicted_speedup(self) -> float:
-        """What ``speculate`` was decided on: plain sampling's predicted seconds end to end over
-        the best candidate's when the lengths are known, else ``decode_speedup``."""
-        if self.ar_seconds is None:
+        """What ``speculate`` was decided on (compared with 1 + margin): with the lengths, plain
+        sampling's predicted decode seconds over the best candidate's decode seconds plus the
+        draft's prefill (the parts that differ); without them ``decode_speedup``."""
+        if self.new_tokens is None:
             return self.decode_speedup
-        return self.ar_seconds / self.speculative_seconds
+        return ((self.new_tokens / self.ar_tokens_per_second)
+                / (self.draft_prefill_s + self.new_tokens / self.best.tokens_per_second))
 
-
-def _positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
+    @property
+    def end_to_end_speedup(self) -> float | None:
+        """Plain sampling's predicted seconds end to end over the best candidate's (the target's
+        prefill on both sides), or None without the lengths."""
+        return None if self.new_tokens is None else self.ar_seconds / self.speculative_seconds
 
 
 def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = MARGIN, *,
@@ -336,50 +380,62 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = MARGIN, *,
     """The (K, L) with the most predicted decode tokens per second, and whether to speculate
     with it or to sample plainly.
 
-    With the generation's lengths the decision is end to end (item 4 of the module docstring):
-    speculate when plain sampling's predicted seconds are at least (1 + margin) × the best
-    candidate's, the draft's prefill of the prompt included.  Without them it is on decode
-    speed alone, the limit of a long generation (prefill amortised).
+    With the generation's lengths the decision counts the draft's prefill (item 4 of the module
+    docstring): speculate when plain sampling's predicted decode seconds are at least
+    (1 + margin) × the best candidate's decode seconds plus the draft's prefill of the prompt
+    (the target's prefill is the same either way).  Without them it is on decode speed alone,
+    the limit of a long generation (prefill amortised).  Ties speculate.
 
     Args:
         costs: measured costs; ``costs.overhead`` must hold every (K, L) of Ks × Ls, and
-            ``costs.prefill_s`` the target and the draft when the lengths are given.
+            ``costs.prefill_s`` the draft and the target when the lengths are given.
         acc: measured acceptance with K_max ≥ max(Ks).
-        Ks, Ls: candidate drafts and block lengths (≥ 1).
-        margin: the relative gain required (``MARGIN``: the prediction is an estimate, and a
-            wrong "yes" costs more than a wrong "no" on a machine where speculation does not pay).
-        prompt_tokens: the prompt's length in tokens (≥ 1), with ``new_tokens``, or neither.
-        new_tokens: the tokens the generation asks for (``max_new_tokens``, ≥ 1).
+        Ks, Ls: candidate drafts and block lengths (integers ≥ 1).
+        margin: the relative gain required, a finite number ≥ 0 (``MARGIN``: the prediction is
+            an estimate, and a wrong "yes" costs more than a wrong "no" on a machine where
+            speculation does not pay).
+        prompt_tokens: the prompt's length in tokens, with ``new_tokens``, or neither.
+        new_tokens: the tokens the generation asks for (``max_new_tokens``); both in
+            1..``MAX_TOKENS``.
     Returns:
         Choice.
     Raises:
-        ValueError: empty candidates, a (K, L) without a measured overhead, margin < 0, only
-            one of the lengths or a length < 1, no measured prefill with the lengths.
+        ValueError: empty or non-integer candidates, a (K, L) without a measured overhead, K
+            above the calibrated K_max, a forward outside the measured token range; a margin
+            that is not a finite number ≥ 0; only one of the lengths, or a length that is not
+            an integer in 1..``MAX_TOKENS``; no measured prefill with the lengths.
     """
-    if not (np.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin}")
+    if not _is_seconds(margin):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
     if (prompt_tokens is None) != (new_tokens is None):
-        raise ValueError(f"give both prompt_tokens and new_tokens or neither, got {prompt_tokens} and {new_tokens}")
+        raise ValueError(f"give both prompt_tokens and new_tokens or neither, got {prompt_tokens!r} and {new_tokens!r}")
+    for name, value in (("prompt_tokens", prompt_tokens), ("new_tokens", new_tokens)):
+        if value is not None and not _is_count(value, 1):
+            raise ValueError(f"{name} must be an integer in 1..{MAX_TOKENS}, got {value!r}")
     Ks, Ls = tuple(Ks), tuple(Ls)
     for name, values in (("Ks", Ks), ("Ls", Ls)):
-        if any(isinstance(v, bool) or int(v) != v or v < 1 for v in values):
+        if not all(_is_count(v, 1) for v in values):
             raise ValueError(f"{name} must hold integers >= 1, got {values}")
     preds = []
     for K in Ks:
         for L in Ls:
             if (K, L) not in costs.overhead:
                 raise ValueError(f"no measured overhead for K={K}, L={L}")
-            e = expected_tokens(acc, K, L)
-            preds.append(Prediction(K, L, e, iteration_seconds(costs, K, L, accepted=e - 1)))
+            e = expected_tokens(acc, int(K), int(L))
+            preds.append(Prediction(int(K), int(L), e, iteration_seconds(costs, K, L, accepted=e - 1)))
     if not preds:
         raise ValueError("Ks and Ls must not be empty")
     # fastest first; ties to the smaller K, then the smaller L (cheaper memory, same speed)
     preds.sort(key=lambda p: (-p.tokens_per_second, p.K, p.L))
     best, ar = preds[0], 1.0 / ar_seconds_per_token(costs)
+    margin = float(margin)
     if prompt_tokens is None:
-        return Choice(best.tokens_per_second >= (1.0 + margin) * ar, best, ar, tuple(preds), margin)
-    n, N = _positive_int("prompt_tokens", prompt_tokens), _positive_int("new_tokens", new_tokens)
-    target_prefill = costs.prefill("target", n)
-    ar_s = target_prefill + N / ar
-    spec_s = target_prefill + costs.prefill("draft", n) + N / best.tokens_per_second
-    return Choice(ar_s >= (1.0 + margin) * spec_s, best, ar, tuple(preds), margin, n, N, ar_s, spec_s)
+        return Choice(bool(best.tokens_per_second >= (1.0 + margin) * ar), best, ar, tuple(preds), margin)
+    n, N = int(prompt_tokens), int(new_tokens)
+    target_prefill, draft_prefill = costs.prefill("target", n), costs.prefill("draft", n)
+    ar_decode, spec_decode = N / ar, N / best.tokens_per_second
+    if not np.isfinite(target_prefill + draft_prefill + ar_decode + spec_decode):
+        raise ValueError(f"the predicted seconds for prompt_tokens={n}, new_tokens={N} overflow: the lengths "
+                         "or the measured prefill are too large")
+    return Choice(bool(ar_decode >= (1.0 + margin) * (draft_prefill + spec_decode)), best, ar, tuple(preds), margin,
+                  n, N, target_prefill, draft_prefill)

@@ -47,7 +47,7 @@ def test_script_prints_every_method(tmp_path):
     n = runs[0]["tokens"]
     assert len(runs) == 1 and 1 <= n <= 4  # fewer than 4 only at an EOS
     assert tokens_per_call == f"{sum(r['tokens'] for r in runs) / sum(r['calls'] for r in runs):.3f}", auto_row
-    # the decision is made per prompt, end to end (bench.generate_default): one line says which
+    # the decision is made per prompt (bench.generate_default): one line says which
     decided = [line for line in out.stdout.splitlines() if line.startswith("`auto` decided per prompt")]
     assert len(decided) == 1 and decided[0].endswith(" of 1 generations."), out.stdout
     if "plain sampling in 1 of 1" in decided[0]:

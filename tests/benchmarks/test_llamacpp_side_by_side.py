@@ -33,7 +33,7 @@ def test_script_prints_every_method_and_the_per_prompt_decision(tmp_path):
     assert rows == METHODS + METHODS  # the pooled table, then the per-set table
     assert "llama.cpp: llama-cpp-python 0.3.36; built with " in out.stdout
     decided = [line for line in out.stdout.splitlines()
-               if line.startswith("`ours llama.cpp default` decided per prompt, end to end")]
+               if line.startswith("`ours llama.cpp default` decided per prompt (the draft's prefill counted)")]
     assert len(decided) == 1 and decided[0].endswith(" of 1 generations."), out.stdout
     runs = [r for r in json.loads((tmp_path / "runs.json").read_text())["runs"] if r["method"] == "ours llama.cpp default"]
     assert len(runs) == 1 and 1 <= runs[0]["tokens"] <= 4

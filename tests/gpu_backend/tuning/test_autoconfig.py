@@ -120,9 +120,10 @@ def test_configure_measures_once_then_reads_the_cache(tiny_pair):
     assert e2e.choice == second.for_generation(20, 12).choice == again
     assert e2e.choice.ar_seconds == pytest.approx(
         e2e.costs.prefill("target", 20) + 12 / e2e.choice.ar_tokens_per_second, abs=1e-12)
-    assert "for 20 prompt tokens and 12 new: " in e2e.summary() and " end to end" in e2e.summary()
+    assert "for 20 prompt tokens and 12 new: " in e2e.summary() and "the draft's prefill included" in e2e.summary()
     assert " end to end" not in second.summary() and " in decode" in second.summary()
-    with pytest.raises(ValueError, match="prompt_tokens and new_tokens must both be integers >= 1 or both None"):
+    with pytest.raises(ValueError, match=r"prompt_tokens and new_tokens \(the prompt's length and max_new_tokens\) "
+                                         r"must both be integers in 1..2147483647 or both None, got 20 and None"):
         configure(target, draft, None, spec, **args, prompt_tokens=20)
     # another temperature re-measures acceptance only; top-p also the costs (every row is
     # sorted); refresh re-measures everything
