@@ -4,11 +4,11 @@
 prompt's length and ``max_new_tokens`` (``tuning.shape.choose_shape`` →
 ``speed_model.choose``: the draft's prefill included).  A benchmark that measured the costs
 once (``autoconfig.configure``) gets the same per-prompt decision from
-``AutoConfig.for_generation``; ``DefaultMethod`` makes that decision for each call and runs
-the chosen engine (one ``SpeculativeEngine`` per shape, built on first use) or plain sampling,
-and counts what it chose so that a benchmark can report it.  The best shape does not depend on
-the lengths (the draft's prefill is the same for every shape), so one engine serves every call
-that speculates.  It is ``generate`` without ``--rule``: a measured "plain sampling" is run.
+``AutoConfig.for_generation``; ``DefaultMethod`` makes that decision for each call, runs plain
+sampling or the ``SpeculativeEngine`` (built on the first call that speculates), and counts what
+it chose so that a benchmark can report it.  The best shape does not depend on the lengths (the
+draft's prefill is the same for every shape), so that one engine serves every call that
+speculates.  It is ``generate`` without ``--rule``: a measured "plain sampling" is run.
 """
 
 from __future__ import annotations
