@@ -74,17 +74,21 @@ requests:
   index in the call.  A sampler that tempers the draft rows but not the bonus row, or
   tempers with another request's T, samples another law than q, which the certificate's
   tests can see (tests/gpu_backend/adapters/test_adapter_vllm_realistic.py).
-* fillers (``FILLERS``): filler j follows certified request ⌊j·B/F⌋ (F = len(FILLERS) = 6),
-  so num_draft_tokens reads [L, 0, 2, 1, L+1, 0, L+1] for B = 1 and
-  [L, 0, 2, L, 1, L, L+1, 0, L, L+1] for B = 4:
-  greedy requests (T = 0) with 2, L+1 and 0 drafts, a bonus-only request (0 drafts, T = 1.3)
-  and sampled requests with 1 and L+1 drafts (T = 0.8, 1.0); L+1 > L makes max_spec_len
+* fillers (``FILLERS``): filler j follows certified request ⌊j·B/F⌋ (F = len(FILLERS) = 8),
+  so num_draft_tokens reads [L, 0, 2, 1, L+1, 0, L+1, 2, L] for B = 1 and
+  [L, 0, 2, L, 1, L+1, L, 0, L+1, L, 2, L] for B = 4:
+  greedy requests (T = 0) with 2, L+1 and 0 drafts, a greedy request with 2 drafts whose rows
+  each have an exact tie at their maximum ("greedy tie"), a bonus-only request (0 drafts,
+  T = 1.3), sampled requests with 1 and L+1 drafts (T = 0.8, 1.0) and an unseeded sampled
+  request with L drafts (T = 0.9, no generator: vLLM's global one); L+1 > L makes max_spec_len
   exceed the certified requests' L, so their output rows carry −1 padding.  Their rows are
   random (normal logits of scale 2; a third of the tokens of each sampled filler's rows at
   −inf, i.e. q = 0; draft rows softmax of normal logits, drafts sampled from them, or uniform
   with one-hot drafts), drawn from a generator seeded by the call's first certified seed
   (seeds[0]; 0 with ``noise=`` and no seeds), so fixed per call; greedy fillers draft the argmax for a random number of leading
-  positions, then a non-argmax token; each filler has its own seed from that generator.
+  positions, then a non-argmax token; the greedy-tie filler drafts the lower tied id (to be
+  accepted) then the higher tied id (to be rejected: plain greedy decoding takes the first
+  maximal index, as torch.argmax does); each seeded filler has its own seed from that generator.
 * checks of the fillers' output rows (ValueError naming the filler's batch index, its kind
   and what was wrong): every row well formed (at most n + 1 tokens, no −1 before a token, ids
   in [0, V), the accepted tokens are the drafts); a greedy filler equals the exact greedy
@@ -509,7 +513,17 @@ FILLERS = (
     ("greedy", "L+1", 0.0),
     ("greedy", 0, 0.0),
     ("sampled", "L+1", 1.0),
+    ("greedy tie", 2, 0.0),
+    ("unseeded", "L", 0.9),
 )
+# "greedy tie": every row has its maximum logit at two token ids; the request drafts the lower
+# one (accepted) then the higher one (rejected: plain greedy decoding, torch.argmax, takes the
+# first maximal index), so the exact outcome is [low_0, low_1].  "unseeded": a sampled request
+# with no generator (vLLM: a request without a seed draws from the global generator), beside the
+# seeded ones: a sampler that hands a seeded request the global generator, or another
+# request's generator, makes the certified outcomes depend on the batch (the seed contract's
+# replay and batch-independence checks).
+_GREEDY_KINDS = ("greedy", "greedy tie")
 _FILLER_STREAM = 0x76_6C_6C_6D  # separates the fillers' generator from any other use of the seeds
 
 
@@ -533,7 +547,11 @@ class _Filler:
     def __init__(self, kind: str, n: int, T: float, V: int, rng: np.random.Generator, one_hot: bool):
         self.kind, self.n, self.T = kind, n, float(T)
         logits = 2.0 * rng.standard_normal((n + 1, V))
-        if kind != "greedy" and V > 1:  # a third of each row's tokens get q = 0
+        if kind == "greedy tie" and V > 1:  # two ids share each row's maximum
+            for r in range(n + 1):
+                i, j = sorted(rng.choice(V, size=2, replace=False).tolist())
+                logits[r, i] = logits[r, j] = logits[r].max() + 1.0
+        if kind not in _GREEDY_KINDS and V > 1:  # a third of each row's tokens get q = 0
             k = V // 3
             for r in range(n + 1):
                 logits[r, rng.choice(V, size=k, replace=False)] = -np.inf
@@ -543,11 +561,17 @@ class _Filler:
             d = rng.standard_normal((n, V))
             self.draft_probs = np.exp(d - d.max(axis=1, keepdims=True))
             self.draft_probs /= self.draft_probs.sum(axis=1, keepdims=True)
-        if kind == "greedy":
+        if kind in _GREEDY_KINDS:
             top = logits.argmax(axis=1)  # ties to the lowest id
-            m = int(rng.integers(0, n + 1))  # leading drafts that are the argmax
-            drafts = [int(top[i]) for i in range(m)]
-            if m < n and V > 1:  # then a token that is not the argmax
+            if kind == "greedy tie":  # the lowest tied id, then the higher tied id
+                m = min(1, n)
+                drafts = [int(top[i]) for i in range(m)]
+                if m < n and V > 1:
+                    drafts.append(int(np.flatnonzero(logits[m] == logits[m].max())[-1]))
+            else:
+                m = int(rng.integers(0, n + 1))  # leading drafts that are the argmax
+                drafts = [int(top[i]) for i in range(m)]
+            if len(drafts) < n and m < n and V > 1 and kind == "greedy":  # then a token that is not the argmax
                 drafts.append(int((top[m] + 1 + rng.integers(0, V - 1)) % V))
             while len(drafts) < n:
                 drafts.append(int(rng.integers(0, V)))
@@ -698,7 +722,8 @@ class VLLMLayoutAdapter:
             return []
         entropy = [_FILLER_STREAM] + ([int(seeds[0]) % 2**64] if seeds is not None and len(seeds) else [])
         rng = np.random.default_rng(np.random.SeedSequence(entropy))
-        return [_Filler(kind, L + 1 if n == "L+1" else n, T, V, rng, self.one_hot_drafts) for kind, n, T in FILLERS]
+        return [_Filler(kind, {"L+1": L + 1, "L": L}.get(n, n), T, V, rng, self.one_hot_drafts)
+                for kind, n, T in FILLERS]
 
     def __call__(self, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=None) -> BatchVerdict:
         """Verify B contract rows through one call of ``fn`` (class doc).
@@ -767,9 +792,10 @@ class VLLMLayoutAdapter:
                     dp_parts.append(torch.as_tensor(x.draft_probs, dtype=dp.dtype, device=device))
                 logit_parts.append(torch.as_tensor(x.logits, dtype=dtype, device=device))
                 temp_list.append(x.T)
-                g = torch.Generator(device=device)
-                g.manual_seed(generator_seed(x.seed))
-                generators[pos] = g
+                if x.kind != "unseeded":  # an unseeded request has no generator (vLLM's global one)
+                    g = torch.Generator(device=device)
+                    g.manual_seed(generator_seed(x.seed))
+                    generators[pos] = g
                 if noise is not None:
                     u_parts.append(x.uniforms)
                     e_rows.append(x.exponentials)

@@ -78,13 +78,13 @@ def test_the_batch_sent():
     rec = Recorder()
     from_vllm_layout(rec)(*rows, seeds=np.arange(4))
     call = rec.calls[0]
-    # filler j follows certified request floor(j·4/6) = 0, 0, 1, 2, 2, 3
-    assert call["counts"] == [3, 0, 2, 3, 1, 3, 4, 0, 3, 4]
-    certified = [0, 3, 5, 8]
+    # filler j follows certified request floor(j·4/8) = 0, 0, 1, 1, 2, 2, 3, 3
+    assert call["counts"] == [3, 0, 2, 3, 1, 4, 3, 0, 4, 3, 2, 3]
+    certified = [0, 3, 6, 9]
     temps = call["temps"].tolist()
     assert [temps[i] for i in certified] == [0.6, 1.0, 1.7, 0.6]
-    assert [temps[i] for i in (1, 2, 4, 6, 7, 9)] == [T for _, _, T in FILLERS]
-    assert sorted(call["generators"]) == list(range(10))
+    assert [temps[i] for i in (1, 2, 4, 5, 7, 8, 10, 11)] == [T for _, _, T in FILLERS]
+    assert sorted(call["generators"]) == [i for i in range(12) if i != 11]  # 11: the unseeded filler
     starts = np.cumsum([0] + [n + 1 for n in call["counts"]])
     dstarts = np.cumsum([0] + call["counts"])
     for b, pos in enumerate(certified):
@@ -178,9 +178,49 @@ def test_sampled_greedy_requests_are_caught_by_a_filler():
         _certify(from_vllm_layout(greedy_sampled), ("toy",), n=2_000)
 
 
+def greedy_ties_high(num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures, *,
+                     generators=None):
+    """Our sd, but greedy requests break exact ties of their maximum logit towards the highest
+    id (a scan with >=): plain greedy decoding (torch.argmax) takes the lowest."""
+    T = torch.as_tensor(temperatures, dtype=torch.float64)
+    greedy_rows = torch.repeat_interleave(T == 0, torch.as_tensor(num_draft_tokens) + 1)
+    logits = target_logits.clone()
+    V = logits.shape[1]
+    tie = logits == logits.max(dim=1, keepdim=True).values
+    last = V - 1 - torch.flip(tie, dims=[1]).to(torch.int64).argmax(dim=1)  # highest maximal id
+    logits[greedy_rows, last[greedy_rows]] += 1.0
+    return rules_in_vllm_layout("sd")(num_draft_tokens, draft_token_ids, draft_probs, logits, temperatures,
+                                      generators=generators)
+
+
+def test_greedy_tie_broken_high_is_caught_by_the_tie_filler():
+    """The ties filler (2 drafts: the lowest tied id, then the highest) sees a sampler whose
+    greedy argmax breaks ties upwards; the other fillers (continuous logits, no ties) cannot."""
+    with pytest.raises(ValueError, match=r"filler request \d+ \(greedy tie: 2 drafts, T = 0\) emitted .* not the "
+                                         r"exact greedy outcome"):
+        _certify(from_vllm_layout(greedy_ties_high), ("toy",), n=500)
+    _, rows = _rows("toy", B=1)
+    rec = Recorder()
+    from_vllm_layout(rec)(*rows, seeds=np.array([3]))
+    call = rec.calls[0]
+    starts = np.cumsum([0] + [n + 1 for n in call["counts"]])
+    dstarts = np.cumsum([0] + call["counts"])
+    pos = 7  # the greedy-tie filler after certified request 0
+    assert call["counts"][pos] == 2 and call["temps"][pos] == 0
+    logits = call["logits"][starts[pos]:starts[pos] + 3]
+    for r in range(3):  # exactly two maximal ids per row
+        assert int((logits[r] == logits[r].max()).sum()) == 2
+    drafts = call["ids"][dstarts[pos]:dstarts[pos] + 2].tolist()
+    tied1 = torch.nonzero(logits[1] == logits[1].max()).flatten().tolist()
+    assert drafts == [int(logits[0].argmax()), tied1[-1]]
+    out = rules_in_vllm_layout("sd")(call["counts"], call["ids"], call["dp"], call["logits"], call["temps"],
+                                     generators=call["generators"])
+    assert out[pos, :3].tolist() == [drafts[0], tied1[0], -1]
+
+
 def _corrupted(edit):
     """Our sd, its output then edited by ``edit(out)`` (batch of B = 1: certified request 0,
-    then the fillers at batch indices 1..6 with 0, 2, 1, 4, 0, 4 drafts)."""
+    then the fillers at batch indices 1..8 with 0, 2, 1, 4, 0, 4, 2, 3 drafts)."""
     def fn(num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures, *, generators=None):
         out = rules_in_vllm_layout("sd")(num_draft_tokens, draft_token_ids, draft_probs, target_logits,
                                          temperatures, generators=generators)
@@ -323,11 +363,11 @@ def test_noise_reaches_the_layout_function():
     assert uniforms.dtype == torch.float64 and len(uniforms) == sum(call["counts"])
     dstarts = np.cumsum([0] + call["counts"])
     positions = [i for i, n in enumerate(call["counts"]) if n == 3][:2]  # the two certified requests
-    assert positions == [0, 4]  # fillers after request 0: 0, 2, 1 drafts; then certified 1, then 4, 0, 4
+    assert positions == [0, 5]  # fillers after request 0: 0, 2, 1, 4 drafts; then certified 1, then 0, 4, 2, 3
     assert uniforms[dstarts[0]:dstarts[0] + 3].tolist() == [0.0, 1.0 - 2.0**-53, 0.25 - 2.0**-53]
-    assert uniforms[dstarts[4]:dstarts[4] + 3].tolist() == [0.75 - 2.0**-53, 0.0, 1.0 - 2.0**-53]
+    assert uniforms[dstarts[5]:dstarts[5] + 3].tolist() == [0.75 - 2.0**-53, 0.0, 1.0 - 2.0**-53]
     assert ((uniforms >= 0) & (uniforms < 1)).all()
-    assert np.array_equal(exps[0].numpy(), e[0]) and np.array_equal(exps[4].numpy(), e[1])
+    assert np.array_equal(exps[0].numpy(), e[0]) and np.array_equal(exps[5].numpy(), e[1])
 
 
 def test_noise_needs_a_layout_function_that_takes_it():
