@@ -250,3 +250,37 @@ def test_certify_lossless_checks_the_seed_contract():
     assert all(r.passed for r in bad.results), bad.table()
     assert not bad.ok and bad.failed == {"seed contract": SEED_CHECK_NAMES}
     assert "ignores its seeds" in bad.seed_checks[1].detail
+
+
+def test_fresh_draft_cases_and_several_verifiers_get_their_own_checks():
+    """A mapping rule → verifier gets one pair of checks per verifier, named by rule; a
+    FirstTokenCase alone has no exact law here: its rows are drawn, B = UNKNOWN_LAW_ROWS and the
+    false-alarm probability is not stated (NaN)."""
+    from spectr_gbv.oracle.certify import certify
+    from spectr_gbv.oracle.certify_cases import case_family, lossless_against_target
+    from spectr_gbv.oracle.seed_contract import UNKNOWN_LAW_ROWS
+
+    report = certify({"sd": SD, "bv": get_rule("bv")},
+                     [case_family("toy", "sd", 1, 2), lossless_against_target("bv", K=1, L=2)], n_samples=2_000)
+    assert report.ok, report.table()
+    assert [(c.name, c.subject.split(",")[0]) for c in report.seed_checks] == [
+        ("seed replay", "rule sd"), ("seed dependence", "rule sd"), ("seed replay", "rule bv"), ("seed dependence", "rule bv")]
+    bv_dep = report.seed_checks[3]
+    assert bv_dep.rows == UNKNOWN_LAW_ROWS and math.isnan(bv_dep.false_alarm) and bv_dep.changed > 0
+
+
+def test_a_deterministic_law_does_not_blame_a_verifier_for_identical_outputs():
+    """One-hot target rows on a drafted token that the draft also puts all its mass on: SD
+    accepts every token and the bonus is certain (c = 1), so identical outputs under fresh seeds
+    are no evidence; the check does not enforce them (false alarm 0) and says so."""
+    from spectr_gbv.oracle.certify import FixedCase
+
+    L, V = 2, 3
+    tokens = np.zeros((1, L), dtype=np.int64)
+    one_hot = np.zeros((1, L + 1, V))
+    one_hot[..., 0] = 1.0
+    case = FixedCase("certain", "sd", "sd", tokens, one_hot[:, :L], one_hot, backend_dtype="float64")
+    report = certify_verifier(fixed_stream_sd, "sd", K=1, L=L, families=(), cases=[case], n_samples=500)
+    assert report.ok, report.table()
+    dep = _checks(report)["seed dependence"]
+    assert dep.passed and dep.changed == 0 and dep.false_alarm == 0.0 and "near-deterministic" in dep.detail
