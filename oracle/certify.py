@@ -7,8 +7,10 @@ Any object with the batched contract (reference/contract.py) can be certified:
 
 The harness hands numpy arrays (the rows of a fixed case are a zero-stride broadcast view
 along B: one row, B times) and reads ``verdict.tau`` and ``verdict.tokens`` (numpy arrays or
-tensors of any device).  Row b must draw its randomness from seeds[b] alone; the seeds of a
-chunk are consecutive integers from a 62-bit hash of (seed, chunk index).
+tensors of any device).  Row b must draw its randomness from seeds[b] alone; each row's seed
+is a 63-bit hash of (base seed, case, call, row) (oracle/seeding.py), and every ``certify``
+checks that the verifier keeps this seed contract: the same seeds replay the same outputs, and
+fresh seeds change them (oracle/seed_contract.py; ``CertificationReport.seed_checks``).
 
 Two kinds of case:
 
@@ -53,11 +55,11 @@ from spectr_gbv.reference.exact import draft_paths
 from spectr_gbv.reference.models import ToyModel
 from spectr_gbv.reference.randomness import enumerate_law
 from spectr_gbv.reference.rules import Rule, get_rule
-from spectr_gbv.reference.seeds import generator_seed
 from spectr_gbv.reference.validation import check_iteration_inputs
 
 from spectr_gbv.oracle.coarsen import COARSE_BINS, coarse_gtest, coarse_power
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.stats import (GTestPower, conditional_gtests, counts_from_samples, gtest, gtest_power,
                                      law_of, mean_within_ci)
 
@@ -271,14 +273,16 @@ class CaseResult:
 
 @dataclass
 class CertificationReport:
-    """All case results; ``ok`` when every expected-pass case passes and every planted wrong
-    case fails."""
+    """All case results and the seed-contract checks (``oracle.seed_contract.SeedCheck``:
+    "seed replay", "seed dependence"); ``ok`` when every expected-pass case passes, every
+    planted wrong case fails and every seed check passes."""
 
     results: list[CaseResult] = field(default_factory=list)
+    seed_checks: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.results)
+        return all(r.ok for r in self.results) and all(c.passed for c in self.seed_checks)
 
     def to_json(self) -> list[dict]:
         rows = []
@@ -291,13 +295,14 @@ class CertificationReport:
             d["worst_cells"] = [{"outcome": repr(o), "observed": obs, "expected": exp}
                                 for o, obs, exp in r.worst_cells]
             rows.append(d)
-        return rows
+        return rows + [c.to_json() for c in self.seed_checks]
 
     def table(self) -> str:
         """A fixed-width table (markdown-compatible): per case its sizes, N, α, the detectable
         TV δ and the measured TV (``CaseResult.empirical_tv``), the smallest of its p-values, the
         tests that failed (``CaseResult.failed_tests``; "—" when none), mean τ against the exact
-        E[τ], and the verdict."""
+        E[τ], and the verdict; then the seed checks' table (``oracle.seed_contract.seed_table``).
+        ``to_json`` lists the cases, then the seed checks (their ``check`` key names them)."""
         head = ("| case | rule | V | K | L | dtype | N | α | detectable TV | measured TV | min p | failed tests "
                 "| mean τ | exact E[τ] | verdict |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -309,6 +314,10 @@ class CertificationReport:
                 f"| {r.name} | {r.rule} | {r.V} | {r.K} | {r.L} | {r.dtype} | {r.n} | {r.alpha:g} | "
                 f"{r.detectable_tv:.4f} | {r.empirical_tv:.4f} | {pmin:.3g} | {failed} | {r.mean_tau:.4f} | "
                 f"{r.exact_mean_tau:.4f} | {r.verdict} |")
+        if self.seed_checks:
+            from spectr_gbv.oracle.seed_contract import seed_table
+
+            lines += ["", seed_table(self.seed_checks)]
         return "\n".join(lines)
 
 
@@ -437,11 +446,16 @@ def case_power(case: FixedCase, n_samples: int, alpha: float = 1e-6) -> CasePowe
     return CasePower(n_tests, a, gtest_power(law, n_samples, a), coarse)
 
 
-def chunk_seeds(seed: int, chunk_index: int, B: int) -> np.ndarray:
-    """int64 [B]: the per-row seeds of one chunk, h(seed + chunk_index) + 0..B-1 with h a 62-bit
-    hash (``reference.seeds.generator_seed``), so distinct calls draw distinct streams."""
-    base = generator_seed(seed + chunk_index) >> 2
-    return np.arange(B, dtype=np.int64) + np.int64(base)
+def chunk_seeds(seed: int, chunk_index: int, B: int, case: int = 0) -> np.ndarray:
+    """int64 [B] in [0, 2^63): the per-row seeds of call ``chunk_index`` of case ``case`` of a run
+    at base seed ``seed``, ``oracle.seeding.CaseSeeds(seed, case).row_seeds(chunk_index, B)``:
+    hashed per (seed, case, call, row) by ``numpy.random.SeedSequence``, so rows, calls, cases
+    and nearby base seeds get unrelated seeds (oracle/seeding.py).
+
+    Raises:
+        ValueError: seed not an integer; chunk_index, B or case not an integer ≥ 0.
+    """
+    return CaseSeeds(seed, case).row_seeds(chunk_index, B)
 
 
 def _run(verifier, draft_tokens, draft_probs, target_probs, seeds):
@@ -468,7 +482,7 @@ def verifier_for(verifier, case):
 
 
 def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA,
-                 chunk: int = 4096, seed: int = 0) -> CaseResult:
+                 chunk: int = 4096, seed: int = 0, case_index: int = 0) -> CaseResult:
     """Run one case: ``n_samples`` outcomes from ``verifier`` in chunks, then the test family.
 
     Args:
@@ -477,7 +491,9 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         case: FixedCase or FirstTokenCase.
         n_samples: N ≥ 2 (default ``oracle.defaults.DEFAULT_SAMPLES``).  alpha: case-level
             false-alarm rate in (0, 1).  chunk: rows per call, ≥ 1.
-        seed: base seed; chunk c uses the row seeds ``chunk_seeds(seed, c, B)``.
+        seed: base seed.  case_index: the case's index in its run (≥ 0).  Call c gets the row
+            seeds ``chunk_seeds(seed, c, B, case_index)`` and a fresh-draft case draws its drafts
+            from ``CaseSeeds(seed, case_index).draft_rng()`` (oracle/seeding.py).
     Returns:
         CaseResult.
     Raises:
@@ -490,7 +506,8 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         raise ValueError(f"chunk must be an integer >= 1, got {chunk!r}")
     verifier = verifier_for(verifier, case)
     start = time.perf_counter()
-    rng = np.random.default_rng(seed)
+    seeds = CaseSeeds(seed, case_index)
+    rng = seeds.draft_rng()
     samples: list[Outcome] = []
     done, c = 0, 0
     if isinstance(case, FixedCase):
@@ -502,7 +519,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         while done < n_samples:
             B = min(chunk, n_samples - done)
             batch = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
-            tau, tokens = _run(verifier, *batch, chunk_seeds(seed, c, B))
+            tau, tokens = _run(verifier, *batch, seeds.row_seeds(c, B))
             samples.extend(_outcomes(tau, tokens, L, case.V))
             done, c = done + B, c + 1
         exact_mean = sum(pr * o[0] for o, pr in law.items())
@@ -530,7 +547,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         while done < n_samples:
             B = min(chunk, n_samples - done)
             idx = rng.choice(len(probs), size=(B, case.K), p=probs)
-            tau, tokens = _run(verifier, toks[idx], dps[idx], tps[idx], chunk_seeds(seed, c, B))
+            tau, tokens = _run(verifier, toks[idx], dps[idx], tps[idx], seeds.row_seeds(c, B))
             outs = _outcomes(tau, tokens, case.L, case.V)
             firsts.extend(o[1][0] if o[0] > 0 else o[2] for o in outs)
             taus.extend(o[0] for o in outs)
@@ -560,11 +577,18 @@ def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: 
             chunk: int = 4096, seed: int = 0, progress: Callable[[CaseResult], None] | None = None
             ) -> CertificationReport:
     """Certify ``verifier`` (one object with the batched contract, or a mapping rule name →
-    verifier) on ``cases`` (see ``certify_case``); ``progress`` is called after each case."""
+    verifier) on ``cases`` (see ``certify_case``; case j runs with ``case_index=j``, so its seeds
+    are unrelated to every other case's and run's); ``progress`` is called after each case.
+    After the cases, each verifier's seed contract is checked (replay, seed dependence:
+    ``oracle.seed_contract.certification_seed_checks``) into ``report.seed_checks``."""
+    from spectr_gbv.oracle.seed_contract import certification_seed_checks
+
+    cases = list(cases)
     report = CertificationReport()
     for j, case in enumerate(cases):
-        result = certify_case(verifier, case, n_samples, alpha, chunk, seed + 1_000_003 * j)
+        result = certify_case(verifier, case, n_samples, alpha, chunk, seed, case_index=j)
         report.results.append(result)
         if progress is not None:
             progress(result)
+    report.seed_checks = certification_seed_checks(verifier, cases, seed)
     return report

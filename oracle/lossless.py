@@ -14,7 +14,8 @@ For each (draft, target) pair of toy models (built in, or the caller's), the har
 ``n_samples`` independent generations the way a serving engine does: at every call it draws K
 fresh i.i.d. draft blocks of L tokens from the draft model after the current prefix, hands the
 verifier their rows (``reference.decode.Decoder.block_inputs``: the batched contract of
-reference/contract.py, numpy arrays, per-row seeds from ``oracle.certify.chunk_seeds``), appends
+reference/contract.py, numpy arrays, per-row seeds hashed per (seed, pair, call, row):
+``oracle.seeding.CaseSeeds.row_seeds``), appends
 the τ + 1 emitted tokens and continues from the new prefix until at least L + 1 tokens are out.
 Then, each test at α/m (Bonferroni over the m = 3 tests of the pair, so a lossless verifier
 fails a pair with probability ≤ α):
@@ -71,8 +72,10 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from spectr_gbv.oracle.certify import (_renormalise, chunk_seeds, counts_from_samples, empirical_tv,
+from spectr_gbv.oracle.certify import (_renormalise, counts_from_samples, empirical_tv,
                                        round_to_dtype, worst_cells)
+from spectr_gbv.oracle.seed_contract import lossless_seed_checks, seed_table
+from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.defaults import DEFAULT_SAMPLES
 from spectr_gbv.oracle.stats import gtest, mean_ci
@@ -303,18 +306,26 @@ class LosslessCaseResult:
 
 @dataclass
 class LosslessReport:
-    """Every pair's result; ``ok`` when every pair passed every test."""
+    """Every pair's result and the seed-contract checks (``oracle.seed_contract.SeedCheck``:
+    "seed replay", "seed dependence"); ``ok`` when every pair passed every test and every seed
+    check passed."""
 
     results: list = field(default_factory=list)
+    seed_checks: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(r.passed for r in self.results)
+        return all(r.passed for r in self.results) and all(c.passed for c in self.seed_checks)
 
     @property
     def failed(self) -> dict[str, tuple[str, ...]]:
-        """pair name → the tests it failed (pairs that passed are left out)."""
-        return {r.name: r.failed for r in self.results if not r.passed}
+        """pair name → the tests it failed (pairs that passed are left out), and "seed contract"
+        → the seed checks that failed, if any."""
+        out = {r.name: r.failed for r in self.results if not r.passed}
+        bad = tuple(c.name for c in self.seed_checks if not c.passed)
+        if bad:
+            out["seed contract"] = bad
+        return out
 
     def to_json(self) -> list[dict]:
         rows = []
@@ -327,10 +338,12 @@ class LosslessReport:
                 td["worst_cells"] = [{"cell": repr(c), "observed": o, "expected": e} for c, o, e in t.worst_cells]
                 d["tests"].append(td)
             rows.append(d)
-        return rows
+        return rows + [c.to_json() for c in self.seed_checks]
 
     def table(self) -> str:
-        """A fixed-width table (markdown-compatible), one row per (pair, test)."""
+        """A fixed-width table (markdown-compatible), one row per (pair, test); then the seed
+        checks' (``oracle.seed_contract.seed_table``).  ``to_json`` lists the pairs, then the
+        seed checks (their ``check`` key names them)."""
         lines = ["| pair | V | K | L | N | α (per test) | test | p | detectable | measured | verdict |",
                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in self.results:
@@ -344,6 +357,8 @@ class LosslessReport:
                     det = f"δ {t.detectable:.4f}"
                 lines.append(f"| {r.name} | {r.V} | {r.K} | {r.L} | {r.n} | {r.alpha:g} ({t.alpha:.3g}) | "
                              f"{t.name} | {t.pvalue:.3g} | {det} | {measured} | {'PASS' if t.passed else 'FAIL'} |")
+        if self.seed_checks:
+            lines += ["", seed_table(self.seed_checks)]
         return "\n".join(lines)
 
 
@@ -539,7 +554,7 @@ class _Carrier:
         return hit
 
 
-def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: int):
+def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: CaseSeeds):
     """N generations of ≥ L + 1 tokens (module doc), Algorithm 2 records carried.
 
     Drafts are drawn per context (the draft model is never modified), from the plain tables;
@@ -553,7 +568,7 @@ def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: i
     """
     L = tables.L
     V = tables.V
-    rng = np.random.default_rng(seed)
+    rng = seed.draft_rng()
     out = np.full((N, 2 * L + 1), -1, dtype=np.int64)
     length = np.zeros(N, dtype=np.int64)
     carrier = _Carrier(tables)
@@ -586,7 +601,7 @@ def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: i
                 new_rows = np.stack([carrier.target_rows(int(s_), int(b)) for s_, b in distinct])
                 target_probs[np.repeat(carried, K), np.tile(np.arange(K), carried.size)] = new_rows[where.reshape(-1)]
             verdict = verifier(draft_tokens, draft_probs, target_probs,
-                               seeds=chunk_seeds(seed, calls, hi - lo))
+                               seeds=seed.row_seeds(calls, hi - lo))
             taus[lo:hi], emitted[lo:hi], records[lo:hi] = _check_output(verdict, draft_tokens, L, V)
             calls, rows, n_carried = calls + 1, rows + hi - lo, n_carried + carried.size
         opened = np.array([r is not None for r in records], dtype=bool)
@@ -723,8 +738,9 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 tests runs at α/3
             (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
             G-tests' χ² and the mean's normal approximations, oracle/stats.py).
-        seed: base seed; pair j uses seed + 1,000,003·j for its drafts (numpy Generator) and
-            ``oracle.certify.chunk_seeds(seed_j, call, B)`` for the verifier's row seeds.
+        seed: base seed; pair j draws its drafts from ``CaseSeeds(seed, j).draft_rng()`` and
+            gives call c the row seeds ``CaseSeeds(seed, j).row_seeds(c, B)`` (oracle/seeding.py:
+            hashed 63-bit seeds, unrelated across rows, calls, pairs and base seeds).
         chunk: rows per verifier call, ≥ 1.
         dtype: rows handed over as "float64", "float32" or bfloat16-rounded "bfloat16" (float32
             arrays); the drafts and the expected laws are those of the rounded rows,
@@ -733,7 +749,10 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
     Returns:
         LosslessReport: ``ok``, ``failed`` (pair → failed tests), ``table()``, ``to_json()``,
         ``results`` (LosslessCaseResult per pair: N, α, per test α/m, p-value, detectable δ or
-        excess; mean τ with its one-sided lower end; the ceiling and which one).
+        excess; mean τ with its one-sided lower end; the ceiling and which one), ``seed_checks``
+        (the seed contract's "seed replay" and "seed dependence" on the first pair's first-call
+        rows: ``oracle.seed_contract.lossless_seed_checks``; a failure is "seed contract" in
+        ``failed``).
     Raises:
         ValueError: K or L not an integer ≥ 1, n_samples < 2, alpha outside (0, 1), chunk < 1,
             an unknown dtype, malformed models (vocabulary mismatch, V^L or V^(L+1) too large);
@@ -754,7 +773,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
     report = LosslessReport()
     for j, pair in enumerate(pairs):
         start = time.perf_counter()
-        case_seed = seed + 1_000_003 * j
+        case_seed = CaseSeeds(seed, j)
         tables = _tables(pair, L, dtype)
         emitted, first_tau, calls, rows, n_mod, n_carried = _decode(verifier, tables, K, N, chunk, case_seed)
         draft_law, target_law = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
@@ -778,4 +797,6 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         report.results.append(result)
         if progress is not None:
             progress(result)
+    report.seed_checks = lossless_seed_checks(verifier, _tables(pairs[0], L, dtype), K, CaseSeeds(seed, 0),
+                                              f"pair {pairs[0].name!r}, first call")
     return report

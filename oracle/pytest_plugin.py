@@ -129,9 +129,10 @@ def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
     report = _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk)
     if not report.ok:
         bad = [r for r in report.results if not r.ok]
-        raise CertificationFailed("\n".join(
-            [f"{failed_claim}: {len(bad)} of {len(report.results)} cases fail", report.table(), ""]
-            + [_case_detail(r) for r in bad]), report)
+        seeds = [c for c in getattr(report, "seed_checks", ()) if not c.passed]  # oracle/seed_contract.py
+        head = [f"{failed_claim}: {len(bad)} of {len(report.results)} cases fail"] if bad else []
+        head += [f"verifier breaks the seed contract (reference/contract.py), {c.name}: {c.detail}" for c in seeds]
+        raise CertificationFailed("\n".join(head + [report.table(), ""] + [_case_detail(r) for r in bad]), report)
     return report
 
 

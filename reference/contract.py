@@ -7,7 +7,7 @@ Any verifier, numpy or torch, this project's or a user's, is an object ``verifie
     draft_tokens  int   [B, K, L]        X^(k)_i, the K draft blocks of each batch row
     draft_probs   float [B, K, L, V]     p(· | c, X^(k)_<i)
     target_probs  float [B, K, L+1, V]   q(· | c, X^(k)_<i); row L is the bonus row
-    seeds         int64 [B]              row b's randomness is a function of seeds[b] alone
+    seeds         int64 [B]              row b's randomness is a function of seeds[b] alone (below)
 
 and ``verdict`` has the fields of ``BatchVerdict``: ``tau`` int [B] (τ ∈ [0, L], accepted
 draft tokens), ``selected`` int [B] (the draft whose first τ tokens were emitted, -1 where
@@ -16,6 +16,19 @@ padded with -1), ``num_emitted`` int [B] (τ + 1) and ``modification`` (Algorith
 for greedy rules, else None).  Arrays may be numpy arrays or torch tensors; ``to_numpy``
 reads either.  Verifiers of this project also take ``noise=`` (explicit uniforms and
 exponentials, reference.randomness.MatchedSource conventions) and ``validate=``.
+
+Seeds.  Row b's randomness comes from seeds[b] alone (not from the other rows, the batch size,
+a global or shared RNG, the clock or the device's scheduling), so:
+
+* replay: the same rows with the same seeds give the same verdicts (τ and tokens), row by row;
+* independence: rows with distinct seeds get independent draws, so a verifier must use all the
+  bits of its seed (a narrowing cast, e.g. to float32, merges distinct seeds into one stream).
+
+The certification harness (oracle/certify.py, oracle/lossless.py) sends int64 seeds in
+[0, 2^63): 63-bit hashes of (base seed, case, call, row) by ``numpy.random.SeedSequence``
+(oracle/seeding.py), unrelated across rows, calls, cases and nearby base seeds, as a serving
+engine's per-request 64-bit seeds are; and it checks replay and seed dependence on every run
+(oracle/seed_contract.py).
 
 Implementations: ``reference.rules.Rule.__call__`` (numpy, exact, one row at a time) and
 ``gpu_backend.verifiers.Verifier.__call__`` (torch, batched, any device).  The certification

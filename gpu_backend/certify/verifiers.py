@@ -254,7 +254,7 @@ def certify_rules(rules: list[str], quick: bool = False, n_samples: int | None =
     Args:
         rules: registered rule names.  quick: the --quick sizes.  n_samples: N for every case
         (None: the mode's sizes).  alpha: per-case false-alarm rate.  seed: base seed (case j
-        uses seed + 1,000,003·j, as oracle.certify.certify).  device: torch device.
+        runs with ``case_index=j``, as in oracle.certify.certify: hashed, unrelated row seeds).  device: torch device.
         progress: called with each Row as it is done.
     Returns:
         Certification.  A case that raises (e.g. a verifier error) is an ERROR row, not ok.
@@ -287,8 +287,7 @@ def certify_rules(rules: list[str], quick: bool = False, n_samples: int | None =
             try:
                 if key not in verifiers:
                     verifiers[key] = suite_verifier(case.rule, getattr(torch, case.backend_dtype), device)
-                result = certify_case(verifiers[key], case, n, alpha, CHUNK[entry.size],
-                                      seed + 1_000_003 * j)
+                result = certify_case(verifiers[key], case, n, alpha, CHUNK[entry.size], seed, case_index=j)
                 row = _row(entry, case, result)
             except Exception as err:
                 row = _error_row(entry, case.name, n, alpha, time.perf_counter() - t0, err)

@@ -118,7 +118,8 @@ def test_sampler_match_passes():
     assert abs(toy.mean_tau - 532 / 729) < 5 * se and ceiling.pvalue == 1.0
     assert report.failed == {}
     assert json.loads(json.dumps(report.to_json()))[0]["verdict"] == "PASS"
-    assert report.table().count("| PASS |") == 9
+    assert report.table().count("| PASS |") == 9 + 2  # 3 pairs × 3 tests, the 2 seed checks
+    assert [c.name for c in report.seed_checks if c.passed] == ["seed replay", "seed dependence"]
 
 
 @pytest.mark.parametrize("rule", registry.names(lossless=True))
@@ -148,20 +149,28 @@ def _drop_record(verifier):
     return dropped
 
 
+TOY_JOINT_P = {"gbv": 1e-60, "kseq_gbv": 1e-36}  # see the test's doc
+
+
 @pytest.mark.parametrize("rule", registry.names(lossless=True, modifies_targets=True))
 def test_planted_dropped_modification_record_fails_the_joint_law(rule):
     """Planted: GBV and K-SEQ-GBV are lossless only with Algorithm 2's modified targets in their
     later calls; the same verifier with its record dropped runs memoryless, and the joint law of
-    its first 3 tokens fails on the toy (measured p ≈ 1e-226 for GBV, 1e-64 for K-SEQ-GBV at
+    its first 3 tokens fails on the toy (measured p ≈ 1e-226 for GBV, 9e-59 for K-SEQ-GBV at
     N = 10,000) and on "far" (2e-13 for GBV), while its first token and first-call acceptance pass
-    (the first call is the carried run's, draw for draw)."""
+    (the first call is the carried run's, draw for draw).  The toy's bound on p (``TOY_JOINT_P``)
+    is the p-value that the memoryless rule's G exceeds with probability 0.999: from its exact
+    joint law (the toy pair is context-free, so calls are i.i.d.) the noncentrality 2N·KL is 962
+    (GBV) and 273 (K-SEQ-GBV), median p 8e-205 and 2e-56, 0.1 % quantile 2e-165 and 1e-36
+    (noncentral χ², 7 dof).  K-SEQ-GBV's bound was 1e-60, which it meets with probability 0.28
+    only: it held with the old seeds, not with the hashed ones (oracle/seeding.py)."""
     K = registry.default_K(rule, 2)
     report = certify_lossless(_drop_record(get_rule(rule)), K=K, L=2, n_samples=10_000)
     for r in report.results:
         assert r.test("first token").passed and r.test("acceptance ceiling").passed
         assert r.modification_rows == 0 and r.carried_rows == 0 and "memoryless" in r.notes
     assert report.failed["toy"] == ("joint",) and report.failed["far"] == ("joint",)
-    assert report.results[0].test("joint").pvalue < 1e-60
+    assert report.results[0].test("joint").pvalue < TOY_JOINT_P[rule]
     carried = certify_lossless(get_rule(rule), K=K, L=2, n_samples=10_000, models=[default_pairs()[0]])
     assert carried.ok, carried.table()
     assert carried.results[0].mean_tau == report.results[0].mean_tau
@@ -252,13 +261,19 @@ def test_medusa_typical_acceptance_fails():
 
 def test_released_spectr_gbv_fails_on_the_laws():
     """The released SpecTr-GBV (registered "spectr_gbv", lossy for K ≥ 2) at K = 2, L = 3,
-    N = 10,000: the first-token and joint laws fail on every pair (toy: measured first-token TV
-    0.044, δ 0.037, p 3e-21); its acceptance stays under the ceiling, so that test passes."""
+    N = 10,000: the joint law fails on every pair, the first-token law on toy and prefix (toy:
+    measured first-token TV 0.044, δ 0.037, p 3e-21); its acceptance stays under the ceiling, so
+    that test passes.  The first-token test's power at α/3, from the rule's exact first-token law
+    (noncentral χ²): 0.999998 on toy (TV 0.045), 1 on prefix (TV 0.092), 0.45 on far (TV 0.025,
+    noncentrality 31), so on far it is not required (it failed with the old seeds, not with the
+    hashed ones of oracle/seeding.py)."""
     assert not registry.spec("spectr_gbv").lossless
     report = certify_lossless(get_rule("spectr_gbv"), K=2, L=3, n_samples=10_000)
-    assert report.failed == {p: ("first token", "joint") for p in PAIRS}
+    assert set(report.failed) == set(PAIRS)
     for r in report.results:
-        assert r.test("first token").pvalue < ALPHA / 3 and r.test("joint").pvalue < ALPHA / 3
+        assert r.test("joint").pvalue < ALPHA / 3
+        if r.name != "far":
+            assert r.test("first token").pvalue < ALPHA / 3 and r.failed == ("first token", "joint")
         assert r.test("acceptance ceiling").passed
     toy = report.results[0]
     assert toy.test("first token").empirical_tv > toy.test("first token").detectable
