@@ -660,10 +660,18 @@ def _null_mean_scale(expected: np.ndarray, n: int) -> float:
     e = np.asarray(expected, dtype=np.float64)
     if e.size < 2 or n < 1:
         return 1.0
+    return _null_mean_scale_of(e.tobytes(), int(n))
+
+
+# Cached: a law tested again at the same n (simulations, repeated certifications) costs nothing.
+@functools.lru_cache(maxsize=256)
+def _null_mean_scale_of(expected_bytes: bytes, n: int) -> float:
+    e = np.frombuffer(expected_bytes, dtype=np.float64)
     p = e / e.sum()
     e = n * p
     big = e >= _SERIES_MIN_EXPECTED
-    total = math.fsum((1.0 - p[big]) + (1.0 - p[big] ** 2) / (6.0 * e[big]) + 1.0 / (6.0 * e[big] ** 2))
+    # every term is ≥ 0: numpy's pairwise sums lose nothing that matters here
+    total = float(np.sum((1.0 - p[big]) + (1.0 - p[big] ** 2) / (6.0 * e[big]) + 1.0 / (6.0 * e[big] ** 2)))
     if not big.all():
         es, ps = e[~big], p[~big]
         width = 10.0 * np.sqrt(es) + 10.0
@@ -680,7 +688,7 @@ def _null_mean_scale(expected: np.ndarray, n: int) -> float:
         log_pmf = (special.gammaln(n + 1.0) - special.gammaln(o + 1.0) - special.gammaln(n - o + 1.0)
                    + o * np.log(pc) + (n - o) * np.log1p(-pc))
         weight = np.exp(log_pmf)
-        total += 2.0 * math.fsum(weight * dev)
+        total += 2.0 * float(np.sum(weight * dev))
     return max(1.0, total / (e.size - 1))
 
 
