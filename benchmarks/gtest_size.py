@@ -42,7 +42,8 @@ from scipy import stats
 
 from spectr_gbv.oracle.certify import COARSE_BINS, _tau, exact_verdict_law, family_size
 from spectr_gbv.oracle.coarsen import equal_mass_bins
-from spectr_gbv.oracle.stats import _null_mean_scale, _pool_cells, conditional_gtests, gtest, law_of
+from spectr_gbv.oracle.stats import (_null_mean_ratio, _null_mean_scale, _pool_cells, conditional_gtests, gtest,
+                                     law_of)
 from spectr_gbv.reference.rules import get_rule
 
 ALPHAS = (1e-2, 1e-3)
@@ -53,24 +54,22 @@ MIN_EXPECTED = 5.0
 # -- the cases -----------------------------------------------------------------------------------
 
 def plan_cases(rules=None):
-    """[(name, case, N)] of the full plan's V = 4,096 rows (module doc)."""
+    """Yields (name, case, N) of the full plan's V = 4,096 rows (module doc)."""
     from spectr_gbv.gpu_backend.certify import suite
     from spectr_gbv.gpu_backend.certify.verifiers import FULL_N_ROWS
     from spectr_gbv.reference.rules import registry
 
-    out = []
     for spec in registry.specs():
         rule = spec.name
         if rules and rule not in rules:
             continue
         if spec.distinctive_seeds is not None:
             case = suite.distinctive_cases(rule)[1]
-            out.append((case.name, case, FULL_N_ROWS["rows"]))
+            yield case.name, case, FULL_N_ROWS["rows"]
             continue
         for dt, size in (("float32", "rows"), ("bfloat16", "rows_bf16")):
             case = suite.large_case(rule, dt)
-            out.append((case.name, case, FULL_N_ROWS[size]))
-    return out
+            yield case.name, case, FULL_N_ROWS[size]
 
 
 # -- a vectorised replica of gtest on fixed pooling -----------------------------------------------
@@ -89,7 +88,10 @@ class Pooled:
         self.rare = bool(rare)
         self.P = np.array([math.fsum(probs[g]) for g in groups])
         self.rare_mass = math.fsum(probs[rare]) if rare else 0.0
-        self.scale = _null_mean_scale(n * self.P / self.P.sum(), n - int(round(n * self.rare_mass)))
+        e = n * self.P / self.P.sum()
+        n_g = n - int(round(n * self.rare_mass))
+        self.scale = _null_mean_scale(e, n_g)
+        self.ratio = _null_mean_ratio(e, n_g)  # the exact mean alone (G·dof/E₀[G])
         self.n = n
 
     def group_probs(self) -> np.ndarray:
@@ -101,9 +103,10 @@ class Pooled:
         np.add.at(out.T, self.column, counts.T)
         return out if self.rare else out[:, :-1]
 
-    def pvalues(self, pooled: np.ndarray):
+    def pvalues(self, pooled: np.ndarray, mean_only: bool = False):
         """(G, p before, p after) for [R, n_cells (+1)] pooled counts; with rare cells the
-        p-value is min(1, 2·min(p_G, binomial tail)), as gtest's."""
+        p-value is min(1, 2·min(p_G, binomial tail)), as gtest's.  ``mean_only``: "after" with
+        the exact-mean scale E₀[G]/dof instead of gtest's."""
         O = pooled[:, :self.n_cells]
         n_g = O.sum(1, keepdims=True)
         E = n_g * self.P / self.P.sum()
@@ -113,7 +116,7 @@ class Pooled:
             one = np.ones(len(G))
             return G, one, one
         before = stats.chi2.sf(G, self.dof)
-        after = stats.chi2.sf(G / self.scale, self.dof)
+        after = stats.chi2.sf(G / (max(1.0, self.ratio) if mean_only else self.scale), self.dof)
         if self.rare:
             r = pooled[:, -1]
             tail = np.where(r > 0, stats.binom.sf(r - 1, self.n, self.rare_mass), 1.0)
@@ -131,11 +134,13 @@ def joint_null(law: dict, N: int, reps: int, seed: int) -> dict:
     gs, before, after = [], [], []
     gp = pooled.group_probs()
     gp = gp / gp.sum()
+    mean_only = []
     for start in range(0, reps, 2000):
         counts = rng.multinomial(N, gp, size=min(2000, reps - start)).astype(np.float64)
         g, b, a = pooled.pvalues(counts)
         gs.append(g), before.append(b), after.append(a)
-    G, before, after = map(np.concatenate, (gs, before, after))
+        mean_only.append(pooled.pvalues(counts, mean_only=True)[2])
+    G, before, after, mean_only = map(np.concatenate, (gs, before, after, mean_only))
     # check the replica against oracle.stats.gtest on a few full samples
     check = []
     for _ in range(3):
@@ -148,13 +153,14 @@ def joint_null(law: dict, N: int, reps: int, seed: int) -> dict:
     nu = pooled.dof
     Gs = G / pooled.scale
     out = {"dof": nu, "cells_expected_below_10": int((e < 10).sum()), "sum_inv_expected": float((1 / e).sum()),
-           "pooled_mass_rare": pooled.rare_mass, "scale": pooled.scale, "reps": reps,
+           "pooled_mass_rare": pooled.rare_mass, "scale": pooled.scale, "mean_ratio": pooled.ratio, "reps": reps,
            "replica_check_max_dp": max(check)}
-    for tag, s, p in (("before", G, before), ("after", Gs, after)):
+    for tag, s, p in (("before", G, before), ("mean_only", G / max(1.0, pooled.ratio), mean_only),
+                      ("after", Gs, after)):
         out[tag] = {"mean_minus_dof": float(s.mean() - nu), "mean_se": float(s.std() / math.sqrt(reps)),
                     "var_over_2dof": float(s.var() / (2 * nu)),
                     "third_central_over_8dof": float(((s - s.mean()) ** 3).mean() / (8 * nu)),
-                    "size": {f"{a:g}": float(np.mean(p < a)) for a in ALPHAS}}
+                    "size": {f"{a:g}": float(np.mean(p < a)) for a in ALPHAS + (1e-4,)}}
     return out
 
 
@@ -257,39 +263,75 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
     return out
 
 
+def delta_before_after(law: dict, N: int, alpha: float = 1e-6) -> dict:
+    """The case's stated δ (``oracle.certify.case_power``'s joint δ on the whole law, at
+    α/n_tests) with the plain χ² critical value (before) and with gtest's scale (after)."""
+    from spectr_gbv.oracle.stats import _pooled_detectable_tv, gtest_power
+
+    a = alpha / family_size(law)
+    after = gtest_power(law, N, a)
+    before = _pooled_detectable_tv(N, a, after.n_cells, after.rare_mass > 0, 1.0)
+    return {"alpha_per_test": a, "scale": after.null_mean_scale, "merged_mass": after.merged_mass,
+            "delta_pooled_before": before, "delta_pooled_after": after.detectable_tv,
+            "delta_before": min(1.0, before + after.merged_mass), "delta_after": after.detectable_tv_law}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20_000)
     ap.add_argument("--family-reps", type=int, default=3_000)
     ap.add_argument("--rules", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--delta", action="store_true",
+                    help="only the stated δ of each case before and after the correction (no simulation)")
     args = ap.parse_args(argv)
     rules = args.rules.split(",") if args.rules else None
+    if args.delta:
+        out = []
+        print(f"{'case':50s} {'N':>8s} {'s':>7s} {'pooled mass':>11s} | δ before -> after (pooled part)")
+        for name, case, N in plan_cases(rules):
+            law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
+                                    case.target_probs)
+            d = delta_before_after(law, N)
+            print(f"{name[:50]:50s} {N:8d} {d['scale']:7.4f} {d['merged_mass']:11.4f} | "
+                  f"{d['delta_before']:.4f} -> {d['delta_after']:.4f} "
+                  f"({d['delta_pooled_before']:.4f} -> {d['delta_pooled_after']:.4f})", flush=True)
+            out.append({"case": name, "N": N, **d})
+            if args.json:
+                with open(args.json, "w") as f:
+                    json.dump({"date": time.strftime("%Y-%m-%d"), "alpha": 1e-6, "rows": out}, f, indent=1)
+        return 0
     rows = []
-    print(f"{'case':58s} {'N':>8s} {'dof':>5s} {'s':>7s} | {'G-dof':>14s} {'var/2dof':>11s} "
-          f"| size@1e-2 / 1e-3 before -> after | family@1e-2 before -> after")
+    print("G − dof, Var/(2 dof) and the size at α = 1e-2, 1e-3, 1e-4 (÷ α) of: the χ² p-value of G (before), "
+          "of G·dof/E₀[G] (exact mean only), of G/s (after, gtest's); family@1e-2 before -> after")
+    print(f"{'case':50s} {'N':>8s} {'dof':>5s} {'s':>7s} | {'G − dof':>19s} | {'Var/(2 dof)':>17s} | "
+          f"{'before':>17s} | {'mean only':>17s} | {'after':>17s} | family")
     for j, (name, case, N) in enumerate(plan_cases(rules)):
         t0 = time.perf_counter()
         law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
                                 case.target_probs)
         jn = joint_null(law, N, args.reps, 1000 + j)
         fam = family_null(law, N, args.family_reps, 2000 + j) if args.family_reps else None
-        b, a = jn["before"], jn["after"]
-        line = (f"{name[:58]:58s} {N:8d} {jn['dof']:5d} {jn['scale']:7.4f} | "
-                f"{b['mean_minus_dof']:+6.1f}->{a['mean_minus_dof']:+5.1f} "
-                f"{b['var_over_2dof']:.3f}->{a['var_over_2dof']:.3f} | "
-                f"{b['size']['0.01'] / 1e-2:.2f}x {b['size']['0.001'] / 1e-3:.2f}x -> "
-                f"{a['size']['0.01'] / 1e-2:.2f}x {a['size']['0.001'] / 1e-3:.2f}x")
+        b, m, a = jn["before"], jn["mean_only"], jn["after"]
+
+        def sizes(x):
+            return " ".join(f"{x['size'][k] / float(k):.2f}x" for k in ("0.01", "0.001", "0.0001"))
+
+        line = (f"{name[:50]:50s} {N:8d} {jn['dof']:5d} {jn['scale']:7.4f} | "
+                f"{b['mean_minus_dof']:+6.1f} {m['mean_minus_dof']:+5.1f} {a['mean_minus_dof']:+6.1f} | "
+                f"{b['var_over_2dof']:.3f} {m['var_over_2dof']:.3f} {a['var_over_2dof']:.3f} | "
+                f"{sizes(b)} | {sizes(m)} | {sizes(a)}")
         if fam:
             line += f" | {fam['family_before']:.4f} -> {fam['family_after']:.4f}"
         print(line + f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
         rows.append({"case": name, "rule": case.rule, "dtype": case.backend_dtype, "N": N,
                      "joint": jn, "family": fam})
-    if args.json:
-        os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump({"date": time.strftime("%Y-%m-%d"), "reps": args.reps, "family_reps": args.family_reps,
-                       "alphas": ALPHAS, "family_alpha": FAMILY_ALPHA, "rows": rows}, f, indent=1)
+        if args.json:  # after every case: a long run stopped early keeps what it measured
+            os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+            with open(args.json, "w") as f:
+                json.dump({"date": time.strftime("%Y-%m-%d"), "reps": args.reps,
+                           "family_reps": args.family_reps, "alphas": ALPHAS + (1e-4,),
+                           "family_alpha": FAMILY_ALPHA, "rows": rows}, f, indent=1)
     return 0
 
 
