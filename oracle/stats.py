@@ -553,7 +553,9 @@ def gtest_power(law, n: int, alpha: float, min_expected: float = 5.0) -> GTestPo
     rare_mass = math.fsum(probs[rare]) if rare else 0.0
     # as _pooled_cells computes GTestResult.merged_mass
     merged = math.fsum(probs[i] for g in groups if len(g) > 1 for i in g) + rare_mass
-    scale = _null_mean_scale(np.array([math.fsum(probs[g]) for g in groups]), n)
+    # the expected counts exactly as _pooled_cells computes them (n_g = n), so the scale agrees
+    scale = _null_mean_scale(np.array([n * math.fsum(probs[g]) / (1.0 - rare_mass) for g in groups],
+                                      dtype=np.float64), n)
     return GTestPower(n=n, alpha=alpha, min_expected=min_expected, support=int(probs.size),
                       n_large=sum(1 for g in groups if len(g) == 1), n_cells=len(groups),
                       merged_mass=merged, rare_mass=rare_mass,
