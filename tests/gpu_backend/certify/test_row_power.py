@@ -128,3 +128,30 @@ def test_certify_engine_rows_state_their_power(monkeypatch, toy_rows):
     assert "0/1 lossless rows have power ≥ 0.99" in ec.summary(cert) and "NOT gbv" in ec.summary(cert)
     js = row.to_json()
     assert js["defect_powers"][0]["n_needed"] == d.n_needed
+
+
+def test_run_rule_records_the_defect_laws_of_a_lossless_row():
+    """On a small random model through the real engine: a lossless row's runs carry, per
+    iteration, the τ law of each planted defect of its rule (blocks capped near the end
+    included), and its row states the power from them."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from test_engine import PROMPT, perturbed, random_lm
+
+    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+
+    torch.set_num_threads(1)
+    target = random_lm(1)
+    draft = perturbed(target, 2)
+    runs = ec.run_rule(target, draft, "bv", PROMPT, 2, 6, SamplingConfig(1.0), SamplingConfig(1.5))
+    assert sorted(runs.defect_laws) == ["planted_bv_first_failure", "planted_bv_shared_uniform"]
+    for laws in runs.defect_laws.values():
+        assert len(laws) == len(runs.laws) == len(runs.taus) >= 2
+        assert all(p.shape == (runs.L + 1,) and p.sum() == pytest.approx(1.0) for p in laws)
+    row = ec.certify_runs(runs, np.full(runs_first_v(target), 1.0 / runs_first_v(target)), 1e-3, "lossless")
+    assert [d.defect for d in row.defect_powers] == sorted(runs.defect_laws)
+    assert all(0.0 <= d.power <= 1.0 and d.n == 2 for d in row.defect_powers)
+
+
+def runs_first_v(model) -> int:
+    return int(model.config.vocab_size)
