@@ -5,8 +5,8 @@ The law: the reference SD's exact law of (τ, prefix, token) on V = 4,096 rows
 (``oracle.certify_cases.large_models(4096, 21)``, K = 1, L = 2, draft seed 22: the rows of
 ``gpu_backend.certify.suite.large_case("sd", ...)`` before their dtype rounding).  At N = 10^6
 its G-test compares 1,217 cells, 199 of expected count below 10; the χ² p-value of G (the code
-before the null-mean correction) gave false alarms at 1.6× α = 10^-2 and 1.7× α = 10^-3
-(40,000 replicates), its null mean dof + 9.5.
+before the null-mean correction) gives false alarms at 1.6× α = 10^-2 and 2.1× α = 10^-3 on
+these 20,000 replicates (this test fails on it), its null mean dof + 9.5.
 
 How the size is measured without 20,000 calls of ``gtest`` (~70 ms each): the pooling depends
 on the law and N only, so the pooled counts are drawn directly (multinomial on the pooled
