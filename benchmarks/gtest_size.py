@@ -191,7 +191,7 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
     # conditional: the key marginal and the eligible keys (law and N only), pooled at N·P(k)
     keys = [(o[0], o[1]) for o in outcomes]
     key_law = law_of(law, lambda o: (o[0], o[1]))
-    key_list = sorted(key_law, key=repr)
+    key_list = sorted((k for k, p in key_law.items() if p > 0), key=repr)  # law_of keeps 0-mass keys
     key_index = {k: i for i, k in enumerate(key_list)}
     key_col = np.array([key_index[k] for k in keys])
     key_pool = Pooled(np.array([key_law[k] for k in key_list]), N)
@@ -218,7 +218,7 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
         res["joint"] = (b, a)
         tc = np.zeros((R, len(tau_vals)))
         np.add.at(tc.T, tau_col, C.T)
-        _, b, a = tau_pool.pvalues(tc)
+        _, b, a = tau_pool.pvalues(tau_pool.pool(tc))
         res["tau"] = (b, a)
         z = (tc @ np.array(tau_vals, float) / N - mean_tau) / math.sqrt(var_tau / N)
         pm = 2 * stats.norm.sf(np.abs(z))
@@ -226,11 +226,11 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
         if bins is not None:
             bc = np.zeros((R, bins.n_bins))
             np.add.at(bc.T, bin_of, C.T)
-            _, b, a = coarse_pool.pvalues(bc)
+            _, b, a = coarse_pool.pvalues(coarse_pool.pool(bc))
             res["coarse"] = (b, a)
         kc = np.zeros((R, len(key_list)))
         np.add.at(kc.T, key_col, C.T)
-        _, mb, ma = key_pool.pvalues(kc)
+        _, mb, ma = key_pool.pvalues(key_pool.pool(kc))  # keys of N·P < 5 pooled, rare ones apart
         minb, mina = mb.copy(), ma.copy()
         for k, members, pool in eligible:
             sub = C[:, members]
