@@ -42,6 +42,14 @@ defects K = 3; the other defects with an exact law blocks of L = 8) and runs on 
 laws and the power (a lower bound on the row's: it is caught when either τ test rejects).
 Defects without an analogue (``planted_mdbv_kseq_fallback``) run N and state no power.
 
+Power of the rule rows themselves: the planted rows run another shape and N than the rule rows,
+so "planted caught" does not say that a rule row would catch the defect.  Each lossless row
+therefore computes, on its own rows, the τ law of each planted defect of its rule that has an
+analogue (``row_defects``) and states the mean test's power against it at its own K, L and N
+(``DefectPower``, ``defect_power``); when that power is below ``TARGET_POWER`` the table's lines
+(``power_lines``) and the summary say so, with the N that would reach it (``runs_for_power``)
+and that N times the row's measured seconds per run.
+
 Why ``tau_law`` and not ``oracle.certify.exact_verdict_law``: the full law enumerates the
 emitted token too (V branches per iteration: far too slow at V = 49,152; measured in
 benchmarks/ENGINE_CERTIFICATE.md).  Every reference
