@@ -42,6 +42,14 @@ defects K = 3; the other defects with an exact law blocks of L = 8) and runs on 
 laws and the power (a lower bound on the row's: it is caught when either τ test rejects).
 Defects without an analogue (``planted_mdbv_kseq_fallback``) run N and state no power.
 
+Power of the rule rows themselves: the planted rows run another shape and N than the rule rows,
+so "planted caught" does not say that a rule row would catch the defect.  Each lossless row
+therefore computes, on its own rows, the τ law of each planted defect of its rule that has an
+analogue (``row_defects``) and states the mean test's power against it at its own K, L and N
+(``DefectPower``, ``defect_power``); when that power is below ``TARGET_POWER`` the table's lines
+(``power_lines``) and the summary say so, with the N that would reach it (``runs_for_power``)
+and that N times the row's measured seconds per run.
+
 Why ``tau_law`` and not ``oracle.certify.exact_verdict_law``: the full law enumerates the
 emitted token too (V branches per iteration: far too slow at V = 49,152; measured in
 benchmarks/ENGINE_CERTIFICATE.md).  Every reference
@@ -129,6 +137,17 @@ def planted_shape(name: str, K: int, L: int) -> tuple[int, int]:
     if has_law(name):
         return K, PLANTED_L
     return K, L
+
+
+def row_defects(rule: str) -> tuple[str, ...]:
+    """The planted defects of ``rule`` (``RuleSpec.planted``) with an exact τ law
+    (``planted_laws.has_law``): a lossless row states its power against each, on its own rows
+    (``defect_power``).  Empty for a planted name or a rule without one."""
+    from spectr_gbv.gpu_backend.certify.planted_laws import has_law
+
+    if rule in registry.planted():
+        return ()
+    return tuple(p.name for p in registry.spec(rule).planted if has_law(p.name))
 
 
 def planted_for(rules) -> tuple[str, ...]:
@@ -245,6 +264,8 @@ class Runs:
         planted_laws: for a planted defect with a reference analogue
             (``planted_laws.planted_tau_law``), its own exact τ law per iteration (what it is
             tested against is ``laws``); else empty.
+        defect_laws: for a lossless rule, {planted defect of the rule with an exact law
+            (``row_defects``): its exact τ law per iteration given this rule's own rows}.
         generate_s, law_s: seconds spent generating, and computing the τ laws.
     """
 
@@ -256,6 +277,7 @@ class Runs:
     taus: list[int] = field(default_factory=list)
     laws: list[np.ndarray] = field(default_factory=list)
     planted_laws: list[np.ndarray] = field(default_factory=list)
+    defect_laws: dict = field(default_factory=dict)
     generate_s: float = 0.0
     law_s: float = 0.0
 
@@ -292,6 +314,9 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
     ref = get_rule(base)
     runs = Runs(name, base, K, L)
     with_planted_law = name in planted and has_law(name)
+    defects = () if name in planted else row_defects(name)
+    for d in defects:
+        runs.defect_laws.setdefault(d, [])
     last_line = time.perf_counter()
     for s in range(first_seed, first_seed + n_seeds):
         records = []
@@ -308,6 +333,9 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
             if with_planted_law:
                 law = planted_tau_law(name, *rows)
                 runs.planted_laws.append(np.pad(law, (0, L + 1 - len(law))))
+            for d in defects:  # what the row's test would face if the verifier had defect d
+                law = planted_tau_law(d, *rows)
+                runs.defect_laws[d].append(np.pad(law, (0, L + 1 - len(law))))
         runs.generate_s += t1 - t0
         runs.law_s += time.perf_counter() - t1
         done = s - first_seed + 1
@@ -325,6 +353,8 @@ def _extend(runs: Runs, more: Runs) -> Runs:
     runs.taus += more.taus
     runs.laws += more.laws
     runs.planted_laws += more.planted_laws
+    for d, laws in more.defect_laws.items():
+        runs.defect_laws.setdefault(d, []).extend(laws)
     runs.generate_s += more.generate_s
     runs.law_s += more.law_s
     return runs
@@ -361,21 +391,125 @@ def planted_power(runs: Runs, alpha: float) -> PlantedPower | None:
     Raises:
         ValueError: alpha outside (0, 1).
     """
+    return _laws_power(runs.laws, runs.planted_laws, alpha)
+
+
+def _laws_power(laws, planted_laws, alpha: float) -> PlantedPower | None:
+    """``PlantedPower`` of the mean test when iteration i's τ has law ``planted_laws[i]`` and
+    is tested against ``laws[i]`` (float [L+1] each); None without iterations or lengths that
+    differ."""
     from spectr_gbv.oracle.stats import paired_mean_power
 
-    if not runs.planted_laws or len(runs.planted_laws) != len(runs.laws):
+    if not planted_laws or len(planted_laws) != len(laws):
         return None
-    t = np.arange(len(runs.laws[0]))
-    p0, p1 = np.stack(runs.laws), np.stack(runs.planted_laws)
+    t = np.arange(len(laws[0]))
+    p0, p1 = np.stack(laws), np.stack(planted_laws)
     m0, m1 = p0 @ t, p1 @ t
     v0 = np.maximum(p0 @ t**2 - m0**2, 0.0)
     v1 = np.maximum(p1 @ t**2 - m1**2, 0.0)
     tv = 0.5 * float(np.abs(p1.mean(axis=0) - p0.mean(axis=0)).sum())
-    n = len(runs.laws)
+    n = len(laws)
     if not v0.sum() > 0:
         return PlantedPower(float((m1 - m0).mean()), tv, math.nan, n)
     power = paired_mean_power(float((m1 - m0).sum()), float(v0.sum()), float(v1.sum()), alpha)
     return PlantedPower(float((m1 - m0).mean()), tv, power, n)
+
+
+@dataclass(frozen=True)
+class DefectPower:
+    """A lossless row's power against one of its rule's planted defects (``defect_power``).
+
+    Attributes:
+        defect: the planted defect (``row_defects``).  K, L, n (runs), iterations: the row's.
+        shift, tv: the defect's mean τ shift per iteration and the TV of the averaged τ laws,
+            on the row's own rows.  power: the row's mean test's power at α/3 against the
+            defect with these iterations (``oracle.stats.paired_mean_power``; a lower bound on
+            the row's, which also has the τ-law G-test).
+        n_needed: runs at which that power reaches ``TARGET_POWER`` (iterations scale with the
+            runs: ``runs_for_power``); n when it already does; 0 when the defect moves no mean.
+        seconds_needed: n_needed × the row's measured seconds per run (NaN when not known).
+    """
+
+    defect: str
+    K: int
+    L: int
+    n: int
+    iterations: int
+    shift: float
+    tv: float
+    power: float
+    n_needed: int
+    seconds_needed: float = math.nan
+
+    def sentence(self) -> str:
+        """One plain line: the power, and when below ``TARGET_POWER`` the N that reaches it."""
+        head = (f"power {_power(self.power)} against {self.defect} at K = {self.K}, L = {self.L}, "
+                f"N = {self.n} runs ({self.iterations} iterations; mean τ shift {self.shift:+.3f}, "
+                f"TV {self.tv:.3f})")
+        if self.power >= TARGET_POWER:
+            return head + f": ≥ {TARGET_POWER}"
+        if self.n_needed <= 0:
+            return head + ": the defect does not move mean τ on these rows; no N reaches " + f"{TARGET_POWER}"
+        cost = (f" (about {self.seconds_needed / 60:.0f} min at this row's "
+                f"{self.seconds_needed / self.n_needed:.1f} s per run)"
+                if math.isfinite(self.seconds_needed) else "")
+        return head + f": BELOW {TARGET_POWER}; N = {self.n_needed} runs would reach it{cost}"
+
+
+def runs_for_power(shift_sum: float, null_variance: float, alt_variance: float, n_runs: int,
+                   alpha: float, power: float = TARGET_POWER) -> int:
+    """The runs at which the mean test reaches ``power``, when ``n_runs`` runs gave the sums
+    ``shift_sum`` = Σ(m1 − m0), ``null_variance`` = Σv0 and ``alt_variance`` = Σv1 over their
+    iterations and each sum grows in proportion to the runs (f = runs / n_runs):
+    f = ((z_{1−α/2}√V0 + z_{power}√V1) / S)² from ``paired_mean_power``'s one-sided normal
+    approximation, then raised run by run until ``paired_mean_power`` says ≥ ``power``.
+
+    Returns:
+        int ≥ 1 (n_runs when already reached); 0 when shift_sum is 0 (no N reaches it).
+    Raises:
+        ValueError: n_runs < 1, alpha or power outside (0, 1), null_variance ≤ 0.
+    """
+    from scipy import stats
+
+    from spectr_gbv.oracle.stats import paired_mean_power
+
+    if n_runs < 1 or not 0 < alpha < 1 or not 0 < power < 1 or not null_variance > 0:
+        raise ValueError(f"need n_runs >= 1, alpha and power in (0, 1), null_variance > 0; got "
+                         f"{n_runs}, {alpha}, {power}, {null_variance}")
+    if shift_sum == 0:
+        return 0
+
+    def reached(runs: int) -> bool:
+        f = runs / n_runs
+        return paired_mean_power(f * shift_sum, f * null_variance, f * alt_variance, alpha) >= power
+
+    if reached(n_runs):
+        return n_runs
+    za, zp = stats.norm.isf(alpha / 2), stats.norm.isf(1 - power)
+    f = ((za * math.sqrt(null_variance) + zp * math.sqrt(alt_variance)) / abs(shift_sum)) ** 2
+    runs = max(n_runs + 1, math.ceil(f * n_runs) - 1)
+    while not reached(runs):
+        runs += 1
+    return runs
+
+
+def defect_power(runs: Runs, defect: str, alpha: float, seconds_per_run: float = math.nan) -> DefectPower | None:
+    """``DefectPower`` of a lossless row's runs against ``defect`` (its laws on the row's rows,
+    ``Runs.defect_laws``) at the mean test's level ``alpha`` (the row's α/3); None when the
+    runs have no law of that defect or no iteration."""
+    laws = runs.defect_laws.get(defect)
+    pw = _laws_power(runs.laws, laws, alpha) if laws else None
+    if pw is None or not math.isfinite(pw.power):
+        return None
+    t = np.arange(len(runs.laws[0]))
+    p0, p1 = np.stack(runs.laws), np.stack(laws)
+    m0, m1 = p0 @ t, p1 @ t
+    v0 = float(np.maximum(p0 @ t**2 - m0**2, 0.0).sum())
+    v1 = float(np.maximum(p1 @ t**2 - m1**2, 0.0).sum())
+    n = len(runs.first_tokens)
+    needed = runs_for_power(float((m1 - m0).sum()), v0, v1, n, alpha)
+    return DefectPower(defect, runs.K, runs.L, n, pw.iterations, pw.shift, pw.tv, pw.power, needed,
+                       needed * seconds_per_run if needed else math.nan)
 
 
 def mean_test(taus, laws, alpha: float) -> PairedMeanTestResult:
@@ -415,6 +549,9 @@ class EngineRow:
         tau_pvalue, tau_delta: (b)'s G-test of the τ counts.
         effect_shift, effect_tv, power: a planted row's ``PlantedPower`` on its runs (NaN for a
             lossless row or a defect without an exact law).
+        defect_powers: a lossless row's ``DefectPower`` against each planted defect of its rule
+            with an exact law (``row_defects``), at the row's own K, L, N and rows; empty for a
+            planted row.  ``defect_power``: the smallest of their powers (NaN when none).
         seconds: wall time (generation + laws + tests); error: a one-line error, if any.
     """
 
@@ -440,6 +577,11 @@ class EngineRow:
     power: float = math.nan
     seconds: float = 0.0
     error: str = ""
+    defect_powers: tuple = ()
+
+    @property
+    def defect_power(self) -> float:
+        return min((d.power for d in self.defect_powers), default=math.nan)
 
     @property
     def rejected_first(self) -> bool:
@@ -471,7 +613,8 @@ class EngineRow:
         def num(x):
             return x if isinstance(x, (int, str)) or math.isfinite(x) else str(x)
 
-        out = {k: num(v) for k, v in self.__dict__.items()}
+        out = {k: num(v) for k, v in self.__dict__.items() if k != "defect_powers"}
+        out["defect_powers"] = [{k: num(v) for k, v in d.__dict__.items()} for d in self.defect_powers]
         out["verdict"] = self.verdict
         return out
 
@@ -495,6 +638,10 @@ def certify_runs(runs: Runs, first_law: np.ndarray, alpha: float, kind: str) -> 
     pw = planted_power(runs, a) if kind == "planted" else None
     if pw is not None:
         row.effect_shift, row.effect_tv, row.power = pw.shift, pw.tv, pw.power
+    if kind != "planted":
+        per_run = (runs.generate_s + runs.law_s) / max(len(runs.first_tokens), 1)
+        row.defect_powers = tuple(d for d in (defect_power(runs, name, a, per_run or math.nan)
+                                              for name in sorted(runs.defect_laws)) if d is not None)
     return row
 
 
@@ -624,6 +771,8 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
     return pair.target, draft, pair.tokenizer, pair.eos
 
 
+# "power": a planted row's against its defect; a lossless row's against its rule's weakest-caught
+# planted defect at the row's own K, L, N (``EngineRow.defect_power``; ``power_lines`` say more)
 HEADER = ("rule", "kind", "K", "L", "N", "iters", "alpha", "first p", "first δ",
           "mean τ", "E[τ]", "z", "mean p", "τ-law p", "τ-law δ", "shift", "TV", "power", "verdict", "s")
 
@@ -637,7 +786,8 @@ def _cells(row: EngineRow) -> tuple[str, ...]:
             f"{row.alpha:g}", f(row.first_pvalue, ".3g"), f(row.first_delta, ".3f"),
             f(row.mean_tau, ".3f"), f(row.expected_tau, ".3f"), f(row.mean_z, ".2f"),
             f(row.mean_pvalue, ".3g"), f(row.tau_pvalue, ".3g"), f(row.tau_delta, ".3f"),
-            f(row.effect_shift, "+.3f"), f(row.effect_tv, ".3f"), _power(row.power), row.verdict,
+            f(row.effect_shift, "+.3f"), f(row.effect_tv, ".3f"),
+            _power(row.power if row.kind == "planted" else row.defect_power), row.verdict,
             f"{row.seconds:.0f}")
 
 
@@ -656,7 +806,21 @@ def text_table(rows: list[EngineRow]) -> str:
     widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
     lines = ["  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip() for c in cells]
     lines += [f"{r.rule}: {r.error}" for r in rows if r.error]
+    lines += power_lines(rows)
     return "\n".join(lines)
+
+
+def power_lines(rows: list[EngineRow]) -> list[str]:
+    """Per lossless row, its power against each of its rule's planted defects at its own
+    shape and N (``DefectPower.sentence``), or why none is stated."""
+    out = []
+    for r in rows:
+        if r.kind == "planted" or r.error:
+            continue
+        if not r.defect_powers:
+            out.append(f"{r.rule}: no planted defect with an exact τ law: power not computed")
+        out += [f"{r.rule}: {d.sentence()}" for d in r.defect_powers]
+    return out
 
 
 def summary(cert: EngineCertification) -> str:
@@ -664,9 +828,15 @@ def summary(cert: EngineCertification) -> str:
     planted = [r for r in cert.rows if r.kind == "planted"]
     word = "CERTIFIED" if cert.ok else "NOT CERTIFIED"
     skipped = registry.engine_skipped()
+    stated = [r for r in lossless if r.defect_powers]
+    weak = [r.rule for r in stated if not r.defect_power >= TARGET_POWER]
+    power = (f"; {len(stated) - len(weak)}/{len(stated)} lossless rows have power ≥ {TARGET_POWER} "
+             f"against their rule's planted defects at their own K, L and N"
+             + (f" (NOT {', '.join(weak)}: the lines under the table give the N that would)" if weak else "")
+             ) if stated else ""
     return (f"engine {word}: {sum(r.ok for r in lossless)}/{len(lossless)} lossless rules pass, "
             f"{sum(r.ok for r in planted)}/{len(planted)} planted wrong rules caught; "
-            f"skipped: {', '.join(sorted(skipped))} ({'; '.join(skipped.values())})")
+            f"skipped: {', '.join(sorted(skipped))} ({'; '.join(skipped.values())})" + power)
 
 
 def quick_certification(progress: Callable[[EngineRow], None] | None = None,

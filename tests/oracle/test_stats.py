@@ -22,6 +22,7 @@ from spectr_gbv.oracle.stats import (
     counts_from_samples,
     detectable_tv,
     gtest,
+    gtest_power,
     law_of,
     least_favourable_kappa,
     mean_ci,
@@ -32,6 +33,26 @@ from spectr_gbv.oracle.stats import (
 
 # Per-check probability that a correct implementation is outside the stated binomial bound.
 RISK = 1e-6
+
+
+def scaled_tv(n, alpha, n_cells, scale):
+    """The δ gtest states when it compares G/scale with χ²: the plain G-test's at the level
+    χ².sf(scale·χ².isf(alpha))."""
+    dof = n_cells - 1
+    return detectable_tv(n, stats.chi2.sf(scale * stats.chi2.isf(alpha, dof), dof), n_cells=n_cells)
+
+
+def exact_null_mean_g(n, probs):
+    """E₀[G] by enumerating every multinomial outcome of n counts on the cells (small n)."""
+    probs = np.asarray(probs, dtype=np.float64)
+    total = 0.0
+    for i in range(n + 1):
+        for j in range(n - i + 1):
+            o = np.array([i, j, n - i - j], dtype=np.float64)
+            pr = math.exp(math.lgamma(n + 1) - sum(math.lgamma(x + 1) for x in o) + float(o @ np.log(probs)))
+            e = n * probs
+            total += pr * 2 * sum(x * math.log(x / y) for x, y in zip(o, e) if x > 0)
+    return total
 
 
 def binom_bounds(trials: int, rate: float, risk: float = RISK) -> tuple[int, int]:
@@ -67,7 +88,12 @@ def test_g_statistic_matches_hand_computation_and_scipy():
     assert r.statistic == pytest.approx(0.8109302162163288, abs=1e-12)
     ref = stats.power_divergence([3, 5, 2], [2, 5, 3], lambda_="log-likelihood")
     assert abs(r.statistic - ref.statistic) <= 1e-12
-    assert abs(r.pvalue - stats.chi2.sf(hand, 2)) <= 1e-12
+    # the p-value is χ²_2's tail at G/s, s = 1 + 2(E₀[G]/dof − 1) (E₀[G] by enumeration here)
+    ratio = exact_null_mean_g(10, [0.2, 0.5, 0.3]) / 2
+    assert ratio == pytest.approx(1.1231576823079623, rel=1e-9)
+    scale = 1 + 2 * (ratio - 1)
+    assert r.null_mean_scale == pytest.approx(scale, rel=1e-12)
+    assert abs(r.pvalue - stats.chi2.sf(hand / scale, 2)) <= 1e-12
     assert (r.dof, r.n, r.n_cells_after_merge, r.merged_mass) == (2, 10, 3, 0.0)
     assert r.passed and r.zero_cell_violations == () and r.reason == ""
 
@@ -114,7 +140,9 @@ def test_pooling_hand_example_keeps_mass_and_n():
     assert r.merged_mass == pytest.approx(0.05, abs=1e-15)
     ref = stats.power_divergence([47, 33, 12, 8], [50, 30, 15, 5], lambda_="log-likelihood")
     assert r.statistic == pytest.approx(ref.statistic, abs=1e-12)
-    assert r.detectable_tv == detectable_tv(100, 0.05, n_cells=4)
+    assert r.null_mean_scale > 1.0
+    assert r.detectable_tv == pytest.approx(scaled_tv(100, 0.05, 4, r.null_mean_scale), rel=1e-12)
+    assert r.detectable_tv > detectable_tv(100, 0.05, n_cells=4)
 
 
 def test_pooling_leftover_is_tested_apart_as_rare_cells():
@@ -128,8 +156,9 @@ def test_pooling_leftover_is_tested_apart_as_rare_cells():
     g = stats.power_divergence([88, 7], [95 * 0.9 / 0.96, 95 * 0.06 / 0.96], lambda_="log-likelihood")
     p_rare = stats.binom.sf(4, 100, 0.04)
     assert r.statistic == pytest.approx(g.statistic, abs=1e-12)
-    assert r.pvalue == pytest.approx(min(1.0, 2 * min(g.pvalue, p_rare)), rel=1e-12)
-    assert r.detectable_tv == detectable_tv(95, 0.025, n_cells=2)
+    p_g = stats.chi2.sf(g.statistic / r.null_mean_scale, 1)
+    assert r.pvalue == pytest.approx(min(1.0, 2 * min(p_g, p_rare)), rel=1e-12)
+    assert r.detectable_tv == pytest.approx(scaled_tv(95, 0.025, 2, r.null_mean_scale), rel=1e-12)
     assert r.detectable_tv_law == r.detectable_tv + r.merged_mass
 
 
@@ -254,7 +283,10 @@ def test_least_favourable_deviation_at_detectable_tv_is_detected(n, alpha):
     # bound (16, i.e. detection rate ≥ 0.96).  A much smaller δ (δ/10, λ = λ*/100) is
     # detected at about the false-alarm rate: assert ≤ 10% over the same trials.
     trials = 400
-    delta = detectable_tv(n, alpha, n_cells=6)
+    stated = gtest_power(LAW6, n, alpha)  # δ as gtest states it (G/s against χ², s ≈ 1 here)
+    delta = stated.detectable_tv
+    assert delta == pytest.approx(scaled_tv(n, alpha, 6, stated.null_mean_scale), rel=1e-12)
+    assert 1.0 <= stated.null_mean_scale < 1.02
     p_dev = least_favourable(LAW6, HALF6, delta)
     assert 0.5 * np.abs(p_dev - LAW6).sum() == pytest.approx(delta, rel=1e-12)
     assert ((p_dev - LAW6) ** 2 / LAW6).sum() == pytest.approx(4 * delta**2, rel=1e-12)
