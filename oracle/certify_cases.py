@@ -93,7 +93,8 @@ def lossless_against_target(rule: str, K: int = 2, L: int = 2) -> FirstTokenCase
 
 # -- the built-in case families of the public API (oracle.harness.certify_verifier) -------------
 
-FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal", "coverage", "onehot", "branches", "deep")
+FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal", "coverage", "distinctive", "onehot", "branches",
+            "deep")
 
 # The largest block length the engine's auto-configuration chooses: the last of
 # gpu_backend.tuning.defaults.L_CANDIDATES (oracle/ does not import gpu_backend/, so the value is
@@ -233,10 +234,26 @@ def deep_case(rule: str, backend_dtype: str = "float64") -> FixedCase:
                       DEEP_L, DEEP_SEED, backend_dtype=backend_dtype)
 
 
+def distinctive_case(rule: str, backend_dtype: str = "float32") -> FixedCase:
+    """The toy distinctive case of a rule with ``distinctive_seeds`` (the project's plan runs it,
+    gpu_backend/certify/suite.py ``distinctive_cases``): toy_models(3, 12), K = L = 3, drafts
+    seeded by the spec's toy seed, on which the rule's law is at TV ≥ 0.05 from the other
+    multi-draft rules (a port of the wrong rule fails it).
+
+    Raises:
+        FamilyNotApplicable: the rule has no ``distinctive_seeds``.
+    """
+    seeds = registry.spec(rule).distinctive_seeds
+    if seeds is None:
+        raise FamilyNotApplicable(f"family 'distinctive': rule {rule!r} has no distinctive_seeds (RuleSpec)")
+    return fixed_case(f"{rule} distinctive V=3 K=3 L=3 {backend_dtype}", rule, *toy_models(3, 12), 3, 3, seeds[0],
+                      backend_dtype=backend_dtype)
+
+
 def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", seed: int = 0) -> FixedCase:
     """One built-in fixed case of ``family`` for a verifier expected to follow ``rule``'s law.
 
-    Families (the first six at the caller's K and L; the last four at their own pinned shapes,
+    Families (the first six at the caller's K and L; the last five at their own pinned shapes,
     the same for every caller, named in the case):
       * "toy": V = 3 prefix-dependent toy models, draft close to target;
       * "prefix": V = 5, rows depending on the whole prefix, draft far from target;
@@ -248,6 +265,8 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
       * "equal": p = q (every draft token must be accepted by a lossless single-path rule);
       * "coverage": the rule's branch-coverage case (``coverage_case``: the project's own plan
         runs it; every outcome class of oracle.branches ≥ 0.02);
+      * "distinctive": the rule's toy distinctive case (``distinctive_case``; rules with
+        ``distinctive_seeds`` only);
       * "onehot": the coverage case (the "toy" case for a rule without one) with one-hot draft
         rows (``one_hot_draft_case``: n-gram, prompt-lookup and greedy drafters);
       * "branches": K = 2 drafts sharing their first token (``branches_case``), multi-draft
@@ -258,13 +277,14 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
         family: one of ``FAMILIES``.  rule: registered rule name whose exact law is expected.
         K, L: drafts and block length (K = 1 for a single-draft rule).  dtype: "float64",
         "float32" or "bfloat16" (the rows are rounded to it, the law is that of the rounded rows).
-        seed: seeds the models and the drafts of the first six families (the last four are pinned).
+        seed: seeds the models and the drafts of the first six families (the last five are pinned).
     Returns:
         FixedCase named "<rule> <family> V=… K=… L=…".
     Raises:
         ValueError: unknown family or rule, K or L < 1, K ≠ 1 for a single-draft rule.
         FamilyNotApplicable (a ValueError): "coverage" for a rule without ``coverage_seeds``,
-            "branches" for a single-draft rule or one without a pinned case.
+            "distinctive" for one without ``distinctive_seeds``, "branches" for a single-draft
+            rule or one without a pinned case.
     """
     registry.spec(rule)
     if family not in FAMILIES:
@@ -286,6 +306,8 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
         return one_hot
     if family == "branches":
         return branches_case(rule, dtype)
+    if family == "distinctive":
+        return distinctive_case(rule, dtype)
     if family == "deep":
         return deep_case(rule, dtype)
     if family == "toy":

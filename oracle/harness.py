@@ -73,7 +73,7 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         families: built-in families to run (``oracle.certify_cases.case_family``); None (the
             default): every family of ``oracle.certify_cases.FAMILIES`` — toy, prefix, large,
             zeros, disjoint, equal, coverage (the rule's branch-coverage case, which the
-            project's own plan runs), onehot, branches (multi-draft), deep (L = 8) — where a
+            project's own plan runs), distinctive (the plan's toy distinctive case), onehot, branches (multi-draft), deep (L = 8) — where a
             family with no case for this rule and K is skipped with a note
             (``HarnessReport.skipped``); a family named here that has none raises; () for none.
         cases: the caller's own FixedCase rows (``FixedCase(name, rule, rule, draft_tokens
