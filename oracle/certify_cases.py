@@ -131,8 +131,8 @@ BRANCHES_CASES = {
 
 class FamilyNotApplicable(ValueError):
     """A built-in family has no case for this rule and K (e.g. "branches" for a single-draft
-    rule, "coverage" for a rule without ``coverage_seeds``): the default run skips it with this
-    message as its note; a family asked for by name raises it."""
+    rule, "coverage" for a rule without ``coverage_seeds``): ``case_family`` raises it,
+    oracle.harness.certify_verifier skips the family with this message as its note."""
 
 
 def one_hot_draft_case(case: FixedCase) -> FixedCase:

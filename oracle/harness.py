@@ -75,7 +75,7 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
             zeros, disjoint, equal, coverage (the rule's branch-coverage case, which the
             project's own plan runs), distinctive (the plan's toy distinctive case), onehot, branches (multi-draft), deep (L = 8) — where a
             family with no case for this rule and K is skipped with a note
-            (``HarnessReport.skipped``); a family named here that has none raises; () for none.
+            (``HarnessReport.skipped``), as is a family named here that has none; () for none.
         cases: the caller's own FixedCase rows (``FixedCase(name, rule, rule, draft_tokens
             [K, L], draft_probs [K, L, V], target_probs [K, L+1, V], backend_dtype=...)``).
         n_samples: N per case (≥ 2; default ``oracle.defaults.DEFAULT_SAMPLES`` = 20,000, the
@@ -94,8 +94,8 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
     Raises:
         ValueError: unknown rule or family, bad K, L, n_samples, chunk or dtype; malformed
             verifier output (τ outside [0, L], token ids outside [0, V)).
-        FamilyNotApplicable (a ValueError): a family named in ``families`` has no case for this
-            rule and K.
+        FamilyNotApplicable (a ValueError): every family asked for was skipped and no ``cases``
+            were given (nothing would be certified).
     """
     K = registry.default_K(rule, 2) if K is None else K
     built, skipped = [], []
@@ -103,13 +103,13 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         try:
             built.append(case_family(f, rule, K, L, dtype, seed))
         except FamilyNotApplicable as why:
-            if families is not None:
-                raise
             skipped.append(str(why))
     for case in cases:
         if not isinstance(case, FixedCase):
             raise ValueError(f"cases must hold FixedCase objects, got {type(case).__name__}")
     all_cases = [*built, *cases]
+    if skipped and not all_cases:
+        raise FamilyNotApplicable("no case to run: " + "; ".join(skipped))
     if one_hot_drafts:
         all_cases = [one_hot_draft_case(c) for c in all_cases]
     report = certify(verifier, all_cases, n_samples, alpha, chunk, seed, progress)

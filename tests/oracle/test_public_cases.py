@@ -74,8 +74,8 @@ def test_coverage_family_is_the_plans_case(rule):
 
 
 def test_runtime_rule_without_seeds_is_skipped_with_a_note():
-    """A rule registered at run time has no coverage, distinctive or branches case: the default
-    run skips them with a note; naming such a family raises FamilyNotApplicable."""
+    """A rule registered at run time has no coverage, distinctive or branches case: the run
+    skips them with a note (by default or by name); a run left with no case raises."""
     spec = registry.spec("sd")
     import dataclasses
 
@@ -88,7 +88,9 @@ def test_runtime_rule_without_seeds_is_skipped_with_a_note():
         assert "skipped: family 'coverage'" in report.table()
         names = [r.name.split()[1] for r in report.results]
         assert names == [f for f in FAMILIES if f not in ("coverage", "distinctive", "branches")]
-        with pytest.raises(FamilyNotApplicable, match="no coverage_seeds"):
+        named = certify_verifier(RULES["sd"], "sd_runtime_copy", K=1, L=2, n_samples=200, families=("coverage", "toy"))
+        assert [r.name.split()[1] for r in named.results] == ["toy"] and "no coverage_seeds" in named.skipped[0]
+        with pytest.raises(FamilyNotApplicable, match="no case to run: family 'coverage'"):
             certify_verifier(RULES["sd"], "sd_runtime_copy", K=1, L=2, n_samples=200, families=("coverage",))
     finally:
         registry.unregister("sd_runtime_copy")
