@@ -45,8 +45,8 @@ from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, Model
 @dataclass
 class HarnessReport(CertificationReport):
     """``certify_verifier``'s report: the CertificationReport of the cases run, and ``skipped``,
-    one note per default family that has no case for this rule and K (why, e.g. "branches" for
-    a single-draft rule); the notes are printed under ``table()``."""
+    one note per family asked for (by default or by name) that has no case for this rule and K
+    (why, e.g. "branches" for a single-draft rule); the notes are printed under ``table()``."""
 
     skipped: list = field(default_factory=list)
 
@@ -73,8 +73,9 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         families: built-in families to run (``oracle.certify_cases.case_family``); None (the
             default): every family of ``oracle.certify_cases.FAMILIES`` — toy, prefix, large,
             zeros, disjoint, equal, coverage (the rule's branch-coverage case, which the
-            project's own plan runs), distinctive (the plan's toy distinctive case), onehot, branches (multi-draft), deep (L = 8) — where a
-            family with no case for this rule and K is skipped with a note
+            project's own plan runs), distinctive (the plan's toy distinctive case), onehot,
+            branches (multi-draft), deep (L = 8) — where a family with no case for this rule
+            and K is skipped with a note
             (``HarnessReport.skipped``), as is a family named here that has none; () for none.
         cases: the caller's own FixedCase rows (``FixedCase(name, rule, rule, draft_tokens
             [K, L], draft_probs [K, L, V], target_probs [K, L+1, V], backend_dtype=...)``).
@@ -89,7 +90,7 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
             expected law is the rule's with those rows.
     Returns:
         HarnessReport (a CertificationReport): ``ok``, ``table()``, ``to_json()``, per case a
-        CaseResult named "<rule> <family> …", and ``skipped`` (the notes of default families
+        CaseResult named "<rule> <family> …", and ``skipped`` (the notes of the families
         without a case).
     Raises:
         ValueError: unknown rule or family, bad K, L, n_samples, chunk or dtype; malformed

@@ -37,13 +37,14 @@ from spectr_gbv.reference.rules import RULES, get_rule
 
 ALPHA = 1e-6
 # (planted verifier, claimed rule, K, the family that must catch it, its exact TV there, N)
+SLOW = pytest.mark.slow  # 24-36 s each on 2 cores (10 cases; N = 10,000 / the numpy traversal)
 PLANTED = [
-    (UnweightedResidualBV, "bv", 1, "coverage", 0.0822, 10_000),
-    (TopKSD, "sd", 1, "large", 0.7675, 2_000),
-    (ZeroAcceptSD, "sd", 1, "zeros", 0.1467, 2_000),
-    (OneHotBugSD, "sd", 1, "onehot", 0.2257, 2_000),
-    (DeepTargetRowSD, "sd", 1, "deep", 0.2125, 2_000),
-    (UnmergedTraversal, "traversal", 2, "branches", 0.3156, 2_000),
+    pytest.param(UnweightedResidualBV, "bv", 1, "coverage", 0.0822, 10_000, marks=SLOW, id="UnweightedResidualBV"),
+    pytest.param(TopKSD, "sd", 1, "large", 0.7675, 2_000, id="TopKSD"),
+    pytest.param(ZeroAcceptSD, "sd", 1, "zeros", 0.1467, 2_000, id="ZeroAcceptSD"),
+    pytest.param(OneHotBugSD, "sd", 1, "onehot", 0.2257, 2_000, id="OneHotBugSD"),
+    pytest.param(DeepTargetRowSD, "sd", 1, "deep", 0.2125, 2_000, id="DeepTargetRowSD"),
+    pytest.param(UnmergedTraversal, "traversal", 2, "branches", 0.3156, 2_000, marks=SLOW, id="UnmergedTraversal"),
 ]
 
 
@@ -60,7 +61,8 @@ def exact_effects(verifier, rule: str, K: int, L: int = 3) -> dict[str, float]:
     return out
 
 
-@pytest.mark.parametrize("make,rule,K,family,tv,n", PLANTED, ids=[p[0].__name__ for p in PLANTED])
+@pytest.mark.slow  # 38 s in all: exact laws of every family, V = 4,096 included
+@pytest.mark.parametrize("make,rule,K,family,tv,n", PLANTED)
 def test_the_defect_is_confined_to_one_family(make, rule, K, family, tv, n):
     """Exact: the planted defect moves the law of the family that must catch it by ``tv`` and
     no other family's (but those named in the module doc)."""
@@ -71,7 +73,7 @@ def test_the_defect_is_confined_to_one_family(make, rule, K, family, tv, n):
     assert all(e < 1e-12 for e in others.values()), effects
 
 
-@pytest.mark.parametrize("make,rule,K,family,tv,n", PLANTED, ids=[p[0].__name__ for p in PLANTED])
+@pytest.mark.parametrize("make,rule,K,family,tv,n", PLANTED)
 def test_planted_defect_fails_the_public_defaults(make, rule, K, family, tv, n):
     """certify_verifier with its default families at N = ``n`` per case (10,000 for the BV
     residual, 2,000 for the others), α = 1e-6 per case: the family that sees the defect fails
@@ -90,6 +92,7 @@ def test_planted_defect_fails_the_public_defaults(make, rule, K, family, tv, n):
     assert bad[family].detectable_tv < tv
 
 
+@pytest.mark.slow  # 57 s in all
 @pytest.mark.parametrize("rule,K", [("sd", 1), ("bv", 1), ("gbv", 1), ("spectr", 2), ("kseq_gbv", 2),
                                     ("kseq_bv", 2), ("traversal", 2), ("mdbv_kseq", 2)])
 def test_lossless_reference_verifiers_pass_the_new_families(rule, K):
