@@ -1,5 +1,9 @@
-"""Standard certification cases: toy draft blocks (V ≤ 4), random rows at V = 4,096, and the
-law-level planted case (the released SpecTr-GBV against the target's first-token law)."""
+"""Standard certification cases, torch-free: toy draft blocks (V ≤ 5), random rows at
+V = 4,096, each rule's branch-coverage case (also run by the project's own plan,
+gpu_backend/certify/verifiers.py), one-hot draft rows, multi-draft branch cases, blocks of the
+largest L the engine chooses, and the law-level planted case (the released SpecTr-GBV against
+the target's first-token law).  ``case_family`` builds the public certifier's families
+(oracle.harness.certify_verifier)."""
 
 from __future__ import annotations
 
@@ -35,8 +39,35 @@ def toy_models(V: int, seed: int, concentration: float = 1.0) -> tuple[ToyModel,
 def coverage_models(V: int, seed: int) -> tuple[ToyModel, ToyModel]:
     """A prefix-dependent (draft, target) pair drawn independently (Dirichlet(1) rows, seeds
     ``seed`` and ``seed + 1000``): a draft far enough from the target that every depth's
-    correction, the bonus and τ = 0 all have mass (gpu_backend.certify.suite.coverage_case)."""
+    correction, the bonus and τ = 0 all have mass (``coverage_case``)."""
     return RandomModel(V, seed, 1.0), RandomModel(V, seed + 1000, 1.0)
+
+
+# -- branch coverage (tests/oracle/test_case_coverage.py) ------------------------------------------
+
+COVERAGE_L = 3
+COVERAGE_FLOOR = 0.02
+
+
+def coverage_case(rule: str, backend_dtype: str = "float32") -> FixedCase:
+    """The rule's branch-coverage case: V, K, the models' and the drafts' seeds from its spec's
+    ``coverage_seeds`` (``coverage_models(V, models_seed)``, K drafts of ``COVERAGE_L`` = 3
+    tokens), rows rounded to ``backend_dtype`` (float32 in the project's plan,
+    gpu_backend/certify/verifiers.py).  Every outcome class of oracle.branches — τ = each of
+    0..L (the correction at every depth, the bonus), the weighted correction at every inner
+    depth, every draft, the Algorithm 2 record — has exact probability ≥ ``COVERAGE_FLOOR``
+    (tests/oracle/test_case_coverage.py, float32 rows), so a defect confined to one branch moves
+    the law by at least 0.02 × its effect inside the branch.
+
+    Raises:
+        ValueError: unknown rule, or a rule without ``coverage_seeds``.
+    """
+    seeds = registry.spec(rule).coverage_seeds
+    if seeds is None:
+        raise ValueError(f"rule {rule!r} has no coverage_seeds (RuleSpec): no branch-coverage case")
+    V, K, models_seed, draft_seed = seeds
+    return fixed_case(f"{rule} coverage V={V} K={K} L={COVERAGE_L} {backend_dtype}", rule,
+                      *coverage_models(V, models_seed), K, COVERAGE_L, draft_seed, backend_dtype=backend_dtype)
 
 
 def large_models(V: int = 4096, seed: int = 0) -> tuple[ToyModel, ToyModel]:
@@ -60,25 +91,99 @@ def lossless_against_target(rule: str, K: int = 2, L: int = 2) -> FirstTokenCase
                           ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), K, L)
 
 
-# -- the built-in case families of the public API (oracle.certify.certify_verifier) -------------
+# -- the built-in case families of the public API (oracle.harness.certify_verifier) -------------
 
-FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal")
+FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal", "coverage", "distinctive", "onehot", "branches",
+            "deep")
+
+# The largest block length the engine's auto-configuration chooses: the last of
+# gpu_backend.tuning.defaults.L_CANDIDATES (oracle/ does not import gpu_backend/, so the value is
+# repeated here; tests/oracle/test_public_cases.py asserts that the two agree).
+DEEP_L = 8
+
+# The "deep" family's models and drafts: toy_models(3, DEEP_SEED), drafts seeded DEEP_SEED, K = 1
+# (single-draft rules) or 2.  Chosen by a scan of seeds 0-59: on it every registered rule puts
+# probability ≥ 0.44 on a correction at depth 3..7 (tests/oracle/test_public_cases.py), so a
+# defect confined to depths ≥ 3 moves the law by ≥ 0.44 × its effect inside those branches.
+DEEP_SEED = 5
+
+# The "branches" family (K = 2 multi-draft, V = 3, L = COVERAGE_L): per registered multi-draft
+# rule, its models ("toy": toy_models(3, seed); "coverage": coverage_models(3, seed)) and the two
+# draft blocks, which share their first token and differ at the second (the merged draft tree
+# has a branch: a rule written for distinct candidates drawn without replacement, which treats
+# the two drafts as separate chains, differs there).  Chosen by a scan over the models' seeds
+# 0-19 and every such pair of blocks: every outcome class of oracle.branches but the weighted
+# corrections (which the "coverage" family covers) has exact probability ≥ COVERAGE_FLOOR — the
+# correction at every depth, the bonus, both drafts, the Algorithm 2 record
+# (tests/oracle/test_public_cases.py).  A rule registered at run time has none: the family is
+# skipped with a note.
+BRANCHES_CASES = {
+    "spectr": ("toy", 0, (1, 0, 0), (1, 2, 0)),
+    "spectr_gbv": ("toy", 0, (0, 0, 0), (0, 1, 2)),
+    "spectr_gbv_fixed": ("toy", 0, (0, 0, 0), (0, 1, 2)),
+    "kseq_gbv": ("toy", 0, (1, 0, 0), (1, 2, 0)),
+    "kseq_bv": ("toy", 0, (1, 0, 0), (1, 2, 0)),
+    "traversal": ("coverage", 4, (0, 0, 0), (0, 1, 0)),
+    "mdbv": ("coverage", 2, (2, 0, 0), (2, 1, 1)),
+    "mdbv_kseq": ("coverage", 2, (2, 0, 0), (2, 1, 1)),
+}
+
+
+class FamilyNotApplicable(ValueError):
+    """A built-in family has no case for this rule and K (e.g. "branches" for a single-draft
+    rule, "coverage" for a rule without ``coverage_seeds``): ``case_family`` raises it,
+    oracle.harness.certify_verifier skips the family with this message as its note."""
+
+
+def one_hot_draft_case(case: FixedCase) -> FixedCase:
+    """``case`` with each draft row replaced by the indicator of its drafted token: the draft
+    of n-gram / prompt-lookup / greedy-draft speculation, which vLLM's rejection sampler takes as
+    ``draft_probs=None`` (gpu_backend/adapters/vllm_layout.py).
+
+    The expected law is then the rule's with p = indicator: for "sd", X_i is accepted with
+    probability min(1, q(X_i)/1) = q(X_i) and a rejection emits a token ∝ (q − 1_{X_i})_+, i.e.
+    ∝ q with X_i zeroed; the target rows are those of ``case`` (its rounded backend rows, so
+    the dtype's rounding is not applied twice), the name gets " one-hot drafts".
+
+    Raises:
+        ValueError: ``case`` is not a FixedCase.
+    """
+    if not isinstance(case, FixedCase):
+        raise ValueError(f"one_hot_draft_case takes a FixedCase, got {type(case).__name__}")
+    one_hot = np.eye(case.V)[case.draft_tokens]  # [K, L, V]
+    name = case.name if case.name.endswith(" one-hot drafts") else case.name + " one-hot drafts"
+    return FixedCase(name, case.rule, case.reference_rule, case.draft_tokens, one_hot,
+                     case.backend_target_probs, case.expect_pass, case.backend_dtype)
 
 
 def _zero_target_mass(case: FixedCase) -> FixedCase:
-    """The case with target probability 0 on every token drafted at depth 0, in every depth-0
-    row (one context, so one row; renormalised): a verifier must never accept such a token.
+    """The case with target probability 0 where a verifier could wrongly accept: on the tokens
+    drafted at the last depth L − 1 (every draft; in every row of the same prefix), and at depth
+    0 on the first tokens of drafts 1..K−1 that differ from draft 0's (rows renormalised).  The
+    depths before L − 1 keep draft 0's tokens possible, so τ reaches L − 1 with positive
+    probability and the refusal is tested where the drafts land deepest; at L = 1 every drafted
+    token has target probability 0 (τ = 0 surely).
 
     Raises:
-        ValueError: the drafts cover every token of the target's support at depth 0.
+        ValueError: a row would lose all its mass (the drafts cover its support).
     """
     tp = case.target_probs.copy()
-    drafted = sorted(set(int(t) for t in case.draft_tokens[:, 0]))
-    tp[:, 0, drafted] = 0.0
-    if not (tp[:, 0].sum(-1) > 0).all():
-        raise ValueError(f"family 'zeros': the {case.K} drafts cover the whole depth-0 support; "
+    tokens = case.draft_tokens
+    K, L = tokens.shape
+    zeros = {L - 1: range(K)} if L > 1 else {0: range(K)}
+    if L > 1:
+        zeros[0] = [k for k in range(1, K) if tokens[k, 0] != tokens[0, 0]]
+    for depth, drafts in zeros.items():
+        for k in drafts:
+            x = int(tokens[k, depth])
+            for j in range(K):  # every draft whose rows at this depth are the same prefix's
+                if np.array_equal(tokens[j, :depth], tokens[k, :depth]):
+                    tp[j, depth, x] = 0.0
+    sums = tp.sum(-1)
+    if not (sums > 0).all():
+        raise ValueError(f"family 'zeros': the {K} drafts cover the whole support of a target row; "
                          "use fewer drafts or another seed")
-    tp[:, 0] /= tp[:, 0].sum(-1, keepdims=True)
+    tp /= sums[..., None]
     return FixedCase(case.name, case.rule, case.reference_rule, case.draft_tokens, case.draft_probs,
                      tp, case.expect_pass, case.backend_dtype)
 
@@ -95,25 +200,91 @@ def _near_disjoint(case: FixedCase, leak: float = 1e-3) -> FixedCase:
                      case.expect_pass, case.backend_dtype)
 
 
+def branches_case(rule: str, backend_dtype: str = "float32") -> FixedCase:
+    """The "branches" case of a multi-draft rule: K = 2 drafts of ``COVERAGE_L`` tokens that
+    share their first token (``BRANCHES_CASES``), rows rounded to ``backend_dtype``.
+
+    Raises:
+        FamilyNotApplicable: a single-draft rule, or a rule without an entry in BRANCHES_CASES.
+    """
+    if registry.is_single_draft(rule):
+        raise FamilyNotApplicable(f"family 'branches': rule {rule!r} is single-draft (K = 1 has no "
+                                  "multi-draft branches)")
+    if rule not in BRANCHES_CASES:
+        raise FamilyNotApplicable(f"family 'branches': no pinned case for rule {rule!r} "
+                                  "(oracle.certify_cases.BRANCHES_CASES)")
+    kind, seed, a, b = BRANCHES_CASES[rule]
+    models = toy_models(3, seed) if kind == "toy" else coverage_models(3, seed)
+    dec = Decoder(*models, 2, COVERAGE_L)
+    tokens, dp, tp = dec.block_inputs(DecodeState(), [tuple(a), tuple(b)])
+    return FixedCase(f"{rule} branches V=3 K=2 L={COVERAGE_L} {backend_dtype}", rule, rule, tokens, dp, tp,
+                     backend_dtype=backend_dtype)
+
+
+def deep_case(rule: str, backend_dtype: str = "float64") -> FixedCase:
+    """The "deep" case: V = 3 toy models (``toy_models(3, DEEP_SEED)``), K = 1 for a
+    single-draft rule else 2, L = ``DEEP_L`` (the largest L the engine chooses), drafts seeded
+    ``DEEP_SEED``.
+
+    Raises:
+        ValueError: unknown rule.
+    """
+    K = 1 if registry.is_single_draft(rule) else 2
+    return fixed_case(f"{rule} deep V=3 K={K} L={DEEP_L} {backend_dtype}", rule, *toy_models(3, DEEP_SEED), K,
+                      DEEP_L, DEEP_SEED, backend_dtype=backend_dtype)
+
+
+def distinctive_case(rule: str, backend_dtype: str = "float32") -> FixedCase:
+    """The toy distinctive case of a rule with ``distinctive_seeds`` (the project's plan runs it,
+    gpu_backend/certify/suite.py ``distinctive_cases``): toy_models(3, 12), K = L = 3, drafts
+    seeded by the spec's toy seed, on which the rule's law is at TV ≥ 0.05 from the other
+    multi-draft rules (a port of the wrong rule fails it).
+
+    Raises:
+        FamilyNotApplicable: the rule has no ``distinctive_seeds``.
+    """
+    seeds = registry.spec(rule).distinctive_seeds
+    if seeds is None:
+        raise FamilyNotApplicable(f"family 'distinctive': rule {rule!r} has no distinctive_seeds (RuleSpec)")
+    return fixed_case(f"{rule} distinctive V=3 K=3 L=3 {backend_dtype}", rule, *toy_models(3, 12), 3, 3, seeds[0],
+                      backend_dtype=backend_dtype)
+
+
 def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", seed: int = 0) -> FixedCase:
     """One built-in fixed case of ``family`` for a verifier expected to follow ``rule``'s law.
 
-    Families: "toy" (V = 3 prefix-dependent toy models, draft close to target), "prefix"
-    (V = 5, rows depending on the whole prefix, draft far from target), "large" (V = 4,096
-    peaked rows), "zeros" (toy rows, V = max(3, K + 1), with target probability 0 on the tokens
-    drafted at depth 0),
-    "disjoint" (V = 8, target rows nearly disjoint from the draft's), "equal" (p = q: every
-    draft token must be accepted by a lossless single-path rule).
+    Families (the first six at the caller's K and L; the last five at their own pinned shapes,
+    the same for every caller, named in the case):
+      * "toy": V = 3 prefix-dependent toy models, draft close to target;
+      * "prefix": V = 5, rows depending on the whole prefix, draft far from target;
+      * "large": V = 4,096 peaked rows (a correction or bonus truncated to the top k tokens
+        moves this law);
+      * "zeros": toy rows, V = max(3, K + 1), target probability 0 on the tokens drafted at
+        the last depth and on other drafts' first tokens (``_zero_target_mass``);
+      * "disjoint": V = 8, target rows nearly disjoint from the draft's;
+      * "equal": p = q (every draft token must be accepted by a lossless single-path rule);
+      * "coverage": the rule's branch-coverage case (``coverage_case``: the project's own plan
+        runs it; every outcome class of oracle.branches ≥ 0.02);
+      * "distinctive": the rule's toy distinctive case (``distinctive_case``; rules with
+        ``distinctive_seeds`` only);
+      * "onehot": the coverage case (the "toy" case for a rule without one) with one-hot draft
+        rows (``one_hot_draft_case``: n-gram, prompt-lookup and greedy drafters);
+      * "branches": K = 2 drafts sharing their first token (``branches_case``), multi-draft
+        rules only;
+      * "deep": L = ``DEEP_L`` = 8 at V = 3 (``deep_case``).
 
     Args:
         family: one of ``FAMILIES``.  rule: registered rule name whose exact law is expected.
         K, L: drafts and block length (K = 1 for a single-draft rule).  dtype: "float64",
         "float32" or "bfloat16" (the rows are rounded to it, the law is that of the rounded rows).
-        seed: seeds the models and the drafts.
+        seed: seeds the models and the drafts of the first six families (the last five are pinned).
     Returns:
         FixedCase named "<rule> <family> V=… K=… L=…".
     Raises:
         ValueError: unknown family or rule, K or L < 1, K ≠ 1 for a single-draft rule.
+        FamilyNotApplicable (a ValueError): "coverage" for a rule without ``coverage_seeds``,
+            "distinctive" for one without ``distinctive_seeds``, "branches" for a single-draft
+            rule or one without a pinned case.
     """
     registry.spec(rule)
     if family not in FAMILIES:
@@ -123,9 +294,25 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     if registry.is_single_draft(rule) and K != 1:
         raise ValueError(f"rule {rule!r} is single-draft: K must be 1, got {K}")
+    if family == "coverage":
+        if registry.spec(rule).coverage_seeds is None:
+            raise FamilyNotApplicable(f"family 'coverage': rule {rule!r} has no coverage_seeds (RuleSpec)")
+        return coverage_case(rule, dtype)
+    if family == "onehot":
+        base = (coverage_case(rule, dtype) if registry.spec(rule).coverage_seeds is not None
+                else case_family("toy", rule, K, L, dtype, seed))
+        one_hot = one_hot_draft_case(base)
+        one_hot.name = one_hot.name.replace(" coverage ", " onehot ", 1).replace(" toy ", " onehot ", 1)
+        return one_hot
+    if family == "branches":
+        return branches_case(rule, dtype)
+    if family == "distinctive":
+        return distinctive_case(rule, dtype)
+    if family == "deep":
+        return deep_case(rule, dtype)
     if family == "toy":
         draft, target = toy_models(3, 100 + seed)
-    elif family == "zeros":  # a vocabulary the K drafts cannot cover at depth 0
+    elif family == "zeros":  # a vocabulary the K drafts cannot cover
         draft, target = toy_models(max(3, K + 1), 100 + seed)
     elif family == "prefix":
         draft, target = RandomModel(5, 200 + seed, 0.5), RandomModel(5, 300 + seed, 0.5)

@@ -7,7 +7,9 @@
 ``my_verifier`` is any object with the batched contract of reference/contract.py (numpy or
 torch; it gets numpy arrays and per-row seeds).  It is run on the built-in case families of
 ``oracle.certify_cases.case_family`` (toy, prefix-dependent, V = 4,096 rows, zero target mass
-on drafted tokens, near-disjoint rows, p = q) and on the caller's own ``FixedCase`` rows, and
+where drafts land, near-disjoint rows, p = q, the rule's branch-coverage case that the
+project's own plan runs, one-hot draft rows, multi-draft branches, blocks of L = 8; families
+without a case for the rule are skipped with a note) and on the caller's own ``FixedCase`` rows, and
 each case's outcomes are tested against the reference rule's exact law given the drafts
 (oracle/certify.py: per case N, α, the detectable δ, four (five on large cases) p-values and the names of the failed
 tests, the measured TV, mean τ with its interval against the exact E[τ], the worst outcome
@@ -28,48 +30,36 @@ A verifier that no registered rule describes is certified lossless without a ref
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 from spectr_gbv.reference.contract import to_numpy
 from spectr_gbv.reference.rules import registry
 
 from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
-from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
+from spectr_gbv.oracle.certify_cases import FAMILIES, FamilyNotApplicable, case_family, one_hot_draft_case  # noqa: F401 (one_hot_draft_case: public here)
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, ModelPair, certify_lossless  # noqa: F401 (re-exported)
 
 
-def one_hot_draft_case(case: FixedCase) -> FixedCase:
-    """``case`` with each draft row replaced by the indicator of its drafted token: the draft
-    of n-gram / greedy-draft speculation, which vLLM's rejection sampler takes as
-    ``draft_probs=None`` (gpu_backend/adapters/vllm_layout.py).
+@dataclass
+class HarnessReport(CertificationReport):
+    """``certify_verifier``'s report: the CertificationReport of the cases run, and ``skipped``,
+    one note per family asked for (by default or by name) that has no case for this rule and K
+    (why, e.g. "branches" for a single-draft rule); the notes are printed under ``table()``."""
 
-    The expected law is then the rule's with p = indicator: for "sd", X_i is accepted with
-    probability min(1, q(X_i)/1) = q(X_i) and a rejection emits a token ∝ (q − 1_{X_i})_+, i.e.
-    ∝ q with X_i zeroed; the target rows are those of ``case`` (its rounded backend rows, so
-    the dtype's rounding is not applied twice), the name gets " one-hot drafts".
+    skipped: list = field(default_factory=list)
 
-    Raises:
-        ValueError: ``case`` is not a FixedCase.
-    """
-    import numpy as np
-
-    if not isinstance(case, FixedCase):
-        raise ValueError(f"one_hot_draft_case takes a FixedCase, got {type(case).__name__}")
-    one_hot = np.eye(case.V)[case.draft_tokens]  # [K, L, V]
-    name = case.name if case.name.endswith(" one-hot drafts") else case.name + " one-hot drafts"
-    return FixedCase(name, case.rule, case.reference_rule, case.draft_tokens, one_hot,
-                     case.backend_target_probs, case.expect_pass, case.backend_dtype)
-
-
+    def table(self) -> str:
+        notes = "".join(f"\nskipped: {note}" for note in self.skipped)
+        return super().table() + notes
 
 
 def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
-                     families: Sequence[str] = FAMILIES, cases: Sequence[FixedCase] = (),
+                     families: Sequence[str] | None = None, cases: Sequence[FixedCase] = (),
                      n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, dtype: str = "float64",
                      seed: int = 0, chunk: int = 4096, progress=None,
-                     one_hot_drafts: bool = False) -> CertificationReport:
+                     one_hot_drafts: bool = False) -> HarnessReport:
     """Certify ``verifier`` against the exact law of the registered rule ``rule``.
 
     Args:
@@ -80,7 +70,13 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         rule: the registered rule whose law the verifier claims (``reference.rules.registry``:
             e.g. "sd" for token-level speculative sampling, "bv", "spectr").
         K: drafts (default: 1 for a single-draft rule, else 2).  L: block length ≥ 1.
-        families: built-in families to run (``oracle.certify_cases.FAMILIES``; () for none).
+        families: built-in families to run (``oracle.certify_cases.case_family``); None (the
+            default): every family of ``oracle.certify_cases.FAMILIES`` — toy, prefix, large,
+            zeros, disjoint, equal, coverage (the rule's branch-coverage case, which the
+            project's own plan runs), distinctive (the plan's toy distinctive case), onehot,
+            branches (multi-draft), deep (L = 8) — where a family with no case for this rule
+            and K is skipped with a note
+            (``HarnessReport.skipped``), as is a family named here that has none; () for none.
         cases: the caller's own FixedCase rows (``FixedCase(name, rule, rule, draft_tokens
             [K, L], draft_probs [K, L, V], target_probs [K, L+1, V], backend_dtype=...)``).
         n_samples: N per case (≥ 2; default ``oracle.defaults.DEFAULT_SAMPLES`` = 20,000, the
@@ -93,20 +89,45 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
             ``one_hot_draft_case`` (draft rows = indicators of the drafted tokens), and the
             expected law is the rule's with those rows.
     Returns:
-        CertificationReport: ``ok``, ``table()``, ``to_json()``, and per case a CaseResult.
+        HarnessReport (a CertificationReport): ``ok``, ``table()``, ``to_json()``, per case a
+        CaseResult named "<rule> <family> …", and ``skipped`` (the notes of the families
+        without a case).
     Raises:
         ValueError: unknown rule or family, bad K, L, n_samples, chunk or dtype; malformed
             verifier output (τ outside [0, L], token ids outside [0, V)).
+        FamilyNotApplicable (a ValueError): every family asked for was skipped and no ``cases``
+            were given (nothing would be certified).
     """
     K = registry.default_K(rule, 2) if K is None else K
-    built = [case_family(f, rule, K, L, dtype, seed) for f in families]
+    built, skipped = [], []
+    for f in (FAMILIES if families is None else families):
+        try:
+            built.append(case_family(f, rule, K, L, dtype, seed))
+        except FamilyNotApplicable as why:
+            skipped.append(str(why))
     for case in cases:
         if not isinstance(case, FixedCase):
             raise ValueError(f"cases must hold FixedCase objects, got {type(case).__name__}")
     all_cases = [*built, *cases]
+    if skipped and not all_cases:
+        raise FamilyNotApplicable("no case to run: " + "; ".join(skipped))
     if one_hot_drafts:
         all_cases = [one_hot_draft_case(c) for c in all_cases]
-    return certify(verifier, all_cases, n_samples, alpha, chunk, seed, progress)
+    report = certify(verifier, all_cases, n_samples, alpha, chunk, seed, progress)
+    return HarnessReport(report.results, skipped)
+
+
+def accepts_zero_target(case: FixedCase, tokens, tau: int) -> bool:
+    """Whether the verdict (``tokens`` [L+1], τ) of ``case`` accepted a draft token of target
+    probability 0: some i < τ where tokens[i] has probability 0 in the target row of the
+    accepted prefix tokens[:i] (the row of a draft carrying that prefix)."""
+    for i in range(min(int(tau), case.L)):
+        for k in range(case.K):
+            if all(int(case.draft_tokens[k, j]) == int(tokens[j]) for j in range(i + 1)):
+                if case.target_probs[k, i, int(tokens[i])] == 0.0:
+                    return True
+                break
+    return False
 
 
 @dataclass
@@ -242,8 +263,7 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3,
         ok = any(tau == t and len(tokens) == L + 1 and (tokens[t + 1:] == -1).all()
                  and all(w == WILDCARD and 0 <= int(g) < case.V or int(g) == w for g, w in zip(tokens[: t + 1], toks))
                  for t, toks in allowed)
-        q_zero = [int(tokens[i]) for i in range(min(tau, L)) if family == "zeros" and i == 0]
-        ok = ok and not q_zero
+        ok = ok and not accepts_zero_target(case, tokens, tau)
         ties = (f"; with ties within {tie_ulps}·2^-53 also "
                 + ", ".join(f"τ = {t}, tokens {['any' if x == WILDCARD else x for x in toks]}"
                             for t, toks in allowed[1:])) if len(allowed) > 1 else ""

@@ -48,12 +48,11 @@ class CertificationFailed(AssertionError):
 
 def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk):
     from spectr_gbv.oracle.harness import certify_verifier
-    from spectr_gbv.oracle.certify_cases import FAMILIES
 
     if families is not None and len(families) == 0 and len(cases) == 0:
         raise ValueError("no cases to certify: give families or cases (an empty run would pass vacuously)")
     return certify_verifier(
-        verifier, rule, K=K, L=L, families=FAMILIES if families is None else tuple(families),
+        verifier, rule, K=K, L=L, families=None if families is None else tuple(families),
         cases=cases, n_samples=_defaults["n_samples"] if n_samples is None else n_samples,
         alpha=_defaults["alpha"] if alpha is None else alpha, dtype=dtype, seed=seed, chunk=chunk)
 
@@ -79,6 +78,12 @@ def _case_detail(r) -> str:
         lines.append("  worst cells (τ, accepted prefix, emitted token): observed vs expected count")
         lines.extend(f"    {o!r}: {obs} vs {exp:.1f}" for o, obs, exp in r.worst_cells)
     return "\n".join(lines)
+
+
+def _family_of(case_name: str, rule: str) -> str:
+    """The family (or the caller's case name) of a case named "<rule> <family> …"."""
+    rest = case_name[len(rule) + 1:] if case_name.startswith(rule + " ") else case_name
+    return rest.split()[0] if rest else case_name
 
 
 def _claim(rule: str) -> tuple[str, str]:
@@ -109,7 +114,10 @@ def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
             (numpy) and ``seeds=`` int64 [B]; returns ``tau`` [B] and ``tokens`` [B, L+1].
         rule: the registered rule whose exact law the verifier claims.
         K: drafts (default 1 for a single-draft rule, else 2).  L: block length ≥ 1.
-        families: built-in case families (default: all of ``oracle.certify_cases.FAMILIES``).
+        families: built-in case families (default: every family of
+            ``oracle.certify_cases.FAMILIES`` that has a case for this rule and K, as
+            ``oracle.harness.certify_verifier``'s default: the others are skipped with a note
+            in the report).
         cases: extra ``oracle.certify.FixedCase`` rows.
         n_samples: N per case (default 20,000 or ``--spectr-samples``).
         alpha: false-alarm rate per case (default 1e-6 or ``--spectr-alpha``).
@@ -130,7 +138,8 @@ def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
     if not report.ok:
         bad = [r for r in report.results if not r.ok]
         seeds = [c for c in getattr(report, "seed_checks", ()) if not c.passed]  # oracle/seed_contract.py
-        head = [f"{failed_claim}: {len(bad)} of {len(report.results)} cases fail"] if bad else []
+        head = ([f"{failed_claim}: {len(bad)} of {len(report.results)} cases fail "
+                 f"({', '.join(_family_of(r.name, rule) for r in bad)})"] if bad else [])
         head += [f"verifier breaks the seed contract (reference/contract.py), {c.name}: {c.detail}" for c in seeds]
         raise CertificationFailed("\n".join(head + [report.table(), ""] + [_case_detail(r) for r in bad]), report)
     return report

@@ -9,7 +9,7 @@ reference/rules/*.py or gpu_backend/verifiers/*.py: wrong residual weights, off-
 
   * TV.  reference/ mutants: the exact law (oracle.certify.exact_verdict_law, by enumeration)
     of every affected rule on its small instances — the branch-coverage case
-    (gpu_backend.certify.suite.coverage_case), the toy cases (suite.toy_cases) and, where the
+    (oracle.certify_cases.coverage_case), the toy cases (suite.toy_cases) and, where the
     rule has one, its distinctive toy case — against the unmutated law; the largest TV over
     the instances.  gpu_backend/ mutants: the torch verifier (float32/bfloat16 as the case
     says) sampled ``--samples`` times per instance with the same seeds as the unmutated one
@@ -195,8 +195,9 @@ def check_applies(root: Path = ROOT, mutants=MUTANTS) -> list[str]:
 def instances(rule: str) -> list:
     """The small instances of ``rule``: coverage case, toy cases, distinctive toy case."""
     from spectr_gbv.gpu_backend.certify import suite
+    from spectr_gbv.oracle.certify_cases import coverage_case
 
-    out = [suite.coverage_case(rule)] + suite.toy_cases(rule)
+    out = [coverage_case(rule)] + suite.toy_cases(rule)
     out += suite.distinctive_cases(rule)[:1]
     return out
 

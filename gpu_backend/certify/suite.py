@@ -11,10 +11,11 @@ reference rule's exact law given them):
   * ``large_case``: random peaked rows at V = 4,096 (oracle.certify_cases.large_models(4096, 21)),
     K = 2 (K = 1 single-draft), L = the spec's ``rows_L`` (2; SpecTr 1: beyond depth 1 its ρ*
     is solved per row, slow at V = 4,096: benchmarks/CERTIFY.md);
-  * ``coverage_case``: per rule its branch-coverage case (``RuleSpec.coverage_seeds``: V = 3-5,
-    K = 1 single-draft / 2-3, L = 3, float32), on which every outcome class its code
-    distinguishes (oracle.branches) has exact probability ≥ ``COVERAGE_FLOOR`` = 0.02
-    (tests/oracle/test_case_coverage.py);
+  * ``oracle.certify_cases.coverage_case``: per rule its branch-coverage case
+    (``RuleSpec.coverage_seeds``: V = 3-5, K = 1 single-draft / 2-3, L = 3, float32), on which
+    every outcome class its code distinguishes (oracle.branches) has exact probability
+    ≥ ``oracle.certify_cases.COVERAGE_FLOOR`` = 0.02 (tests/oracle/test_case_coverage.py); the
+    public certifier (oracle.harness.certify_verifier) runs it too, as its "coverage" family;
   * ``distinctive_case``: the cases of the rules with ``distinctive_seeds`` (toy V = 3 and rows
     V = 4,096 at the spec's seeds), checked to be at TV ≥ 0.05 from the other multi-draft rules.
 bfloat16 cases use rows exact in bfloat16 that sum to exactly 1 (``bf16_exact``), and every case
@@ -34,7 +35,7 @@ import numpy as np
 import torch
 
 from spectr_gbv.oracle.certify import FixedCase, exact_verdict_law
-from spectr_gbv.oracle.certify_cases import coverage_models, fixed_case, large_models, toy_models
+from spectr_gbv.oracle.certify_cases import fixed_case, large_models, toy_models
 from spectr_gbv.reference.rules import get_rule, registry
 
 from spectr_gbv.gpu_backend import verifiers as _verifiers
@@ -139,32 +140,6 @@ def large_case(rule: str, dtype: str, single_draft: bool | None = None) -> Fixed
     L = registry.spec(rule).rows_L
     return nondegenerate_case(f"{rule} rows V={LARGE_V} K={K} L={L} {dtype}", rule,
                               large_models(LARGE_V, 21), K, L, 22, backend_dtype=dtype)
-
-
-# -- branch coverage ---------------------------------------------------------------------------
-
-COVERAGE_L = 3
-COVERAGE_FLOOR = 0.02
-
-
-def coverage_case(rule: str) -> FixedCase:
-    """The rule's branch-coverage case: V, K, the models' and the drafts' seeds from its spec's
-    ``coverage_seeds`` (oracle.certify_cases.coverage_models(V, models_seed), K drafts of
-    ``COVERAGE_L`` = 3 tokens), float32.  Every outcome class of oracle.branches — τ = each of
-    0..L (the correction at every depth, the bonus), the weighted correction at every inner
-    depth, every draft, the Algorithm 2 record — has exact probability ≥ ``COVERAGE_FLOOR``
-    (tests/oracle/test_case_coverage.py), so a defect confined to one branch moves the law
-    by at least 0.02 × its effect inside the branch.
-
-    Raises:
-        ValueError: unknown rule, or a rule without ``coverage_seeds``.
-    """
-    seeds = registry.spec(rule).coverage_seeds
-    if seeds is None:
-        raise ValueError(f"rule {rule!r} has no coverage_seeds (RuleSpec)")
-    V, K, models_seed, draft_seed = seeds
-    return fixed_case(f"{rule} coverage V={V} K={K} L={COVERAGE_L} float32", rule,
-                      *coverage_models(V, models_seed), K, COVERAGE_L, draft_seed, backend_dtype="float32")
 
 
 # The non-modifying rules' cases (tests/gpu_backend/certify/test_verifiers_certify_distinctive.py): per rule the

@@ -162,7 +162,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
     """The entries for ``rules``: per rule its fixed cases (and the law-level case of a lossless
     rule), then per rule its planted defects (``RuleSpec.planted``), then per lossy rule the
     law-level negative control (the rule against the target's first-token law: caught)."""
-    from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
+    from spectr_gbv.oracle.certify_cases import coverage_case, lossless_against_target, released_rule_against_target
     from spectr_gbv.reference.rules import registry
 
     from spectr_gbv.gpu_backend.certify import suite
@@ -176,7 +176,7 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
         ref = f"{rule} exact law"
         entries.append(Entry(kind, rule, ref, "toy", lambda r=rule, s=single: suite.toy_cases(r, s)))
         if registry.spec(rule).coverage_seeds is not None:  # every branch of the rule's code
-            entries.append(Entry(kind, rule, ref, "toy", lambda r=rule: [suite.coverage_case(r)]))
+            entries.append(Entry(kind, rule, ref, "toy", lambda r=rule: [coverage_case(r)]))
         if registry.spec(rule).distinctive_seeds is not None:
             # the non-modifying rules are certified on their own cases (as in the tests): no
             # large_case, whose seed scan computes MDBV's exact law at V = 4,096 (slow:

@@ -1,4 +1,4 @@
-"""Every registered rule's branch-coverage certification case (gpu_backend.certify.suite.
+"""Every registered rule's branch-coverage certification case (oracle.certify_cases.
 coverage_case, seeds RuleSpec.coverage_seeds) puts mass on every outcome class its code
 distinguishes (oracle.branches: the correction at each depth 0..L−1, the bonus, the weighted
 correction at each inner depth with its weight ≥ 0.1 away from 1, each draft, the Algorithm 2
@@ -21,6 +21,7 @@ import pytest
 from spectr_gbv.gpu_backend.certify import suite
 from spectr_gbv.oracle.branches import WEIGHT_KIND, class_names, class_probabilities, prefix_weight
 from spectr_gbv.oracle.certify import exact_verdict_law
+from spectr_gbv.oracle.certify_cases import COVERAGE_FLOOR, COVERAGE_L, coverage_case
 from spectr_gbv.reference.exact import total_variation
 from spectr_gbv.reference.rules import get_rule, registry
 from spectr_gbv.reference.rules.base import draw_residual
@@ -41,17 +42,17 @@ def test_every_builtin_rule_has_a_coverage_case_and_a_weight_kind():
 
 @pytest.mark.parametrize("rule", BUILTIN)
 def test_coverage_case_reaches_every_class(rule):
-    case = suite.coverage_case(rule)
+    case = coverage_case(rule)
     probs = class_probabilities(rule, case.draft_tokens, case.draft_probs, case.target_probs)
     L, K = case.L, case.K
-    assert L == suite.COVERAGE_L == 3 and tuple(probs) == class_names(rule, K, L)
+    assert L == COVERAGE_L == 3 and tuple(probs) == class_names(rule, K, L)
     depth = [probs[f"correction@{d}"] for d in range(L)] + [probs["bonus"]]
     assert abs(sum(depth) - 1.0) < 1e-12
     if K >= 2:
         assert abs(sum(probs[f"draft {k}"] for k in range(K)) - (1.0 - probs["correction@0"])) < 1e-12
     if WEIGHT_KIND[rule] is not None:
         assert {f"weighted correction@{d}" for d in range(1, L)} <= set(probs)
-    low = {name: p for name, p in probs.items() if not p >= suite.COVERAGE_FLOOR}
+    low = {name: p for name, p in probs.items() if not p >= COVERAGE_FLOOR}
     assert not low, (rule, low)
 
 
@@ -111,7 +112,7 @@ def test_the_bv_residual_defect_moves_the_coverage_law():
         return out
 
     bv = get_rule("bv")
-    cover = suite.coverage_case("bv")
+    cover = coverage_case("bv")
     tv = total_variation(exact_verdict_law(bv, cover.draft_tokens, cover.draft_probs, cover.target_probs),
                          law_of(unweighted_decide, cover))
     print(f"TV {tv:.6f}")

@@ -4,7 +4,8 @@ The API guide's example (docs/api.md; examples/certify_your_verifier.py: token-l
 speculative sampling written from scratch) must be certified on every built-in family, and the same code with the
 classic bug (residual q instead of (q − p)_+) must fail.  N = 20,000 per case at α = 1e-6:
 a correct verifier fails a case with probability ≤ 1e-6, and the detectable δ (power 0.99) is
-below 0.031 on the small-vocabulary families (0.14 at V = 4,096).  The assertions go through the
+below 0.034 on the small-vocabulary families (0.0331 on "onehot", 0.0313 on "deep"; 0.14 at
+V = 4,096).  "branches" is skipped for the single-draft "sd" (report.skipped says so).  The assertions go through the
 pytest plugin's ``assert_lossless`` (oracle/pytest_plugin.py), as a user's tests would.
 """
 
@@ -44,14 +45,16 @@ def sd_with_plain_residual(draft_tokens, draft_probs, target_probs, *, seeds):
 def test_example_verifier_is_certified_on_every_family():
     assert isinstance(my_sd, BatchedVerifier)
     report = assert_lossless(my_sd, "sd", K=1, L=3, n_samples=N, alpha=ALPHA)
-    assert [r.name.split()[1] for r in report.results] == list(FAMILIES)
+    assert [r.name.split()[1] for r in report.results] == [f for f in FAMILIES if f not in ("branches", "distinctive")]
+    assert len(report.skipped) == 2 and any("single-draft" in note for note in report.skipped)
     for r in report.results:
         assert r.verdict == "PASS" and r.n == N and r.alpha == ALPHA
-        assert r.detectable_tv < (0.15 if r.V == 4096 else 0.031), r.name
+        assert r.detectable_tv < (0.15 if r.V == 4096 else 0.034), r.name
         assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
         assert len(r.worst_cells) >= 1
     by_family = {r.name.split()[1]: r for r in report.results}
-    assert by_family["zeros"].mean_tau == 0.0 and by_family["zeros"].exact_mean_tau == 0.0
+    zeros = by_family["zeros"]  # target zeros on the last depth's drafted token: τ ≤ L − 1 = 2
+    assert zeros.zero_cell_violations == 0 and zeros.mean_tau <= 2.0 and zeros.exact_mean_tau > 0.5
     assert by_family["equal"].mean_tau == 3.0 and by_family["equal"].exact_mean_tau == pytest.approx(3.0, abs=1e-12)
 
 

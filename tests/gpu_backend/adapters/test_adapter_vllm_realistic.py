@@ -258,9 +258,11 @@ def test_filler_and_padding_errors_name_the_request(edit, message):
 def test_our_sd_passes_every_family():
     report = _certify(from_vllm_layout(rules_in_vllm_layout("sd")), FAMILIES)
     assert report.ok, report.table()
-    assert [r.name.split()[1] for r in report.results] == list(FAMILIES)
+    # "branches" (multi-draft) and "distinctive" (no distinctive_seeds) have no case for sd: skipped, noted
+    assert [r.name.split()[1] for r in report.results] == [f for f in FAMILIES if f not in ("branches", "distinctive")]
+    assert len(report.skipped) == 2
     assert all(r.failed_tests == [] for r in report.results)
-    assert all(r.detectable_tv < (0.15 if r.V == 4096 else 0.031) for r in report.results)
+    assert all(r.detectable_tv < (0.15 if r.V == 4096 else 0.034) for r in report.results)
 
 
 def test_one_hot_draft_case_law():
@@ -354,9 +356,9 @@ def test_vllm_coin_accepts_a_zero_probability_token_at_u_0():
     failed = [p for p in boundary_probes(adapter, "sd", K=1) if not p.passed]
     assert [p.name for p in failed] == ["zeros rows, every uniform = 1.11022e-16"], [(p.name, p.detail) for p in failed]
     zeros = case_family("zeros", "sd", 1, 3)
-    x = int(zeros.draft_tokens[0, 0])
-    assert zeros.target_probs[0, 0, x] == 0.0  # u' = 0 everywhere: every draft accepted, x first
-    assert failed[0].detail.startswith(f"τ = 3, tokens [{x}, ")
+    t0, t1, x = (int(t) for t in zeros.draft_tokens[0])
+    assert zeros.target_probs[0, 2, x] == 0.0  # the last depth's drafted token (u' = 0: every draft accepted)
+    assert failed[0].detail.startswith(f"τ = 3, tokens [{t0}, {t1}, {x}, ")
     report = _certify(adapter, ("toy", "zeros", "equal"), n=5_000)
     assert report.ok, report.table()  # probability 2^-53 per coin: invisible to sampling
 

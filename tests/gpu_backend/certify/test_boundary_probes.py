@@ -47,7 +47,9 @@ class NoChecks:
 
 def test_wrong_convention_and_missing_checks_fail():
     failed = [p.name for p in boundary_probes(FlippedCoins(), "sd") if not p.passed]
-    assert failed == ["toy rows, every uniform = 1.11022e-16", "toy rows, every uniform = 1"]
+    # the zeros rows reach depth L − 1 (oracle.certify_cases._zero_target_mass): coins there see the convention too
+    assert failed == ["zeros rows, every uniform = 1.11022e-16", "zeros rows, every uniform = 1",
+                      "toy rows, every uniform = 1.11022e-16", "toy rows, every uniform = 1"]
     unchecked = {p.name: p for p in boundary_probes(NoChecks(), "sd")}
     assert not unchecked["NaN in target_probs"].passed
     assert "instead of raising ValueError" in unchecked["NaN in target_probs"].detail

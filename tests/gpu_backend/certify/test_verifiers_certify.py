@@ -11,7 +11,7 @@ Every registry rule on
     deeper levels are certified on the toy cases.  bfloat16 at V = 4,096 for K-SEQ-GBV and
     SpecTr-GBV (fixed) only: the bfloat16 path (renormalisation in prepare) is the same for every
     rule, and each V = 4,096 case costs 10-25 s on this shared 2-core CPU.
-  * every registry rule's branch-coverage case (suite.coverage_case: every outcome class of
+  * every registry rule's branch-coverage case (oracle.certify_cases.coverage_case: every outcome class of
     oracle.branches — each τ, the weighted correction at each inner depth, each draft, the
     Algorithm 2 record — with exact probability ≥ 0.02), float32;
   * the law-level planted case of oracle.certify_cases: the released SpecTr-GBV must be caught
@@ -39,7 +39,8 @@ import pytest
 import torch
 
 # the cases and the torch adapter are shared with `spectr-gbv certify`
-from spectr_gbv.gpu_backend.certify.suite import TOY_SEED, coverage_case, large_case, suite_verifier, toy_cases
+from spectr_gbv.gpu_backend.certify.suite import TOY_SEED, large_case, suite_verifier, toy_cases
+from spectr_gbv.oracle.certify_cases import coverage_case
 from spectr_gbv.gpu_backend.verifiers import VERIFIERS
 from spectr_gbv.oracle.certify import certify
 from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
@@ -79,7 +80,7 @@ def test_certify_toy_cases(rule):
 
 @pytest.mark.parametrize("rule", tuple(VERIFIERS))
 def test_certify_coverage_case(rule):
-    """Every rule (the distinctive ones too) on its branch-coverage case (suite.coverage_case:
+    """Every rule (the distinctive ones too) on its branch-coverage case (oracle.certify_cases.coverage_case:
     every outcome class of oracle.branches has exact probability ≥ 0.02,
     tests/oracle/test_case_coverage.py), float32, N = 2·10^5, α = 1e-6.  The torch BV verifier
     with the residual (q − p)_+ instead of (p_τ·q − p)_+ moves this law by TV 0.0822 and fails
