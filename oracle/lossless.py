@@ -75,15 +75,17 @@ from spectr_gbv.oracle.certify import (_renormalise, chunk_seeds, counts_from_sa
                                        round_to_dtype, worst_cells)
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.defaults import DEFAULT_SAMPLES
-from spectr_gbv.oracle.stats import gtest, mean_ci
+from spectr_gbv.oracle.lossless_pairs import ENGINE_MAX_L, ModelPair, default_pairs
+from spectr_gbv.oracle.stats import detectable_tv, gtest, mean_ci
 from spectr_gbv.reference.contract import MODIFICATION_KINDS, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
-from spectr_gbv.reference.models import ContextFree, RandomModel, ToyModel
+from spectr_gbv.reference.models import ToyModel
 from spectr_gbv.reference.validation import check_positive_int
 from spectr_gbv.reference.verdict import Modification, Verdict
 
 __all__ = ["ModelPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
-           "default_pairs", "lossless_ceiling", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES", "MAX_JOINT_CELLS"]
+           "default_pairs", "lossless_ceiling", "position_test_name", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES",
+           "MAX_JOINT_CELLS", "ENGINE_MAX_L", "DRAFTING", "MIN_KEY_EXPECTED"]
 
 # The global OT's LP is solved when it has at most this many variables (C(n+K−1, K)·m for n draft
 # and m target blocks of positive mass; about a second with HiGHS), else the prefix-match U.
@@ -98,46 +100,21 @@ CEILING_SLACK = 1e-7
 # Power at which the detectable δ and the detectable excess are stated.
 POWER = 0.99
 DTYPES = ("float64", "float32", "bfloat16")
+# The tests every pair runs; then one per position d = 1..L_pair (``position_test_name``).
 TESTS = ("first token", "joint", "acceptance ceiling")
+# The only drafting the harness does: K i.i.d. blocks per call (module doc, "Drafting").
+DRAFTING = ("iid",)
+# A prefix enters a position test when its expected count N·q(prefix) reaches this (decided from
+# the law and N, not from the counts: oracle.stats.conditional_gtests' default 10 × 5).
+MIN_KEY_EXPECTED = 50.0
+
+
+def position_test_name(d: int) -> str:
+    """The name of the test of the token at position d (0-based; d ≥ 1) given its prefix."""
+    return f"position {d}"
 
 
 # ------------------------------------------------------------------------------------ models
-
-
-@dataclass(frozen=True, eq=False)
-class ModelPair:
-    """A (draft, target) pair of toy models on one vocabulary.
-
-    Attributes:
-        name: label of the case.  draft, target: ``reference.models.ToyModel`` s.
-    """
-
-    name: str
-    draft: ToyModel
-    target: ToyModel
-
-    @property
-    def V(self) -> int:
-        return self.target.vocab_size
-
-
-@functools.lru_cache(maxsize=1)
-def default_pairs() -> tuple[ModelPair, ...]:
-    """The built-in pairs (one instance per process, so the models' row caches are shared):
-
-    - "toy": context-free, draft (2/3, 1/3), target (1/3, 2/3), V = 2 (docs/toy.md: the released
-      SpecTr-GBV emits a first token of the wrong law at K = 2);
-    - "prefix": ``oracle.certify_cases.toy_models(3, 100)``, V = 3, prefix-dependent, the draft
-      a 50 % mixture of the target and another random model (long acceptances);
-    - "far": RandomModel(5, 200, 0.5) drafting for RandomModel(5, 300, 0.5), V = 5,
-      prefix-dependent, peaked rows, draft far from the target.
-    """
-    from spectr_gbv.oracle.certify_cases import toy_models
-
-    prefix_draft, prefix_target = toy_models(3, 100)
-    return (ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3])),
-            ModelPair("prefix", prefix_draft, prefix_target),
-            ModelPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5)))
 
 
 class _Rounded(ToyModel):
@@ -617,6 +594,82 @@ def _gtest_result(name: str, samples: list, law: dict, a: float) -> LosslessTest
                         empirical_tv(samples, law), worst_cells(samples, law), g.summary())
 
 
+def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyModel, a: float) -> LosslessTest:
+    """The law of the token at position d (0-based, d ≥ 1) given the emitted prefix of d tokens.
+
+    A lossless verifier emits x_d after the prefix c with probability q(x_d | c), whatever the
+    law of c.  For every prefix c whose expected count N·q(c) reaches ``MIN_KEY_EXPECTED``
+    (eligibility from the law and N, as ``oracle.stats.conditional_gtests``) the n_c samples
+    with prefix c are G-tested against q(· | c) (``oracle.stats.gtest``, its pooling); given the
+    prefix counts these tests are independent, so G = Σ_c G_c is χ² with Σ_c dof_c degrees of
+    freedom under the null (the decomposition of the joint G-test by position: Sokal & Rohlf,
+    *Biometry*, §17; one test per position instead of one Bonferroni share per prefix, so the
+    power does not fall with the number of prefixes).  Any emitted token of probability 0 after
+    its prefix (eligible or not) fails outright (p = 0).
+
+    δ (``detectable``): the smallest mean conditional TV Σ_c (n_c/n_e)·TV(law(x_d | c), q(· | c))
+    over the n_e samples on eligible prefixes detected with power 0.99 (non-central χ² with
+    λ ≥ 4·n_e·δ², Jensen over the prefixes: ``oracle.stats.detectable_tv`` at n_e and dof + 1
+    cells), plus the share of samples on ineligible prefixes and the pooled mass (each weighted
+    by its prefix's share): a bound on the mean conditional TV over all N samples.
+
+    Args:
+        emitted: int64 [N, L+1], the first L + 1 emitted tokens.  d: position, 1 ≤ d ≤ L.
+        block: the target's law of L + 1 tokens, float64 (V,)*(L+1).  target: the target model
+            (its conditionals after each prefix).  a: the level.
+    """
+    N = emitted.shape[0]
+    prefix_law = block.sum(axis=tuple(range(d, block.ndim)))  # (V,)*d
+    keys, counts = np.unique(emitted[:, :d + 1], axis=0, return_counts=True)
+    by_prefix: dict[tuple, dict[int, int]] = {}
+    for row, c in zip(keys.tolist(), counts.tolist()):
+        by_prefix.setdefault(tuple(row[:d]), {})[row[d]] = c
+    G = 0.0
+    dof = n_keys = 0
+    n_e = 0
+    pooled = 0.0
+    observed_tv = 0.0
+    violations = []
+    worst = []
+    for prefix, cell_counts in by_prefix.items():
+        q = target.conditional(prefix)
+        n_c = sum(cell_counts.values())
+        bad = [x for x, c in cell_counts.items() if q[x] <= 0]
+        if bad:
+            violations.extend(prefix + (x,) for x in bad)
+            continue
+        if N * float(prefix_law[prefix]) < MIN_KEY_EXPECTED or np.count_nonzero(q) < 2:
+            continue
+        law = {x: float(p) for x, p in enumerate(q) if p > 0}
+        g = gtest(cell_counts, law, a)
+        G, dof, n_e, n_keys = G + g.statistic, dof + g.dof, n_e + n_c, n_keys + 1
+        pooled += n_c * g.merged_mass
+        obs = np.zeros(q.size)
+        for x, c in cell_counts.items():
+            obs[x] = c
+        observed_tv += 0.5 * float(np.abs(obs - n_c * q).sum())
+        x = int(np.argmax(np.abs(obs - n_c * q) / np.sqrt(np.maximum(n_c * q, 1e-300))))
+        worst.append((prefix + (x,), int(obs[x]), float(n_c * q[x])))
+    worst = tuple(sorted(worst, key=lambda w: -abs(w[1] - w[2]) / math.sqrt(max(w[2], 1e-300)))[:3])
+    name = position_test_name(d)
+    if violations:
+        shown = ", ".join(map(repr, violations[:3]))
+        return LosslessTest(name, a, 0.0, False, math.nan, math.inf, worst_cells=worst,
+                            summary=f"{name} FAIL: tokens of target probability 0 after their prefix emitted: {shown}")
+    if dof == 0:
+        return LosslessTest(name, a, 1.0, True, 1.0, 0.0,
+                            summary=f"{name}: no prefix with an expected count ≥ {MIN_KEY_EXPECTED:g} and two "
+                                    "possible tokens: the test has no information")
+    p = float(scipy_stats.chi2.sf(G, dof))
+    delta = detectable_tv(n_e, a, POWER, n_cells=dof + 1)
+    delta_law = min(1.0, delta + (N - n_e) / N + pooled / N)
+    passed = p >= a
+    summary = (f"{name} {'PASS' if passed else 'FAIL'}: G = {G:.6g}, dof = {dof}, p = {p:.4g}, alpha = {a:.3g}, "
+               f"{n_e} of {N} samples on eligible prefixes, δ {delta:.4g} on them, {delta_law:.4g} on all")
+    return LosslessTest(name, a, p, passed, delta_law, G, dof + n_keys, pooled / N, delta,
+                        observed_tv / max(n_e, 1), worst, summary)
+
+
 def _ceiling_test(taus: np.ndarray, ceiling: float, a: float) -> tuple[LosslessTest, float]:
     """One-sided test of E[τ] ≤ ceiling: (the LosslessTest, the lower end of the (1 − a) interval).
 
@@ -668,7 +721,14 @@ def _table_bytes(V: int, L: int) -> int:
     return 2 * contexts * V ** L * 8 * ((2 * L + 1) * V + L)
 
 
-def _pairs(models, L: int) -> list[ModelPair]:
+def _pairs(models, K: int, L: int) -> list[tuple[ModelPair, int]]:
+    """(pair, the L it runs at) for every pair that runs at K: ``ModelPair.run_L``, pairs with
+    ``min_K`` > K left out.
+
+    Raises:
+        ValueError: malformed ``models``, no pair runs at this K, a vocabulary mismatch, or a
+            pair whose tables or joint law at its L would not enumerate.
+    """
     if models is None:
         pairs = list(default_pairs())
     else:
@@ -686,20 +746,25 @@ def _pairs(models, L: int) -> list[ModelPair]:
                                  f"got {type(m).__name__} at index {j}")
         if not pairs:
             raise ValueError("models is empty: nothing to certify (a run with no pair would pass vacuously)")
-    for pr in pairs:
+    runs = [(pr, pr.run_L(L)) for pr in pairs if K >= pr.min_K]
+    if not runs:
+        raise ValueError(f"models: no pair runs at K = {K} (each has min_K > K): nothing to certify")
+    for pr, L_pair in runs:
         if pr.draft.vocab_size != pr.target.vocab_size:
             raise ValueError(f"models: pair {pr.name!r} has a vocabulary mismatch, draft V = "
                              f"{pr.draft.vocab_size}, target V = {pr.target.vocab_size}")
-        if _table_bytes(pr.V, L) > MAX_TABLE_BYTES or pr.V ** (L + 1) > MAX_JOINT_CELLS:
-            raise ValueError(f"L = {L} is too long for pair {pr.name!r} (V = {pr.V}): the rows of the V^L = "
-                             f"{pr.V ** L} draft blocks after every context would take {_table_bytes(pr.V, L) / 2**20:,.0f} "
-                             f"MiB (at most {MAX_TABLE_BYTES / 2**20:,.0f}) and the joint law has V^(L+1) = "
-                             f"{pr.V ** (L + 1)} cells (at most {MAX_JOINT_CELLS}); both must enumerate")
-    return pairs
+        if _table_bytes(pr.V, L_pair) > MAX_TABLE_BYTES or pr.V ** (L_pair + 1) > MAX_JOINT_CELLS:
+            raise ValueError(f"L = {L_pair} is too long for pair {pr.name!r} (V = {pr.V}): the rows of the V^L = "
+                             f"{pr.V ** L_pair} draft blocks after every context would take "
+                             f"{_table_bytes(pr.V, L_pair) / 2**20:,.0f} MiB (at most {MAX_TABLE_BYTES / 2**20:,.0f}) "
+                             f"and the joint law has V^(L+1) = {pr.V ** (L_pair + 1)} cells (at most "
+                             f"{MAX_JOINT_CELLS}); both must enumerate (or give the pair a max_L)")
+    return runs
 
 
 def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = DEFAULT_SAMPLES,
                      alpha: float = 1e-6, seed: int = 0, chunk: int = 4096, dtype: str = "float64",
+                     drafting: str = "iid",
                      progress: Callable[[LosslessCaseResult], None] | None = None) -> LosslessReport:
     """Certify that ``verifier`` is lossless, with no reference rule (module doc).
 
@@ -747,33 +812,42 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         the ceilings, docs/bounds.md §4.3 (global OT) and §6 (prefix-match U).
     """
     K, L, N, alpha, chunk, seed = _check_args(K, L, n_samples, alpha, chunk, dtype, seed)
+    if drafting not in DRAFTING:
+        raise ValueError(f"drafting must be 'iid', got {drafting!r}: certify_lossless drafts the K blocks of "
+                         "every call i.i.d. from the draft model (what serving engines with K independent "
+                         "drafts send, and what its acceptance ceiling assumes); a rule for drafts drawn "
+                         "without replacement or for draft trees is lossless only under its own drafting, "
+                         "which this harness does not produce")
     if not callable(verifier):
         raise TypeError(f"verifier must be callable with the batched contract, got {type(verifier).__name__}")
-    pairs = _pairs(models, L)
-    a = alpha / len(TESTS)
+    runs = _pairs(models, K, L)
     report = LosslessReport()
-    for j, pair in enumerate(pairs):
+    for j, (pair, L_pair) in enumerate(runs):
         start = time.perf_counter()
+        a = alpha / (len(TESTS) + L_pair)
         case_seed = seed + 1_000_003 * j
-        tables = _tables(pair, L, dtype)
+        tables = _tables(pair, L_pair, dtype)
         emitted, first_tau, calls, rows, n_mod, n_carried = _decode(verifier, tables, K, N, chunk, case_seed)
         draft_law, target_law = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         first_law = {x: float(p) for x, p in enumerate(target_law.conditional(())) if p > 0}
-        block = target_law.block_law(L + 1)
-        joint_law = {z: float(block[z]) for z in itertools.product(range(pair.V), repeat=L + 1) if block[z] > 0}
+        block = target_law.block_law(L_pair + 1)
+        joint_law = {z: float(block[z]) for z in itertools.product(range(pair.V), repeat=L_pair + 1) if block[z] > 0}
         first = _gtest_result("first token", emitted[:, 0].tolist(), first_law, a)
         joint = _gtest_result("joint", [tuple(r) for r in emitted.tolist()], joint_law, a)
-        ceiling, ceiling_name = lossless_ceiling(draft_law, target_law, K, L)
+        ceiling, ceiling_name = lossless_ceiling(draft_law, target_law, K, L_pair)
         ceil_test, low = _ceiling_test(first_tau, ceiling, a)
+        positions = tuple(_position_test(emitted, d, block, target_law, a) for d in range(1, L_pair + 1))
         if n_mod:
             notes = (f"Algorithm 2 records carried: the verifier returned one on {n_mod} of {rows} rows; "
                      f"{n_carried} rows of later calls got the modified target of their state "
                      "(reference.decode.Decoder windows)")
         else:
             notes = "memoryless: no Algorithm 2 record returned, each call got the plain target's rows for its context"
+        if L_pair < L:
+            notes += f"; run at L = {L_pair} < the L = {L} asked (the pair's max_L = {pair.max_L})"
         result = LosslessCaseResult(
-            pair.name, repr(pair.draft), repr(pair.target), pair.V, K, L, dtype, N, alpha,
-            (first, joint, ceil_test), float(first_tau.mean()), low, ceiling, ceiling_name,
+            pair.name, repr(pair.draft), repr(pair.target), pair.V, K, L_pair, dtype, N, alpha,
+            (first, joint, ceil_test) + positions, float(first_tau.mean()), low, ceiling, ceiling_name,
             calls, rows, n_mod, n_carried, time.perf_counter() - start, notes)
         report.results.append(result)
         if progress is not None:
