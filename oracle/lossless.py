@@ -338,17 +338,43 @@ class _PrefixTables:
         self.dec = Decoder(pair.draft, pair.target, 1, L)
         self.law_draft, self.law_target = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         self.L, self.V, self.dtype = L, pair.V, dtype
-        self.all_blocks = [tuple(z) for z in itertools.product(range(self.V), repeat=L)]
         self.offset: dict[tuple, tuple[int, np.ndarray]] = {}
         self.parts: list = []
         self.arrays = None
+
+    def _positive_blocks(self, c: tuple) -> list[tuple]:
+        """The draft blocks of L tokens after ``c`` whose every token has positive probability
+        under the draft as the verifier sees it, in lexicographic order (the order of
+        ``itertools.product``, so the tables and the draws are those of enumerating every block
+        and dropping the blocks of probability 0; a one-hot draft has one block per context)."""
+        blocks = [()]
+        for _ in range(self.L):
+            blocks = [z + (int(x),) for z in blocks for x in np.flatnonzero(self.law_draft.conditional(c + z) > 0)]
+        return blocks
+
+    def _block_inputs(self, c: tuple, blocks: list[tuple]):
+        """``Decoder.block_inputs(DecodeState(c), blocks)`` of the plain models (no modification
+        window: the rows after c + z[:i] are the models' conditionals), computed once per
+        distinct prefix z[:i] of the blocks and gathered: (tokens int64 [n, L], draft rows
+        float64 [n, L, V], target rows [n, L+1, V])."""
+        tokens = np.array(blocks, dtype=np.int64).reshape(len(blocks), self.L)
+        dp = np.empty((len(blocks), self.L, self.V))
+        tp = np.empty((len(blocks), self.L + 1, self.V))
+        for i in range(self.L + 1):
+            heads, inverse = np.unique(tokens[:, :i], axis=0, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            contexts = [c + tuple(h) for h in heads.tolist()]
+            tp[:, i] = np.stack([self.dec.target.conditional(z) for z in contexts])[inverse]
+            if i < self.L:
+                dp[:, i] = np.stack([self.dec.draft.conditional(z) for z in contexts])[inverse]
+        return tokens, dp, tp
 
     def context(self, c: tuple) -> tuple[int, np.ndarray]:
         """(global offset, block probabilities) of context ``c``, building its table."""
         hit = self.offset.get(c)
         if hit is not None:
             return hit
-        tokens, dp, tp = self.dec.block_inputs(DecodeState(c), self.all_blocks)
+        tokens, dp, tp = self._block_inputs(c, self._positive_blocks(c))
         dp, tp = round_to_dtype(dp, self.dtype), round_to_dtype(tp, self.dtype)
         law_dp = dp if self.dtype == "float64" else _renormalise(dp)
         step = np.take_along_axis(law_dp, tokens[:, :, None], axis=2)[:, :, 0]

@@ -9,9 +9,9 @@ is invisible without it (docs/guarantees.md, "What certify_lossless's pairs see"
 pair        V     L run at   K       sees
 ==========  ====  =========  ======  ====================================================
 toy         2     ≤ 8        any     the released SpecTr-GBV's first-token law (docs/toy.md)
-prefix      3     ≤ 5        any     prefix-dependent rows, long acceptances
-far         5     ≤ 4        any     peaked rows, a draft far from the target
-zeros       4     ≤ 4        any     draft tokens of target probability 0
+prefix      3     ≤ 4        any     prefix-dependent rows, long acceptances
+far         5     ≤ 3        any     peaked rows, a draft far from the target
+zeros       4     ≤ 3        any     draft tokens of target probability 0
 one-hot     4     ≤ 4        any     one-hot draft rows (greedy, n-gram, prompt lookup)
 wide        64    1          any     correction/bonus draws truncated to the top k ≤ 40
 deep        2     ≤ 8        any     defects at draft depth ≥ 3 (L up to ENGINE_MAX_L)
@@ -39,6 +39,8 @@ __all__ = ["ModelPair", "OneHot", "ZeroOnDraftMode", "default_pairs", "ENGINE_MA
 # gpu_backend.tuning.defaults.L_CANDIDATES[-1] (not imported: oracle/ stays torch-free and
 # below gpu_backend/; tests/oracle/test_lossless_pairs.py asserts the two agree).
 ENGINE_MAX_L = 8
+# The "deep" pair's models depend on the last MARKOV_ORDER tokens of the prefix (``_deep``).
+MARKOV_ORDER = 3
 
 
 @dataclass(frozen=True, eq=False)
@@ -139,7 +141,7 @@ def _zeros() -> ModelPair:
     emission of such a token is a count on a zero-probability cell, and the G-tests fail
     outright (p = 0).  The built-in pairs before it had no zeros."""
     draft = RandomModel(4, 600, 1.0)
-    return ModelPair("zeros", draft, ZeroOnDraftMode(RandomModel(4, 601, 1.0), draft), max_L=4,
+    return ModelPair("zeros", draft, ZeroOnDraftMode(RandomModel(4, 601, 1.0), draft), max_L=3,
                      sees="draft tokens of target probability 0")
 
 
@@ -168,16 +170,20 @@ def _wide() -> ModelPair:
 
 
 def _deep() -> ModelPair:
-    """"deep", V = 2, prefix-dependent, run at L up to ``ENGINE_MAX_L`` = 8 (the largest L
-    ``generate``'s automatic configuration chooses): target RandomModel(2, 620, 1.0), draft a
-    30 % mixture of it with RandomModel(2, 621, 1.0), so drafts are accepted far into the
+    """"deep", V = 2, run at L up to ``ENGINE_MAX_L`` = 8 (the largest L ``generate``'s
+    automatic configuration chooses): target RandomModel(2, 620, 1.0), draft a 30 % mixture of
+    it with RandomModel(2, 621, 1.0), both tabulated as Markov models of order
+    ``MARKOV_ORDER`` = 3 (``ToyModel.to_table``: the row after a prefix is the random row after
+    its last 3 tokens; at L = 8 the tables reach prefixes of 16 tokens, whose 2^16 distinct
+    random rows would take a minute to draw), so drafts are accepted far into the
     block (the call reaches draft depth 3 with probability ≈ 0.8 at the root) and rejections
     still happen at every depth.  V = 2 keeps the 2^L blocks per context and the 2^(L+1)
     joint cells small at L = 8.  Sees: a defect confined to draft depth ≥ 3 (only blocks of
     L ≥ 4 have it), through the per-position tests (the law of the token at position d given
     the emitted prefix, d = 1..L)."""
-    target = RandomModel(2, 620, 1.0)
-    return ModelPair("deep", Mixture(target, RandomModel(2, 621, 1.0), 0.3), target, max_L=ENGINE_MAX_L,
+    target = RandomModel(2, 620, 1.0).to_table(MARKOV_ORDER + 1)
+    other = RandomModel(2, 621, 1.0).to_table(MARKOV_ORDER + 1)
+    return ModelPair("deep", Mixture(target, other, 0.3), target, max_L=ENGINE_MAX_L,
                      sees=f"defects at draft depth >= 3, L up to {ENGINE_MAX_L}")
 
 
@@ -190,7 +196,7 @@ def _multi() -> ModelPair:
     root, and a K = 2 rule for candidates drawn without replacement (recursive rejection
     sampling without replacement), run on i.i.d. drafts, emits a first token whose law is off
     by TV ≥ 0.05 (the "toy", "prefix" and "far" pairs: 0, 0 and 0.0008)."""
-    return ModelPair("multi", RandomModel(4, 630, 0.3), RandomModel(4, 631, 1.0), max_L=3, min_K=2,
+    return ModelPair("multi", RandomModel(4, 642, 0.3), RandomModel(4, 1642, 0.5), max_L=3, min_K=2,
                      sees="the second draft's branch (rules for drafts without replacement)")
 
 
@@ -202,9 +208,9 @@ def default_pairs() -> tuple[ModelPair, ...]:
     - "toy": context-free, draft (2/3, 1/3), target (1/3, 2/3), V = 2 (docs/toy.md: the released
       SpecTr-GBV emits a first token of the wrong law at K = 2); L ≤ ``ENGINE_MAX_L``;
     - "prefix": ``oracle.certify_cases.toy_models(3, 100)``, V = 3, prefix-dependent, the draft
-      a 50 % mixture of the target and another random model (long acceptances); L ≤ 5;
+      a 50 % mixture of the target and another random model (long acceptances); L ≤ 4;
     - "far": RandomModel(5, 200, 0.5) drafting for RandomModel(5, 300, 0.5), V = 5,
-      prefix-dependent, peaked rows, draft far from the target; L ≤ 4;
+      prefix-dependent, peaked rows, draft far from the target; L ≤ 3;
     - "zeros", "one-hot", "wide", "deep", "multi": ``_zeros``, ``_one_hot``, ``_wide``,
       ``_deep``, ``_multi`` (target zeros under the draft; one-hot draft rows; V = 64 at L = 1;
       depth up to L = 8; the second draft's branch, K ≥ 2 only).
@@ -214,8 +220,8 @@ def default_pairs() -> tuple[ModelPair, ...]:
     prefix_draft, prefix_target = toy_models(3, 100)
     return (ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), max_L=ENGINE_MAX_L,
                       sees="the released SpecTr-GBV's first-token law (docs/toy.md)"),
-            ModelPair("prefix", prefix_draft, prefix_target, max_L=5,
+            ModelPair("prefix", prefix_draft, prefix_target, max_L=4,
                       sees="prefix-dependent rows, long acceptances"),
-            ModelPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5), max_L=4,
+            ModelPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5), max_L=3,
                       sees="peaked rows, a draft far from the target"),
             _zeros(), _one_hot(), _wide(), _deep(), _multi())
