@@ -10,14 +10,18 @@ property, and one consequence of it, directly:
     report = certify_lossless(my_verifier, K=1, L=3)
     assert report.ok, report.table()
 
-For each (draft, target) pair of toy models (built in, or the caller's), the harness decodes
+For each (draft, target) pair of toy models (built in: ``oracle.lossless_pairs.default_pairs``,
+each documented with what it sees; or the caller's), the harness decodes
 ``n_samples`` independent generations the way a serving engine does: at every call it draws K
 fresh i.i.d. draft blocks of L tokens from the draft model after the current prefix, hands the
 verifier their rows (``reference.decode.Decoder.block_inputs``: the batched contract of
 reference/contract.py, numpy arrays, per-row seeds from ``oracle.certify.chunk_seeds``), appends
 the τ + 1 emitted tokens and continues from the new prefix until at least L + 1 tokens are out.
-Then, each test at α/m (Bonferroni over the m = 3 tests of the pair, so a lossless verifier
-fails a pair with probability ≤ α):
+A pair runs at L_pair = min(L, its ``max_L``) (the V = 64 pair at L = 1; the V = 2 "deep" and
+"toy" pairs up to ``ENGINE_MAX_L`` = 8, the largest L the engine's automatic configuration
+chooses) and only when K ≥ its ``min_K``; its result records L_pair and its notes say when it
+is below the L asked.  Then, each test at α/m (Bonferroni over the m = 3 + L_pair tests of the
+pair, so a lossless verifier fails a pair with probability ≤ α):
 
 1. first token: the law of the first emitted token against the target's q(· | ()) (G-test,
    ``oracle.stats.gtest``);
@@ -31,7 +35,19 @@ fails a pair with probability ≤ α):
    (``oracle.prefix_match.prefix_match_bound``, docs/bounds.md §6, which is ≥ the OT; at K = 1
    both equal B(1, L)).  If the lower end of the one-sided (1 − α/m) interval of E[τ]
    (``oracle.stats.mean_ci``, normal approximation) is above the ceiling, the verifier accepts
-   more than a lossless rule can: a proof of loss on its own, whatever the law tests say.
+   more than a lossless rule can: a proof of loss on its own, whatever the law tests say;
+4. positions d = 1..L_pair ("position d", ``_position_test``): the law of the d-th emitted token
+   (0-based) given the d tokens before it, against q(· | prefix): one G-test per eligible prefix
+   (expected count ≥ ``MIN_KEY_EXPECTED``), their G and degrees of freedom summed.  The joint
+   law has V^(L+1) cells (512 at V = 2, L = 8), most pooled at depth; the per-position tests
+   keep power where a defect sits at one depth (δ stated per position).
+
+Drafting.  The K blocks of a call are i.i.d. (``drafting="iid"``, the only value accepted): what
+engines with K independent drafts send, and what the acceptance ceiling assumes.  A rule
+written for drafts drawn without replacement or for draft trees is lossless only under its own
+drafting; ``certify_lossless`` refuses any other ``drafting`` with a ValueError saying so
+instead of certifying it under the wrong law (such a rule run on i.i.d. drafts fails the
+"multi" pair: tests/oracle/test_lossless_pairs.py).
 
 Each result states N, α, α/m, the p-values, the detectable δ of the two G-tests (the smallest
 total-variation deviation of the tested law detected with power 0.99, pooled mass included:
@@ -191,11 +207,13 @@ class LosslessTest:
     """One test of a pair.
 
     Attributes:
-        name: "first token", "joint" or "acceptance ceiling".
+        name: "first token", "joint", "acceptance ceiling" or "position d" (d = 1..L).
         alpha: the level it ran at (α/m).  pvalue: its p-value.  passed: pvalue ≥ alpha.
         detectable: G-tests: δ, the smallest TV deviation of the tested law detected with power
             0.99, pooled mass included (``GTestResult.detectable_tv_law``); ceiling: the excess of
-            E[τ] over the ceiling detected with power 0.99, (z_{1−α/m} + z_{0.99})·s/√N.
+            E[τ] over the ceiling detected with power 0.99, (z_{1−α/m} + z_{0.99})·s/√N; position
+            d: the smallest mean conditional TV of the d-th token given its prefix detected with
+            power 0.99, ineligible prefixes and pooled mass included (``_position_test``).
         statistic: G, or the z of (mean τ − ceiling).
         cells: cells compared after pooling (G-tests; 0 for the ceiling).
         pooled_mass: law mass of the pooled cells (G-tests).
@@ -805,14 +823,15 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             modifications").  Row b must draw its randomness from seeds[b] alone.
         K: drafts per call (1 for a single-draft verifier), integer ≥ 1.
         L: block length, integer ≥ 1.
-        models: None for ``default_pairs()``, or a sequence of ``ModelPair`` / (draft, target)
-            ToyModel pairs (toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
+        models: None for ``default_pairs()`` (oracle/lossless_pairs.py: 7 pairs at K = 1, 8 at
+            K ≥ 2), or a sequence of ``ModelPair`` / (draft, target) ToyModel pairs (each run
+            at min(L, its max_L) when K ≥ its min_K; toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
             block after every context of ≤ L tokens within ``MAX_TABLE_BYTES`` = 1 GiB, e.g.
             V = 8 at L = 3, V = 5 at L = 4).
         n_samples: N generations per pair, ≥ 2 (default ``oracle.defaults.DEFAULT_SAMPLES``,
             20,000, the plugin's).
-        alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 tests runs at α/3
-            (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
+        alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 + L_pair tests runs
+            at α/m (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
             G-tests' χ² and the mean's normal approximations, oracle/stats.py).
         seed: base seed; pair j uses seed + 1,000,003·j for its drafts (numpy Generator) and
             ``oracle.certify.chunk_seeds(seed_j, call, B)`` for the verifier's row seeds.
@@ -820,6 +839,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         dtype: rows handed over as "float64", "float32" or bfloat16-rounded "bfloat16" (float32
             arrays); the drafts and the expected laws are those of the rounded rows,
             renormalised (as ``oracle.certify.FixedCase``).
+        drafting: "iid" (the only value: module doc, "Drafting").
         progress: called with each pair's LosslessCaseResult.
     Returns:
         LosslessReport: ``ok``, ``failed`` (pair → failed tests), ``table()``, ``to_json()``,
@@ -827,7 +847,8 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         excess; mean τ with its one-sided lower end; the ceiling and which one).
     Raises:
         ValueError: K or L not an integer ≥ 1, n_samples < 2, alpha outside (0, 1), chunk < 1,
-            an unknown dtype, malformed models (vocabulary mismatch, V^L or V^(L+1) too large);
+            an unknown dtype, ``drafting`` other than "iid", malformed models (vocabulary
+            mismatch, V^L or V^(L+1) too large at the pair's L, no pair with min_K ≤ K);
             malformed verifier output (τ or tokens of the wrong shape, τ outside [0, L], an
             emitted token id outside [0, V), ``selected`` outside [0, K) where τ > 0, accepted
             tokens that are not the first τ tokens of the selected draft block, a modification

@@ -11,7 +11,7 @@ pair        V     L run at   K       sees
 toy         2     ≤ 8        any     the released SpecTr-GBV's first-token law (docs/toy.md)
 prefix      3     ≤ 4        any     prefix-dependent rows, long acceptances
 far         5     ≤ 3        any     peaked rows, a draft far from the target
-zeros       4     ≤ 3        any     draft tokens of target probability 0
+zeros       4     ≤ 2        any     draft tokens of target probability 0
 one-hot     4     ≤ 4        any     one-hot draft rows (greedy, n-gram, prompt lookup)
 wide        64    1          any     correction/bonus draws truncated to the top k ≤ 40
 deep        2     ≤ 8        any     defects at draft depth ≥ 3 (L up to ENGINE_MAX_L)
@@ -139,9 +139,10 @@ def _zeros() -> ModelPair:
     prefix (``ZeroOnDraftMode``).  Sees: a verifier that accepts a draft token of target
     probability 0 (the draft proposes one with probability ≥ 1/4 at every position) — any
     emission of such a token is a count on a zero-probability cell, and the G-tests fail
-    outright (p = 0).  The built-in pairs before it had no zeros."""
+    outright (p = 0).  The built-in pairs before it had no zeros.  L ≤ 2 (``max_L``): the
+    defect shows at the first token, and its global OT at K = 2 stays small."""
     draft = RandomModel(4, 600, 1.0)
-    return ModelPair("zeros", draft, ZeroOnDraftMode(RandomModel(4, 601, 1.0), draft), max_L=3,
+    return ModelPair("zeros", draft, ZeroOnDraftMode(RandomModel(4, 601, 1.0), draft), max_L=2,
                      sees="draft tokens of target probability 0")
 
 

@@ -44,7 +44,7 @@ def test_engine_max_L_is_the_tuning_constant():
 def test_default_pairs_order_and_caps():
     assert list(PAIRS) == ["toy", "prefix", "far", "zeros", "one-hot", "wide", "deep", "multi"]
     assert {n: (p.max_L, p.min_K) for n, p in PAIRS.items()} == {
-        "toy": (8, 1), "prefix": (4, 1), "far": (3, 1), "zeros": (3, 1), "one-hot": (4, 1), "wide": (1, 1),
+        "toy": (8, 1), "prefix": (4, 1), "far": (3, 1), "zeros": (2, 1), "one-hot": (4, 1), "wide": (1, 1),
         "deep": (8, 1), "multi": (3, 2)}
     assert all(p.sees for p in PAIRS.values())
     assert PAIRS["wide"].V == 64 and PAIRS["wide"].run_L(3) == 1
