@@ -156,19 +156,21 @@ def test_multi_pair_gives_the_second_draft_mass():
 
 def test_planted_rrs_batched_matches_its_exact_law():
     """The batched planted verifier is the rule analysed above: its first token on 20,000 rows
-    of "multi"'s root (i.i.d. drafts) is within TV 0.02 of the exact law (noise ≈ 0.005)."""
+    of "multi"'s root (i.i.d. drafts) is within TV 0.04 of the exact law (4,000 rows: noise
+    ≈ 0.01)."""
     pair = PAIRS["multi"]
     from spectr_gbv.reference.decode import Decoder, DecodeState
     from spectr_gbv.reference.randomness import SamplingSource
 
     dec = Decoder(pair.draft, pair.target, 2, 3)
     src = SamplingSource(1)
-    rows = [dec.block_inputs(DecodeState(), dec.draft_blocks(DecodeState(), src)) for _ in range(N)]
+    n = 4_000
+    rows = [dec.block_inputs(DecodeState(), dec.draft_blocks(DecodeState(), src)) for _ in range(n)]
     args = [np.stack(a) for a in zip(*rows)]
-    out = rrs_without_replacement(*args, seeds=np.arange(N, dtype=np.int64) + 10**9)
-    observed = np.bincount(out.tokens[:, 0], minlength=4) / N
+    out = rrs_without_replacement(*args, seeds=np.arange(n, dtype=np.int64) + 10**9)
+    observed = np.bincount(out.tokens[:, 0], minlength=4) / n
     exact, _ = _rrs_first_token(pair.draft.conditional(()), pair.target.conditional(()), iid=True)
-    assert 0.5 * np.abs(observed - exact).sum() < 0.02
+    assert 0.5 * np.abs(observed - exact).sum() < 0.04
 
 
 # -- the harness: caps, drafting ----------------------------------------------------------------
@@ -206,9 +208,11 @@ def _check_stated(report, L_asked: int, K: int):
         assert ("run at L =" in r.notes) == (r.L < L_asked)
 
 
+@pytest.mark.slow
 def test_sd_passes_every_pair_at_L_3():
     """Batched SD (tests/planted_verifiers.py ``sd``, no defect), K = 1, L = 3, defaults: every
-    pair but "multi" (K ≥ 2 only) passes every test; "wide" runs at L = 1."""
+    pair but "multi" (K ≥ 2 only) passes every test; "wide" runs at L = 1 (about 35 s on 2 loaded
+    cores)."""
     report = certify_lossless(sd, K=1, L=3)
     assert report.ok, report.table()
     assert [r.name for r in report.results] == [n for n in PAIRS if n != "multi"]
@@ -293,8 +297,10 @@ def one_torch_thread():
 NEW = ("zeros", "one-hot", "wide", "deep", "multi")
 
 
-@pytest.mark.parametrize("rule, K, L", [("sd", 1, 3), ("bv", 1, 3), ("spectr", 2, 3), ("kseq_gbv", 2, 3),
-                                        ("sd", 1, ENGINE_MAX_L)])
+@pytest.mark.parametrize("rule, K, L", [
+    ("sd", 1, 3), ("bv", 1, 3), ("sd", 1, ENGINE_MAX_L),
+    # K = 2: the global OT's LPs of "zeros", "wide" and "multi" (about 30 s once per process)
+    pytest.param("spectr", 2, 3, marks=pytest.mark.slow), pytest.param("kseq_gbv", 2, 3, marks=pytest.mark.slow)])
 def test_torch_lossless_verifiers_pass_the_new_pairs(rule, K, L, one_torch_thread):
     """The batched torch verifiers (gpu_backend.verifiers) pass every new pair that runs at K
     (N = 20,000, α = 1e-6; K-SEQ-GBV's Algorithm 2 records carried); SD also at L = 8, where
