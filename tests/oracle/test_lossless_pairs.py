@@ -241,9 +241,11 @@ PLANTED = [  # (verifier, K, L, the pair that sees it, tests that must fail ther
 @pytest.mark.parametrize("verifier, K, L, pair, tests", PLANTED, ids=lambda x: getattr(x, "__name__", None))
 def test_planted_fails_on_its_pair(verifier, K, L, pair, tests):
     """Each planted defect fails on the pair that sees it, those tests with p < α/m, and the
-    report's ``failed`` and table name the pair and the tests.  Measured at seed 0: top-k 20 /
-    40 first-token TV 0.30 / 0.06 (δ 0.040); zero acceptance p = 0 (counts on zero-probability
-    cells); one-hot first-token TV ≈ 0.12; depth ≥ 3 joint p ≈ 1e-10; RRSw first-token TV 0.66."""
+    report's ``failed`` and table name the pair and the tests.  Measured at seed 0 (first-token
+    TV observed, δ, p): top-k 20 / 40 0.31 / 0.069, δ 0.040, p = 0 in float64; zero acceptance
+    0.49, δ 0.028, p = 0 (counts on zero-probability cells); one-hot 0.25, δ 0.028; RRSw 0.66,
+    δ 0.028; depth ≥ 3 (first token untouched): joint p 4e-18, positions 4 and 6 p ≤ 2e-9
+    against α/11 = 9e-8."""
     report = certify_lossless(verifier, K=K, L=L, models=[PAIRS[pair]])
     (r,) = report.results
     assert set(tests) <= set(r.failed), report.table()
