@@ -242,9 +242,11 @@ class LosslessCaseResult:
     """The outcome of one (draft, target) pair.
 
     Attributes:
-        name, draft, target: the pair's label and the models' reprs.  V, K, L, dtype.
+        name, draft, target: the pair's label and the models' reprs.  V, K, dtype; L: the block
+            length the pair ran at (min(L asked, its max_L)).
         n: N generations.  alpha: the pair's false-alarm rate; each test ran at alpha/len(tests).
-        tests: the LosslessTest s, in ``TESTS`` order.
+        tests: the LosslessTest s: ``TESTS`` in order, then "position 1" .. "position L" (L the
+            pair's, ``position_test_name``).
         mean_tau: mean τ of the first call.  mean_tau_low: the lower end of its one-sided
             (1 − α/m) interval.  ceiling, ceiling_name: the lossless ceiling and which one.
         calls, rows: verifier calls and rows (all iterations).  modification_rows: rows whose
