@@ -10,15 +10,19 @@ property, and one consequence of it, directly:
     report = certify_lossless(my_verifier, K=1, L=3)
     assert report.ok, report.table()
 
-For each (draft, target) pair of toy models (built in, or the caller's), the harness decodes
+For each (draft, target) pair of toy models (built in: ``oracle.lossless_pairs.default_pairs``,
+each documented with what it sees; or the caller's), the harness decodes
 ``n_samples`` independent generations the way a serving engine does: at every call it draws K
 fresh i.i.d. draft blocks of L tokens from the draft model after the current prefix, hands the
 verifier their rows (``reference.decode.Decoder.block_inputs``: the batched contract of
 reference/contract.py, numpy arrays, per-row seeds hashed per (seed, pair, call, row):
 ``oracle.seeding.CaseSeeds.row_seeds``), appends
 the τ + 1 emitted tokens and continues from the new prefix until at least L + 1 tokens are out.
-Then, each test at α/m (Bonferroni over the m = 3 tests of the pair, so a lossless verifier
-fails a pair with probability ≤ α):
+A pair runs at L_pair = min(L, its ``max_L``) (the V = 64 pair at L = 1; the V = 2 "deep" and
+"toy" pairs up to ``ENGINE_MAX_L`` = 8, the largest L the engine's automatic configuration
+chooses) and only when K ≥ its ``min_K``; its result records L_pair and its notes say when it
+is below the L asked.  Then, each test at α/m (Bonferroni over the m = 3 + L_pair tests of the
+pair, so a lossless verifier fails a pair with probability ≤ α):
 
 1. first token: the law of the first emitted token against the target's q(· | ()) (G-test,
    ``oracle.stats.gtest``);
@@ -32,7 +36,19 @@ fails a pair with probability ≤ α):
    (``oracle.prefix_match.prefix_match_bound``, docs/bounds.md §6, which is ≥ the OT; at K = 1
    both equal B(1, L)).  If the lower end of the one-sided (1 − α/m) interval of E[τ]
    (``oracle.stats.mean_ci``, normal approximation) is above the ceiling, the verifier accepts
-   more than a lossless rule can: a proof of loss on its own, whatever the law tests say.
+   more than a lossless rule can: a proof of loss on its own, whatever the law tests say;
+4. positions d = 1..L_pair ("position d", ``_position_test``): the law of the d-th emitted token
+   (0-based) given the d tokens before it, against q(· | prefix): one G-test per eligible prefix
+   (expected count ≥ ``MIN_KEY_EXPECTED``), their G and degrees of freedom summed.  The joint
+   law has V^(L+1) cells (512 at V = 2, L = 8), most pooled at depth; the per-position tests
+   keep power where a defect sits at one depth (δ stated per position).
+
+Drafting.  The K blocks of a call are i.i.d. (``drafting="iid"``, the only value accepted): what
+engines with K independent drafts send, and what the acceptance ceiling assumes.  A rule
+written for drafts drawn without replacement or for draft trees is lossless only under its own
+drafting; ``certify_lossless`` refuses any other ``drafting`` with a ValueError saying so
+instead of certifying it under the wrong law (such a rule run on i.i.d. drafts fails the
+"multi" pair: tests/oracle/test_lossless_pairs.py).
 
 Each result states N, α, α/m, the p-values, the detectable δ of the two G-tests (the smallest
 total-variation deviation of the tested law detected with power 0.99, pooled mass included:
@@ -78,15 +94,17 @@ from spectr_gbv.oracle.seed_contract import lossless_seed_checks, seed_table
 from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.defaults import DEFAULT_SAMPLES
-from spectr_gbv.oracle.stats import gtest, mean_ci
+from spectr_gbv.oracle.lossless_pairs import ENGINE_MAX_L, ModelPair, default_pairs
+from spectr_gbv.oracle.stats import detectable_tv, gtest, mean_ci
 from spectr_gbv.reference.contract import MODIFICATION_KINDS, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
-from spectr_gbv.reference.models import ContextFree, RandomModel, ToyModel
+from spectr_gbv.reference.models import ToyModel
 from spectr_gbv.reference.validation import check_positive_int
 from spectr_gbv.reference.verdict import Modification, Verdict
 
 __all__ = ["ModelPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
-           "default_pairs", "lossless_ceiling", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES", "MAX_JOINT_CELLS"]
+           "default_pairs", "lossless_ceiling", "position_test_name", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES",
+           "MAX_JOINT_CELLS", "ENGINE_MAX_L", "DRAFTING", "MIN_KEY_EXPECTED"]
 
 # The global OT's LP is solved when it has at most this many variables (C(n+K−1, K)·m for n draft
 # and m target blocks of positive mass; about a second with HiGHS), else the prefix-match U.
@@ -101,46 +119,21 @@ CEILING_SLACK = 1e-7
 # Power at which the detectable δ and the detectable excess are stated.
 POWER = 0.99
 DTYPES = ("float64", "float32", "bfloat16")
+# The tests every pair runs; then one per position d = 1..L_pair (``position_test_name``).
 TESTS = ("first token", "joint", "acceptance ceiling")
+# The only drafting the harness does: K i.i.d. blocks per call (module doc, "Drafting").
+DRAFTING = ("iid",)
+# A prefix enters a position test when its expected count N·q(prefix) reaches this (decided from
+# the law and N, not from the counts: oracle.stats.conditional_gtests' default 10 × 5).
+MIN_KEY_EXPECTED = 50.0
+
+
+def position_test_name(d: int) -> str:
+    """The name of the test of the token at position d (0-based; d ≥ 1) given its prefix."""
+    return f"position {d}"
 
 
 # ------------------------------------------------------------------------------------ models
-
-
-@dataclass(frozen=True, eq=False)
-class ModelPair:
-    """A (draft, target) pair of toy models on one vocabulary.
-
-    Attributes:
-        name: label of the case.  draft, target: ``reference.models.ToyModel`` s.
-    """
-
-    name: str
-    draft: ToyModel
-    target: ToyModel
-
-    @property
-    def V(self) -> int:
-        return self.target.vocab_size
-
-
-@functools.lru_cache(maxsize=1)
-def default_pairs() -> tuple[ModelPair, ...]:
-    """The built-in pairs (one instance per process, so the models' row caches are shared):
-
-    - "toy": context-free, draft (2/3, 1/3), target (1/3, 2/3), V = 2 (docs/toy.md: the released
-      SpecTr-GBV emits a first token of the wrong law at K = 2);
-    - "prefix": ``oracle.certify_cases.toy_models(3, 100)``, V = 3, prefix-dependent, the draft
-      a 50 % mixture of the target and another random model (long acceptances);
-    - "far": RandomModel(5, 200, 0.5) drafting for RandomModel(5, 300, 0.5), V = 5,
-      prefix-dependent, peaked rows, draft far from the target.
-    """
-    from spectr_gbv.oracle.certify_cases import toy_models
-
-    prefix_draft, prefix_target = toy_models(3, 100)
-    return (ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3])),
-            ModelPair("prefix", prefix_draft, prefix_target),
-            ModelPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5)))
 
 
 class _Rounded(ToyModel):
@@ -217,11 +210,13 @@ class LosslessTest:
     """One test of a pair.
 
     Attributes:
-        name: "first token", "joint" or "acceptance ceiling".
+        name: "first token", "joint", "acceptance ceiling" or "position d" (d = 1..L).
         alpha: the level it ran at (α/m).  pvalue: its p-value.  passed: pvalue ≥ alpha.
         detectable: G-tests: δ, the smallest TV deviation of the tested law detected with power
             0.99, pooled mass included (``GTestResult.detectable_tv_law``); ceiling: the excess of
-            E[τ] over the ceiling detected with power 0.99, (z_{1−α/m} + z_{0.99})·s/√N.
+            E[τ] over the ceiling detected with power 0.99, (z_{1−α/m} + z_{0.99})·s/√N; position
+            d: the smallest mean conditional TV of the d-th token given its prefix detected with
+            power 0.99, ineligible prefixes and pooled mass included (``_position_test``).
         statistic: G, or the z of (mean τ − ceiling).
         cells: cells compared after pooling (G-tests; 0 for the ceiling).
         pooled_mass: law mass of the pooled cells (G-tests).
@@ -250,9 +245,11 @@ class LosslessCaseResult:
     """The outcome of one (draft, target) pair.
 
     Attributes:
-        name, draft, target: the pair's label and the models' reprs.  V, K, L, dtype.
+        name, draft, target: the pair's label and the models' reprs.  V, K, dtype; L: the block
+            length the pair ran at (min(L asked, its max_L)).
         n: N generations.  alpha: the pair's false-alarm rate; each test ran at alpha/len(tests).
-        tests: the LosslessTest s, in ``TESTS`` order.
+        tests: the LosslessTest s: ``TESTS`` in order, then "position 1" .. "position L" (L the
+            pair's, ``position_test_name``).
         mean_tau: mean τ of the first call.  mean_tau_low: the lower end of its one-sided
             (1 − α/m) interval.  ceiling, ceiling_name: the lossless ceiling and which one.
         calls, rows: verifier calls and rows (all iterations).  modification_rows: rows whose
@@ -376,17 +373,43 @@ class _PrefixTables:
         self.dec = Decoder(pair.draft, pair.target, 1, L)
         self.law_draft, self.law_target = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         self.L, self.V, self.dtype = L, pair.V, dtype
-        self.all_blocks = [tuple(z) for z in itertools.product(range(self.V), repeat=L)]
         self.offset: dict[tuple, tuple[int, np.ndarray]] = {}
         self.parts: list = []
         self.arrays = None
+
+    def _positive_blocks(self, c: tuple) -> list[tuple]:
+        """The draft blocks of L tokens after ``c`` whose every token has positive probability
+        under the draft as the verifier sees it, in lexicographic order (the order of
+        ``itertools.product``, so the tables and the draws are those of enumerating every block
+        and dropping the blocks of probability 0; a one-hot draft has one block per context)."""
+        blocks = [()]
+        for _ in range(self.L):
+            blocks = [z + (int(x),) for z in blocks for x in np.flatnonzero(self.law_draft.conditional(c + z) > 0)]
+        return blocks
+
+    def _block_inputs(self, c: tuple, blocks: list[tuple]):
+        """``Decoder.block_inputs(DecodeState(c), blocks)`` of the plain models (no modification
+        window: the rows after c + z[:i] are the models' conditionals), computed once per
+        distinct prefix z[:i] of the blocks and gathered: (tokens int64 [n, L], draft rows
+        float64 [n, L, V], target rows [n, L+1, V])."""
+        tokens = np.array(blocks, dtype=np.int64).reshape(len(blocks), self.L)
+        dp = np.empty((len(blocks), self.L, self.V))
+        tp = np.empty((len(blocks), self.L + 1, self.V))
+        for i in range(self.L + 1):
+            heads, inverse = np.unique(tokens[:, :i], axis=0, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            contexts = [c + tuple(h) for h in heads.tolist()]
+            tp[:, i] = np.stack([self.dec.target.conditional(z) for z in contexts])[inverse]
+            if i < self.L:
+                dp[:, i] = np.stack([self.dec.draft.conditional(z) for z in contexts])[inverse]
+        return tokens, dp, tp
 
     def context(self, c: tuple) -> tuple[int, np.ndarray]:
         """(global offset, block probabilities) of context ``c``, building its table."""
         hit = self.offset.get(c)
         if hit is not None:
             return hit
-        tokens, dp, tp = self.dec.block_inputs(DecodeState(c), self.all_blocks)
+        tokens, dp, tp = self._block_inputs(c, self._positive_blocks(c))
         dp, tp = round_to_dtype(dp, self.dtype), round_to_dtype(tp, self.dtype)
         law_dp = dp if self.dtype == "float64" else _renormalise(dp)
         step = np.take_along_axis(law_dp, tokens[:, :, None], axis=2)[:, :, 0]
@@ -632,6 +655,82 @@ def _gtest_result(name: str, samples: list, law: dict, a: float) -> LosslessTest
                         empirical_tv(samples, law), worst_cells(samples, law), g.summary())
 
 
+def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyModel, a: float) -> LosslessTest:
+    """The law of the token at position d (0-based, d ≥ 1) given the emitted prefix of d tokens.
+
+    A lossless verifier emits x_d after the prefix c with probability q(x_d | c), whatever the
+    law of c.  For every prefix c whose expected count N·q(c) reaches ``MIN_KEY_EXPECTED``
+    (eligibility from the law and N, as ``oracle.stats.conditional_gtests``) the n_c samples
+    with prefix c are G-tested against q(· | c) (``oracle.stats.gtest``, its pooling); given the
+    prefix counts these tests are independent, so G = Σ_c G_c is χ² with Σ_c dof_c degrees of
+    freedom under the null (the decomposition of the joint G-test by position: Sokal & Rohlf,
+    *Biometry*, §17; one test per position instead of one Bonferroni share per prefix, so the
+    power does not fall with the number of prefixes).  Any emitted token of probability 0 after
+    its prefix (eligible or not) fails outright (p = 0).
+
+    δ (``detectable``): the smallest mean conditional TV Σ_c (n_c/n_e)·TV(law(x_d | c), q(· | c))
+    over the n_e samples on eligible prefixes detected with power 0.99 (non-central χ² with
+    λ ≥ 4·n_e·δ², Jensen over the prefixes: ``oracle.stats.detectable_tv`` at n_e and dof + 1
+    cells), plus the share of samples on ineligible prefixes and the pooled mass (each weighted
+    by its prefix's share): a bound on the mean conditional TV over all N samples.
+
+    Args:
+        emitted: int64 [N, L+1], the first L + 1 emitted tokens.  d: position, 1 ≤ d ≤ L.
+        block: the target's law of L + 1 tokens, float64 (V,)*(L+1).  target: the target model
+            (its conditionals after each prefix).  a: the level.
+    """
+    N = emitted.shape[0]
+    prefix_law = block.sum(axis=tuple(range(d, block.ndim)))  # (V,)*d
+    keys, counts = np.unique(emitted[:, :d + 1], axis=0, return_counts=True)
+    by_prefix: dict[tuple, dict[int, int]] = {}
+    for row, c in zip(keys.tolist(), counts.tolist()):
+        by_prefix.setdefault(tuple(row[:d]), {})[row[d]] = c
+    G = 0.0
+    dof = n_keys = 0
+    n_e = 0
+    pooled = 0.0
+    observed_tv = 0.0
+    violations = []
+    worst = []
+    for prefix, cell_counts in by_prefix.items():
+        q = target.conditional(prefix)
+        n_c = sum(cell_counts.values())
+        bad = [x for x, c in cell_counts.items() if q[x] <= 0]
+        if bad:
+            violations.extend(prefix + (x,) for x in bad)
+            continue
+        if N * float(prefix_law[prefix]) < MIN_KEY_EXPECTED or np.count_nonzero(q) < 2:
+            continue
+        law = {x: float(p) for x, p in enumerate(q) if p > 0}
+        g = gtest(cell_counts, law, a)
+        G, dof, n_e, n_keys = G + g.statistic, dof + g.dof, n_e + n_c, n_keys + 1
+        pooled += n_c * g.merged_mass
+        obs = np.zeros(q.size)
+        for x, c in cell_counts.items():
+            obs[x] = c
+        observed_tv += 0.5 * float(np.abs(obs - n_c * q).sum())
+        x = int(np.argmax(np.abs(obs - n_c * q) / np.sqrt(np.maximum(n_c * q, 1e-300))))
+        worst.append((prefix + (x,), int(obs[x]), float(n_c * q[x])))
+    worst = tuple(sorted(worst, key=lambda w: -abs(w[1] - w[2]) / math.sqrt(max(w[2], 1e-300)))[:3])
+    name = position_test_name(d)
+    if violations:
+        shown = ", ".join(map(repr, violations[:3]))
+        return LosslessTest(name, a, 0.0, False, math.nan, math.inf, worst_cells=worst,
+                            summary=f"{name} FAIL: tokens of target probability 0 after their prefix emitted: {shown}")
+    if dof == 0:
+        return LosslessTest(name, a, 1.0, True, 1.0, 0.0,
+                            summary=f"{name}: no prefix with an expected count ≥ {MIN_KEY_EXPECTED:g} and two "
+                                    "possible tokens: the test has no information")
+    p = float(scipy_stats.chi2.sf(G, dof))
+    delta = detectable_tv(n_e, a, POWER, n_cells=dof + 1)
+    delta_law = min(1.0, delta + (N - n_e) / N + pooled / N)
+    passed = p >= a
+    summary = (f"{name} {'PASS' if passed else 'FAIL'}: G = {G:.6g}, dof = {dof}, p = {p:.4g}, alpha = {a:.3g}, "
+               f"{n_e} of {N} samples on eligible prefixes, δ {delta:.4g} on them, {delta_law:.4g} on all")
+    return LosslessTest(name, a, p, passed, delta_law, G, dof + n_keys, pooled / N, delta,
+                        observed_tv / max(n_e, 1), worst, summary)
+
+
 def _ceiling_test(taus: np.ndarray, ceiling: float, a: float) -> tuple[LosslessTest, float]:
     """One-sided test of E[τ] ≤ ceiling: (the LosslessTest, the lower end of the (1 − a) interval).
 
@@ -683,7 +782,14 @@ def _table_bytes(V: int, L: int) -> int:
     return 2 * contexts * V ** L * 8 * ((2 * L + 1) * V + L)
 
 
-def _pairs(models, L: int) -> list[ModelPair]:
+def _pairs(models, K: int, L: int) -> list[tuple[ModelPair, int]]:
+    """(pair, the L it runs at) for every pair that runs at K: ``ModelPair.run_L``, pairs with
+    ``min_K`` > K left out.
+
+    Raises:
+        ValueError: malformed ``models``, no pair runs at this K, a vocabulary mismatch, or a
+            pair whose tables or joint law at its L would not enumerate.
+    """
     if models is None:
         pairs = list(default_pairs())
     else:
@@ -701,20 +807,25 @@ def _pairs(models, L: int) -> list[ModelPair]:
                                  f"got {type(m).__name__} at index {j}")
         if not pairs:
             raise ValueError("models is empty: nothing to certify (a run with no pair would pass vacuously)")
-    for pr in pairs:
+    runs = [(pr, pr.run_L(L)) for pr in pairs if K >= pr.min_K]
+    if not runs:
+        raise ValueError(f"models: no pair runs at K = {K} (each has min_K > K): nothing to certify")
+    for pr, L_pair in runs:
         if pr.draft.vocab_size != pr.target.vocab_size:
             raise ValueError(f"models: pair {pr.name!r} has a vocabulary mismatch, draft V = "
                              f"{pr.draft.vocab_size}, target V = {pr.target.vocab_size}")
-        if _table_bytes(pr.V, L) > MAX_TABLE_BYTES or pr.V ** (L + 1) > MAX_JOINT_CELLS:
-            raise ValueError(f"L = {L} is too long for pair {pr.name!r} (V = {pr.V}): the rows of the V^L = "
-                             f"{pr.V ** L} draft blocks after every context would take {_table_bytes(pr.V, L) / 2**20:,.0f} "
-                             f"MiB (at most {MAX_TABLE_BYTES / 2**20:,.0f}) and the joint law has V^(L+1) = "
-                             f"{pr.V ** (L + 1)} cells (at most {MAX_JOINT_CELLS}); both must enumerate")
-    return pairs
+        if _table_bytes(pr.V, L_pair) > MAX_TABLE_BYTES or pr.V ** (L_pair + 1) > MAX_JOINT_CELLS:
+            raise ValueError(f"L = {L_pair} is too long for pair {pr.name!r} (V = {pr.V}): the rows of the V^L = "
+                             f"{pr.V ** L_pair} draft blocks after every context would take "
+                             f"{_table_bytes(pr.V, L_pair) / 2**20:,.0f} MiB (at most {MAX_TABLE_BYTES / 2**20:,.0f}) "
+                             f"and the joint law has V^(L+1) = {pr.V ** (L_pair + 1)} cells (at most "
+                             f"{MAX_JOINT_CELLS}); both must enumerate (or give the pair a max_L)")
+    return runs
 
 
 def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = DEFAULT_SAMPLES,
                      alpha: float = 1e-6, seed: int = 0, chunk: int = 4096, dtype: str = "float64",
+                     drafting: str = "iid",
                      progress: Callable[[LosslessCaseResult], None] | None = None) -> LosslessReport:
     """Certify that ``verifier`` is lossless, with no reference rule (module doc).
 
@@ -729,14 +840,15 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             modifications").  Row b must draw its randomness from seeds[b] alone.
         K: drafts per call (1 for a single-draft verifier), integer ≥ 1.
         L: block length, integer ≥ 1.
-        models: None for ``default_pairs()``, or a sequence of ``ModelPair`` / (draft, target)
-            ToyModel pairs (toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
+        models: None for ``default_pairs()`` (oracle/lossless_pairs.py: 7 pairs at K = 1, 8 at
+            K ≥ 2), or a sequence of ``ModelPair`` / (draft, target) ToyModel pairs (each run
+            at min(L, its max_L) when K ≥ its min_K; toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
             block after every context of ≤ L tokens within ``MAX_TABLE_BYTES`` = 1 GiB, e.g.
             V = 8 at L = 3, V = 5 at L = 4).
         n_samples: N generations per pair, ≥ 2 (default ``oracle.defaults.DEFAULT_SAMPLES``,
             20,000, the plugin's).
-        alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 tests runs at α/3
-            (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
+        alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 + L_pair tests runs
+            at α/m (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
             G-tests' χ² and the mean's normal approximations, oracle/stats.py).
         seed: base seed; pair j draws its drafts from ``CaseSeeds(seed, j).draft_rng()`` and
             gives call c the row seeds ``CaseSeeds(seed, j).row_seeds(c, B)`` (oracle/seeding.py:
@@ -745,6 +857,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         dtype: rows handed over as "float64", "float32" or bfloat16-rounded "bfloat16" (float32
             arrays); the drafts and the expected laws are those of the rounded rows,
             renormalised (as ``oracle.certify.FixedCase``).
+        drafting: "iid" (the only value: module doc, "Drafting").
         progress: called with each pair's LosslessCaseResult.
     Returns:
         LosslessReport: ``ok``, ``failed`` (pair → failed tests), ``table()``, ``to_json()``,
@@ -755,7 +868,8 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         ``failed``).
     Raises:
         ValueError: K or L not an integer ≥ 1, n_samples < 2, alpha outside (0, 1), chunk < 1,
-            an unknown dtype, malformed models (vocabulary mismatch, V^L or V^(L+1) too large);
+            an unknown dtype, ``drafting`` other than "iid", malformed models (vocabulary
+            mismatch, V^L or V^(L+1) too large at the pair's L, no pair with min_K ≤ K);
             malformed verifier output (τ or tokens of the wrong shape, τ outside [0, L], an
             emitted token id outside [0, V), ``selected`` outside [0, K) where τ > 0, accepted
             tokens that are not the first τ tokens of the selected draft block, a modification
@@ -766,37 +880,47 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         the ceilings, docs/bounds.md §4.3 (global OT) and §6 (prefix-match U).
     """
     K, L, N, alpha, chunk, seed = _check_args(K, L, n_samples, alpha, chunk, dtype, seed)
+    if drafting not in DRAFTING:
+        raise ValueError(f"drafting must be 'iid', got {drafting!r}: certify_lossless drafts the K blocks of "
+                         "every call i.i.d. from the draft model (what serving engines with K independent "
+                         "drafts send, and what its acceptance ceiling assumes); a rule for drafts drawn "
+                         "without replacement or for draft trees is lossless only under its own drafting, "
+                         "which this harness does not produce")
     if not callable(verifier):
         raise TypeError(f"verifier must be callable with the batched contract, got {type(verifier).__name__}")
-    pairs = _pairs(models, L)
-    a = alpha / len(TESTS)
+    runs = _pairs(models, K, L)
     report = LosslessReport()
-    for j, pair in enumerate(pairs):
+    for j, (pair, L_pair) in enumerate(runs):
         start = time.perf_counter()
+        a = alpha / (len(TESTS) + L_pair)
         case_seed = CaseSeeds(seed, j)
-        tables = _tables(pair, L, dtype)
+        tables = _tables(pair, L_pair, dtype)
         emitted, first_tau, calls, rows, n_mod, n_carried = _decode(verifier, tables, K, N, chunk, case_seed)
         draft_law, target_law = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         first_law = {x: float(p) for x, p in enumerate(target_law.conditional(())) if p > 0}
-        block = target_law.block_law(L + 1)
-        joint_law = {z: float(block[z]) for z in itertools.product(range(pair.V), repeat=L + 1) if block[z] > 0}
+        block = target_law.block_law(L_pair + 1)
+        joint_law = {z: float(block[z]) for z in itertools.product(range(pair.V), repeat=L_pair + 1) if block[z] > 0}
         first = _gtest_result("first token", emitted[:, 0].tolist(), first_law, a)
         joint = _gtest_result("joint", [tuple(r) for r in emitted.tolist()], joint_law, a)
-        ceiling, ceiling_name = lossless_ceiling(draft_law, target_law, K, L)
+        ceiling, ceiling_name = lossless_ceiling(draft_law, target_law, K, L_pair)
         ceil_test, low = _ceiling_test(first_tau, ceiling, a)
+        positions = tuple(_position_test(emitted, d, block, target_law, a) for d in range(1, L_pair + 1))
         if n_mod:
             notes = (f"Algorithm 2 records carried: the verifier returned one on {n_mod} of {rows} rows; "
                      f"{n_carried} rows of later calls got the modified target of their state "
                      "(reference.decode.Decoder windows)")
         else:
             notes = "memoryless: no Algorithm 2 record returned, each call got the plain target's rows for its context"
+        if L_pair < L:
+            notes += f"; run at L = {L_pair} < the L = {L} asked (the pair's max_L = {pair.max_L})"
         result = LosslessCaseResult(
-            pair.name, repr(pair.draft), repr(pair.target), pair.V, K, L, dtype, N, alpha,
-            (first, joint, ceil_test), float(first_tau.mean()), low, ceiling, ceiling_name,
+            pair.name, repr(pair.draft), repr(pair.target), pair.V, K, L_pair, dtype, N, alpha,
+            (first, joint, ceil_test) + positions, float(first_tau.mean()), low, ceiling, ceiling_name,
             calls, rows, n_mod, n_carried, time.perf_counter() - start, notes)
         report.results.append(result)
         if progress is not None:
             progress(result)
-    report.seed_checks = lossless_seed_checks(verifier, _tables(pairs[0], L, dtype), K, CaseSeeds(seed, 0),
-                                              f"pair {pairs[0].name!r}, first call")
+    first_pair, first_L = runs[0]
+    report.seed_checks = lossless_seed_checks(verifier, _tables(first_pair, first_L, dtype), K, CaseSeeds(seed, 0),
+                                              f"pair {first_pair.name!r}, first call")
     return report
