@@ -200,7 +200,7 @@ def _head_detectable_l1(p: np.ndarray, n: int, alpha: float, power: float = POWE
     (Cauchy–Schwarz; p_min ≤ p_i ≤ p_max on the head; Δ_i³ ≤ 0 where mass is removed); the
     margin is found ≥ 0 for all M ≥ M* (grid, then bisection) and D_wc = √(M* W).  These bounds
     combine the smallest mean with the largest variance, which no single q attains, so D_wc is
-    loose (by 1.3–2× on the benchmark's laws).  ``inf`` when no deviation qualifies.
+    loose (benchmarks/IDENTITY.md).  ``inf`` when no deviation qualifies.
     """
     _, var0, skew = _null_moments(p, n)
     c = _edgeworth_isf(alpha, skew) * math.sqrt(var0)
