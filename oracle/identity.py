@@ -300,7 +300,7 @@ class IdentityPower:
     tail_budget: float = 0.0
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)  # keys hold the law (up to 6 MB at 5 × 151,936 outcomes)
 def _power_cached(key: bytes, n: int, alpha: float, power: float, tail_mass) -> IdentityPower:
     probs = np.frombuffer(key, dtype=np.float64)
     return _power_for(probs, n, alpha, power, tail_mass)
@@ -343,7 +343,7 @@ class _Prepared:
     skew: float
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=16)
 def _prepared(key: bytes, n: int, alpha: float, tail_mass) -> _Prepared:
     probs = np.frombuffer(key, dtype=np.float64)
     pw = _power_cached(key, n, alpha, POWER, tail_mass)
