@@ -13,9 +13,10 @@ high-dimensional multinomials: sharp local minimax rates", Ann. Statist. 47(4), 
 weighted χ² with a tail bucket; the unbiased cell term ((N_i − n p_i)² − N_i) is that of
 Acharya, Daskalakis & Kamath, NeurIPS 2015, and Chan, Diakonikolas, Valiant & Valiant 2014):
 
-* the **tail** S: the cells of smallest probability whose total mass is at most ``tail_mass``
-  (chosen from the law and n alone, never from the counts, to minimise the stated δ; empty for
-  small laws), tested by its total count against the exact binomial upper tail;
+* the **tail** S: the cells of expected count n·p_i < ``HEAD_MIN_EXPECTED`` (10^-3) and the
+  cells of smallest probability whose total mass is at most ``tail_mass`` (chosen from the law
+  and n alone, never from the counts, to minimise the stated δ; often empty), tested by its
+  total count against the exact binomial upper tail;
 * the **head** H (the other cells of positive probability), tested by
 
       T = Σ_{i∈H} ((N_i − n p_i)² − N_i) / p_i^{2/3},
@@ -41,21 +42,30 @@ moves the critical value from the normal's 5.2 to ≈ 5.3 standard deviations at
 (skewness ≈ 0.03 on the V = 151,936 rows).  α = 10^-6 itself is not simulated
 (10^7 replicates); the stated rate there is the expansion's.
 
-**Power (what δ means).**  ``detectable_tv`` is the smallest TV distance δ such that *every*
-sampling law q with TV(q, p) ≥ δ is rejected with probability ≥ 0.99, under the normal
-approximation of T under q (the Poissonized variance Σ a_i²(2n²q_i² + 4n³q_iΔ_i²), Δ = q − p)
-and worst-case bounds over q (``_head_detectable_l1``): either q puts ≥ t* more mass on the tail
-than p (the binomial test's exact power ≥ 0.99), or the head carries an ℓ1 deviation
-D ≥ 2δ − 2p(S) − t*, which the head test detects once D ≥ D*.  So δ = (D* + 2p(S) + t*)/2 on
-the **whole, un-pooled law** — the tail's mass is inside δ, not beside it.  The bounds are
-worst case (Cauchy–Schwarz on the mean shift; the smallest and largest head probabilities in
-the variance), so the power at a given alternative is usually far higher; power curves at
-planted alternatives are simulated in the tests and benchmarks/identity_vs_gtest.py.
+**Power (what δ means).**  Every sampling law q either puts ≥ t* more mass on the tail than p
+(then the binomial test, whose power is exact, rejects with probability ≥ 0.99), or carries a
+head ℓ1 deviation D = Σ_H |q_i − p_i| ≥ 2·TV(q, p) − 2p(S) − t*.  The head test detects a head
+deviation D ≥ D* with probability ≥ 0.99 under the normal approximation of T under q (the
+Poissonized variance Σ a_i²(2n²q_i² + 4n³q_iΔ_i²), Δ = q − p; ``_head_detectable_l1``), so it
+states δ = (D* + 2p(S) + t*)/2 on the **whole, un-pooled law** — the tail's mass is inside δ,
+not beside it.  Two D*'s are computed:
+
+* ``detectable_tv`` — D* in the *least favourable direction*, |Δ_i| ∝ p_i^{2/3} on the head,
+  the deviation of smallest mean shift for its ℓ1 size (Cauchy–Schwarz equality).  This is the
+  convention of the G-test's δ (oracle.stats: the least favourable deviation and the
+  non-central χ² approximation), and the one certification reports; it is checked by
+  simulation at that deviation (:func:`least_favourable`; tests and
+  benchmarks/identity_vs_gtest.py).  A law deviating in another direction has a larger mean
+  shift for its size, but its variance can be larger too, so it is not covered by a proof.
+* ``detectable_tv_worst_case`` — D* for every direction, from bounds that pair the smallest
+  mean shift with the largest variance (the smallest and largest head probabilities enter);
+  valid for every q under the normal approximation, and loose.
 
 Contents: :func:`identity_test` (:class:`IdentityTestResult`), :func:`identity_power`
 (:class:`IdentityPower`: what the test states for a law and n before sampling),
 :func:`instance_optimal_samples` (Valiant–Valiant's ‖p_{-max}^{-ε}‖_{2/3}/ε²),
-:func:`false_alarm_rate` and :func:`detection_rate` (simulated from multinomial counts).
+:func:`false_alarm_rate` and :func:`detection_rate` (simulated from multinomial counts),
+:func:`least_favourable` (the planted law at which ``detectable_tv`` is checked).
 """
 
 from __future__ import annotations
@@ -274,7 +284,7 @@ class IdentityPower:
         support: cells of positive probability.  head_cells: cells in the head statistic.
         tail_mass: p(S), the tail's exact mass (inside δ); tail_budget: the candidate of
             ``TAIL_MASSES`` (or the given tail_mass) that chose it.  tail_excess: t*, the tail mass excess
-            its binomial test detects with ``power`` (at α/2).
+            its binomial test detects with ``power`` (at α/2; the head at α/2 too, at α without a tail).
         head_l1: D*, the head ℓ1 deviation the head test detects with ``power`` (at α/2) in
             the least favourable direction; head_l1_worst_case: for every direction
             (``_head_detectable_l1``).
