@@ -31,7 +31,8 @@ Every rule of the registry (``reference.rules.registry``; or the ``--rules`` sub
 oracle.certify (batched samples with the verifier's own seeded randomness, a G-test of the
 joint outcome (τ, accepted prefix, emitted token), of the law of τ, of the emitted token given
 (τ, prefix), and the mean of τ against the exact E[τ], each at α/4; on the V = 4,096 rows a
-fifth, the coarsened G-test of oracle.coarsen, and each of the five at α/5) on the cases of
+fifth, the coarsened G-test of oracle.coarsen, a sixth, the identity test of oracle.identity,
+and each of the six at α/6) on the cases of
 gpu_backend/certify/suite.py.  Three kinds of row:
 
 * ``lossless`` — a rule registered as lossless (``reference.rules.registry``): fixed-draft cases against the

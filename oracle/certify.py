@@ -27,9 +27,14 @@ Each case is one family of four tests at α/4 each (Bonferroni), so a correct ba
 case with probability ≤ α; a fixed case whose exact law has more than ``COARSE_BINS`` (64)
 outcomes of positive probability (the V = 4,096 rows, not the toy cases) adds a fifth, the
 coarsened G-test of oracle.coarsen (outcomes sorted by τ then exact probability, in 64 bins of
-nearly equal exact mass), and its five tests run at α/5 each (``CaseResult.n_tests``).  Its δ
-(``CaseResult.detectable_tv_coarse``) is on the coarsened law: it does not see mass moved
-inside a bin, and the case's δ below stays the joint test's.  ``case_power`` gives both δ's
+nearly equal exact mass), and a sixth, the identity test of oracle.identity (a 2/3-power
+weighted χ² on the whole law with a bucketed tail), and its six tests run at α/6 each
+(``CaseResult.n_tests``).  The coarsened test's δ (``CaseResult.detectable_tv_coarse``) is on
+the coarsened law: it does not see mass moved inside a bin.  The identity test's δ
+(``CaseResult.detectable_tv_identity``) is on the whole law, at the least favourable direction
+(oracle.identity module doc), far below the joint test's where most outcomes are rare;
+``CaseResult.resolved`` lists each test's δ and the law it is on.  The case's δ below stays the
+joint test's.  ``case_power`` gives both δ's
 for a case and N before sampling.  Each result states N, α and δ, the smallest total-variation
 deviation of the joint outcome law detected with power 0.99.  The guarantee that holds: the
 joint G-test pools the outcomes of expected count < 5 (at V = 4,096 about 3 % of the mass at
@@ -59,6 +64,7 @@ from spectr_gbv.reference.validation import check_iteration_inputs
 
 from spectr_gbv.oracle.coarsen import COARSE_BINS, coarse_gtest, coarse_power
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+from spectr_gbv.oracle.identity import IdentityPower, identity_power, identity_test
 from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.stats import (GTestPower, conditional_gtests, counts_from_samples, gtest, gtest_power,
                                      law_of, mean_within_ci)
@@ -177,7 +183,8 @@ class FirstTokenCase:
 
 
 # The four tests of a FixedCase, each at α/4 (``_family``), in the order of ``tests_passed``.
-TEST_NAMES = ("joint outcome", "law of τ", "token given (τ, prefix)", "mean τ", "coarsened law")
+TEST_NAMES = ("joint outcome", "law of τ", "token given (τ, prefix)", "mean τ", "coarsened law",
+              "identity (whole law)")
 # A FirstTokenCase has one test, the G-test of the first emitted token's law at α.
 FIRST_TOKEN_TEST_NAMES = ("first-token law",)
 
@@ -195,11 +202,13 @@ class CaseResult:
     the outcomes, the measured distance of the sampled law from the exact one (biased upwards by
     sampling noise, about √(cells/N); informative when it is well above ``detectable_tv``).
     ``tests_passed``: the pass/fail decision of each test of the family as ``certify_case``
-    took it (``TEST_NAMES`` for a FixedCase, each at α/4, or α/5 with the coarsened test; ``FIRST_TOKEN_TEST_NAMES`` for a
+    took it (``TEST_NAMES`` for a FixedCase, each at α/4, or α/6 with the coarsened and identity tests; ``FIRST_TOKEN_TEST_NAMES`` for a
     FirstTokenCase, at α); ``passed`` is their conjunction and ``failed_tests`` names the failed ones.
-    ``n_tests``: the family's size, 4, or 5 with the coarsened test (module doc), whose p-value
-    ``pvalue_coarse``, δ on the coarsened law ``detectable_tv_coarse`` and number of bins
-    ``coarse_bins`` are NaN, NaN and 0 when it did not run.
+    ``n_tests``: the family's size, 4, or 6 with the coarsened and identity tests (module doc);
+    the coarsened test's p-value ``pvalue_coarse``, δ on the coarsened law
+    ``detectable_tv_coarse`` and number of bins ``coarse_bins`` are NaN, NaN and 0 when it did
+    not run; the identity test's p-value ``pvalue_identity``, δ on the whole law
+    ``detectable_tv_identity`` and tail mass ``identity_tail_mass`` are NaN when it did not run.
     """
 
     name: str
@@ -233,6 +242,22 @@ class CaseResult:
     detectable_tv_coarse: float = math.nan
     coarse_bins: int = 0
     tests_passed: tuple = ()
+    pvalue_identity: float = math.nan
+    detectable_tv_identity: float = math.nan
+    identity_tail_mass: float = math.nan
+
+    @property
+    def resolved(self) -> dict[str, tuple[float, str]]:
+        """Which test resolved what: test name → (δ at power 0.99, the law it is on).  The
+        joint G-test's δ is on the whole law (its pooled mass included); the coarsened test's on
+        the coarsened law (mass moved inside a bin is unseen); the identity test's on the whole
+        law (oracle.identity: least favourable direction, tail mass included)."""
+        out = {"joint outcome": (self.detectable_tv, "whole law")}
+        if self.coarse_bins:
+            out["coarsened law"] = (self.detectable_tv_coarse, f"coarsened law ({self.coarse_bins} bins)")
+        if not math.isnan(self.detectable_tv_identity):
+            out["identity (whole law)"] = (self.detectable_tv_identity, "whole law")
+        return out
 
     @property
     def test_names(self) -> tuple[str, ...]:
@@ -242,7 +267,7 @@ class CaseResult:
     @property
     def failed_tests(self) -> list[str]:
         """Names of the tests that failed (``TEST_NAMES``: joint outcome, law of τ, token given
-        (τ, prefix), mean τ, and the coarsened law on cases of five tests; a FirstTokenCase has the one first-token law test), from the
+        (τ, prefix), mean τ, and the coarsened law and the identity test on cases of six tests; a FirstTokenCase has the one first-token law test), from the
         decisions ``certify_case`` took (``tests_passed``): [] for a passing case."""
         return [name for name, ok in zip(self.test_names, self.tests_passed) if not ok]
 
@@ -253,7 +278,7 @@ class CaseResult:
         if len(self.tests_passed) == 1:
             return (self.pvalue_joint,)
         return (self.pvalue_joint, self.pvalue_tau, self.pvalue_conditional, self.pvalue_mean,
-                self.pvalue_coarse)[: self.n_tests]
+                self.pvalue_coarse, self.pvalue_identity)[: self.n_tests]
 
     @property
     def case_pvalue(self) -> float:
@@ -388,14 +413,32 @@ def _tau(outcome: Outcome) -> int:
 
 
 def family_size(law: dict) -> int:
-    """The number of tests of a fixed case with this exact law: 5 (the coarsened test added)
-    when more than ``COARSE_BINS`` outcomes have positive probability, else 4.  It depends on
-    the law only, so Bonferroni at α/family_size holds."""
-    return 5 if sum(1 for p in law.values() if p > 0.0) > COARSE_BINS else 4
+    """The number of tests of a fixed case with this exact law: 6 (the coarsened test and the
+    identity test of oracle.identity added) when more than ``COARSE_BINS`` outcomes have positive
+    probability, else 4.  It depends on the law only, so Bonferroni at α/family_size holds."""
+    return 6 if sum(1 for p in law.values() if p > 0.0) > COARSE_BINS else 4
+
+
+@dataclass(frozen=True)
+class _LargeLawTests:
+    """The tests a case of more than ``COARSE_BINS`` outcomes adds: the coarsened G-test
+    (oracle.coarsen) and the identity test on the whole law (oracle.identity)."""
+
+    coarse: object
+    identity: object
+
+    @property
+    def passed(self) -> bool:
+        return self.coarse.passed and self.identity.passed
+
+    @property
+    def decisions(self) -> tuple[bool, bool]:
+        return (self.coarse.passed, self.identity.passed)
 
 
 def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, exact_var: float):
-    """(joint, law of τ, conditional, mean, coarsened or None, n_tests), each at α/n_tests."""
+    """(joint, law of τ, conditional, mean, the large-law tests or None, n_tests), each at
+    α/n_tests."""
     n_tests = family_size(law)
     a = alpha / n_tests
     exact_var = max(exact_var, MEAN_VARIANCE_FLOOR)
@@ -404,7 +447,8 @@ def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, 
     tau_law = gtest(counts_from_samples(o[0] for o in samples), law_of(law, _tau), a)
     cond = conditional_gtests(samples, law, lambda o: (o[0], o[1]), a)
     mean = mean_within_ci([o[0] for o in samples], exact_mean, a, exact_variance=exact_var)
-    coarse = coarse_gtest(counts, law, a, group=_tau) if n_tests == 5 else None
+    coarse = (_LargeLawTests(coarse_gtest(counts, law, a, group=_tau), identity_test(counts, law, a))
+              if n_tests == 6 else None)
     return joint, tau_law, cond, mean, coarse, n_tests
 
 
@@ -412,16 +456,19 @@ def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, 
 class CasePower:
     """What a fixed case states at N before sampling (``case_power``).
 
-    Attributes: n_tests (4 or 5), alpha_per_test, joint (``oracle.stats.GTestPower`` of the
+    Attributes: n_tests (4 or 6), alpha_per_test, joint (``oracle.stats.GTestPower`` of the
     joint G-test: cells, pooled mass; ``joint.detectable_tv_law`` is ``CaseResult.detectable_tv``
     with no count on the rare cells), coarse (the coarsened test's, None with 4 tests;
-    ``coarse.detectable_tv_law`` is ``CaseResult.detectable_tv_coarse``).
+    ``coarse.detectable_tv_law`` is ``CaseResult.detectable_tv_coarse``), identity
+    (``oracle.identity.IdentityPower``, None with 4 tests; its ``detectable_tv`` is
+    ``CaseResult.detectable_tv_identity``).
     """
 
     n_tests: int
     alpha_per_test: float
     joint: GTestPower
     coarse: GTestPower | None
+    identity: IdentityPower | None = None
 
     @property
     def detectable_tv(self) -> float:
@@ -442,8 +489,9 @@ def case_power(case: FixedCase, n_samples: int, alpha: float = 1e-6) -> CasePowe
                             case.target_probs)
     n_tests = family_size(law)
     a = alpha / n_tests
-    coarse = coarse_power(law, n_samples, a, group=_tau) if n_tests == 5 else None
-    return CasePower(n_tests, a, gtest_power(law, n_samples, a), coarse)
+    coarse = coarse_power(law, n_samples, a, group=_tau) if n_tests == 6 else None
+    identity = identity_power(law, n_samples, a) if n_tests == 6 else None
+    return CasePower(n_tests, a, gtest_power(law, n_samples, a), coarse, identity)
 
 
 def chunk_seeds(seed: int, chunk_index: int, B: int, case: int = 0) -> np.ndarray:
@@ -535,7 +583,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
             detectable_tv_pooled=joint.detectable_tv, worst_cells=worst_cells(samples, law),
             empirical_tv=empirical_tv(samples, law), **_coarse_fields(coarse, n_tests),
             tests_passed=(joint.passed, tau_law.passed, cond.passed, mean.passed)
-            + (() if coarse is None else (coarse.passed,)))
+            + (() if coarse is None else coarse.decisions))
 
     if isinstance(case, FirstTokenCase):
         kind = "fresh drafts, first token vs target"
@@ -565,12 +613,15 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
     raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
 
 
-def _coarse_fields(coarse, n_tests: int) -> dict:
-    """CaseResult's n_tests and coarsened-test fields."""
-    if coarse is None:
+def _coarse_fields(large, n_tests: int) -> dict:
+    """CaseResult's n_tests, coarsened-test and identity-test fields (``_LargeLawTests``)."""
+    if large is None:
         return {"n_tests": n_tests}
+    coarse, ident = large.coarse, large.identity
     return {"n_tests": n_tests, "pvalue_coarse": coarse.pvalue,
-            "detectable_tv_coarse": coarse.detectable_tv, "coarse_bins": coarse.bins.n_bins}
+            "detectable_tv_coarse": coarse.detectable_tv, "coarse_bins": coarse.bins.n_bins,
+            "pvalue_identity": ident.pvalue, "detectable_tv_identity": ident.detectable_tv,
+            "identity_tail_mass": ident.tail_mass}
 
 
 def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA,

@@ -59,15 +59,17 @@ def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, see
 
 def _case_detail(r) -> str:
     """The lines of one failing case: p-values, δ, empirical TV, mean τ, worst cells."""
-    five = r.n_tests == 5  # the coarsened test added (oracle.certify module doc)
+    large = r.n_tests == 6  # the coarsened and identity tests added (oracle.certify module doc)
     lines = [
         f"case {r.name!r}: {r.verdict} (N = {r.n}, α = {r.alpha:g}; each of the "
-        f"{'five tests at α/5' if five else 'four tests at α/4'})",
+        f"{'six tests at α/6' if large else 'four tests at α/4'})",
         f"  p-values: joint {r.pvalue_joint:.3g}, law of τ {r.pvalue_tau:.3g}, "
         f"emitted token given (τ, prefix) {r.pvalue_conditional:.3g}, mean τ {r.pvalue_mean:.3g}"
-        + (f", coarsened ({r.coarse_bins} bins) {r.pvalue_coarse:.3g}" if five else ""),
+        + (f", coarsened ({r.coarse_bins} bins) {r.pvalue_coarse:.3g}, identity {r.pvalue_identity:.3g}"
+           if large else ""),
         f"  detectable TV δ = {r.detectable_tv:.4f} (power 0.99); empirical TV = {r.empirical_tv:.4f}"
-        + (f"; coarsened law δ = {r.detectable_tv_coarse:.4f}" if five else ""),
+        + (f"; coarsened law δ = {r.detectable_tv_coarse:.4f}; identity test δ = "
+           f"{r.detectable_tv_identity:.4f} on the whole law" if large else ""),
     ]
     if not math.isnan(r.exact_mean_tau):
         lines.append(f"  mean τ = {r.mean_tau:.4f}, CI [{r.mean_ci[0]:.4f}, {r.mean_ci[1]:.4f}], "
@@ -151,7 +153,7 @@ def assert_acceptance(verifier, expected: str = "bv", *, K: int | None = None, L
                       seed: int = 0, chunk: int = 4096):
     """Assert that ``verifier`` accepts as many draft tokens as the registered rule ``expected``:
     in every case, the exact E[τ] of ``expected`` given the drafts lies in the confidence
-    interval of the verifier's mean τ (the two-sided mean test of the certification at α/4, α/5
+    interval of the verifier's mean τ (the two-sided mean test of the certification at α/4, α/6
     on cases of more than 64 outcomes; the law of the outcomes is not checked, so a verifier of
     another rule with the same acceptance passes).
 

@@ -82,6 +82,7 @@ class Row:
     pooled_mass: float = math.nan
     n_tests: int = 0
     detectable_delta_coarse: float = math.nan
+    detectable_delta_identity: float = math.nan
     effect_tv: float = math.nan
     power: float = math.nan
     power_test: str = ""
@@ -118,6 +119,7 @@ class Row:
             "alpha": self.alpha, "detectable_delta": num(self.detectable_delta),
             "detectable_delta_pooled": num(self.detectable_delta_pooled), "pooled_mass": num(self.pooled_mass),
             "n_tests": self.n_tests, "detectable_delta_coarse": num(self.detectable_delta_coarse),
+            "detectable_delta_identity": num(self.detectable_delta_identity),
             "statistic": self.statistic, "pvalue": num(self.pvalue),
             "pvalues": {k: num(v) for k, v in self.pvalues.items()},
             "mean_tau": num(self.mean_tau), "exact_mean_tau": num(self.exact_mean_tau),
@@ -212,9 +214,9 @@ def plan(rules: list[str], quick: bool) -> list[Entry]:
 
 # -- running -----------------------------------------------------------------------------------
 
-TEST_NAMES = ("joint", "tau", "conditional", "mean", "coarse")
+TEST_NAMES = ("joint", "tau", "conditional", "mean", "coarse", "identity")
 STATISTIC = {"joint": "G joint", "tau": "G law of τ", "conditional": "G token | τ, prefix",
-             "mean": "z mean τ", "coarse": "G coarsened"}
+             "mean": "z mean τ", "coarse": "G coarsened", "identity": "z identity"}
 
 
 def _row(entry: Entry, case, result) -> Row:
@@ -224,10 +226,10 @@ def _row(entry: Entry, case, result) -> Row:
         pvals = {"first_token": result.pvalue_joint}
         statistic, pvalue, n_tests = "G first token", result.pvalue_joint, 1
     else:
-        n_tests = result.n_tests  # 4, or 5 with the coarsened test (oracle.certify)
+        n_tests = result.n_tests  # 4, or 6 with the coarsened and identity tests (oracle.certify)
         pvals = dict(zip(TEST_NAMES[:n_tests], (result.pvalue_joint, result.pvalue_tau,
                                                 result.pvalue_conditional, result.pvalue_mean,
-                                                result.pvalue_coarse)))
+                                                result.pvalue_coarse, result.pvalue_identity)))
         worst = min(pvals, key=pvals.get)
         statistic, pvalue = STATISTIC[worst], min(1.0, n_tests * pvals[worst])
     return Row(entry.kind, result.rule, entry.reference, result.name, result.dtype, result.V,
@@ -236,7 +238,8 @@ def _row(entry: Entry, case, result) -> Row:
                result.zero_cell_violations, result.expect_pass, result.passed, result.seconds,
                entry.description, detectable_delta_pooled=result.detectable_tv_pooled,
                pooled_mass=result.pooled_mass, n_tests=n_tests,
-               detectable_delta_coarse=result.detectable_tv_coarse)
+               detectable_delta_coarse=result.detectable_tv_coarse,
+               detectable_delta_identity=result.detectable_tv_identity)
 
 
 def _error_row(entry: Entry, name: str, n: int, alpha: float, seconds: float, err: Exception) -> Row:
@@ -395,12 +398,14 @@ def markdown(cert: Certification, command: str) -> str:
         "outcome (τ, accepted prefix, emitted token), of the law of τ, of the token given (τ, prefix), "
         "and the mean of τ against the exact E[τ], each at α/4 (the interval of mean τ has confidence "
         "1 − α/4); on the V = 4,096 rows (laws of more than 64 outcomes) a fifth test, of the outcomes "
-        "coarsened into 64 bins of nearly equal exact mass (sorted by τ, then exact probability), and "
-        "all five at α/5; law-level cases compare the first "
+        "coarsened into 64 bins of nearly equal exact mass (sorted by τ, then exact probability), a sixth, "
+        "the identity test of oracle.identity on the whole law, and all six at α/6; law-level cases "
+        "compare the first "
         "emitted token with the target's law.  *detectable δ*: the smallest total-variation deviation "
         "of the whole outcome law detected with power 0.99 (the G-test's bound on its cells, outcomes "
         "of expected count < 5 pooled, plus the pooled mass, which the test cannot see inside; the "
-        "coarsened test's δ, on the coarsened law, is in the JSON).  *p-value*: the number of tests × "
+        "coarsened test's δ, on the coarsened law, and the identity test's, on the whole law, are in "
+        "the JSON).  *p-value*: the number of tests × "
         "the smallest p-value of the case (Bonferroni; the "
         "first-token test's own p-value), named by *statistic*.  *lossless* rows must pass; "
         "*conformance* rows (rules the reference does not list as lossless) must match their own "

@@ -119,5 +119,8 @@ def test_case_pvalue_is_bonferroni_over_the_family():
     assert four.pvalues == (0.3, 0.02, 0.5, 0.9) and math.isclose(four.case_pvalue, 0.08, rel_tol=1e-12)
     five = CaseResult(**base, n_tests=5, pvalue_coarse=0.001, tests_passed=(True,) * 5)
     assert five.pvalues[-1] == 0.001 and math.isclose(five.case_pvalue, 0.005, rel_tol=1e-12)
+    six = CaseResult(**base, n_tests=6, pvalue_coarse=0.001, pvalue_identity=1e-4, tests_passed=(True,) * 6)
+    assert six.pvalues[-2:] == (0.001, 1e-4) and math.isclose(six.case_pvalue, 6e-4, rel_tol=1e-12)
+    assert six.test_names[-1] == "identity (whole law)"
     first = CaseResult(**{**base, "pvalue_joint": 0.7}, tests_passed=(True,))
     assert first.pvalues == (0.7,) and first.case_pvalue == 0.7

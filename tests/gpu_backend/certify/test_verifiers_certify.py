@@ -16,8 +16,8 @@ Every registry rule on
     Algorithm 2 record — with exact probability ≥ 0.02), float32;
   * the law-level planted case of oracle.certify_cases: the released SpecTr-GBV must be caught
     against the target's first-token law (docs/rules.md §2.5), K-SEQ-GBV must pass it.
-N = 2·10^5 samples per case at α = 1e-6 (Bonferroni over the case's four tests, five at V = 4,096
-with the coarsened test of oracle/coarsen.py); the smallest
+N = 2·10^5 samples per case at α = 1e-6 (Bonferroni over the case's four tests, six at V = 4,096
+with the coarsened test of oracle/coarsen.py and the identity test of oracle/identity.py); the smallest
 total-variation deviation detected with power 0.99 is printed per case.  Inputs are one case
 expanded over the batch (zero-stride views), 4,096-row chunks (512 at V = 4,096).
 
@@ -106,7 +106,9 @@ def test_certify_random_rows_V4096(rule, dtype):
     assert r.detectable_tv_pooled < 0.03 and r.zero_cell_violations == 0
     assert r.detectable_tv == r.detectable_tv_pooled + r.pooled_mass and r.detectable_tv < 0.075
     # the coarsened test (64 bins of nearly equal exact mass): δ 0.0127 on the coarsened law
-    assert r.n_tests == 5 and r.pvalue_coarse >= ALPHA / 5 and r.detectable_tv_coarse < 0.013
+    assert r.n_tests == 6 and r.pvalue_coarse >= ALPHA / 6 and r.detectable_tv_coarse < 0.013
+    # the identity test (oracle.identity): δ on the whole law, below the joint test's
+    assert r.pvalue_identity >= ALPHA / 6 and r.detectable_tv_identity < r.detectable_tv
 
 
 def test_certify_law_level_planted_case():
