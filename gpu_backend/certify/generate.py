@@ -191,3 +191,27 @@ def text_table(certs: Sequence[GenerateCertificate]) -> str:
     cells = [HEADER] + [row_cells(c) for c in certs]
     widths = [max(len(c[i]) for c in cells) for i in range(len(HEADER))]
     return "\n".join("  ".join(c[i].ljust(widths[i]) for i in range(len(HEADER))).rstrip() for c in cells)
+
+
+POWER_NOTE = (
+    "Tests: randomized PIT of every token under the reference's law given its sampled prefix "
+    "(Rosenblatt 1952; Brockwell 2007; Czado, Gneiting & Held 2009), in token-id and in probability "
+    "order; KS against Uniform(0,1) with the exact kstwo law and threshold moved by eta (float "
+    "rounding), pooled and per position; the first token G-tested (one prompt); Bonferroni within "
+    "each mode (alpha/2 pooled + first token, alpha/2 positions).  d (0.99): the pooled test catches "
+    "with power >= 0.99 any defect whose PIT CDF is off by d at its median (e.g. mass d moved "
+    "monotonically in one order: per-token TV d); a smaller or finely interleaved deviation may "
+    "pass.  spec: the engine's own speculation counters per sample.")
+
+
+def to_json(cert: GenerateCertificate) -> dict:
+    """A certificate as a JSON-ready dict (every row of its test)."""
+    t = cert.test
+    return {"name": cert.name, "verdict": cert.verdict, "n_samples": cert.n_samples, "n_new": cert.n_new,
+            "alpha": t.alpha, "tolerance": t.tolerance, "n_tokens": t.n_tokens, "early_stops": t.early_stops,
+            "impossible": t.impossible, "detectable": t.detectable, "samples_per_second": cert.samples_per_second,
+            "engine_seconds": cert.engine_seconds, "reference_seconds": cert.reference_seconds,
+            "spec_stats": cert.spec_stats,
+            "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
+                      "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
+                      "passed": r.passed} for r in t.rows]}

@@ -4,8 +4,9 @@ they carry one known defect a certificate must catch; and the lossless controls 
 llama-cpp-python (``llama_class(defect)``: a subclass of ``llama_cpp.Llama``):
 - "draft-kept": the draft's token is emitted whenever a draft exists at that position, even
   where the sampler drew another token (acceptance without the equality check);
-- "cache-off-by-one": ``kv_cache_seq_rm`` cuts one position too late (the rejected draft's cell
-  stays in the cache at the position the next token is written to);
+- "cache-off-by-one": after a rejection ``kv_cache_seq_rm`` cuts one position too late and the
+  position counter follows (the rejected draft's cell stays in the context, the next token is
+  written after it; a cut whose positions then collide is refused by llama.cpp itself);
 - "logits-position": the token at position i is sampled from the logits row of position i + 1
   when the batch has one (an off-by-one read of the ``logits_all`` rows);
 and by configuration (no wrapper needed): "temperature-1.1" (the engine samples at 1.1·T, the
@@ -56,14 +57,30 @@ def llama_class(defect: str):
         return LogitsPosition
 
     class CacheOffByOne(Llama):
+        """After a rejection the cache is cut one position late: the rejected draft's cell
+        stays and the next token is written after it (the context keeps a token the output
+        does not have).  Calls at or below the prompt (prefix reuse) are left alone."""
+
         def __init__(self, *a, **k):
             super().__init__(*a, **k)
-            ctx = self._ctx
-            inner = ctx.kv_cache_seq_rm
+            self._floor, self._end = 0, 0
+            inner = self._ctx.kv_cache_seq_rm
 
             def off_by_one(seq_id, p0, p1):
-                return inner(seq_id, p0 + 1 if p0 > 0 else p0, p1)
-            ctx.kv_cache_seq_rm = off_by_one
+                if self._floor < p0 < self._end:
+                    ok = inner(seq_id, p0 + 1, p1)
+                    self.n_tokens = self._end = p0 + 1
+                    return ok
+                return inner(seq_id, p0, p1)
+            self._ctx.kv_cache_seq_rm = off_by_one
+
+        def generate(self, tokens, *a, **k):
+            self._floor = len(tokens)
+            yield from super().generate(tokens, *a, **k)
+
+        def eval(self, tokens):
+            super().eval(tokens)
+            self._end = self.n_tokens
     return CacheOffByOne
 
 
@@ -98,15 +115,12 @@ def transformers_hook(defect: str, model):
 
         original = gen_utils._speculative_sampling
 
-        def accept_all(candidate_input_ids, candidate_logits, candidate_length, new_logits,
-                       is_done_candidate, *a, **k):
-            new_candidate_input_ids = candidate_input_ids[:, -candidate_length:]
-            probs = new_logits[:, -1:].softmax(dim=-1)
-            bonus = torch.multinomial(probs[0, 0], num_samples=1)[None, :]
-            tokens = torch.cat((new_candidate_input_ids, bonus), dim=-1)
-            if is_done_candidate:
-                tokens = new_candidate_input_ids
-            return tokens, candidate_length
+        def accept_all(candidate_input_ids, candidate_logits, candidate_length, new_logits, *a, **k):
+            """Every candidate kept; the bonus token from the target's row after them."""
+            kept = candidate_input_ids[:, -candidate_length:]
+            probs = new_logits[0, candidate_length].softmax(dim=-1)
+            bonus = torch.multinomial(probs, num_samples=1)[None, :]
+            return torch.cat((kept, bonus), dim=-1), torch.tensor(candidate_length)
         gen_utils._speculative_sampling = accept_all
         try:
             yield

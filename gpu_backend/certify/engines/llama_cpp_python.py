@@ -29,12 +29,14 @@ def load_llama(path, draft=None, logits_all: bool = False, n_ctx: int = 512, thr
         path: GGUF file.
         draft: a ``LlamaDraftModel`` (e.g. ``LlamaPromptLookupDecoding``) or None.
         logits_all: keep every position's logits (reference use).
+        threads: CPU threads (default 1: llama.cpp's threads spin while they wait, which on a
+            shared machine costs more than a second thread gains).
         cls: a subclass of ``Llama`` (negative controls), default ``Llama``.
     """
     from llama_cpp import Llama
 
     cls = cls or Llama
-    return cls(model_path=str(path), n_ctx=n_ctx, n_threads=threads or min(2, os.cpu_count() or 1),
+    return cls(model_path=str(path), n_ctx=n_ctx, n_threads=threads or 1, n_threads_batch=threads or 1,
                logits_all=logits_all, draft_model=draft, verbose=False, seed=0)
 
 

@@ -79,11 +79,13 @@ class Models:
         return self._get("lcpp-pair", lambda: load_llamacpp_pair("tiny", "tiny", threads=2, n_ctx=512))
 
     def prompt_ids(self) -> list[int]:
-        """``DEFAULT_PROMPT``'s ids (transformers' tokenizer of the GGUF file, no special tokens)."""
-        from spectr_gbv.gpu_backend.llamacpp.pair import load_tokenizer
+        """``DEFAULT_PROMPT``'s ids by llama.cpp's tokenizer of the GGUF file (no BOS; the
+        transformers copy of the embedded model is converted from the same file, same ids;
+        transformers' own reading of a GGUF tokenizer takes minutes)."""
+        from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import load_llama
 
-        tok = self._get("tokenizer", lambda: load_tokenizer(self.gguf()))
-        return list(tok(DEFAULT_PROMPT, add_special_tokens=False)["input_ids"])
+        llama = self._get("tokenizer", lambda: load_llama(self.gguf(), n_ctx=64))
+        return [int(t) for t in llama.tokenize(DEFAULT_PROMPT.encode(), add_bos=False)]
 
 
 # -- builders ---------------------------------------------------------------------------------
