@@ -83,3 +83,16 @@ def test_bad_inputs():
         parse_token_ids({"choices": [{"text": "hi"}]})
     assert parse_token_ids({"choices": [{"text": "hi"}]}, lambda s: [7, 8]) == [7, 8]
     np.testing.assert_allclose(softmax64(np.array([[0.0, np.log(3.0)]]), 1.0), [[0.25, 0.75]], atol=1e-15)
+
+
+def test_cli_engine_name_errors(capsys):
+    pytest.importorskip("torch")
+    from spectr_gbv.cli import main as cli_main
+
+    assert cli_main.main(["certify", "--engine", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown engine 'vllm'" in err and "not certified by this command" in err
+    assert cli_main.main(["certify", "--engine", "transformers", "--rules", "sd"]) == 2
+    assert "--rules is not available with --engine transformers" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--modes", "x"]) == 2
+    assert "--modes needs --engine NAME" in capsys.readouterr().err
