@@ -7,8 +7,9 @@ llama-cpp-python (``llama_class(defect)``: a subclass of ``llama_cpp.Llama``):
 - "cache-off-by-one": after a rejection ``kv_cache_seq_rm`` cuts one position too late and the
   position counter follows (the rejected draft's cell stays in the context, the next token is
   written after it; a cut whose positions then collide is refused by llama.cpp itself);
-- "logits-position": the token at position i is sampled from the logits row of position i + 1
-  when the batch has one (an off-by-one read of the ``logits_all`` rows);
+- "logits-position": the token after position i is sampled from the logits row of position i − 1
+  when the last batch has it (an off-by-one read of the ``logits_all`` rows; reading row i + 1
+  instead made llama.cpp abort the process, ``GGML_ASSERT(logits != nullptr)``, on some batches);
 and by configuration (no wrapper needed): "temperature-1.1" (the engine samples at 1.1·T, the
 reference at T), "penalty" (repeat_penalty = 1.3 applied on the engine side only).
 
@@ -50,9 +51,16 @@ def llama_class(defect: str):
 
     if defect == "logits-position":
         class LogitsPosition(Llama):
+            """The token after position idx is sampled from row idx − 1 whenever that row is in
+            the last evaluated batch (a verification batch of token + drafts)."""
+
+            def eval(self, tokens):
+                self._batch_start = self.n_tokens
+                super().eval(tokens)
+
             def sample(self, *args, idx=None, **kw):
-                if idx is not None and idx + 1 < self.n_tokens:
-                    idx = idx + 1
+                if idx is not None and idx - 1 >= getattr(self, "_batch_start", self.n_tokens):
+                    idx = idx - 1
                 return super().sample(*args, idx=idx, **kw)
         return LogitsPosition
 

@@ -195,7 +195,7 @@ def modes(engine: str) -> list[Mode]:
                  lambda m: _lcpp(m, defect="draft-kept")),
             Mode("llama-cpp-python cache cut one position late", "llama-cpp-python", N, "FAIL",
                  lambda m: _lcpp(m, defect="cache-off-by-one")),
-            Mode("llama-cpp-python logits one row late", "llama-cpp-python", N, "FAIL",
+            Mode("llama-cpp-python logits one row early", "llama-cpp-python", N, "FAIL",
                  lambda m: _lcpp(m, defect="logits-position")),
             Mode("llama-cpp-python at T x 1.1", "llama-cpp-python", N, "FAIL", lambda m: _lcpp(m, T=1.1 * m.T)),
             Mode("llama-cpp-python repeat_penalty 1.3", "llama-cpp-python", N, "FAIL",

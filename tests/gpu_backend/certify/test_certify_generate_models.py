@@ -34,3 +34,29 @@ def _run(engine, names, n, n_new=16):
     res = gm.run_modes(engine, n, n_new, alpha=1e-3, names=names)
     assert len(res) == len(names)
     return {r.mode.name: r for r in res}
+
+
+@pytest.mark.slow
+def test_llama_cpp_python_lossless_pass_and_defects_caught():
+    """N = 20 samples of 8 tokens per mode (160 PITs: pooled d ≈ 0.17 at power 0.99, α/6 each);
+    ~2 minutes per mode on this 2-core machine shared with other jobs (~0.5 s per sample alone).
+    The draft-kept, logits-one-row-late and cache-one-late defects move far more than d."""
+    pytest.importorskip("llama_cpp")
+    names = ["prompt lookup", "no speculation", "draft kept", "logits one row early", "cache cut"]
+    res = _run("llama-cpp-python", names, 20, 8)
+    for r in res.values():
+        assert r.error == "", r.error
+        assert r.as_expected, (r.mode.name, r.cert.worst())
+    assert res["llama-cpp-python prompt lookup"].cert.spec_stats["drafted/sample"] > 0
+
+
+@pytest.mark.slow
+def test_transformers_assisted_pass_and_late_logits_caught():
+    """N = 12 samples of 8 tokens (96 PITs): the assistant_model mode passes, the logits read
+    one row late in prompt lookup is caught (its first verified token is drawn from the law
+    after the next candidate)."""
+    names = ["assistant_model", "one row late"]
+    res = _run("transformers", names, 12, 8)
+    for r in res.values():
+        assert r.error == "", r.error
+        assert r.as_expected, (r.mode.name, r.cert.worst())
