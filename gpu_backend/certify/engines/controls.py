@@ -4,12 +4,16 @@ they carry one known defect a certificate must catch; and the lossless controls 
 llama-cpp-python (``llama_class(defect)``: a subclass of ``llama_cpp.Llama``):
 - "draft-kept": the draft's token is emitted whenever a draft exists at that position, even
   where the sampler drew another token (acceptance without the equality check);
-- "cache-off-by-one": after a rejection ``kv_cache_seq_rm`` cuts one position too late and the
+- "cache-off-by-one" (not in ``modes``: it aborts the process, see below): after a rejection ``kv_cache_seq_rm`` cuts one position too late and the
   position counter follows (the rejected draft's cell stays in the context, the next token is
   written after it; a cut whose positions then collide is refused by llama.cpp itself);
 - "logits-position": the token after position i is sampled from the logits row of position i − 1
   when the last batch has it (an off-by-one read of the ``logits_all`` rows; reading row i + 1
-  instead made llama.cpp abort the process, ``GGML_ASSERT(logits != nullptr)``, on some batches);
+  instead, and row i − 1 as here, made llama.cpp abort the process, ``GGML_ASSERT(logits !=
+  nullptr)`` in llama-sampler.cpp; not in ``modes``).  Both this and "cache-off-by-one" abort:
+  ``Llama.generate`` keeps its sample index in a local variable, so a wrapper that moves the
+  position counter or the row read makes it ask for a row outside the last batch.  They are kept
+  as the starting point of a working control, not run;
 and by configuration (no wrapper needed): "temperature-1.1" (the engine samples at 1.1·T, the
 reference at T), "penalty" (repeat_penalty = 1.3 applied on the engine side only).
 
