@@ -95,8 +95,8 @@ from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, FUL
 # so that --help imports nothing heavy; tests/gpu_backend/certify/test_certify_generate_models.py
 # checks they agree)
 GENERATE_ENGINES = ("transformers", "llama-cpp-python", "ours", "ours-llama.cpp")
-GENERATE_SAMPLES = 200
-GENERATE_QUICK_SAMPLES = 60
+GENERATE_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "ours": 40, "ours-llama.cpp": 100}
+GENERATE_QUICK_SAMPLES = 20
 
 # gpu_backend.certify.engine's defaults, repeated here so that --help imports no torch
 # (tests/gpu_backend/certify/test_engine_certify.py checks they agree)
@@ -402,7 +402,7 @@ def run_generate(args: argparse.Namespace) -> int:
 
     if getattr(args, "alpha", None) is None:
         check_generate(args)
-    n = args.samples or (GENERATE_QUICK_SAMPLES if args.quick else GENERATE_SAMPLES)
+    n = args.samples or (GENERATE_QUICK_SAMPLES if args.quick else GENERATE_SAMPLES[args.engine])
     tokens = args.max_new_tokens or gm.DEFAULT_NEW_TOKENS
     names = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else None
     print(f"certify --engine {args.engine}: the embedded tiny SmolLM2-135M-Instruct, T = "
