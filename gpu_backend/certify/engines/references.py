@@ -67,6 +67,9 @@ class LlamaCppReference:
     """``laws(prompt_ids, tokens)`` from a ``llama_cpp.Llama`` built with ``logits_all=True``
     (speculation off): its cache is reset and the whole sequence evaluated in one call.
 
+    Raises:
+        ValueError: a ``Llama`` without ``logits_all``.
+
     Args:
         llama: ``llama_cpp.Llama`` (logits_all=True).
         temperature: T > 0; top_k, top_p as in ``TransformersReference`` (llama.cpp keeps ties
@@ -74,8 +77,8 @@ class LlamaCppReference:
     """
 
     def __init__(self, llama, temperature: float, top_k: int | None = None, top_p: float | None = None):
-        if not getattr(llama, "_logits_all", getattr(llama.context_params, "logits_all", False)):
-            pass  # checked on use: scores rows must exist for every position
+        if not getattr(llama, "_logits_all", False):
+            raise ValueError("llama: the reference needs a Llama built with logits_all=True")
         self.llama, self.temperature, self.top_k, self.top_p = llama, float(temperature), top_k, top_p
 
     def logits(self, prompt_ids, tokens) -> np.ndarray:
