@@ -4,6 +4,8 @@
                        [--samples N] [--alpha A] [--seed S] [--device D] [--threads T]
     spectr-gbv certify --third-party vllm [--samples N] [--alpha A] [--seed S] [--workers W]
                        [--json FILE] [--markdown FILE]
+    spectr-gbv certify --engine transformers|llama-cpp-python|ours|ours-llama.cpp [--modes M,…]
+                       [--quick] [--samples N] [--alpha A] [--max-new-tokens M] [--seed S] [--json FILE]
     spectr-gbv certify --engine [--rules R,…] [--quick] [--samples N] [--alpha A]
                        [--max-new-tokens M] [--target T] [--draft D] [--draft-temperature TD]
                        [--seed S] [--device D] [--threads T] [--json FILE]
@@ -18,6 +20,15 @@ target at T = 1, itself at T = 1.5 as draft; ``--target/--draft`` take another p
 ``--draft-temperature``).  Rules: every lossless registered rule but mdbv (``--quick``: the
 engine's default rule, sd and gbv, N = 60, and the planted rules of those bases); α = 1e-3
 per row unless ``--alpha``.  Measured times and the choice of N: benchmarks/CERTIFY.md.
+
+``--engine NAME`` certifies what an engine's own ``generate`` emits with speculation on, from
+outside (gpu_backend/certify/generate.py): N samples from one prompt on the embedded tiny
+SmolLM2, each token's randomized PIT under the target's law given its sampled prefix (computed by
+a reference copy: transformers on the same weights, or the engine without speculation), tested
+for uniformity per position and pooled, in token-id and probability order; the engine's
+lossless control (speculation off) must pass and its negative controls (wrapped engines with one
+defect each) must fail.  Table and measurements: docs/engines.md.  vLLM's engine is not run by
+this command.
 
 ``--third-party vllm`` certifies vLLM's own rejection samplers instead (Model Runner V2
 standard, block verification and synthetic; the v1 RejectionSampler; with draft logits and with
@@ -81,6 +92,13 @@ from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, FUL
                                                       device_unusable, markdown, parse_rules, summary,
                                                       text_table)
 
+# the engines of ``certify --engine NAME`` (gpu_backend.certify.engines.modes.ENGINES, repeated
+# so that --help imports nothing heavy; tests/gpu_backend/certify/test_certify_generate_models.py
+# checks they agree)
+GENERATE_ENGINES = ("transformers", "llama-cpp-python", "ours", "ours-llama.cpp")
+GENERATE_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "ours": 40, "ours-llama.cpp": 100}
+GENERATE_QUICK_SAMPLES = 20
+
 # gpu_backend.certify.engine's defaults, repeated here so that --help imports no torch
 # (tests/gpu_backend/certify/test_engine_certify.py checks they agree)
 ENGINE_ALPHA = 1e-3
@@ -125,10 +143,15 @@ def register(subparsers) -> None:
                    "toy, prefix, large, zeros, disjoint, equal)")
     p.add_argument("--workers", type=positive_int, default=2,
                    help="--third-party: processes running cases (default 2)")
-    p.add_argument("--engine", action="store_true",
+    p.add_argument("--engine", nargs="?", const=True, default=False, metavar="NAME",
                    help="certify the speculative-decoding engine end to end on a real model "
                    "instead of the verifiers (first-token law and acceptance lengths; slow: "
-                   "about 3 s per 16-token generation on 1 CPU thread; --quick ~13 minutes)")
+                   "about 3 s per 16-token generation on 1 CPU thread; --quick ~13 minutes).  "
+                   f"With NAME ({', '.join(GENERATE_ENGINES)}): certify what that engine's own "
+                   "generate emits with speculation on, black box (gpu_backend/certify/generate.py), "
+                   "its lossless control and its negative controls; vLLM's engine is not run here")
+    p.add_argument("--modes", default=None,
+                   help="--engine NAME: comma-separated substrings of the mode names to run (default all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help=f"--engine: tokens per generation (default {ENGINE_MAX_NEW_TOKENS})")
     p.add_argument("--backend", choices=("torch", "llama.cpp"), default=None,
@@ -156,6 +179,10 @@ def check(args: argparse.Namespace) -> None:
     from spectr_gbv.reference.rules import registry
 
     engine = getattr(args, "engine", False)
+    if isinstance(engine, str):
+        return check_generate(args)
+    if getattr(args, "modes", None):
+        raise UsageError("--modes needs --engine NAME")
     if getattr(args, "third_party", None):
         if engine or args.rules or args.quick:
             raise UsageError("--third-party takes neither --engine, --rules nor --quick")
@@ -229,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "third_party", None):
         return run_third_party(args)
+    if isinstance(getattr(args, "engine", False), str):
+        return run_generate(args)
     if getattr(args, "rule_list", None) is None or args.alpha is None:  # check() not run
         check(args)
     rules, device = args.rule_list, args.torch_device
@@ -342,6 +371,67 @@ def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
     print(ec.summary(cert), file=out)
     write_json(args.json_file, {"setup": setup, "rows": [r.to_json() for r in cert.rows]})
     return 0 if cert.ok else 1
+
+
+def check_generate(args: argparse.Namespace) -> None:
+    """``--engine NAME``: the engine name and the flags it takes."""
+    from spectr_gbv.cli.args import UsageError
+
+    if args.engine not in GENERATE_ENGINES:
+        why = " (vLLM's engine is not certified by this command yet)" if "vllm" in args.engine.lower() else ""
+        raise UsageError(f"--engine: unknown engine {args.engine!r}{why}; known: {', '.join(GENERATE_ENGINES)} "
+                         "(or --engine alone: our engine's white-box certificate)")
+    given = [flag for flag, value in (("--rules", args.rules), ("--third-party", args.third_party),
+                                      ("--target", args.target), ("--draft", args.draft),
+                                      ("--backend", args.backend), ("--markdown", args.markdown),
+                                      ("--draft-temperature", args.draft_temperature),
+                                      ("--families", args.families)) if value]
+    if given:
+        raise UsageError(f"{given[0]} is not available with --engine {args.engine}")
+    if args.alpha is None:
+        args.alpha = ENGINE_ALPHA
+
+
+def run_generate(args: argparse.Namespace) -> int:
+    """``certify --engine NAME``: every mode of the engine (gpu_backend.certify.engines.modes):
+    the verdict table with stated power; exit 0 only when every lossless mode passes and every
+    negative control is caught."""
+    from spectr_gbv.cli.args import text_stream, write_json
+
+    from spectr_gbv.gpu_backend.certify import generate as gc
+    from spectr_gbv.gpu_backend.certify.engines import modes as gm
+
+    if getattr(args, "alpha", None) is None:
+        check_generate(args)
+    n = args.samples or (GENERATE_QUICK_SAMPLES if args.quick else GENERATE_SAMPLES[args.engine])
+    tokens = args.max_new_tokens or gm.DEFAULT_NEW_TOKENS
+    names = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else None
+    print(f"certify --engine {args.engine}: the embedded tiny SmolLM2-135M-Instruct, T = "
+          f"{gm.DEFAULT_TEMPERATURE:g}, prompt {gm.DEFAULT_PROMPT!r}, N = {n} samples of {tokens} tokens "
+          f"per mode, alpha = {args.alpha:g} per mode", file=sys.stderr, flush=True)
+
+    def progress(res):
+        print(f"{time.strftime('%H:%M:%S')} certify --engine: {res.verdict:5s} (expected {res.mode.expect}) "
+              f"{res.mode.name}{'  ' + res.error if res.error else ''}", file=sys.stderr, flush=True)
+
+    def log(message):
+        print(f"{time.strftime('%H:%M:%S')} certify --engine: {message}", file=sys.stderr, flush=True)
+
+    results = gm.run_modes(args.engine, n, tokens, args.alpha, args.seed, names, progress, log)
+    out = text_stream(args)
+    certs = [r.cert for r in results if r.cert is not None]
+    print(gc.text_table(certs), file=out)
+    for r in results:
+        if r.error:
+            print(f"{r.mode.name}: {r.error}", file=out)
+    print(file=out)
+    print(gc.POWER_NOTE, file=out)
+    bad = [r for r in results if not r.as_expected]
+    print(f"{len(results) - len(bad)}/{len(results)} modes as expected (lossless PASS, negative controls FAIL)"
+          + (f"; not as expected: {', '.join(r.mode.name for r in bad)}" if bad else ""), file=out)
+    write_json(args.json_file, {"engine": args.engine, "rows": [gc.to_json(r.cert) | {"expect": r.mode.expect}
+                                                                for r in results if r.cert is not None]})
+    return 0 if not bad and results else 1
 
 
 def _command(args: argparse.Namespace) -> str:

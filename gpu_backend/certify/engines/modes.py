@@ -1,0 +1,274 @@
+"""The engine modes ``spectr-gbv certify --engine NAME`` runs: each engine × speculation mode,
+its lossless control (speculation off) and its negative controls, on the embedded "tiny"
+SmolLM2-135M-Instruct at T = ``DEFAULT_TEMPERATURE``.
+
+A mode builds ``(sample, laws, stats)`` for ``certify_generate`` from models loaded once per
+engine (``Models``).  ``expect``: "PASS" (a lossless engine or control) or "FAIL" (a negative
+control: the certificate must catch it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+ENGINES = ("transformers", "llama-cpp-python", "ours", "ours-llama.cpp")
+# one prompt (the first tokens then share one law: the G-test applies) with repetitions, so
+# that n-gram (prompt lookup) drafts find matches
+DEFAULT_PROMPT = ("The cat sat on the mat. The dog sat on the rug. The cat sat on the mat. "
+                  "The dog sat on the")
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_NEW_TOKENS = 16
+
+
+@dataclass(frozen=True)
+class Mode:
+    """One row: ``name``, ``engine``, ``kind`` ("speculative", "lossless control", "negative
+    control"), ``expect`` ("PASS" / "FAIL"), ``build(models) -> (sample, laws, stats)``."""
+
+    name: str
+    engine: str
+    kind: str
+    expect: str
+    build: Callable
+
+
+class Models:
+    """The models of one engine's modes, loaded on first use (quiet, CPU, 2 threads)."""
+
+    def __init__(self, temperature: float = DEFAULT_TEMPERATURE):
+        self.T = float(temperature)
+        self._cache: dict = {}
+
+    def _get(self, key, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def hf(self, dtype: str = "float32"):
+        """(model, tokenizer) of the embedded tiny model through transformers in ``dtype``."""
+        from spectr_gbv.gpu_backend.models.weights import load_causal_lm
+
+        return self._get(("hf", dtype), lambda: load_causal_lm("tiny", dtype=dtype))
+
+    def gguf(self):
+        """A private copy of the tiny GGUF (the shared joined file is deleted whenever a
+        transformers copy of the model is made, ``weights.load_causal_lm``, possibly by another
+        process while llama.cpp reopens it)."""
+        import shutil
+        import tempfile
+        from pathlib import Path
+
+        from spectr_gbv.gpu_backend.llamacpp.pair import gguf_path
+
+        def copy():
+            import atexit
+
+            folder = Path(tempfile.mkdtemp(prefix="spectr-gbv-certify-"))
+            atexit.register(shutil.rmtree, folder, True)
+            return Path(shutil.copy(gguf_path("tiny"), folder / "tiny.gguf"))
+        return self._get("gguf", copy)
+
+    def llama(self, draft=None, cls=None, key="plain"):
+        from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import load_llama
+
+        return self._get(("llama", key), lambda: load_llama(self.gguf(), draft=draft, cls=cls))
+
+    def llama_reference(self):
+        from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import load_llama
+        from spectr_gbv.gpu_backend.certify.engines.references import LlamaCppReference
+
+        return self._get("llama-ref", lambda: LlamaCppReference(
+            load_llama(self.gguf(), logits_all=True), self.T))
+
+    def hf_reference(self):
+        from spectr_gbv.gpu_backend.certify.engines.references import TransformersReference
+
+        return self._get("hf-ref", lambda: TransformersReference(self.hf()[0], self.T))
+
+    def llamacpp_pair(self):
+        from spectr_gbv.gpu_backend.llamacpp.pair import load_llamacpp_pair
+
+        return self._get("lcpp-pair", lambda: load_llamacpp_pair("tiny", "tiny", threads=2, n_ctx=512))
+
+    def prompt_ids(self) -> list[int]:
+        """``DEFAULT_PROMPT``'s ids by llama.cpp's tokenizer of the GGUF file (no BOS; the
+        transformers copy of the embedded model is converted from the same file, same ids;
+        transformers' own reading of a GGUF tokenizer takes minutes)."""
+        from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import load_llama
+
+        llama = self._get("tokenizer", lambda: load_llama(self.gguf(), n_ctx=64))
+        return [int(t) for t in llama.tokenize(DEFAULT_PROMPT.encode(), add_bos=False)]
+
+
+# -- builders ---------------------------------------------------------------------------------
+
+def _tf(models: Models, *, assistant=False, lookup=None, T=None, hook=None):
+    from spectr_gbv.gpu_backend.certify.engines.transformers_generate import TransformersGenerateEngine
+
+    model = models.hf()[0]
+    draft = models.hf("bfloat16")[0] if assistant else None
+    eng = TransformersGenerateEngine(model, T or models.T, assistant_model=draft,
+                                     prompt_lookup_num_tokens=lookup,
+                                     hook=(lambda: hook(model)) if hook else None)
+    return eng, models.hf_reference(), eng.stats
+
+
+def _tf_hooked(defect, **kw):
+    from spectr_gbv.gpu_backend.certify.engines.controls import transformers_hook
+
+    return lambda m: _tf(m, hook=lambda model: transformers_hook(defect, model), **kw)
+
+
+def _lcpp(models: Models, *, draft=True, defect=None, T=None, penalty=1.0):
+    from spectr_gbv.gpu_backend.certify.engines.controls import llama_class
+    from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import LlamaCppPythonEngine, prompt_lookup
+
+    key = f"{draft}-{defect}"
+    llama = models.llama(draft=prompt_lookup() if draft else None,
+                         cls=llama_class(defect) if defect else None, key=key)
+    eng = LlamaCppPythonEngine(llama, T or models.T, repeat_penalty=penalty)
+    return eng, models.llama_reference(), eng.stats
+
+
+def _ours(models: Models, *, backend="torch", rule="sd", K=1, L=4, planted=None, T=None):
+    from spectr_gbv.gpu_backend.certify.engines.controls import planted_verifier
+    from spectr_gbv.gpu_backend.certify.engines.ours import OursEngine
+    from spectr_gbv.gpu_backend.certify.engines.references import TransformersReference
+
+    verifier = None
+    if planted:
+        rule, verifier = planted_verifier(planted)
+    if backend == "torch":
+        target = draft = models.hf()[0]
+        ref = models.hf_reference()
+    else:
+        pair = models.llamacpp_pair()
+        target, draft = pair.target, pair.draft
+        ref = models._get("lcpp-ref", lambda: _LlamaCppModelReference(pair.target, models.T))
+    eng = OursEngine(target, draft, T or models.T, draft_temperature=1.5 * models.T, rule=rule, K=K, L=L,
+                     verifier=verifier)
+    return eng, ref, eng.stats
+
+
+class _LlamaCppModelReference:
+    """Reference laws from the project's own llama.cpp binding (``LlamaCppModel``): one
+    teacher-forced decode from an empty cache (``llamacpp.costs.teacher_forced_rows``)."""
+
+    def __init__(self, model, temperature):
+        self.model, self.T = model, float(temperature)
+
+    def __call__(self, prompt_ids, tokens):
+        import numpy as np
+
+        from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+        from spectr_gbv.gpu_backend.llamacpp.costs import teacher_forced_rows
+
+        rows = teacher_forced_rows(self.model, list(prompt_ids), list(tokens), SamplingConfig(self.T))
+        p = rows.double().numpy()
+        return p / p.sum(-1, keepdims=True)
+
+
+def modes(engine: str) -> list[Mode]:
+    """The modes of ``engine`` (one of ``ENGINES``).
+
+    Raises:
+        ValueError: unknown engine.
+    """
+    S, C, N = "speculative", "lossless control", "negative control"
+    table = {
+        "transformers": [
+            Mode("transformers assistant_model (tiny bf16)", "transformers", S, "PASS", lambda m: _tf(m, assistant=True)),
+            Mode("transformers prompt_lookup_num_tokens=4", "transformers", S, "PASS", lambda m: _tf(m, lookup=4)),
+            Mode("transformers no speculation", "transformers", C, "PASS", lambda m: _tf(m)),
+            Mode("transformers assistant at T x 1.1", "transformers", N, "FAIL",
+                 lambda m: _tf(m, assistant=True, T=1.1 * m.T)),
+            Mode("transformers prompt lookup, logits one row late", "transformers", N, "FAIL",
+                 _tf_hooked("logits-position", lookup=4)),
+            Mode("transformers assistant, every draft kept", "transformers", N, "FAIL",
+                 _tf_hooked("draft-kept", assistant=True)),
+        ],
+        "llama-cpp-python": [
+            Mode("llama-cpp-python prompt lookup", "llama-cpp-python", S, "PASS", lambda m: _lcpp(m)),
+            Mode("llama-cpp-python no speculation", "llama-cpp-python", C, "PASS", lambda m: _lcpp(m, draft=False)),
+            Mode("llama-cpp-python draft kept when it differs", "llama-cpp-python", N, "FAIL",
+                 lambda m: _lcpp(m, defect="draft-kept")),
+            Mode("llama-cpp-python at T x 1.1", "llama-cpp-python", N, "FAIL", lambda m: _lcpp(m, T=1.1 * m.T)),
+            Mode("llama-cpp-python repeat_penalty 1.3", "llama-cpp-python", N, "FAIL",
+                 lambda m: _lcpp(m, penalty=1.3)),
+        ],
+        "ours": [
+            Mode("ours sd K=1 L=4 (torch)", "ours", S, "PASS", lambda m: _ours(m)),
+            Mode("ours spectr K=2 L=4 (torch)", "ours", S, "PASS", lambda m: _ours(m, rule="spectr", K=2)),
+            Mode("ours planted_sd_shared_uniform (torch)", "ours", N, "FAIL",
+                 lambda m: _ours(m, planted="planted_sd_shared_uniform", L=8)),
+            Mode("ours sd at T x 1.1 (torch)", "ours", N, "FAIL", lambda m: _ours(m, T=1.1 * m.T)),
+        ],
+        "ours-llama.cpp": [
+            Mode("ours sd K=1 L=4 (llama.cpp)", "ours-llama.cpp", S, "PASS", lambda m: _ours(m, backend="llama.cpp")),
+            Mode("ours sd at T x 1.1 (llama.cpp)", "ours-llama.cpp", N, "FAIL",
+                 lambda m: _ours(m, backend="llama.cpp", T=1.1 * m.T)),
+        ],
+    }
+    if engine not in table:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    return table[engine]
+
+
+# N per mode of each engine: what finishes within ~15 minutes per mode on 2 shared CPU cores
+# (docs/engines.md: measured seconds per sample and the power it buys)
+DEFAULT_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "ours": 40, "ours-llama.cpp": 100}
+QUICK_SAMPLES = 20
+
+
+@dataclass
+class ModeResult:
+    """A mode and its certificate (``certify.generate.GenerateCertificate``), or the error that
+    stopped it (one line).  ``as_expected``: PASS for a lossless mode, FAIL for a negative
+    control."""
+
+    mode: Mode
+    cert: object = None
+    error: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return "ERROR" if self.cert is None else self.cert.verdict
+
+    @property
+    def as_expected(self) -> bool:
+        return self.cert is not None and self.cert.verdict == self.mode.expect
+
+
+def run_modes(engine: str, n_samples: int = 200, n_new: int = DEFAULT_NEW_TOKENS,
+              alpha: float = 1e-3, seed: int = 0, names=None, progress=None, log=None,
+              temperature: float = DEFAULT_TEMPERATURE) -> list[ModeResult]:
+    """Certify every mode of ``engine`` (or those whose name contains one of ``names``).
+
+    Args:
+        n_samples, n_new, alpha, seed: as ``certify_generate`` (one α per mode).
+        progress: optional callable receiving each ``ModeResult`` when done.
+        log: optional callable receiving progress lines.
+    Returns:
+        one ``ModeResult`` per mode run (a mode whose engine cannot be built or run reports
+        its error instead of a certificate).
+    """
+    from spectr_gbv.gpu_backend.certify.generate import certify_generate
+
+    models = Models(temperature)
+    prompt = models.prompt_ids()
+    out = []
+    for mode in modes(engine):
+        if names and not any(n in mode.name for n in names):
+            continue
+        try:
+            sample, laws, stats = mode.build(models)
+            cert = certify_generate(sample, laws, [prompt], n_new, n_samples, alpha=alpha, seed=seed,
+                                    name=mode.name, stats=stats, log=log)
+            res = ModeResult(mode, cert)
+        except (ValueError, RuntimeError, OSError, ImportError, TypeError, AttributeError) as err:
+            res = ModeResult(mode, None, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
+        out.append(res)
+        if progress is not None:
+            progress(res)
+    return out
