@@ -114,7 +114,7 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
     if one_hot_drafts:
         all_cases = [one_hot_draft_case(c) for c in all_cases]
     report = certify(verifier, all_cases, n_samples, alpha, chunk, seed, progress)
-    return HarnessReport(report.results, skipped)
+    return HarnessReport(report.results, report.seed_checks, skipped)
 
 
 def accepts_zero_target(case: FixedCase, tokens, tau: int) -> bool:

@@ -169,9 +169,25 @@ def plan(samplers=SAMPLERS, families=None) -> list[tuple[Sampler, str]]:
 
     jobs = []
     for s in samplers:
-        fams = families or (SYNTHETIC_FAMILIES if s.synthetic else FAMILIES)
+        fams = families or (SYNTHETIC_FAMILIES if s.synthetic else families_for(s.rule))
         jobs += [(s, f) for f in fams]
     return jobs
+
+
+def families_for(rule: str) -> tuple[str, ...]:
+    """The public families (``oracle.certify_cases.FAMILIES``) that have a case for ``rule`` at
+    K = 1 (vLLM's samplers take one draft): "branches" needs K ≥ 2, "coverage" and
+    "distinctive" need the rule's ``coverage_seeds`` / ``distinctive_seeds``."""
+    from spectr_gbv.oracle.certify_cases import FAMILIES
+    from spectr_gbv.reference.rules import registry
+
+    spec = registry.spec(rule)
+    drop = {"branches"}
+    if spec.coverage_seeds is None:
+        drop.add("coverage")
+    if spec.distinctive_seeds is None:
+        drop.add("distinctive")
+    return tuple(f for f in FAMILIES if f not in drop)
 
 
 def _worker_init() -> None:
@@ -319,6 +335,7 @@ def pivot_markdown(rows: list[Row]) -> str:
             by[r.sampler] = {}
         by[r.sampler][r.family] = r
     checks = ("replay", "batch independence")
+    FAMILIES = tuple(f for f in FAMILIES if any(f in cells for cells in by.values()))  # the run's families
     lines = ["| sampler | claims | " + " | ".join(FAMILIES) + " | seeded replay, batch independence | N | time (its cases summed) |",
              "|---|---|" + "---|" * len(FAMILIES) + "---|---|---|"]
     for name in order:
