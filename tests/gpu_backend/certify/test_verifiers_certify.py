@@ -102,8 +102,11 @@ def test_certify_random_rows_V4096(rule, dtype):
     assert r.passed, (r.name, r.pvalue_joint, r.pvalue_tau, r.pvalue_conditional, r.pvalue_mean)
     assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
     # the G-test's bound on its pooled cells; the whole-law guarantee adds the pooled mass
-    # (outcomes of expected count < 5: measured 0.7-4.3 % of the mass at V = 4,096, N = 2e5)
-    assert r.detectable_tv_pooled < 0.03 and r.zero_cell_violations == 0
+    # (outcomes of expected count < 5: measured 0.7-4.3 % of the mass at V = 4,096, N = 2e5).
+    # 0.031: the calibrated G-test (oracle.stats.gtest, G/s with the exact null mean) at α/6 states
+    # a δ 3-18 % above the old χ² one (benchmarks/GTEST_SIZE.md); largest here spectr_gbv_fixed
+    # bfloat16, 0.0303 (it was < 0.03 only under the anti-conservative χ² p-value)
+    assert r.detectable_tv_pooled < 0.031 and r.zero_cell_violations == 0
     assert r.detectable_tv == r.detectable_tv_pooled + r.pooled_mass and r.detectable_tv < 0.075
     # the coarsened test (64 bins of nearly equal exact mass): δ 0.0127 on the coarsened law
     assert r.n_tests == 6 and r.pvalue_coarse >= ALPHA / 6 and r.detectable_tv_coarse < 0.013
