@@ -196,7 +196,13 @@ def test_vllm_plan_and_table_without_vllm():
     from spectr_gbv.oracle.certify_cases import FAMILIES
 
     jobs = vc.plan()
-    assert len(jobs) == 6 * len(FAMILIES) + 2 * len(vc.SYNTHETIC_FAMILIES)
+    plain = [s for s in vc.SAMPLERS if not s.synthetic]
+    assert len(plain) == 6
+    # every public family with a K = 1 case for the sampler's rule: not "branches" (K >= 2), nor
+    # "distinctive" (sd and bv have no distinctive_seeds)
+    for s in plain:
+        assert vc.families_for(s.rule) == tuple(f for f in FAMILIES if f not in ("branches", "distinctive"))
+    assert len(jobs) == 6 * (len(FAMILIES) - 2) + 2 * len(vc.SYNTHETIC_FAMILIES)
     row = vc.Row("MRV2 x", "sd", "toy", False, False, 2000, 1e-6, 0.09, 0.31, 1e-40, ("joint outcome",), 12.0)
     table = vc.markdown_table([row])
     assert "| MRV2 x | `sd` | toy | CAUGHT | 2,000 | 0.090 | 0.310 | 1e-40 | joint outcome | 12 s |" in table
