@@ -145,15 +145,23 @@ def one_hot_draft_case(case: FixedCase) -> FixedCase:
     ∝ q with X_i zeroed; the target rows are those of ``case`` (its rounded backend rows, so
     the dtype's rounding is not applied twice), the name gets " one-hot drafts".
 
+    With K ≥ 2 every draft becomes a copy of draft 0 (its tokens and target rows): K i.i.d.
+    drafts from a one-hot draft law are identical, and drafts that differ at a shared prefix
+    would each claim a row that gives the others' tokens draft probability 0 — an input no
+    drafter can produce (the reference rules would divide by p(x) = 0 on it).
+
     Raises:
         ValueError: ``case`` is not a FixedCase.
     """
     if not isinstance(case, FixedCase):
         raise ValueError(f"one_hot_draft_case takes a FixedCase, got {type(case).__name__}")
-    one_hot = np.eye(case.V)[case.draft_tokens]  # [K, L, V]
+    K = case.draft_tokens.shape[0]
+    tokens = np.repeat(case.draft_tokens[:1], K, axis=0)  # [K, L]: K copies of draft 0
+    target = np.repeat(case.backend_target_probs[:1], K, axis=0)  # [K, L + 1, V]
+    one_hot = np.eye(case.V)[tokens]  # [K, L, V]
     name = case.name if case.name.endswith(" one-hot drafts") else case.name + " one-hot drafts"
-    return FixedCase(name, case.rule, case.reference_rule, case.draft_tokens, one_hot,
-                     case.backend_target_probs, case.expect_pass, case.backend_dtype)
+    return FixedCase(name, case.rule, case.reference_rule, tokens, one_hot,
+                     target, case.expect_pass, case.backend_dtype)
 
 
 def _zero_target_mass(case: FixedCase) -> FixedCase:

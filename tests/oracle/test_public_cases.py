@@ -161,3 +161,34 @@ def test_zeros_family_puts_zeros_where_drafts_land(rule, K):
     for (tau, prefix, last), p in law.items():
         tokens = np.array(list(prefix) + [last] + [-1] * (L - tau))
         assert p == 0.0 or not accepts_zero_target(case, tokens, tau)
+
+
+@pytest.mark.parametrize("rule", sorted(RULES))
+def test_every_family_drafts_only_tokens_of_positive_draft_probability(rule):
+    """A drafted token has draft probability > 0 in its own row and drafts that share a prefix
+    share their rows (what i.i.d. drafting produces).  The one-hot family at K ≥ 2 once gave
+    each draft the indicator of its own first token, so draft 1's token had p = 0 in draft 0's
+    row and the reference rules divided by it."""
+    K = 1 if registry.is_single_draft(rule) else 2
+    for family in FAMILIES:
+        try:
+            case = case_family(family, rule, K, 3)
+        except FamilyNotApplicable:
+            continue
+        tokens, dp = case.draft_tokens, case.draft_probs
+        Kc, L = tokens.shape
+        for j in range(Kc):
+            for d in range(L):
+                assert dp[j, d, tokens[j, d]] > 0, (case.name, j, d)
+                for i in range(j):
+                    if tuple(tokens[i, :d]) == tuple(tokens[j, :d]):
+                        np.testing.assert_array_equal(dp[i, d], dp[j, d], err_msg=f"{case.name} {i} {j} {d}")
+
+
+def test_one_hot_family_at_K2_sends_K_copies_of_one_draft():
+    case = case_family("onehot", "spectr", 2, 3)
+    assert (case.draft_tokens == case.draft_tokens[:1]).all()
+    assert (case.draft_probs.max(axis=-1) == 1.0).all()
+    with np.errstate(divide="raise", invalid="raise"):
+        law = exact_verdict_law(get_rule("spectr"), case.draft_tokens, case.draft_probs, case.target_probs)
+    assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
