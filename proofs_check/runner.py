@@ -13,6 +13,7 @@ their verdict table.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import platform
@@ -25,6 +26,40 @@ from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample, Unsatisfiable
 
 from spectr_gbv.proofs_check.instances import Instance, instances
+
+
+@contextlib.contextmanager
+def _no_local_constants():
+    """Run hypothesis without its pool of "local constants".
+
+    Hypothesis (≥ 6.131) draws, now and then, integer and float literals scraped from every local
+    module in ``sys.modules`` (``hypothesis.internal.conjecture.providers._get_local_constants``).
+    Which modules are loaded depends on the process — a lone ``spectr-gbv prove``, one test, or a
+    whole pytest session that has imported every test module — so even with ``derandomize=True``
+    the search, and the instance count and counterexample it reports, would depend on what else
+    ran.  Here the pool is empty for the duration of a claim, so a claim's result is a function of
+    the claim alone.  Older hypothesis without the pool: nothing to do.
+    """
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:  # pragma: no cover - hypothesis layout without the module
+        yield
+        return
+    original = getattr(providers, "_get_local_constants", None)
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
+    if original is None or not hasattr(providers, "Constants"):
+        yield
+        return
+    empty = providers.Constants()
+    providers._get_local_constants = lambda: empty
+    if cache is not None:
+        cache.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = original
+        if cache is not None:
+            cache.cache.clear()
 
 
 @dataclass
@@ -90,13 +125,14 @@ def _export(inst: Instance) -> dict:
     return inst.to_json(depth=inst.L + 2)
 
 
-def run_claim(claim: Claim, mode: str = "quick", seed: int = 0) -> ClaimResult:
-    """Evaluate ``claim`` on its fixed instances and a hypothesis search.
+def run_claim(claim: Claim, mode: str = "quick") -> ClaimResult:
+    """Evaluate ``claim`` on its fixed instances and a derandomised hypothesis search, with
+    hypothesis's pool of local constants empty (``_no_local_constants``), so that the result
+    does not depend on what else the process has imported.
 
     Args:
         claim: the Claim.
         mode: "quick" (few examples) or "full".
-        seed: not used by hypothesis (derandomised); kept for API stability.
     Returns:
         ClaimResult.
     """
@@ -120,35 +156,8 @@ def run_claim(claim: Claim, mode: str = "quick", seed: int = 0) -> ClaimResult:
     def violates(inst: Instance) -> bool:
         return deviation(inst) > claim.tol
 
-    found: Instance | None = None
-    for inst in claim.fixed(mode):
-        if violates(inst):
-            found = inst
-            break
-    if found is None and claim.space is not None:
-        n = claim.quick_examples if mode == "quick" else claim.examples
-        try:
-            found = find(
-                instances(**claim.space),
-                violates,
-                settings=settings(max_examples=n, database=None, derandomize=True, deadline=None,
-                                  suppress_health_check=list(HealthCheck),
-                                  phases=[Phase.generate, Phase.shrink]),
-            )
-        except (NoSuchExample, Unsatisfiable):
-            found = None
-    elif found is not None and claim.space is not None and not claim.existential:
-        # a fixed instance violates: still let hypothesis look for a smaller one
-        n = claim.quick_examples if mode == "quick" else claim.examples
-        try:
-            smaller = find(instances(**claim.space), violates,
-                           settings=settings(max_examples=n, database=None, derandomize=True, deadline=None,
-                                             suppress_health_check=list(HealthCheck),
-                                             phases=[Phase.generate, Phase.shrink]))
-            if _size(smaller) < _size(found):
-                found = smaller
-        except (NoSuchExample, Unsatisfiable):
-            pass
+    with _no_local_constants():
+        found = _search(claim, mode, violates)
     seconds = time.perf_counter() - start
     text = claim.claim.replace("{instances}", str(tried))
     if claim.existential:
@@ -160,6 +169,33 @@ def run_claim(claim: Claim, mode: str = "quick", seed: int = 0) -> ClaimResult:
     return ClaimResult(claim.id, text, claim.source, tried, verdict, worst,
                        _export(found) if found is not None else None, None, claim.tol, seconds, claim.note,
                        str(found) if found is not None else worst_label)
+
+
+def _search(claim: Claim, mode: str, violates) -> Instance | None:
+    """The fixed instances first, then hypothesis (derandomised): the first violating instance,
+    shrunk, or None."""
+    settings_ = settings(max_examples=claim.quick_examples if mode == "quick" else claim.examples,
+                         database=None, derandomize=True, deadline=None,
+                         suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink])
+    found: Instance | None = None
+    for inst in claim.fixed(mode):
+        if violates(inst):
+            found = inst
+            break
+    if found is None and claim.space is not None:
+        try:
+            found = find(instances(**claim.space), violates, settings=settings_)
+        except (NoSuchExample, Unsatisfiable):
+            found = None
+    elif found is not None and claim.space is not None and not claim.existential:
+        # a fixed instance violates: still let hypothesis look for a smaller one
+        try:
+            smaller = find(instances(**claim.space), violates, settings=settings_)
+            if _size(smaller) < _size(found):
+                found = smaller
+        except (NoSuchExample, Unsatisfiable):
+            pass
+    return found
 
 
 def _size(inst: Instance) -> tuple:

@@ -119,3 +119,28 @@ def test_gap_to_the_lp_is_relative_above_the_floor_and_absolute_below():
     assert gap_to(131 / 81, 131 / 81) == 0.0
     tiny = RELATIVE_GAP_FLOOR / 10
     assert gap_to(tiny, 0.0) == tiny  # absolute: 1e-4, not a 100 % gap
+
+
+def test_claim_search_does_not_depend_on_what_else_is_imported(tmp_path, monkeypatch):
+    """Hypothesis draws, now and then, literals scraped from the local modules loaded in the
+    process; a pytest session that has imported every test module once gave claim 10b 51
+    instances where a lone run gave 52.  run_claim empties that pool: importing a module full of
+    integer and float literals leaves the instance count and the counterexample unchanged (without
+    the pool emptied this import moved 10b from 52 to 59 instances)."""
+    import importlib
+    import sys
+
+    claim = {c.id: c for c in build_claims()}["10b"]
+    before = run_claim(claim, "full").to_json()
+    module = tmp_path / "many_literals_for_hypothesis.py"
+    module.write_text("X = [" + ", ".join(str(i) for i in range(0, 3000, 7)) + "]\n"
+                      "Y = [" + ", ".join(repr(i / 97) for i in range(1, 300)) + "]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module("many_literals_for_hypothesis")
+    try:
+        after = run_claim(claim, "full").to_json()
+    finally:
+        sys.modules.pop("many_literals_for_hypothesis", None)
+    assert after["instances"] == before["instances"]
+    assert after["instance_label"] == before["instance_label"]
+    assert after["counterexample"] == before["counterexample"]
