@@ -409,6 +409,38 @@ def move_mass(law, src, dst, eps: float) -> np.ndarray:
     return p
 
 
+def move_within_bins(law, bins: EqualMassBins, frac: float = 0.5) -> np.ndarray:
+    """``law`` (1-D array [V]) with ``frac`` of the mass of each bin's more probable half moved to
+    its less probable half, proportionally to the receiving outcomes' probabilities: every bin's
+    mass — the coarsened law — is unchanged, so ``coarse_gtest`` is blind to it by construction
+    (the planted defect of the coarsened test's blind spot; TV = frac · Σ_bins p(top half)).
+
+    Args:
+        law: float array [V], a probability vector.  bins: ``equal_mass_bins`` of ``law``.
+        frac: the fraction in [0, 1] of each top half's mass that moves.
+    Raises:
+        ValueError: frac outside [0, 1], or ``bins`` not of ``law``'s length.
+    """
+    p = np.asarray(law, dtype=np.float64)
+    if not 0.0 <= frac <= 1.0:
+        raise ValueError(f"frac must lie in [0, 1], got {frac!r}")
+    if bins.bin_index.shape != p.shape:
+        raise ValueError(f"bins has {bins.bin_index.size} outcomes, law has {p.size}")
+    out = p.copy()
+    for b in range(bins.n_bins):
+        idx = np.flatnonzero(bins.bin_index == b)
+        if idx.size < 2:
+            continue
+        idx = idx[np.argsort(-p[idx], kind="stable")]
+        top, bottom = idx[: idx.size // 2], idx[idx.size // 2:]
+        if p[bottom].sum() <= 0:
+            continue
+        moved = frac * p[top].sum()
+        out[top] -= frac * p[top]
+        out[bottom] += moved * p[bottom] / p[bottom].sum()
+    return out
+
+
 def detection_rate(planted, law, n: int, alpha: float, reps: int, seed: int = 0,
                    bins: EqualMassBins | None = None, m: int = COARSE_BINS, group=None) -> float:
     """Fraction of ``reps`` samples of size ``n`` from the array law ``planted`` that the

@@ -19,7 +19,7 @@ from scipy import stats
 import pytest
 
 from spectr_gbv.oracle.coarsen import (COARSE_BINS, QWEN_V, branch_law, coarse_gtest, coarse_power,
-                                       detection_rate, equal_mass_bins, llm_row, move_mass,
+                                       detection_rate, equal_mass_bins, llm_row, move_mass, move_within_bins,
                                        vocabulary_resolution)
 from spectr_gbv.oracle.stats import detectable_tv, gtest, gtest_power
 
@@ -140,22 +140,6 @@ def test_vocabulary_resolution_at_qwen_v():
     assert "pooled mass 0.206" in zipf.summary()
 
 
-def _within_bins(law, bins, frac=0.5):
-    """``frac`` of the mass of each bin's more probable half moved to its less probable half:
-    the bin masses (the coarsened law) do not change."""
-    out = law.copy()
-    for b in range(bins.n_bins):
-        idx = np.flatnonzero(bins.bin_index == b)
-        if idx.size < 2:
-            continue
-        idx = idx[np.argsort(-law[idx], kind="stable")]
-        top, bottom = idx[: idx.size // 2], idx[idx.size // 2:]
-        moved = frac * law[top].sum()
-        out[top] -= frac * law[top]
-        out[bottom] += moved * law[bottom] / law[bottom].sum()
-    return out
-
-
 def _defects(law, bins, delta_c):
     order = np.argsort(-law, kind="stable")
     top = order[: int(np.searchsorted(np.cumsum(law[order]), 0.1)) + 1]  # ≥ 10 % of the mass
@@ -191,7 +175,7 @@ def test_planted_defects_at_qwen_v_zipf_row():
         reps = 300 if "TV = δ" in name else 50
         rate = detection_rate(planted, law, N, ALPHA, reps, seed=2, bins=bins)
         assert rate >= (0.97 if reps == 300 else 1.0), (name, rate)
-    blind = _within_bins(law, bins)
+    blind = move_within_bins(law, bins)
     assert tv(blind, law) > 0.15  # TV 0.16 on the whole law ...
     assert tv(np.bincount(bins.bin_index, weights=blind), bins.masses) < 1e-12  # ... none on the bins
     assert detection_rate(blind, law, N, ALPHA, 50, seed=3, bins=bins) == 0.0
@@ -211,7 +195,7 @@ def test_planted_defects_at_qwen_v_five_dirichlet_branches():
         planted = defects[name]
         assert tv(np.bincount(bins.bin_index, weights=planted), bins.masses) >= delta_c * (1 - 1e-9)
         assert detection_rate(planted, law, N, ALPHA, 40, seed=4, bins=bins) == 1.0, name
-    blind = _within_bins(law, bins)
+    blind = move_within_bins(law, bins)
     assert tv(blind, law) > 0.25
     assert detection_rate(blind, law, N, ALPHA, 10, seed=5, bins=bins) == 0.0
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from spectr_gbv.oracle.coarsen import (QWEN_V, branch_law, coarse_gtest, equal_mass_bins, llm_row)
+from spectr_gbv.oracle.coarsen import (QWEN_V, branch_law, coarse_gtest, equal_mass_bins, llm_row,
+                                       move_within_bins)
 from spectr_gbv.oracle.identity import (_null_moments, detection_rate, false_alarm_rate, identity_power,
                                         identity_test, instance_optimal_samples, least_favourable)
 
@@ -103,22 +104,6 @@ def test_stated_delta_holds_at_the_least_favourable_deviation(zipf):
 
 # -- planted defects at V = 151,936 that the coarsened test does not see ------------------------
 
-def _within_bins(law, bins, frac=0.5):
-    """``frac`` of each bin's more probable half moved to its less probable half (the bins'
-    masses unchanged: the coarsened test's blind spot; test_coarsen.py)."""
-    out = law.copy()
-    for b in range(bins.n_bins):
-        idx = np.flatnonzero(bins.bin_index == b)
-        if idx.size < 2:
-            continue
-        idx = idx[np.argsort(-law[idx], kind="stable")]
-        top, bottom = idx[: idx.size // 2], idx[idx.size // 2:]
-        moved = frac * law[top].sum()
-        out[top] -= frac * law[top]
-        out[bottom] += moved * law[bottom] / law[bottom].sum()
-    return out
-
-
 def _tail_permutation(law, bins, first_rank=1000, seed=0):
     """Token ids permuted at random inside each bin of ``bins`` (equal-mass groups of adjacent
     rank), for the tokens of rank ≥ first_rank: tail tokens of similar probability exchange their
@@ -146,7 +131,7 @@ def test_planted_defects_at_qwen_v(zipf):
     n, reps = 10**6, 50
     bins = equal_mass_bins(zipf)
     flat = llm_row(QWEN_V, "dirichlet")
-    within = _within_bins(zipf, bins)
+    within = move_within_bins(zipf, bins)
     # ranks ≥ 1,000 permuted inside 16 equal-mass groups (probabilities within a factor 4.9 in
     # a group): TV 0.055; inside the coarsened test's own 64 bins (a factor 1.5): TV 0.014
     groups16 = equal_mass_bins(zipf, 16)
@@ -173,7 +158,7 @@ def test_within_bin_defect_at_two_hundred_thousand(zipf):
     """The coarsened test's 0 / 50 case of docs/guarantees.md (N = 2·10^5, TV 0.164): caught in
     20 / 20 by the identity test at the same N."""
     bins = equal_mass_bins(zipf)
-    within = _within_bins(zipf, bins)
+    within = move_within_bins(zipf, bins)
     assert detection_rate(within, zipf, 200_000, ALPHA, 20, seed=10) == 1.0
 
 
