@@ -18,6 +18,7 @@ METHODS = ["hf_generate", "ar", "spectr", "spectr int8", "spectr int8 stop<0.3",
            "hf_assisted", "hf_assisted L=20", "hf_assisted int8", "auto"]
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 @pytest.mark.models
 def test_script_prints_every_method(tmp_path):
     out = subprocess.run(

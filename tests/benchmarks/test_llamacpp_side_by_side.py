@@ -18,6 +18,7 @@ SCRIPT = ROOT / "benchmarks" / "llamacpp_side_by_side.py"
 METHODS = ["llama.cpp plain", "ours llama.cpp plain", "ours llama.cpp default", "ours llama.cpp K=2 L=4"]
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 @pytest.mark.models
 def test_script_prints_every_method_and_the_per_prompt_decision(tmp_path):
     out = subprocess.run(

@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 @pytest.mark.models
 def test_script_ceiling_and_measured_on_draft_equal_target(tmp_path):
     out = subprocess.run(

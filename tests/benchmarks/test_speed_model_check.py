@@ -13,6 +13,7 @@ pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 @pytest.mark.models
 def test_script_prints_predicted_and_measured(tmp_path):
     out = subprocess.run(

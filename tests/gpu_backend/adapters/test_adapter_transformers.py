@@ -25,6 +25,7 @@ N = 20_000
 ALPHA = 1e-6
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 def test_defaults_certified_as_sd():
     report = certify_verifier(TransformersSpeculativeSampling(), "sd", K=1, L=3, n_samples=N, alpha=ALPHA)
     assert report.ok, report.table()

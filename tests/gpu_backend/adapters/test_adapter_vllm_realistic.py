@@ -255,6 +255,7 @@ def test_filler_and_padding_errors_name_the_request(edit, message):
 
 # -- the correct sampler -----------------------------------------------------------------------------
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 def test_our_sd_passes_every_family():
     report = _certify(from_vllm_layout(rules_in_vllm_layout("sd")), FAMILIES)
     assert report.ok, report.table()

@@ -36,6 +36,7 @@ def _run(engine, names, n, n_new=16):
     return {r.mode.name: r for r in res}
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 @pytest.mark.slow
 def test_llama_cpp_python_lossless_pass_and_draft_kept_caught():
     """Prompt lookup and speculation off pass at N = 20 samples of 8 tokens (160 PITs, pooled
@@ -52,6 +53,7 @@ def test_llama_cpp_python_lossless_pass_and_draft_kept_caught():
     assert res["llama-cpp-python prompt lookup"].cert.spec_stats["drafted/sample"] > 0
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 @pytest.mark.slow
 def test_transformers_assisted_pass_and_late_logits_caught():
     """N = 10 samples of 8 tokens (80 PITs, pooled d ≈ 0.34): the assistant_model mode passes

@@ -91,6 +91,7 @@ def tiny():
     return target, draft, encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False), eos
 
 
+@pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 @pytest.mark.models
 def test_engine_certification_gbv_passes_and_planted_is_caught(tiny):
     target, draft, ids, eos = tiny
