@@ -432,9 +432,7 @@ def move_within_bins(law, bins: EqualMassBins, frac: float = 0.5) -> np.ndarray:
         if idx.size < 2:
             continue
         idx = idx[np.argsort(-p[idx], kind="stable")]
-        top, bottom = idx[: idx.size // 2], idx[idx.size // 2:]
-        if p[bottom].sum() <= 0:
-            continue
+        top, bottom = idx[: idx.size // 2], idx[idx.size // 2:]  # binned outcomes have p > 0
         moved = frac * p[top].sum()
         out[top] -= frac * p[top]
         out[bottom] += moved * p[bottom] / p[bottom].sum()

@@ -32,24 +32,23 @@ from spectr_gbv.proofs_check.instances import Instance, instances
 def _no_local_constants():
     """Run hypothesis without its pool of "local constants".
 
-    Hypothesis (≥ 6.131) draws, now and then, integer and float literals scraped from every local
+    Hypothesis (the version constraints.txt pins) draws, now and then, integer and float literals scraped from every local
     module in ``sys.modules`` (``hypothesis.internal.conjecture.providers._get_local_constants``).
     Which modules are loaded depends on the process — a lone ``spectr-gbv prove``, one test, or a
     whole pytest session that has imported every test module — so even with ``derandomize=True``
     the search, and the instance count and counterexample it reports, would depend on what else
     ran.  Here the pool is empty for the duration of a claim, so a claim's result is a function of
-    the claim alone.  Older hypothesis without the pool: nothing to do.
+    the claim alone.  A hypothesis without the pool: nothing to do.
     """
     try:
         from hypothesis.internal.conjecture import providers
-    except ImportError:  # pragma: no cover - hypothesis layout without the module
-        yield
-        return
+    except ImportError:  # pragma: no cover - a hypothesis without the module
+        providers = None
     original = getattr(providers, "_get_local_constants", None)
-    cache = getattr(providers, "CONSTANTS_CACHE", None)
-    if original is None or not hasattr(providers, "Constants"):
+    if original is None:  # a hypothesis without the pool: nothing to empty
         yield
         return
+    cache = getattr(providers, "CONSTANTS_CACHE", None)
     empty = providers.Constants()
     providers._get_local_constants = lambda: empty
     if cache is not None:
