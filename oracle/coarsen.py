@@ -39,8 +39,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spectr_gbv.oracle.stats import (LAW_SUM_ATOL, GTestPower, GTestResult, _as_counts, _as_law, _check_alpha,
-                                     gtest, gtest_power)
+from spectr_gbv.oracle.inputs import LAW_SUM_ATOL, as_counts, as_law, check_alpha
+from spectr_gbv.oracle.stats import GTestPower, GTestResult, gtest, gtest_power
 
 __all__ = [
     "COARSE_BINS",
@@ -100,7 +100,7 @@ class EqualMassBins:
         array law."""
         if isinstance(counts, Mapping):
             pos = {o: i for i, o in enumerate(self.outcomes)}
-            c = _as_counts(counts)
+            c = as_counts(counts)
             out = np.zeros(self.n_bins)
             bad = []
             for o, k in c.items():
@@ -133,7 +133,7 @@ def _law_arrays(law) -> tuple[tuple, np.ndarray]:
         if (arr.ndim == 1 and arr.size and np.all(np.isfinite(arr)) and np.all(arr >= 0.0)
                 and abs(math.fsum(arr) - 1.0) <= LAW_SUM_ATOL):
             return tuple(range(arr.size)), arr
-    checked = _as_law(law)
+    checked = as_law(law)
     return tuple(checked), np.fromiter(checked.values(), dtype=np.float64, count=len(checked))
 
 
@@ -258,7 +258,7 @@ def coarse_gtest(counts, law, alpha: float, m: int = COARSE_BINS, group=None,
     Raises:
         ValueError: as :func:`equal_mass_bins` and ``oracle.stats.gtest``.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     if bins is None:
         bins = equal_mass_bins(law, m, group)
     binned, bad = bins.bin_counts(counts)
@@ -379,7 +379,7 @@ def vocabulary_resolution(V: int = QWEN_V, n: int = 200_000, alpha: float = 1e-6
     """
     if isinstance(n_tests, bool) or int(n_tests) != n_tests or n_tests < 1:
         raise ValueError(f"n_tests must be an integer >= 1, got {n_tests!r}")
-    a = _check_alpha(alpha) / n_tests
+    a = check_alpha(alpha) / n_tests
     law, group = branch_law(llm_row(V, shape), branches)
     bins = equal_mass_bins(law, m, group)
     sizes = np.bincount(bins.bin_index[bins.bin_index >= 0])

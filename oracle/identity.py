@@ -78,7 +78,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import optimize, stats
 
-from spectr_gbv.oracle.stats import LAW_SUM_ATOL, _as_counts, _as_law, _check_alpha
+from spectr_gbv.oracle.inputs import LAW_SUM_ATOL, as_counts, as_law, check_alpha
 
 __all__ = [
     "IdentityPower",
@@ -123,7 +123,7 @@ def _law_arrays(law) -> tuple[tuple | None, np.ndarray]:
         if (arr.ndim == 1 and arr.size and np.all(np.isfinite(arr)) and np.all(arr >= 0.0)
                 and abs(float(arr.sum()) - 1.0) <= LAW_SUM_ATOL):
             return None, arr
-    checked = _as_law(law)
+    checked = as_law(law)
     return tuple(checked), np.fromiter(checked.values(), dtype=np.float64, count=len(checked))
 
 
@@ -393,7 +393,7 @@ def identity_power(law, n: int, alpha: float, power: float = POWER, tail_mass=No
             outside [0, 1).
     Source: module doc (Valiant & Valiant 2014; Balakrishnan & Wasserman 2019).
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     power = float(power)
     if not (alpha < power < 1.0):
         raise ValueError(f"power must lie in (alpha, 1), got {power!r}")
@@ -463,7 +463,7 @@ def _counts_array(counts, outcomes, size: int) -> tuple[np.ndarray, tuple]:
     """(float64 counts aligned with the law, outcomes outside the law's support counted)."""
     if outcomes is None:
         if isinstance(counts, Mapping):
-            c = _as_counts(counts)
+            c = as_counts(counts)
             arr = np.zeros(size)
             bad = []
             for o, k in c.items():
@@ -479,7 +479,7 @@ def _counts_array(counts, outcomes, size: int) -> tuple[np.ndarray, tuple]:
         if not np.all(np.isfinite(arr)) or np.any(arr < 0) or np.any(arr != np.floor(arr)):
             raise ValueError("counts must hold non-negative integers")
         return arr.astype(np.float64), ()
-    c = _as_counts(counts)
+    c = as_counts(counts)
     pos = {o: i for i, o in enumerate(outcomes)}
     arr = np.zeros(size)
     bad = []
@@ -509,7 +509,7 @@ def identity_test(counts, law, alpha: float, tail_mass=None) -> IdentityTestResu
             outside (0, 1), tail_mass outside [0, 1).
     Source: module doc.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     tail_mass = _check_tail_mass(tail_mass)
     outcomes, probs = _law_arrays(law)
     x, bad = _counts_array(counts, outcomes, probs.size)
@@ -517,7 +517,7 @@ def identity_test(counts, law, alpha: float, tail_mass=None) -> IdentityTestResu
     if np.any(zero & (x > 0)):
         idx = np.flatnonzero(zero & (x > 0))
         bad = bad + tuple((int(i) if outcomes is None else outcomes[i]) for i in idx)
-    n = (sum(_as_counts(counts).values()) if isinstance(counts, Mapping) else int(x.sum()))
+    n = (sum(as_counts(counts).values()) if isinstance(counts, Mapping) else int(x.sum()))
     if n < 1:
         raise ValueError(f"counts must total at least 1 (n >= 1), got n = {n}")
     pos_mask = ~zero
@@ -639,7 +639,7 @@ def least_favourable(law, tv: float, n: int, alpha: float, seed: int = 0) -> np.
         raise ValueError(f"tv must lie in (0, 1), got {tv!r}")
     p = np.asarray(law, dtype=np.float64)
     pos = np.flatnonzero(p > 0.0)
-    sp = _prepared(np.ascontiguousarray(p[pos]).tobytes(), _check_n(n), _check_alpha(alpha), None).split
+    sp = _prepared(np.ascontiguousarray(p[pos]).tobytes(), _check_n(n), check_alpha(alpha), None).split
     head = pos[sp.head_index]
     w = p[head] ** (2.0 / 3.0)
     sign = np.random.default_rng(seed).random(head.size) < 0.5

@@ -60,16 +60,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats as sps
 
+from spectr_gbv.oracle.inputs import check_alpha
 from spectr_gbv.oracle.stats import GTestResult, gtest
 
 ORDERS = ("id", "probability")
 DEFAULT_POWER = 0.99
-
-
-def _check_alpha(alpha, name: str = "alpha") -> float:
-    if not (isinstance(alpha, (int, float)) and 0 < float(alpha) < 1):
-        raise ValueError(f"{name} must be in (0, 1), got {alpha!r}")
-    return float(alpha)
 
 
 def _check_tolerance(tolerance) -> float:
@@ -163,8 +158,8 @@ def detectable_deviation(n: int, alpha: float, tolerance: float = 0.0,
     """
     if not (isinstance(n, (int, np.integer)) and n >= 1):
         raise ValueError(f"n must be an integer ≥ 1, got {n!r}")
-    alpha = _check_alpha(alpha)
-    power = _check_alpha(power, "power")
+    alpha = check_alpha(alpha)
+    power = check_alpha(power, "power")
     return _detectable(int(n), alpha, _check_tolerance(tolerance), power)
 
 
@@ -228,7 +223,7 @@ def ks_uniform_test(u, alpha: float, tolerance: float = 0.0) -> UniformityTest:
         ValueError: u not 1-D, NaN or outside [0, 1]; alpha or tolerance out of range.
     Source: Kolmogorov 1933; exact law of D_n: Simard & L'Ecuyer 2011 (scipy.stats.kstwo).
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     eta = _check_tolerance(tolerance)
     x = np.asarray(u, dtype=np.float64)
     if x.ndim != 1:
@@ -360,7 +355,7 @@ def sequence_test(tokens, laws, alpha: float = 1e-3, tolerance: float = 0.0, see
     Raises:
         ValueError: no sequence, mismatched lengths, bad laws, alpha or tolerance.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     eta = _check_tolerance(tolerance)
     if len(tokens) == 0 or len(tokens) != len(laws):
         raise ValueError(f"tokens and laws must be two non-empty lists of one length, got "

@@ -92,6 +92,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import optimize, special, stats
 
+from spectr_gbv.oracle.inputs import LAW_SUM_ATOL, as_counts, as_law, check_alpha
+
 __all__ = [
     "GTestPower",
     "GTestResult",
@@ -114,70 +116,8 @@ __all__ = [
     "sample_size_for_tv",
 ]
 
-# Exact laws come from enumeration and sum to 1 within ~1e-12; the slack admits laws that
-# were pushed forward or conditioned (a few more roundings) while still rejecting laws that
-# are wrong.  It stays far below scipy's 1e-8 relative check that observed and expected
-# totals agree in power_divergence.
-LAW_SUM_ATOL = 1e-9
-
 # Law-free least favourable constant: Σ (p' − p)²/p ≥ 4·TV² (Cauchy–Schwarz, module doc).
 LAW_FREE_KAPPA = 4.0
-
-
-# ----------------------------------------------------------------------------- validation
-
-
-def _check_alpha(alpha: float, name: str = "alpha") -> float:
-    a = float(alpha)
-    if not (0.0 < a < 1.0):
-        raise ValueError(f"{name} must lie in the open interval (0, 1), got {alpha!r}")
-    return a
-
-
-def _as_law(law, name: str = "law") -> dict:
-    """A validated copy ``{outcome: float}``; arrays become ``{index: prob}``."""
-    if isinstance(law, Mapping):
-        items = list(law.items())
-    else:
-        arr = np.asarray(law, dtype=np.float64)
-        if arr.ndim != 1:
-            raise ValueError(f"{name} must be a mapping or a 1-D array, got shape {arr.shape}")
-        items = list(enumerate(arr.tolist()))
-    if not items:
-        raise ValueError(f"{name} is empty")
-    out = {}
-    for k, v in items:
-        fv = float(v)
-        if not math.isfinite(fv) or fv < 0.0:
-            raise ValueError(f"{name} has a negative or non-finite probability {v!r} at {k!r}")
-        out[k] = fv
-    total = math.fsum(out.values())
-    if abs(total - 1.0) > LAW_SUM_ATOL:
-        raise ValueError(f"{name} must sum to 1 (within {LAW_SUM_ATOL:g}), sums to {total!r}")
-    return out
-
-
-def _as_counts(counts, name: str = "counts") -> dict:
-    """A validated copy ``{outcome: int}``; arrays become ``{index: count}``."""
-    if isinstance(counts, Mapping):
-        items = list(counts.items())
-    else:
-        arr = np.asarray(counts)
-        if arr.ndim != 1:
-            raise ValueError(f"{name} must be a mapping or a 1-D array, got shape {arr.shape}")
-        items = list(enumerate(arr.tolist()))
-    out = {}
-    for k, v in items:
-        try:
-            fv = float(v)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must hold integers, got {v!r} at {k!r}") from None
-        if not math.isfinite(fv) or fv != math.floor(fv):
-            raise ValueError(f"{name} must hold integers, got {v!r} at {k!r}")
-        if fv < 0:
-            raise ValueError(f"{name} must be non-negative, got {v!r} at {k!r}")
-        out[k] = int(fv)
-    return out
 
 
 # ----------------------------------------------------------------------------- power
@@ -201,7 +141,7 @@ def _critical_noncentrality(alpha: float, power: float, dof: int) -> float:
 
 
 def _check_power_args(alpha, power, n_cells, kappa) -> tuple[float, float, int, float]:
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     power = float(power)
     if not (alpha < power < 1.0):
         raise ValueError(f"power must lie in (alpha, 1) = ({alpha:g}, 1), got {power!r}")
@@ -286,7 +226,7 @@ def least_favourable_kappa(law) -> float:
     Raises:
         ValueError: if ``law`` is not a probability law.
     """
-    probs = sorted(_as_law(law).values())
+    probs = sorted(as_law(law).values())
     p_max = probs[-1]
     if p_max < 0.5:
         return LAW_FREE_KAPPA
@@ -536,7 +476,7 @@ def gtest_power(law, n: int, alpha: float, min_expected: float = 5.0) -> GTestPo
     Raises:
         ValueError: law not a probability law, n < 1, alpha outside (0, 1), min_expected ≤ 0.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     min_expected = float(min_expected)
     if not (min_expected > 0.0) or not math.isfinite(min_expected):
         raise ValueError(f"min_expected must be a finite number > 0, got {min_expected!r}")
@@ -548,7 +488,7 @@ def gtest_power(law, n: int, alpha: float, min_expected: float = 5.0) -> GTestPo
             and np.all(arr >= 0.0) and abs(math.fsum(arr) - 1.0) <= LAW_SUM_ATOL):
         probs = arr[arr > 0.0]  # a valid array law: checked without building a dict
     else:
-        probs = np.array([p for p in _as_law(law).values() if p > 0.0], dtype=np.float64)
+        probs = np.array([p for p in as_law(law).values() if p > 0.0], dtype=np.float64)
     groups, rare = _pool_cells(probs, n, min_expected)
     rare_mass = math.fsum(probs[rare]) if rare else 0.0
     # as _pooled_cells computes GTestResult.merged_mass
@@ -565,12 +505,12 @@ def gtest_power(law, n: int, alpha: float, min_expected: float = 5.0) -> GTestPo
 
 def _gtest_inputs(counts, law, alpha, min_expected):
     """gtest's validated (alpha, min_expected, law, counts, n), checked in that order."""
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     min_expected = float(min_expected)
     if not (min_expected > 0.0) or not math.isfinite(min_expected):
         raise ValueError(f"min_expected must be a finite number > 0, got {min_expected!r}")
-    law = _as_law(law)
-    counts = _as_counts(counts)
+    law = as_law(law)
+    counts = as_counts(counts)
     n = sum(counts.values())
     if n < 1:
         raise ValueError(f"counts must total at least 1 (n >= 1), got n = {n}")
@@ -754,7 +694,7 @@ def law_of(law, fn: Callable[[Hashable], Hashable]) -> dict:
         ValueError: if ``law`` is not a probability law.
     """
     parts: dict = defaultdict(list)
-    for o, p in _as_law(law).items():
+    for o, p in as_law(law).items():
         parts[fn(o)].append(p)
     return {k: math.fsum(v) for k, v in parts.items()}
 
@@ -867,9 +807,9 @@ def conditional_gtests(samples, law, condition: Callable[[Hashable], Hashable],
 def _conditional_inputs(samples, law, alpha, min_expected, min_key_expected):
     """conditional_gtests' validated (alpha, law, counts, min_key_expected, n), checked in
     that order."""
-    alpha = _check_alpha(alpha)
-    law = _as_law(law)
-    counts = _as_counts(samples if isinstance(samples, Mapping)
+    alpha = check_alpha(alpha)
+    law = as_law(law)
+    counts = as_counts(samples if isinstance(samples, Mapping)
                         else counts_from_samples(samples), name="samples")
     if min_key_expected is None:
         min_key_expected = 10.0 * float(min_expected)
@@ -1020,7 +960,7 @@ def mean_ci(data, confidence: float = 0.95) -> MeanCI:
         ValueError: confidence outside (0, 1), n < 2, non-finite sums, malformed tuple.
     Note: valid for large n (CLT); for small n or heavy skew the coverage is approximate.
     """
-    confidence = _check_alpha(confidence, "confidence")
+    confidence = check_alpha(confidence, "confidence")
     ms = _mean_stats(data, "data")
     mean, var = _mean_and_var(ms)
     se = math.sqrt(var / ms.n)
@@ -1078,7 +1018,7 @@ def mean_within_ci(sample_mean_stats, exact_mean: float, alpha: float,
         ValueError: alpha outside (0, 1), non-finite exact_mean, negative exact_variance,
             and the cases of :func:`mean_ci`.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     exact_mean = float(exact_mean)
     if not math.isfinite(exact_mean):
         raise ValueError(f"exact_mean must be finite, got {exact_mean!r}")
@@ -1152,7 +1092,7 @@ def paired_mean_test(values, exact_means, exact_variances, alpha: float) -> Pair
         ValueError: no observations, arrays of different lengths or not 1-D, non-finite
             values or means, negative or non-finite variances, alpha outside (0, 1).
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     x = np.asarray(values, dtype=np.float64)
     means = np.asarray(exact_means, dtype=np.float64)
     variances = np.asarray(exact_variances, dtype=np.float64)
@@ -1197,7 +1137,7 @@ def paired_mean_power(shift: float, null_variance: float, alt_variance: float, a
     Raises:
         ValueError: alpha outside (0, 1), null_variance ≤ 0, alt_variance < 0, or non-finite input.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_alpha(alpha)
     if not (math.isfinite(shift) and math.isfinite(null_variance) and math.isfinite(alt_variance)):
         raise ValueError("shift and variances must be finite")
     if not null_variance > 0 or alt_variance < 0:
