@@ -58,7 +58,7 @@ from spectr_gbv.reference.contract import to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
 from spectr_gbv.reference.exact import draft_paths
 from spectr_gbv.reference.models import ToyModel
-from spectr_gbv.reference.randomness import enumerate_law
+from spectr_gbv.reference.randomness import enumerate_law_draw_last
 from spectr_gbv.reference.rules import Rule, get_rule
 from spectr_gbv.reference.validation import check_iteration_inputs
 
@@ -75,6 +75,10 @@ Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
 def exact_verdict_law(rule: Rule, draft_tokens, draft_probs, target_probs) -> dict[Outcome, float]:
     """Exact law of (τ, accepted prefix, emitted token) of ``rule`` given fixed draft blocks.
 
+    Enumerated by ``reference.randomness.enumerate_law_draw_last``: every path of the rule's
+    coins once, the final draw (correction or bonus) expanded over its support as a vector, so
+    the cost is linear in V (V = 151,936 rows take seconds; replaying each token would take hours).
+
     Args:
         rule: a reference Rule.
         draft_tokens: int [K, L]; draft_probs: float [K, L, V]; target_probs: float [K, L+1, V].
@@ -82,14 +86,15 @@ def exact_verdict_law(rule: Rule, draft_tokens, draft_probs, target_probs) -> di
         dict outcome → probability (float64).
     Raises:
         ValueError: malformed inputs (see ``reference.validation.check_iteration_inputs``).
+        reference.randomness.DrawNotLastError: the rule tosses a coin or draws after its draw.
     """
     block = rule.prepare(draft_tokens, draft_probs, target_probs)
-    law = enumerate_law(lambda src: rule.decide(block, src))
-    out: dict[Outcome, float] = {}
-    for verdict, pr in law.items():
-        key = (verdict.tau, verdict.accepted, verdict.last_token)
-        out[key] = out.get(key, 0.0) + pr
-    return out
+
+    def outcome(src) -> Outcome:
+        verdict = rule.decide(block, src)
+        return (verdict.tau, verdict.accepted, verdict.last_token)
+
+    return enumerate_law_draw_last(outcome, lambda o, token: (o[0], o[1], token))
 
 
 def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:

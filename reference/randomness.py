@@ -168,3 +168,93 @@ def enumerate_law(fn: Callable[[Source], Hashable], max_leaves: int = 10_000_000
             for alt in range(1, n_options):
                 stack.append(tuple(prefix + [alt]))
     return dict(law)
+
+
+class DrawNotLastError(ValueError):
+    """``enumerate_law_draw_last`` was given a function its shortcut does not apply to: a coin
+    after the draw, a second draw, or an outcome that does not carry the drawn index as
+    ``relabel`` says."""
+
+
+class _DrawLastSource(_ReplaySource):
+    """Replays coins like ``_ReplaySource``; the draw is not branched on but recorded (its
+    support and normalised weights) and answered with the support's first (``pick`` = 0) or last
+    (``pick`` = -1) index.  Any choice after the draw raises ``DrawNotLastError``."""
+
+    __slots__ = ("final", "pick")
+
+    def __init__(self, path: tuple[int, ...], pick: int = 0):
+        super().__init__(path)
+        self.final: tuple[np.ndarray, np.ndarray] | None = None
+        self.pick = pick
+
+    def _choose(self, probs: list[float]) -> int:
+        if self.final is not None:
+            raise DrawNotLastError("a coin was tossed after the draw")
+        return super()._choose(probs)
+
+    def draw(self, weights: np.ndarray) -> int:
+        if self.final is not None:
+            raise DrawNotLastError("a second draw")
+        w, total = _check_weights(weights)
+        support = np.flatnonzero(w > 0)
+        self.final = (support, w[support] / total)
+        return int(support[self.pick])
+
+
+def enumerate_law_draw_last(fn: Callable[[Source], Hashable], relabel: Callable[[Hashable, int], Hashable],
+                            max_paths: int = 10_000_000) -> dict:
+    """The law ``enumerate_law(fn)`` returns, for a ``fn`` whose draw (if any) is its last random
+    choice, in time linear in V: each path of coins is replayed once (twice if it ends in a draw),
+    not once per token of the draw's support.
+
+    A path ending in a draw of normalised weights ``w`` over its support gives, for every token x
+    of the support, the outcome ``relabel(o, x)`` with probability ``P(path) · w[x]``, where o is
+    the outcome with the support's first token drawn.  The rules draw once per iteration, the
+    correction or the bonus, after every coin (module doc), so the drawn token only becomes the
+    emitted token; this is checked on every such path: o must equal ``relabel(o, first token)``
+    and a replay drawing the support's last token must return ``relabel(o, last token)`` with the
+    same path probability.  Probabilities are the same floating-point products, summed per
+    outcome in the same order, as ``enumerate_law``'s (the paths are visited in the same order).
+
+    Args:
+        fn: callable taking a Source and returning a hashable outcome.
+        relabel: ``(outcome, token) -> outcome`` with the drawn token replaced by ``token``.
+        max_paths: guard against runaway enumeration.
+    Returns:
+        dict outcome → probability (float64).
+    Raises:
+        DrawNotLastError: a coin or a second draw after the draw, or an outcome that does not
+            change with the drawn token as ``relabel`` says.
+        RuntimeError: more than ``max_paths`` paths.
+    """
+    law: dict = defaultdict(float)
+    stack: list[tuple[int, ...]] = [()]
+    paths = 0
+    while stack:
+        path = stack.pop()
+        src = _DrawLastSource(path)
+        outcome = fn(src)
+        paths += 1
+        if paths > max_paths:
+            raise RuntimeError(f"enumerate_law_draw_last: more than {max_paths} paths")
+        base = list(path)
+        for depth, n_options in enumerate(src.new_branches):
+            prefix = base + [0] * depth
+            for alt in range(1, n_options):
+                stack.append(tuple(prefix + [alt]))
+        if src.final is None:
+            law[outcome] += src.prob
+            continue
+        support, weights = src.final
+        if relabel(outcome, int(support[0])) != outcome:
+            raise DrawNotLastError(f"the outcome {outcome!r} does not carry the drawn token {int(support[0])}")
+        if support.size > 1:
+            last = _DrawLastSource(path, pick=-1)
+            other = fn(last)
+            if other != relabel(outcome, int(support[-1])) or last.prob != src.prob:
+                raise DrawNotLastError(f"drawing token {int(support[-1])} instead of {int(support[0])} gave "
+                                       f"{other!r}, not {relabel(outcome, int(support[-1]))!r}")
+        for x, pr in zip(support.tolist(), (src.prob * weights).tolist()):
+            law[relabel(outcome, x)] += pr
+    return dict(law)

@@ -6,7 +6,8 @@ from scipy import stats
 
 from spectr_gbv.proofs_check.instances import random_instance
 from spectr_gbv.reference.decode import Decoder, DecodeState
-from spectr_gbv.reference.randomness import MatchedSource, SamplingSource, enumerate_law
+from spectr_gbv.reference.randomness import (DrawNotLastError, MatchedSource, SamplingSource, enumerate_law,
+                                             enumerate_law_draw_last)
 from spectr_gbv.reference.rules import RULES, registry
 
 
@@ -101,3 +102,55 @@ def test_one_coin_per_address_and_one_draw(name):
         assert len(v.tokens) == v.tau + 1 and 0 <= v.tau <= inst.L
         assert v.tokens[: v.tau] == tuple(drafts[v.selected][: v.tau]) if v.tau else v.selected == -1
         assert rule.modifies_targets is False and v.modification is None
+
+
+# -- enumerate_law_draw_last: the linear-in-V shortcut of exact_verdict_law ----------------------
+
+def _verdict_key(verdict):
+    return (verdict.tau, verdict.accepted, verdict.last_token)
+
+
+@pytest.mark.parametrize("name", registry.names())
+def test_draw_last_law_equals_the_full_enumeration(name):
+    """For every registered rule on 12 random instances (V = 5, K = 1 single-draft else 3, L = 3,
+    zeros included), the law of (τ, accepted, emitted token) from enumerate_law_draw_last equals
+    enumerate_law's (every token of the draw replayed), to 1e-15 per outcome, same support."""
+    rule = RULES[name]
+    K = 1 if registry.is_single_draft(name) else 3
+    for seed in range(12):
+        inst = random_instance(5, K, 3, seed=seed, concentration=(0.3, 1.0, 30.0)[seed % 3],
+                               zero_prob=(0.0, 0.3)[seed % 2])
+        dec = Decoder(inst.draft, inst.target, inst.K, inst.L)
+        drafts = dec.draft_blocks(DecodeState(), SamplingSource(seed))
+        block = rule.prepare(*dec.block_inputs(DecodeState(), drafts))
+        full: dict = {}
+        for verdict, pr in enumerate_law(lambda src: rule.decide(block, src)).items():
+            full[_verdict_key(verdict)] = full.get(_verdict_key(verdict), 0.0) + pr
+        fast = enumerate_law_draw_last(lambda src: _verdict_key(rule.decide(block, src)),
+                                       lambda o, token: (o[0], o[1], token))
+        assert fast.keys() == full.keys()
+        assert max(abs(fast[k] - full[k]) for k in full) <= 1e-15
+
+
+def test_draw_last_refuses_a_coin_after_the_draw():
+    def coin_after(src):
+        x = src.draw(np.array([1.0, 2.0]))
+        return (x, src.coin(0.5))
+
+    with pytest.raises(DrawNotLastError, match="coin was tossed after the draw"):
+        enumerate_law_draw_last(coin_after, lambda o, token: (token, o[1]))
+
+
+def test_draw_last_refuses_an_outcome_without_the_drawn_token():
+    with pytest.raises(DrawNotLastError, match="does not carry the drawn token"):
+        enumerate_law_draw_last(lambda src: ("x", src.draw(np.array([0.0, 1.0, 2.0])) * 0),
+                                lambda o, token: (o[0], token))
+    # carries the first token but not the others (the outcome is the drawn token capped at 1)
+    with pytest.raises(DrawNotLastError, match="drawing token 2 instead of 0"):
+        enumerate_law_draw_last(lambda src: ("x", min(src.draw(np.array([1.0, 2.0, 3.0])), 1)),
+                                lambda o, token: (o[0], token))
+
+
+def test_draw_last_small_program():
+    law = enumerate_law_draw_last(small_program, lambda o, token: (o[0], token) if o[0] == "a" else o)
+    assert law == pytest.approx({("a", 0): 0.075, ("a", 2): 0.225, ("b", 1): 0.35, ("b", 0): 0.35}, abs=1e-15)
