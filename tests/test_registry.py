@@ -184,6 +184,7 @@ class FreshDrawKeepsX(FreshDrawTorch):
         return make_verdict(batch, tau, torch.where(accept, row, torch.full_like(row, -1)), row, last)
 
 
+@pytest.mark.long
 def test_a_new_algorithm_registered_in_one_call_is_listed_certified_and_its_defect_caught():
     """A rule that is no subclass of a registered one (numpy reference, torch verifier, planted
     defect): one register call puts it in every derived list, the certification machinery

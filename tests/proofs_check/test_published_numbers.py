@@ -740,6 +740,7 @@ def test_certify_quick_table_has_the_plan_cases_and_n():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_certify_quick_rerun_gives_the_committed_verdicts():
     """`certify --quick` rerun (seed 0, as `spectr-gbv report` runs it): every row's verdict as
     committed (minutes on a CPU)."""

@@ -44,7 +44,7 @@ def _uncached_rows(model: LlamaCppModel, prefix: list[int], sampling: SamplingCo
     return row
 
 
-@pytest.mark.parametrize("K,L,seed", [(1, 4, 3), (2, 3, 1), (3, 3, 3)])
+@pytest.mark.parametrize("K,L,seed", [(1, 4, 3), (2, 3, 1), pytest.param(3, 3, 3, marks=pytest.mark.long)])
 def test_tree_rows_are_each_drafts_uncached_rows(pair, K, L, seed):
     """Every draft row and every target row the verifier got (including the bonus row) equals
     the model's uncached row after the context and that draft's own tokens."""

@@ -33,6 +33,7 @@ def tiny():
     return target, draft, encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False), eos
 
 
+@pytest.mark.long
 def test_llamacpp_engine_certification_passes_gbv_and_catches_its_planted_rule(tiny):
     target, draft, ids, eos = tiny
     cert = ec.certify_engine(target, draft, ids, ["gbv"], n_seeds=6, max_new_tokens=16, eos_token_ids=eos)

@@ -165,6 +165,7 @@ def test_configure_refuses_empty_candidates(tiny_pair):
 
 
 @pytest.mark.models
+@pytest.mark.long
 def test_generate_chooses_the_shape_and_prints_prediction_and_measurement(tmp_path, monkeypatch, capsys):
     import importlib.util
 
