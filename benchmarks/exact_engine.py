@@ -22,7 +22,7 @@ from spectr_gbv.reference.rules import registry
 SINGLE = registry.names(single_draft=True)
 
 
-def _timed(rule: str, V: int, K: int, L: int, queue) -> None:
+def median_seconds(rule: str, V: int, K: int, L: int, queue) -> None:
     from spectr_gbv.proofs_check.instances import random_instance
     from spectr_gbv.reference.exact import generation_law, target_law, total_variation
     from spectr_gbv.reference.rules import get_rule
@@ -39,7 +39,7 @@ def run_case(rule: str, V: int, K: int, L: int, limit: float):
     """(seconds, decode states, TV) or None when the case exceeds ``limit`` seconds."""
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_timed, args=(rule, V, K, L, queue))
+    proc = ctx.Process(target=median_seconds, args=(rule, V, K, L, queue))
     proc.start()
     proc.join(limit)
     if proc.is_alive():

@@ -13,14 +13,14 @@ null hypothesis holds exactly) and each test of ``oracle.certify._family`` is co
 * the joint G-test (``--reps`` replicates, drawn directly on its pooled cells: the pooling
   depends on the law and N only): G − dof, Var G / (2 dof), and the false-alarm rate at
   α = 10^-2, 10^-3 of the χ² p-value of G (the code before the correction) and of G/s (after:
-  s = ``oracle.stats._null_mean_scale``);
+  s = ``oracle.stats.gtest_null_mean_scale``);
 * the family (``--family-reps`` replicates of N outcomes): the law of τ, the token given
   (τ, prefix) (``conditional_gtests``: the key marginal and every eligible key), the mean of τ
   and the coarsened law, each test's false-alarm rate at α = 10^-2 and the family's at α = 10^-2
   (each test at α/n_tests, as ``certify_case``), before and after.
 
 Replicas: the G statistics are computed here in vectorised form with the pooling of
-``oracle.stats._pool_cells``; for each case the first replicates are checked against
+``oracle.stats.pool_cells``; for each case the first replicates are checked against
 ``oracle.stats.gtest`` itself (the p-values agree to 1e-9).  The conditional tests pool at
 the key's expected count N·P(k) (the real test pools at the observed count, within ~0.1 % of
 it; the check reports the largest p-value difference this makes).
@@ -40,9 +40,9 @@ import time
 import numpy as np
 from scipy import stats
 
-from spectr_gbv.oracle.certify import COARSE_BINS, _tau, exact_verdict_law, family_size
+from spectr_gbv.oracle.certify import COARSE_BINS, outcome_tau, exact_verdict_law, family_size
 from spectr_gbv.oracle.coarsen import equal_mass_bins
-from spectr_gbv.oracle.stats import (_null_mean_ratio, _null_mean_scale, _pool_cells, conditional_gtests, gtest,
+from spectr_gbv.oracle.stats import (gtest_null_mean_ratio, gtest_null_mean_scale, pool_cells, conditional_gtests, gtest,
                                      law_of)
 from spectr_gbv.reference.rules import get_rule
 
@@ -75,11 +75,11 @@ def plan_cases(rules=None):
 # -- a vectorised replica of gtest on fixed pooling -----------------------------------------------
 
 class Pooled:
-    """gtest's cells for a law (float [cells] > 0, Σ = 1) at n: the groups of ``_pool_cells``
+    """gtest's cells for a law (float [cells] > 0, Σ = 1) at n: the groups of ``pool_cells``
     as a column map, the rare cells, and the scale s."""
 
     def __init__(self, probs: np.ndarray, n: int):
-        groups, rare = _pool_cells(probs, n, MIN_EXPECTED)
+        groups, rare = pool_cells(probs, n, MIN_EXPECTED)
         self.n_cells = len(groups)
         self.dof = self.n_cells - 1
         self.column = np.full(probs.size, self.n_cells, dtype=np.int64)  # rare → last column
@@ -90,8 +90,8 @@ class Pooled:
         self.rare_mass = math.fsum(probs[rare]) if rare else 0.0
         e = n * self.P / self.P.sum()
         n_g = n - int(round(n * self.rare_mass))
-        self.scale = _null_mean_scale(e, n_g)
-        self.ratio = _null_mean_ratio(e, n_g)  # the exact mean alone (G·dof/E₀[G])
+        self.scale = gtest_null_mean_scale(e, n_g)
+        self.ratio = gtest_null_mean_ratio(e, n_g)  # the exact mean alone (G·dof/E₀[G])
         self.n = n
 
     def group_probs(self) -> np.ndarray:
@@ -177,13 +177,13 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
 
     joint = Pooled(probs, N)
     taus = np.array([o[0] for o in outcomes])
-    tau_law = law_of(law, _tau)
+    tau_law = law_of(law, outcome_tau)
     tau_vals = sorted(k for k, p in tau_law.items() if p > 0)
     tau_pool = Pooled(np.array([tau_law[t] for t in tau_vals]), N)
     tau_col = np.searchsorted(tau_vals, taus)
     mean_tau = float(probs @ taus)
     var_tau = max(float(probs @ (taus - mean_tau) ** 2), 1e-18)
-    bins = equal_mass_bins(law, COARSE_BINS, group=_tau) if n_tests == 5 else None
+    bins = equal_mass_bins(law, COARSE_BINS, group=outcome_tau) if n_tests == 5 else None
     if bins is not None:
         pos = {o: i for i, o in enumerate(bins.outcomes)}
         bin_of = np.array([bins.bin_index[pos[o]] for o in outcomes])
@@ -266,11 +266,11 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
 def delta_before_after(law: dict, N: int, alpha: float = 1e-6) -> dict:
     """The case's stated δ (``oracle.certify.case_power``'s joint δ on the whole law, at
     α/n_tests) with the plain χ² critical value (before) and with gtest's scale (after)."""
-    from spectr_gbv.oracle.stats import _pooled_detectable_tv, gtest_power
+    from spectr_gbv.oracle.stats import pooled_detectable_tv, gtest_power
 
     a = alpha / family_size(law)
     after = gtest_power(law, N, a)
-    before = _pooled_detectable_tv(N, a, after.n_cells, after.rare_mass > 0, 1.0)
+    before = pooled_detectable_tv(N, a, after.n_cells, after.rare_mass > 0, 1.0)
     return {"alpha_per_test": a, "scale": after.null_mean_scale, "merged_mass": after.merged_mass,
             "delta_pooled_before": before, "delta_pooled_after": after.detectable_tv,
             "delta_before": min(1.0, before + after.merged_mass), "delta_after": after.detectable_tv_law}

@@ -72,7 +72,8 @@ def check_block_pair(p_block: np.ndarray, q_block: np.ndarray) -> tuple[np.ndarr
     return p, q
 
 
-def _check_K(K: int) -> int:
+def check_K(K: int) -> int:
+    """``K`` as an int ≥ 1; ValueError naming K otherwise."""
     try:
         return check_positive_int(K, "K")
     except (TypeError, ValueError) as exc:
@@ -113,7 +114,7 @@ def bound_B(p_block: np.ndarray, q_block: np.ndarray, K: int) -> float:
     Raises:
         ValueError: naming the argument, on invalid block laws, a shape mismatch or K < 1.
     """
-    K = _check_K(K)
+    K = check_K(K)
     p, q = check_block_pair(p_block, q_block)
     total = 0.0
     for pz, qz in zip(prefix_marginals(p), prefix_marginals(q)):
@@ -148,7 +149,7 @@ def expected_tau_kseq_gbv(p_block: np.ndarray, q_block: np.ndarray, K: int) -> f
     Raises:
         ValueError: naming the argument, on invalid block laws, a shape mismatch or K < 1.
     """
-    K = _check_K(K)
+    K = check_K(K)
     p, q = check_block_pair(p_block, q_block)
     pm, qm = prefix_marginals(p), prefix_marginals(q)
     rho = rho_star(pm[0], qm[0], K)
@@ -195,7 +196,7 @@ def alpha_star(p: np.ndarray, q: np.ndarray, K: int) -> float:
         ValueError: naming the argument, on NaN/negative/unnormalised input, a shape mismatch
             or K < 1.
     """
-    K = _check_K(K)
+    K = check_K(K)
     p, q = _check_position_pair(p, q)
     # Sort key p/q decreasing without dividing by zero: q = 0 tokens get +inf (always worth
     # putting in H: they add p-mass for free), p = q = 0 tokens are irrelevant.
@@ -211,7 +212,7 @@ def alpha_star(p: np.ndarray, q: np.ndarray, K: int) -> float:
 def alpha_star_brute_force(p: np.ndarray, q: np.ndarray, K: int) -> float:
     """α* = min_{H ⊆ Ω} [ q(H) + 1 − p(H)^K ] by enumerating all 2^V subsets (a check of
     ``alpha_star``; same arguments and errors).  Raises ValueError if V > 20."""
-    K = _check_K(K)
+    K = check_K(K)
     p, q = _check_position_pair(p, q)
     V = p.shape[0]
     if V > 20:

@@ -117,7 +117,8 @@ def round_to_dtype(x: np.ndarray, dtype: str) -> np.ndarray:
     raise ValueError(f"backend_dtype must be float64, float32 or bfloat16, got {dtype!r}")
 
 
-def _renormalise(x: np.ndarray) -> np.ndarray:
+def renormalise_rows(x: np.ndarray) -> np.ndarray:
+    """float64 copy of ``x`` [..., V] with each row divided by its sum (rows of positive sum)."""
     x = np.asarray(x, dtype=np.float64)
     return x / x.sum(axis=-1, keepdims=True)
 
@@ -153,8 +154,8 @@ class FixedCase:
         self.backend_draft_probs = round_to_dtype(dp, self.backend_dtype)
         self.backend_target_probs = round_to_dtype(tp, self.backend_dtype)
         self.draft_tokens = tokens
-        self.draft_probs = _renormalise(self.backend_draft_probs)
-        self.target_probs = _renormalise(self.backend_target_probs)
+        self.draft_probs = renormalise_rows(self.backend_draft_probs)
+        self.target_probs = renormalise_rows(self.backend_target_probs)
 
     @property
     def K(self) -> int:
@@ -393,7 +394,7 @@ def _outcomes(tau: np.ndarray, tokens: np.ndarray, L: int, V: int) -> list[Outco
     return [(int(t), tuple(int(x) for x in row[:t]), int(e)) for t, row, e in zip(tau, tokens, emitted)]
 
 
-def _draft_table(draft: ToyModel, target: ToyModel, K: int, L: int):
+def draft_table(draft: ToyModel, target: ToyModel, K: int, L: int):
     """Every single-draft block of positive probability with its verifier rows."""
     dec = Decoder(draft, target, K, L)
     state = DecodeState()
@@ -413,7 +414,8 @@ def _draft_table(draft: ToyModel, target: ToyModel, K: int, L: int):
 MEAN_VARIANCE_FLOOR = 1e-18
 
 
-def _tau(outcome: Outcome) -> int:
+def outcome_tau(outcome: Outcome) -> int:
+    """τ of an outcome (τ, accepted prefix, emitted token)."""
     return outcome[0]
 
 
@@ -449,10 +451,10 @@ def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, 
     exact_var = max(exact_var, MEAN_VARIANCE_FLOOR)
     counts = counts_from_samples(samples)
     joint = gtest(counts, law, a)
-    tau_law = gtest(counts_from_samples(o[0] for o in samples), law_of(law, _tau), a)
+    tau_law = gtest(counts_from_samples(o[0] for o in samples), law_of(law, outcome_tau), a)
     cond = conditional_gtests(samples, law, lambda o: (o[0], o[1]), a)
     mean = mean_within_ci([o[0] for o in samples], exact_mean, a, exact_variance=exact_var)
-    coarse = (_LargeLawTests(coarse_gtest(counts, law, a, group=_tau), identity_test(counts, law, a))
+    coarse = (_LargeLawTests(coarse_gtest(counts, law, a, group=outcome_tau), identity_test(counts, law, a))
               if n_tests == 6 else None)
     return joint, tau_law, cond, mean, coarse, n_tests
 
@@ -494,7 +496,7 @@ def case_power(case: FixedCase, n_samples: int, alpha: float = 1e-6) -> CasePowe
                             case.target_probs)
     n_tests = family_size(law)
     a = alpha / n_tests
-    coarse = coarse_power(law, n_samples, a, group=_tau) if n_tests == 6 else None
+    coarse = coarse_power(law, n_samples, a, group=outcome_tau) if n_tests == 6 else None
     identity = identity_power(law, n_samples, a) if n_tests == 6 else None
     return CasePower(n_tests, a, gtest_power(law, n_samples, a), coarse, identity)
 
@@ -511,8 +513,9 @@ def chunk_seeds(seed: int, chunk_index: int, B: int, case: int = 0) -> np.ndarra
     return CaseSeeds(seed, case).row_seeds(chunk_index, B)
 
 
-def _run(verifier, draft_tokens, draft_probs, target_probs, seeds):
-    """One call of the contract; (τ, tokens) as numpy."""
+def call_verifier(verifier, draft_tokens, draft_probs, target_probs, seeds):
+    """One call of the batched contract (reference/contract.py): (τ int [B], tokens int [B, L+1])
+    as numpy arrays."""
     out = verifier(draft_tokens, draft_probs, target_probs, seeds=seeds)
     return to_numpy(out.tau), to_numpy(out.tokens)
 
@@ -572,7 +575,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         while done < n_samples:
             B = min(chunk, n_samples - done)
             batch = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
-            tau, tokens = _run(verifier, *batch, seeds.row_seeds(c, B))
+            tau, tokens = call_verifier(verifier, *batch, seeds.row_seeds(c, B))
             samples.extend(_outcomes(tau, tokens, L, case.V))
             done, c = done + B, c + 1
         exact_mean = sum(pr * o[0] for o, pr in law.items())
@@ -592,7 +595,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
 
     if isinstance(case, FirstTokenCase):
         kind = "fresh drafts, first token vs target"
-        probs, toks, dps, tps = _draft_table(case.draft, case.target, case.K, case.L)
+        probs, toks, dps, tps = draft_table(case.draft, case.target, case.K, case.L)
         dt = np.float64 if case.backend_dtype == "float64" else np.float32
         dps, tps = dps.astype(dt), tps.astype(dt)
         firsts: list[int] = []
@@ -600,7 +603,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         while done < n_samples:
             B = min(chunk, n_samples - done)
             idx = rng.choice(len(probs), size=(B, case.K), p=probs)
-            tau, tokens = _run(verifier, toks[idx], dps[idx], tps[idx], seeds.row_seeds(c, B))
+            tau, tokens = call_verifier(verifier, toks[idx], dps[idx], tps[idx], seeds.row_seeds(c, B))
             outs = _outcomes(tau, tokens, case.L, case.V)
             firsts.extend(o[1][0] if o[0] > 0 else o[2] for o in outs)
             taus.extend(o[0] for o in outs)

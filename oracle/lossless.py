@@ -88,7 +88,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import stats as scipy_stats
 
-from spectr_gbv.oracle.certify import (_renormalise, counts_from_samples, empirical_tv,
+from spectr_gbv.oracle.certify import (renormalise_rows, counts_from_samples, empirical_tv,
                                        round_to_dtype, worst_cells)
 from spectr_gbv.oracle.seed_contract import lossless_seed_checks, seed_table
 from spectr_gbv.oracle.seeding import CaseSeeds
@@ -144,7 +144,7 @@ class _Rounded(ToyModel):
         self.base, self.dtype, self.vocab_size = base, dtype, base.vocab_size
 
     def _conditional(self, prefix):
-        return _renormalise(round_to_dtype(self.base.conditional(prefix), self.dtype))
+        return renormalise_rows(round_to_dtype(self.base.conditional(prefix), self.dtype))
 
 
 def _law_model(model: ToyModel, dtype: str) -> ToyModel:
@@ -411,7 +411,7 @@ class _PrefixTables:
             return hit
         tokens, dp, tp = self._block_inputs(c, self._positive_blocks(c))
         dp, tp = round_to_dtype(dp, self.dtype), round_to_dtype(tp, self.dtype)
-        law_dp = dp if self.dtype == "float64" else _renormalise(dp)
+        law_dp = dp if self.dtype == "float64" else renormalise_rows(dp)
         step = np.take_along_axis(law_dp, tokens[:, :, None], axis=2)[:, :, 0]
         prob = np.prod(step, axis=1)
         keep = prob > 0

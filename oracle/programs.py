@@ -40,7 +40,7 @@ import cvxpy as cp
 import numpy as np
 import scipy.sparse as sp
 
-from spectr_gbv.oracle.bounds import _check_K, check_block_pair
+from spectr_gbv.oracle.bounds import check_K, check_block_pair
 
 __all__ = [
     "ProgramResult",
@@ -306,7 +306,7 @@ def _check_flags(**flags):
 
 def _setup(K, p_block, q_block, **flags) -> tuple[int, _Blocks]:
     """Validated K (first), bool flags, then the block pair: the checks every program makes."""
-    K = _check_K(K)
+    K = check_K(K)
     _check_flags(**flags)
     return K, _Blocks(p_block, q_block)
 

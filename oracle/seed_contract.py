@@ -201,7 +201,7 @@ def certification_seed_checks(verifier, cases, seed: int) -> list[SeedCheck]:
     Returns:
         list of SeedCheck (empty when ``cases`` is empty).
     """
-    from spectr_gbv.oracle.certify import (FirstTokenCase, FixedCase, _draft_table, exact_verdict_law,
+    from spectr_gbv.oracle.certify import (FirstTokenCase, FixedCase, draft_table, exact_verdict_law,
                                            verifier_for)
     from spectr_gbv.reference.rules import get_rule
 
@@ -235,7 +235,7 @@ def certification_seed_checks(verifier, cases, seed: int) -> list[SeedCheck]:
             arrays = (case.draft_tokens, case.backend_draft_probs, case.backend_target_probs)
             rows = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
         elif isinstance(case, FirstTokenCase):
-            probs, toks, dps, tps = _draft_table(case.draft, case.target, case.K, case.L)
+            probs, toks, dps, tps = draft_table(case.draft, case.target, case.K, case.L)
             dt = np.float64 if case.backend_dtype == "float64" else np.float32
             idx = seeds.check_rng().choice(len(probs), size=(B, case.K), p=probs)
             rows = [toks[idx], dps[idx].astype(dt), tps[idx].astype(dt)]

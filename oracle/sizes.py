@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from spectr_gbv.reference.sizes import _log10_comb_multisets, max_row_support
+from spectr_gbv.reference.sizes import log10_comb_multisets, max_row_support
 
 # The oracle programs: at most this many LP variables (and block-law entries V^L).
 DEFAULT_MAX_VARIABLES = 2 * 10**6
@@ -20,7 +20,7 @@ def oracle_sizes(draft, target, K: int, L: int) -> dict[str, float]:
     lb = L * math.log10(V)
     ln = L * math.log10(max_row_support(draft))
     lm = L * math.log10(max_row_support(target))
-    lM = _log10_comb_multisets(ln, K)
+    lM = log10_comb_multisets(ln, K)
     return {
         "block": lb,
         "draft_blocks": ln,

@@ -74,7 +74,7 @@ original cells is at most the pooled TV plus ``GTestResult.merged_mass``
 (``GTestResult.detectable_tv_law``).  (3) The χ² approximation of the G statistic is
 anti-conservative when many cells have expected counts near ``min_expected`` (its null mean
 exceeds dof by about Σ(1/E_i)/6, Williams 1976).  :func:`gtest` therefore compares G/s with
-χ²_dof, s = 1 + 2(E₀[G]/dof − 1) from the exact null mean (``_null_mean_scale``), and its
+χ²_dof, s = 1 + 2(E₀[G]/dof − 1) from the exact null mean (``gtest_null_mean_scale``), and its
 stated δ is the power of that corrected test (the level χ²_dof.sf(s·χ²_dof.isf(α)) for G).
 The sizes measured by simulation from the exact laws of the certification plan's V = 4,096
 cases are in benchmarks/GTEST_SIZE.md (at most α at α = 10^-2, 10^-3, 10^-4); the far tail
@@ -267,7 +267,7 @@ class GTestResult:
         rare_observed, rare_expected: count and expected count n·p of the rare cells (cells too
             small to form a pooled group, tested apart by a binomial tail; 0 when none).
         null_mean_scale: s = max(1, 1 + 2(E₀[G]/dof − 1)), from the exact null mean of G
-            (``_null_mean_scale``); ``pvalue`` is χ²_dof's tail at G/s (1 when dof = 0).
+            (``gtest_null_mean_scale``); ``pvalue`` is χ²_dof's tail at G/s (1 when dof = 0).
     """
 
     statistic: float
@@ -317,7 +317,7 @@ class GTestResult:
         return s
 
 
-def _pool_cells(probs: np.ndarray, n: int, min_expected: float) -> tuple[list[list[int]], list[int]]:
+def pool_cells(probs: np.ndarray, n: int, min_expected: float) -> tuple[list[list[int]], list[int]]:
     """Groups of cell indices such that each group has n·p ≥ min_expected, and the rare rest.
 
     Scheme (depends on the law and n only, never on the counts, so the null distribution
@@ -364,7 +364,7 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
 
     Cells are the outcomes with positive probability.  Cells with expected count n·p below
     ``min_expected`` are pooled by a rule that depends only on the law and n (see
-    ``_pool_cells``: smallest first, greedily, each pooled group reaching ``min_expected``;
+    ``pool_cells``: smallest first, greedily, each pooled group reaching ``min_expected``;
     no mass dropped), then ``scipy.stats.power_divergence(..., lambda_="log-likelihood")``
     is applied with dof = cells − 1.  Small cells too rare to form a group of their own
     (n·Σp < min_expected, e.g. outcomes of probability 1e-16 from rounding) are tested apart:
@@ -389,8 +389,8 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
     alpha, min_expected, law, counts, n = _gtest_inputs(counts, law, alpha, min_expected)
     violations = _zero_cell_violations(counts, law)
     cells = _pooled_cells(law, counts, n, min_expected)
-    scale = _null_mean_scale(cells.expected, cells.n_g)
-    tv = _pooled_detectable_tv(cells.n_g, alpha, cells.n_cells, cells.has_rare, scale)
+    scale = gtest_null_mean_scale(cells.expected, cells.n_g)
+    tv = pooled_detectable_tv(cells.n_g, alpha, cells.n_cells, cells.has_rare, scale)
     common = dict(dof=cells.dof, n=n, alpha=alpha, n_cells_after_merge=cells.n_cells,
                   zero_cell_violations=violations, detectable_tv=tv,
                   min_expected=min_expected, merged_mass=cells.merged_mass,
@@ -412,11 +412,11 @@ def gtest(counts, law, alpha: float, min_expected: float = 5.0) -> GTestResult:
     return _with_rare_cells(statistic, p_g, cells, n, alpha, common)
 
 
-def _pooled_detectable_tv(n_g: int, alpha: float, n_cells: int, has_rare: bool,
+def pooled_detectable_tv(n_g: int, alpha: float, n_cells: int, has_rare: bool,
                           scale: float = 1.0) -> float:
     """gtest's ``detectable_tv``: with rare cells the G-test runs at alpha/2 (Bonferroni with
     their binomial tail) on the n_g samples outside them; ``inf`` with one cell.  With the null
-    mean scale s (``_null_mean_scale``) the test rejects when G > s·χ²_dof.isf(a): the power of
+    mean scale s (``gtest_null_mean_scale``) the test rejects when G > s·χ²_dof.isf(a): the power of
     the uncorrected G at the level a' = χ²_dof.sf(s·χ²_dof.isf(a)) ≤ a."""
     if n_cells < 2:
         return math.inf
@@ -463,7 +463,7 @@ class GTestPower:
 def gtest_power(law, n: int, alpha: float, min_expected: float = 5.0) -> GTestPower:
     """The cells, pooled mass and detectable δ that :func:`gtest` states for ``law`` and ``n``.
 
-    The pooling depends on the law and n only (``_pool_cells``), so this is known before
+    The pooling depends on the law and n only (``pool_cells``), so this is known before
     sampling; ``gtest`` on n samples states the same numbers, except that with rare cells its δ
     uses the n_g = n − (count on the rare cells) samples outside them, where this uses n (their
     expected count is below ``min_expected``, so the difference is a factor √(n/n_g) ≈ 1).
@@ -489,17 +489,17 @@ def gtest_power(law, n: int, alpha: float, min_expected: float = 5.0) -> GTestPo
         probs = arr[arr > 0.0]  # a valid array law: checked without building a dict
     else:
         probs = np.array([p for p in as_law(law).values() if p > 0.0], dtype=np.float64)
-    groups, rare = _pool_cells(probs, n, min_expected)
+    groups, rare = pool_cells(probs, n, min_expected)
     rare_mass = math.fsum(probs[rare]) if rare else 0.0
     # as _pooled_cells computes GTestResult.merged_mass
     merged = math.fsum(probs[i] for g in groups if len(g) > 1 for i in g) + rare_mass
     # the expected counts exactly as _pooled_cells computes them (n_g = n), so the scale agrees
-    scale = _null_mean_scale(np.array([n * math.fsum(probs[g]) / (1.0 - rare_mass) for g in groups],
+    scale = gtest_null_mean_scale(np.array([n * math.fsum(probs[g]) / (1.0 - rare_mass) for g in groups],
                                       dtype=np.float64), n)
     return GTestPower(n=n, alpha=alpha, min_expected=min_expected, support=int(probs.size),
                       n_large=sum(1 for g in groups if len(g) == 1), n_cells=len(groups),
                       merged_mass=merged, rare_mass=rare_mass,
-                      detectable_tv=_pooled_detectable_tv(n, alpha, len(groups), bool(rare), scale),
+                      detectable_tv=pooled_detectable_tv(n, alpha, len(groups), bool(rare), scale),
                       null_mean_scale=scale)
 
 
@@ -524,9 +524,9 @@ def _zero_cell_violations(counts: dict, law: dict) -> tuple:
 
 @dataclass(frozen=True)
 class _PooledCells:
-    """The cells gtest compares, from ``_pool_cells``.
+    """The cells gtest compares, from ``pool_cells``.
 
-    Rare cells (module doc of _pool_cells) are tested apart: an exact upper binomial tail for
+    Rare cells (module doc of pool_cells) are tested apart: an exact upper binomial tail for
     their count, and the G-test on the other groups conditional on that count (a multinomial
     given its total is again multinomial, with the probabilities renormalised).
 
@@ -560,7 +560,7 @@ def _pooled_cells(law: dict, counts: dict, n: int, min_expected: float) -> _Pool
     support = [o for o, p in law.items() if p > 0.0]
     probs = np.array([law[o] for o in support], dtype=np.float64)
     obs_cells = np.array([counts.get(o, 0) for o in support], dtype=np.float64)
-    groups, rare = _pool_cells(probs, n, min_expected)
+    groups, rare = pool_cells(probs, n, min_expected)
     p_rare_mass = math.fsum(probs[rare]) if rare else 0.0
     o_rare = int(obs_cells[rare].sum()) if rare else 0
     n_g = n - o_rare
@@ -594,10 +594,10 @@ _SERIES_MIN_EXPECTED = 100.0
 CALIBRATION_FACTOR = 2.0
 
 
-def _null_mean_scale(expected: np.ndarray, n: int) -> float:
+def gtest_null_mean_scale(expected: np.ndarray, n: int) -> float:
     """gtest's calibration scale s = max(1, 1 + CALIBRATION_FACTOR·(E₀[G]/dof − 1)), from the
     exact null mean E₀[G] of the G statistic of ``n`` multinomial counts on cells of expected
-    counts ``expected`` (float [cells], Σ = n) (``_null_mean_ratio``).
+    counts ``expected`` (float [cells], Σ = n) (``gtest_null_mean_ratio``).
 
     G = 2 Σ_i (O_i ln(O_i/E_i) − (O_i − E_i)) (the second sum is 0), and each O_i is
     Binomial(n, p_i) exactly, so E₀[G] is a sum of one-cell expectations: summed over the
@@ -611,11 +611,11 @@ def _null_mean_scale(expected: np.ndarray, n: int) -> float:
     ``CALIBRATION_FACTOR`` for the tail, measured).  Never below 1: the test is never made more
     liberal than the plain χ² one.  1 with fewer than two cells.
     """
-    return max(1.0, 1.0 + CALIBRATION_FACTOR * (_null_mean_ratio(expected, n) - 1.0))
+    return max(1.0, 1.0 + CALIBRATION_FACTOR * (gtest_null_mean_ratio(expected, n) - 1.0))
 
 
-def _null_mean_ratio(expected: np.ndarray, n: int) -> float:
-    """E₀[G] / dof, exactly (``_null_mean_scale``'s doc); 1 with fewer than two cells."""
+def gtest_null_mean_ratio(expected: np.ndarray, n: int) -> float:
+    """E₀[G] / dof, exactly (``gtest_null_mean_scale``'s doc); 1 with fewer than two cells."""
     e = np.asarray(expected, dtype=np.float64)
     if e.size < 2 or n < 1:
         return 1.0

@@ -26,7 +26,7 @@ def _log10_sum(*logs: float) -> float:
     return top + math.log10(sum(10 ** (x - top) for x in logs))
 
 
-def _log10_comb_multisets(log10_n: float, K: int) -> float:
+def log10_comb_multisets(log10_n: float, K: int) -> float:
     """log10 C(n + K − 1, K): the K-multisets of n items (n given as its log10)."""
     ln10 = math.log(10)
     if log10_n <= 12:

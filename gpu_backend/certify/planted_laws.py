@@ -171,7 +171,7 @@ def gtest_power(p0, p1, n: int, alpha: float) -> float:
     """
     from scipy import stats
 
-    from spectr_gbv.oracle.stats import _null_mean_scale
+    from spectr_gbv.oracle.stats import gtest_null_mean_scale
 
     p0, p1 = np.asarray(p0, dtype=np.float64), np.asarray(p1, dtype=np.float64)
     if p0.shape != p1.shape or n < 1 or not 0 < alpha < 1:
@@ -188,7 +188,7 @@ def gtest_power(p0, p1, n: int, alpha: float) -> float:
         kl = float(np.where(q > 0, q * np.log(q / p0[on]), 0.0).sum())
     lam = min(pearson, 2 * n * kl)
     # the test rejects when G exceeds s·χ².isf(α), s its calibration scale (oracle.stats.gtest)
-    crit = _null_mean_scale(n * p0[on], n) * stats.chi2.isf(alpha, df)
+    crit = gtest_null_mean_scale(n * p0[on], n) * stats.chi2.isf(alpha, df)
     power_g = float(stats.ncx2.sf(crit, df, lam)) if lam > 0 else alpha
     return 1.0 - miss_zero * (1.0 - power_g)
 
@@ -227,7 +227,7 @@ def _sampled_tau_law(name: str, case, draws: int = SAMPLED_DRAWS, seed: int = 7)
     import torch
 
     from spectr_gbv.gpu_backend.certify.suite import suite_verifier
-    from spectr_gbv.oracle.certify import _run, chunk_seeds
+    from spectr_gbv.oracle.certify import call_verifier, chunk_seeds
 
     v = suite_verifier(name, torch.float32)
     counts = np.zeros(case.L + 1)
@@ -235,7 +235,7 @@ def _sampled_tau_law(name: str, case, draws: int = SAMPLED_DRAWS, seed: int = 7)
     for c in range(-(-draws // B)):
         seeds = chunk_seeds(seed, c, B)
         args = [np.broadcast_to(a, (B,) + a.shape) for a in (case.draft_tokens, case.draft_probs, case.target_probs)]
-        tau, _ = _run(v, *args, seeds)
+        tau, _ = call_verifier(v, *args, seeds)
         counts += np.bincount(tau, minlength=case.L + 1)
     p = counts / counts.sum()
     return p, 0.5 * float(np.sqrt(p * (1 - p) / counts.sum()).sum())

@@ -185,7 +185,7 @@ def _stamp_matches(gguf: Path, sha256: str) -> bool:
 
 def _write_stamp(gguf: Path, sha256: str) -> None:
     st = gguf.stat()
-    _atomic_write_text(_stamp_path(gguf), json.dumps(
+    atomic_write_text(_stamp_path(gguf), json.dumps(
         {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": sha256}))
 
 
@@ -198,7 +198,9 @@ def _temp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a fresh sibling file renamed over it, so that a reader
+    never sees a half-written file (OSError from the filesystem)."""
     tmp = _temp_sibling(path)
     try:
         with open(tmp, "x") as f:

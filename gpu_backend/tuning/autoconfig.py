@@ -45,7 +45,7 @@ from spectr_gbv.gpu_backend.engine.kv import cache_length, new_cache
 from spectr_gbv.gpu_backend.engine.layouts import sample_rows
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from spectr_gbv.gpu_backend.tuning.cache import CACHE_VERSION, read_cache, write_cache  # noqa: F401
-from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, MAX_TOKENS, Acceptance, Choice, Costs, _is_count, choose
+from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, MAX_TOKENS, Acceptance, Choice, Costs, is_count, choose
 
 from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
 
@@ -248,7 +248,7 @@ def timed_interleaved(fns, repeats: int = TIMING_REPEATS, device=None, threads: 
                               float(max(cores - threads, 0)), sum(len(x) for x in samples))
 
 
-def _timed(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
+def median_seconds(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
     """Median seconds of ``fn()`` (``timed_interleaved`` of one function)."""
     return timed_interleaved([fn], repeats, device)[0][0]
 
@@ -455,7 +455,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
 
     registry.spec(rule)  # an unknown rule fails here, before anything is measured
     if (prompt_tokens is None) != (new_tokens is None) or any(
-            not _is_count(v, 1) for v in (prompt_tokens, new_tokens) if v is not None):
+            not is_count(v, 1) for v in (prompt_tokens, new_tokens) if v is not None):
         raise ValueError(f"prompt_tokens and new_tokens (the prompt's length and max_new_tokens) must both be "
                          f"integers in 1..{MAX_TOKENS} or both None, got {prompt_tokens!r} and {new_tokens!r}")
     verifier = verifier if verifier is not None else load_verifier(rule)

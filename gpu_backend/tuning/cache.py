@@ -75,13 +75,13 @@ def read_cache() -> dict:
 def write_cache(data: dict, log) -> None:
     """Write the cache; a path that cannot be written is reported and skipped (the measurement
     is still used for this run)."""
-    from spectr_gbv.gpu_backend.models.weights import _atomic_write_text
+    from spectr_gbv.gpu_backend.models.weights import atomic_write_text
 
     data["version"] = CACHE_VERSION
     try:
         path = check_cache_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        _atomic_write_text(path, json.dumps(data))
+        atomic_write_text(path, json.dumps(data))
     except (OSError, ValueError) as err:
         log(f"auto-configuration: not cached ({err})")
 

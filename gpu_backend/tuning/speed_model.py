@@ -62,7 +62,7 @@ MARGIN = 0.10
 MAX_TOKENS = 2**31 - 1
 
 
-def _is_count(value, minimum: int) -> bool:
+def is_count(value, minimum: int) -> bool:
     """An integer (Python or numpy, not bool) in minimum..MAX_TOKENS."""
     return (isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
             and minimum <= value <= MAX_TOKENS)
@@ -197,7 +197,7 @@ class Costs:
         for name, ns, secs in (("target", self.target_n, self.target_s), ("draft", self.draft_n, self.draft_s)):
             if len(ns) < 1 or len(ns) != len(secs):
                 raise ValueError(f"{name}_n and {name}_s must be non-empty and of equal length")
-            if not all(_is_count(n, 1) for n in ns) or any(b <= a for a, b in zip(ns, ns[1:])):
+            if not all(is_count(n, 1) for n in ns) or any(b <= a for a, b in zip(ns, ns[1:])):
                 raise ValueError(f"{name}_n must be increasing token counts >= 1, got {ns}")
             if not all(_is_seconds(x) and x > 0 for x in secs):
                 raise ValueError(f"{name}_s must be finite seconds > 0, got {secs}")
@@ -213,7 +213,7 @@ class Costs:
         bad = {k: v for k, v in self.prefill_s.items() if not _is_seconds(v)}
         if bad:
             raise ValueError(f"prefill_s must hold finite seconds >= 0, got {bad}")
-        if not _is_count(self.context_tokens, 1):
+        if not is_count(self.context_tokens, 1):
             raise ValueError(f"context_tokens must be an integer >= 1, got {self.context_tokens!r}")
 
     def target(self, n: int) -> float:
@@ -243,7 +243,7 @@ class Costs:
         """
         if model not in ("target", "draft"):
             raise ValueError(f"model must be 'target' or 'draft', got {model!r}")
-        if not _is_count(n, 0):
+        if not is_count(n, 0):
             raise ValueError(f"n must be a token count in 0..{MAX_TOKENS}, got {n!r}")
         if model not in self.prefill_s:
             raise ValueError(f"no measured prefill for the {model} (prefill_s has {sorted(self.prefill_s)})")
@@ -410,11 +410,11 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = MARGIN, *,
     if (prompt_tokens is None) != (new_tokens is None):
         raise ValueError(f"give both prompt_tokens and new_tokens or neither, got {prompt_tokens!r} and {new_tokens!r}")
     for name, value in (("prompt_tokens", prompt_tokens), ("new_tokens", new_tokens)):
-        if value is not None and not _is_count(value, 1):
+        if value is not None and not is_count(value, 1):
             raise ValueError(f"{name} must be an integer in 1..{MAX_TOKENS}, got {value!r}")
     Ks, Ls = tuple(Ks), tuple(Ls)
     for name, values in (("Ks", Ks), ("Ls", Ls)):
-        if not all(_is_count(v, 1) for v in values):
+        if not all(is_count(v, 1) for v in values):
             raise ValueError(f"{name} must hold integers >= 1, got {values}")
     preds = []
     for K in Ks:

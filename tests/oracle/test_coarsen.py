@@ -130,7 +130,7 @@ def test_vocabulary_resolution_at_qwen_v():
     assert zipf.alpha_per_test == ALPHA and zipf.joint.support == QWEN_V
     assert zipf.joint.n_large == 2429 and zipf.joint.n_cells == 9810
     assert zipf.joint.merged_mass == pytest.approx(0.206, abs=5e-4)
-    # 0.243 before gtest's calibration scale (oracle.stats._null_mean_scale: s = 1.072 here)
+    # 0.243 before gtest's calibration scale (oracle.stats.gtest_null_mean_scale: s = 1.072 here)
     assert zipf.joint.detectable_tv_law == pytest.approx(0.254, abs=5e-4)
     assert zipf.bins == 51 and zipf.coarse.detectable_tv_law == pytest.approx(0.0122, abs=5e-5)
     dirichlet = vocabulary_resolution(QWEN_V, N, 1e-6, "dirichlet", branches=5)

@@ -28,7 +28,7 @@ import pytest
 
 from spectr_gbv.oracle.certify import exact_verdict_law
 from spectr_gbv.oracle.certify_cases import fixed_case, large_models
-from spectr_gbv.oracle.stats import _pool_cells, gtest
+from spectr_gbv.oracle.stats import pool_cells, gtest
 from spectr_gbv.reference.rules import get_rule
 
 N = 1_000_000
@@ -41,7 +41,7 @@ def pooled_law():
     case = fixed_case("sd rows", "sd", draft, target, 1, 2, 22, backend_dtype="float64")
     law = exact_verdict_law(get_rule("sd"), case.draft_tokens, case.draft_probs, case.target_probs)
     probs = np.array([p for p in law.values() if p > 0.0])
-    groups, rare = _pool_cells(probs, N, 5.0)
+    groups, rare = pool_cells(probs, N, 5.0)
     assert not rare
     P = np.array([probs[g].sum() for g in groups])
     P = P / P.sum()
