@@ -267,8 +267,16 @@ FALLBACK_OPTS = {"CLARABEL": None, "SCS": {"eps_abs": 1e-10, "eps_rel": 1e-10, "
 _NOT_SOLVED = ("infeasible", "unbounded", "infeasible_inaccurate", "unbounded_inaccurate")
 
 
-def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | None,
-           fallback: str | None = None):
+def solve_program(problem: cp.Problem, solver: str, opts: dict, time_limit: float | None,
+                  fallback: str | None = None):
+    """Solve a cvxpy ``problem`` with ``solver`` and its options ``opts`` (solver output silenced),
+    within ``time_limit`` seconds when given; on a solver error or a status that is not solved,
+    once more with ``fallback`` (its ``FALLBACK_OPTS``).
+
+    Returns:
+        (status: cvxpy's status or ``"solver_error: ..."``, solve seconds or None, the solver
+        that produced the status, e.g. ``"SCS (after HIGHS: infeasible_inaccurate)"``).
+    """
     opts = dict(opts)
     if time_limit is not None:
         opts["time_limit_secs" if solver == "SCS" else "time_limit"] = float(time_limit)
@@ -283,7 +291,7 @@ def _solve(problem: cp.Problem, solver: str, opts: dict, time_limit: float | Non
         first = problem.status
     if fallback is not None and (first in _NOT_SOLVED or first == "solver_error"):
         opts = FALLBACK_OPTS[fallback] or CONIC_SOLVER_OPTS
-        status, solve_s, _ = _solve(problem, fallback, opts, time_limit)
+        status, solve_s, _ = solve_program(problem, fallback, opts, time_limit)
         return status, solve_s, f"{fallback} (after {solver}: {first})"
     stats = problem.solver_stats
     return problem.status, (stats.solve_time if stats is not None else None), solver
@@ -332,7 +340,7 @@ class _Solution:
 
 def _run(problem: cp.Problem, x: cp.Variable, solver: str, opts: dict, time_limit: float | None,
          fallback: str | None) -> _Solution:
-    status, solve_s, used = _solve(problem, solver, opts, time_limit, fallback)
+    status, solve_s, used = solve_program(problem, solver, opts, time_limit, fallback)
     if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
         return _Solution(status, used, solve_s, float("nan"), None)
     return _Solution(status, used, solve_s, float(problem.value), np.asarray(x.value))

@@ -187,7 +187,7 @@ def _program(inst: Instance, grids: dict, eff: dict, upper: bool):
     rhs = np.concatenate([q0, np.zeros(nrow - V)])
     x = cp.Variable(ncol, nonneg=True)
     problem = cp.Problem(cp.Maximize(np.concatenate(obj) @ x), [A @ x <= rhs, E @ x == 1])
-    status, _, used = programs._solve(problem, "HIGHS", programs.LP_SOLVER_OPTS, None, programs.LP_FALLBACK_SOLVER)
+    status, _, used = programs.solve_program(problem, "HIGHS", programs.LP_SOLVER_OPTS, None, programs.LP_FALLBACK_SOLVER)
     if status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
         raise RuntimeError(f"the family LP did not solve ({status}, {used}) on {inst}")
     return float(problem.value), np.asarray(x.value), layout, ncol, used

@@ -302,7 +302,7 @@ def check_layout_noise(noise, num_tokens: int, B: int, V: int, device):
     return u, e
 
 
-def _request_seeds(B: int, device, generators, seeds) -> torch.Tensor:
+def per_request_seeds(B: int, device, generators, seeds) -> torch.Tensor:
     """int64 [B] on ``device``: seeds[b], or one draw from generators[b] (global RNG where a
     request has none, as vLLM does for unseeded requests)."""
     if seeds is not None and generators is not None:
@@ -387,7 +387,7 @@ class VLLMLayoutRules:
                                                       target_logits, temperatures)
         B, V, device = len(counts), logits.shape[1], logits.device
         if noise is None:
-            request_seeds = _request_seeds(B, device, generators, seeds)
+            request_seeds = per_request_seeds(B, device, generators, seeds)
         else:
             uniforms01, exponentials = check_layout_noise(noise, sum(counts), B, V, device)
         tp = target_probs_from_logits(logits, temps, counts)

@@ -136,7 +136,7 @@ class MRV2Sampler:
             scale = torch.where(temperature == 0, torch.ones_like(temperature), temperature)
             logp = torch.log(dp.to(torch.float64)) * scale[req_of_row[is_draft_row]].to(torch.float64).unsqueeze(1)
             draft_logits[req_of_row[is_draft_row], local[is_draft_row]] = logp.to(torch.float32)
-        seed = vllm_layout._request_seeds(B, device, generators, None)  # one draw per request's generator
+        seed = vllm_layout.per_request_seeds(B, device, generators, None)  # one draw per request's generator
         sampled, num_sampled = rejection_sample(
             target, draft_logits, draft_sampled, cu, (local + MRV2_POSITION_OFFSET).to(torch.int64),
             torch.arange(B, dtype=torch.int32, device=device), req_of_row.to(torch.int32),
