@@ -10,17 +10,14 @@ SpecTr-GBV, arXiv 2604.25925 (Theorem 3.2 losslessness, Lemma 4.1 CIC bound, The
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from spectr_gbv.reference.rules import GreedyBlockVerification, SpecTrGBV, get_rule, registry
 
 from spectr_gbv.proofs_check import quantities as Q
+from spectr_gbv.proofs_check.claim import Claim
 from spectr_gbv.proofs_check.instances import Instance, fixed_instances, random_instance, toy
-
-if TYPE_CHECKING:
-    from spectr_gbv.proofs_check.runner import Claim
 
 LOSSLESS_TOL = 1e-12
 NON_MODIFYING_BASELINES = ("spectr", "kseq_bv", "traversal")
@@ -52,8 +49,7 @@ def _fixed(*toys, Ks=(1, 2, 3), Ls=(1, 2, 3), quick_budget=27, budget=729):
 
 
 def lossless_claim(id_: str, rule, text: str, source: str, Ks=(1, 2, 3), existential=False,
-                   note: str = "") -> "Claim":
-    from spectr_gbv.proofs_check.runner import Claim
+                   note: str = "") -> Claim:
 
     r = get_rule(rule) if isinstance(rule, str) else rule
     single = getattr(r, "single_draft", False)
@@ -195,7 +191,6 @@ def build_claims() -> list:
 
 def _baseline_claims() -> list:
     """Claims 1–4: token verification, SpecTr's K-SEQ, BV and GBV."""
-    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("1", "sd", "Token verification is lossless.", _SD_SRC),
@@ -219,7 +214,6 @@ def _baseline_claims() -> list:
 
 def _spectr_gbv_claims() -> list:
     """Claims 5–8: SpecTr-GBV's losslessness, the CIC programs and B(K, L)."""
-    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("5a", SpecTrGBV("released", False),
@@ -264,7 +258,6 @@ def _spectr_gbv_claims() -> list:
 
 def _kseq_gbv_and_order_claims() -> list:
     """Claims 9–11: K-SEQ-GBV, the E[τ] orderings and whole-generation comparisons."""
-    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("9a", "kseq_gbv", "K-SEQ-GBV is lossless.", "docs/rules.md §2.6 (this project)"),
@@ -302,7 +295,6 @@ def _kseq_gbv_and_order_claims() -> list:
 def _non_modifying_claims() -> list:
     """Claims 12: multi-draft rules that leave later iterations untouched (docs/rules.md
     §2.8–§2.10)."""
-    from spectr_gbv.proofs_check.runner import Claim
 
     return [
         lossless_claim("12a", "kseq_bv", "K-SEQ-BV is lossless (no modification of later targets).", _NON_MODIFYING_SRC),

@@ -97,6 +97,37 @@ class MatchedSource:
         return int(np.argmax(score))
 
 
+class CoinsOnly:
+    """A source that forwards coins to ``inner`` and answers the (single, last) draw with the
+    first index of positive weight, without branching: the law of τ, which is decided before the
+    draw, enumerated without expanding the draw (``enumerate_law(lambda src:
+    rule.decide(block, CoinsOnly(src)).tau)``).
+
+    Raises (from ``coin``/``draw``):
+        RuntimeError: a coin after the draw, or a second draw.
+        ValueError: draw weights that are not a non-negative finite vector of positive mass.
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.drawn = False
+
+    def coin(self, h, key=(0, 0)):
+        if self.drawn:
+            raise RuntimeError("tau_law: the rule tossed a coin after its draw")
+        return self.inner.coin(h, key)
+
+    def draw(self, weights):
+        if self.drawn:
+            raise RuntimeError("tau_law: the rule drew twice")
+        self.drawn = True
+        w = np.asarray(weights, dtype=np.float64)
+        if not (w.ndim == 1 and np.all(np.isfinite(w)) and w.min() >= 0 and w.sum() > 0):
+            raise ValueError("tau_law: draw weights are not a non-negative finite vector of "
+                             "positive mass")
+        return int(np.flatnonzero(w > 0)[0])
+
+
 class _ReplaySource:
     """Follows a prescribed list of choice indices, then takes option 0 at every new branch
     point and records how many options it had (depth-first enumeration by replay)."""

@@ -158,30 +158,6 @@ def planted_for(rules) -> tuple[str, ...]:
 
 # -- exact laws --------------------------------------------------------------------------------
 
-class _CoinsOnly:
-    """A source that forwards coins to ``inner`` and answers the (single, last) draw with the
-    first index of positive weight, without branching: τ is decided before the draw."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.drawn = False
-
-    def coin(self, h, key=(0, 0)):
-        if self.drawn:
-            raise RuntimeError("tau_law: the rule tossed a coin after its draw")
-        return self.inner.coin(h, key)
-
-    def draw(self, weights):
-        if self.drawn:
-            raise RuntimeError("tau_law: the rule drew twice")
-        self.drawn = True
-        w = np.asarray(weights, dtype=np.float64)
-        if not (w.ndim == 1 and np.all(np.isfinite(w)) and w.min() >= 0 and w.sum() > 0):
-            raise ValueError("tau_law: draw weights are not a non-negative finite vector of "
-                             "positive mass")
-        return int(np.flatnonzero(w > 0)[0])
-
-
 def tau_law(rule, draft_tokens, draft_probs, target_probs) -> np.ndarray:
     """Exact law of τ of a reference rule given fixed draft blocks (coins enumerated, the final
     draw not: see the module doc).
@@ -196,12 +172,12 @@ def tau_law(rule, draft_tokens, draft_probs, target_probs) -> np.ndarray:
         ValueError: malformed inputs (the rule's ``prepare``).
         RuntimeError: the rule tossed a coin or drew after its draw.
     """
-    from spectr_gbv.reference.randomness import enumerate_law
+    from spectr_gbv.reference.randomness import CoinsOnly, enumerate_law
 
     rule = get_rule(rule) if isinstance(rule, str) else rule
     L = np.asarray(draft_tokens).shape[-1]
     block = rule.prepare(draft_tokens, draft_probs, target_probs)
-    law = enumerate_law(lambda src: rule.decide(block, _CoinsOnly(src)).tau)
+    law = enumerate_law(lambda src: rule.decide(block, CoinsOnly(src)).tau)
     out = np.zeros(L + 1)
     for tau, pr in law.items():
         out[tau] += pr

@@ -135,7 +135,7 @@ def planted_tau_law(name: str, draft_tokens, draft_probs, target_probs) -> np.nd
     Raises:
         ValueError: malformed rows (the rule's ``prepare``).
     """
-    from spectr_gbv.gpu_backend.certify.engine import _CoinsOnly
+    from spectr_gbv.reference.randomness import CoinsOnly
     from spectr_gbv.reference.randomness import enumerate_law
 
     entry = _analogue(name)
@@ -146,7 +146,7 @@ def planted_tau_law(name: str, draft_tokens, draft_probs, target_probs) -> np.nd
     L = np.asarray(draft_tokens).shape[-1]
     with patch():
         block = rule.prepare(draft_tokens, draft_probs, target_probs)
-        law = enumerate_law(lambda src: rule.decide(block, _CoinsOnly(_SharedUniform(src) if shared else src)).tau)
+        law = enumerate_law(lambda src: rule.decide(block, CoinsOnly(_SharedUniform(src) if shared else src)).tau)
     out = np.zeros(L + 1)
     for tau, pr in law.items():
         out[tau] += pr
@@ -272,12 +272,12 @@ def planted_case_power(planted, n: int, alpha: float) -> CasePower:
     if entry is not None:
         make, shared, patch = entry
         rule = make()
-        from spectr_gbv.gpu_backend.certify.engine import _CoinsOnly
+        from spectr_gbv.reference.randomness import CoinsOnly
         from spectr_gbv.reference.randomness import enumerate_law
 
         with patch():
             block = rule.prepare(case.draft_tokens, case.draft_probs, case.target_probs)
-            taus = enumerate_law(lambda src: rule.decide(block, _CoinsOnly(_SharedUniform(src) if shared else src)).tau)
+            taus = enumerate_law(lambda src: rule.decide(block, CoinsOnly(_SharedUniform(src) if shared else src)).tau)
         p1 = np.zeros(case.L + 1)
         for t, pr in taus.items():
             p1[t] += pr

@@ -10,7 +10,8 @@ from spectr_gbv.proofs_check import quantities as Q
 from spectr_gbv.proofs_check.claims import _generation_gap, _order, build_claims, lossless_claim
 from spectr_gbv.proofs_check.runner import markdown, prove
 from spectr_gbv.proofs_check.instances import random_instance, toy
-from spectr_gbv.proofs_check.runner import Claim, run_claim
+from spectr_gbv.proofs_check.claim import Claim
+from spectr_gbv.proofs_check.runner import run_claim
 from spectr_gbv.reference.exact import generation_law, target_law, total_variation
 from spectr_gbv.reference.models import model_from_json
 from spectr_gbv.reference.rules import RULES, GreedyBlockVerification
