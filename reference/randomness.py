@@ -183,22 +183,30 @@ def enumerate_law(fn: Callable[[Source], Hashable], max_leaves: int = 10_000_000
         RuntimeError: if more than ``max_leaves`` leaves are visited.
     """
     law: dict = defaultdict(float)
+    for _, src, outcome in _replay_paths(fn, _ReplaySource, max_leaves, "enumerate_law: more than {} leaves"):
+        law[outcome] += src.prob
+    return dict(law)
+
+
+def _replay_paths(fn, make_source, max_paths: int, too_many: str):
+    """Depth-first replay of ``fn`` over its choice tree: yields (path, source, outcome) per leaf,
+    ``make_source(path)`` answering the choices; RuntimeError(``too_many`` with max_paths) past
+    ``max_paths`` leaves."""
     stack: list[tuple[int, ...]] = [()]
-    leaves = 0
+    count = 0
     while stack:
         path = stack.pop()
-        src = _ReplaySource(path)
+        src = make_source(path)
         outcome = fn(src)
-        law[outcome] += src.prob
-        leaves += 1
-        if leaves > max_leaves:
-            raise RuntimeError(f"enumerate_law: more than {max_leaves} leaves")
+        count += 1
+        if count > max_paths:
+            raise RuntimeError(too_many.format(max_paths))
         base = list(path)
         for depth, n_options in enumerate(src.new_branches):
             prefix = base + [0] * depth
             for alt in range(1, n_options):
                 stack.append(tuple(prefix + [alt]))
-    return dict(law)
+        yield path, src, outcome
 
 
 class DrawNotLastError(ValueError):
@@ -260,20 +268,8 @@ def enumerate_law_draw_last(fn: Callable[[Source], Hashable], relabel: Callable[
         RuntimeError: more than ``max_paths`` paths.
     """
     law: dict = defaultdict(float)
-    stack: list[tuple[int, ...]] = [()]
-    paths = 0
-    while stack:
-        path = stack.pop()
-        src = _DrawLastSource(path)
-        outcome = fn(src)
-        paths += 1
-        if paths > max_paths:
-            raise RuntimeError(f"enumerate_law_draw_last: more than {max_paths} paths")
-        base = list(path)
-        for depth, n_options in enumerate(src.new_branches):
-            prefix = base + [0] * depth
-            for alt in range(1, n_options):
-                stack.append(tuple(prefix + [alt]))
+    for path, src, outcome in _replay_paths(fn, _DrawLastSource, max_paths,
+                                            "enumerate_law_draw_last: more than {} paths"):
         if src.final is None:
             law[outcome] += src.prob
             continue
