@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from spectr_gbv.oracle.acceptance_test import AcceptanceTestResult, acceptance_test
 from spectr_gbv.oracle.sequence_test import SequenceTestResult, sequence_test
 
 DEFAULT_ALPHA = 1e-3
@@ -63,7 +64,9 @@ class GenerateCertificate:
         engine_seconds, reference_seconds: time in the engine and in the reference.
         spec_stats: what the engine reports of its speculation (e.g. accepted tokens per
             call), averaged over the samples; empty when it reports nothing.
-        passed: ``test.passed``.
+        acceptance: the ``AcceptanceTestResult`` of the engine's drafts (their accepted count
+            against the target's law), or None when the engine does not give its drafts.
+        passed: ``test.passed`` and, when tested, ``acceptance.passed``.
     """
 
     name: str
@@ -74,10 +77,11 @@ class GenerateCertificate:
     engine_seconds: float
     reference_seconds: float
     spec_stats: dict = field(default_factory=dict)
+    acceptance: AcceptanceTestResult | None = None
 
     @property
     def passed(self) -> bool:
-        return self.test.passed
+        return self.test.passed and (self.acceptance is None or self.acceptance.passed)
 
     @property
     def verdict(self) -> str:
@@ -92,13 +96,16 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
                      prompts: Sequence[Sequence[int]], n_new: int, n_samples: int, *,
                      alpha: float = DEFAULT_ALPHA, tolerance: float = DEFAULT_TOLERANCE,
                      seed: int = 0, name: str = "engine", stats: Callable[[], dict] | None = None,
+                     drafts: Callable[[], list] | None = None,
                      log: Callable[[str], None] | None = None) -> GenerateCertificate:
     """Sample ``n_samples`` continuations and test them against the reference's laws.
 
     Args:
         sample: the engine: ``sample(prompt_ids, n_new, seed) -> list[int]`` (new token ids,
             at most n_new; fewer on an early stop).  Distinct seeds must give independent
-            samples.
+            samples.  An engine that samples faster in one batch (vLLM) also has
+            ``sample.sample_many(prompt_lists, n_new, seeds) -> list[list[int]]``, which is
+            then called once instead.
         laws: the reference: ``laws(prompt_ids, tokens) -> float64 [len(tokens), V]``, row j
             the target's processed law given prompt_ids + tokens[:j].
         prompts: one or more prompts (token id lists); sample i uses prompts[i % len].
@@ -111,6 +118,13 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
         name: the row's name.
         stats: optional callable returning the engine's speculation statistics since the last
             call (a dict of numbers), summed over the samples and averaged in the result.
+        drafts: optional callable returning the drafts of the sample just drawn (after each
+            ``sample`` call; with ``sample_many``, a list of them, one per sample, after that
+            call), each ``(start, draft ids)`` as ``oracle.acceptance_test`` takes them: the
+            engine's accepted drafts are then tested against the target's law
+            (``acceptance_test``, α/2; the token test gets the other α/2).  Only for engines
+            that keep a draft token exactly when it equals their sample (or with probability
+            p(draft)): n-gram / prompt-lookup drafts.
         log: optional progress callable (one line per ~10 % of the samples).
     Returns:
         ``GenerateCertificate``.
@@ -125,15 +139,29 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
     prompts = [list(map(int, p)) for p in prompts]
     if not prompts or any(len(p) == 0 for p in prompts):
         raise ValueError("prompts must be a non-empty list of non-empty token id lists")
-    tokens, rows = [], []
+    tokens, rows, draft_logs = [], [], []
     t_engine = t_ref = 0.0
     totals: dict = {}
     every = max(1, n_samples // 10)
+    batch = None
+    if hasattr(sample, "sample_many"):
+        t0 = time.perf_counter()
+        batch = sample.sample_many([prompts[i % len(prompts)] for i in range(n_samples)], n_new,
+                                   [seed + i for i in range(n_samples)])
+        t_engine += time.perf_counter() - t0
+        if len(batch) != n_samples:
+            raise ValueError(f"{name}: sample_many returned {len(batch)} samples for {n_samples}")
+        if drafts is not None:
+            draft_logs = list(drafts())
+            if len(draft_logs) != n_samples:
+                raise ValueError(f"{name}: drafts() gave {len(draft_logs)} draft lists for {n_samples} samples")
     for i in range(n_samples):
         prompt = prompts[i % len(prompts)]
         t0 = time.perf_counter()
-        out = [int(t) for t in sample(prompt, n_new, seed + i)]
+        out = [int(t) for t in (batch[i] if batch is not None else sample(prompt, n_new, seed + i))]
         t1 = time.perf_counter()
+        if batch is None and drafts is not None:
+            draft_logs.append(list(drafts()))
         if len(out) > n_new:
             raise ValueError(f"{name}: the engine returned {len(out)} tokens for n_new = {n_new}")
         law = np.asarray(laws(prompt, out), dtype=np.float64) if out else np.zeros((0, 1))
@@ -143,7 +171,7 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
             raise ValueError(f"{name}: the reference returned shape {law.shape} for {len(out)} tokens")
         tokens.append(out)
         rows.append(law)
-        if stats is not None:
+        if stats is not None and (batch is None or i == 0):
             for k, v in stats().items():
                 totals[k] = totals.get(k, 0.0) + float(v)
         if log is not None and (i + 1) % every == 0:
@@ -152,17 +180,20 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
     if len(prompts) == 1 and any(tokens):
         first = rows[next(i for i, t in enumerate(tokens) if t)][0]
     pit_seed = int(np.random.SeedSequence([seed, PIT_STREAM]).generate_state(1)[0])
-    test = sequence_test(tokens, rows, alpha=alpha, tolerance=tolerance, seed=pit_seed, first_law=first)
+    a_tokens = alpha / 2 if drafts is not None else alpha
+    test = sequence_test(tokens, rows, alpha=a_tokens, tolerance=tolerance, seed=pit_seed, first_law=first)
+    acc = (acceptance_test(tokens, rows, draft_logs, alpha=alpha / 2, tolerance=tolerance)
+           if drafts is not None else None)
     spent = t_engine + t_ref
     spec = {k: v / n_samples for k, v in totals.items()}
     return GenerateCertificate(name, test, n_samples, n_new,
-                               n_samples / spent if spent > 0 else math.nan, t_engine, t_ref, spec)
+                               n_samples / spent if spent > 0 else math.nan, t_engine, t_ref, spec, acc)
 
 
 # -- reporting ---------------------------------------------------------------------------------
 
 HEADER = ("engine mode", "N", "tokens", "alpha", "eta", "p (id)", "p (prob)", "p (first)",
-          "worst position p", "d (0.99)", "spec", "samples/s", "verdict")
+          "worst position p", "d (0.99)", "accepted / expected (p, δ 0.99)", "spec", "samples/s", "verdict")
 
 
 def _p(x: float) -> str:
@@ -178,11 +209,14 @@ def row_cells(cert: GenerateCertificate) -> tuple[str, ...]:
     pos = [r for r in t.rows if r.scope.startswith("position")]
     worst = min(pos, key=lambda r: r.pvalue) if pos else None
     spec = ", ".join(f"{k} {v:.2f}" for k, v in cert.spec_stats.items()) or "-"
+    a = cert.acceptance
+    acc = (f"{a.accepted} / {a.expected:.1f} of {a.n} (p {_p(a.pvalue)}, δ {a.detectable:.3f})"
+           if a is not None else "-")
     return (cert.name, str(cert.n_samples), str(t.n_tokens), f"{t.alpha:g}", f"{t.tolerance:g}",
             _p(t.pooled("id").pvalue), _p(t.pooled("probability").pvalue),
             _p(first.pvalue) if first else "-",
             f"{_p(worst.pvalue)} ({worst.scope}, {worst.order})" if worst else "-",
-            f"{t.detectable:.3f}", spec, f"{cert.samples_per_second:.2f}",
+            f"{t.detectable:.3f}", acc, spec, f"{cert.samples_per_second:.2f}",
             cert.verdict + (f" ({t.impossible} impossible tokens)" if t.impossible else ""))
 
 
@@ -201,7 +235,11 @@ POWER_NOTE = (
     "each mode (alpha/2 pooled + first token, alpha/2 positions).  d (0.99): the pooled test catches "
     "with power >= 0.99 any defect whose PIT CDF is off by d at its median (e.g. mass d moved "
     "monotonically in one order: per-token TV d); a smaller or finely interleaved deviation may "
-    "pass.  spec: the engine's own speculation counters per sample.")
+    "pass.  accepted / expected: the draft tokens the engine kept against their expected number "
+    "under the target's law, over the draft positions visited (engines that give their n-gram "
+    "drafts; martingale z-test, alpha/2 of the mode's alpha, the token tests the other alpha/2; "
+    "delta: the mean acceptance-probability shift caught with power 0.99).  spec: the engine's own "
+    "speculation counters per sample.")
 
 
 def to_json(cert: GenerateCertificate) -> dict:
@@ -212,6 +250,10 @@ def to_json(cert: GenerateCertificate) -> dict:
             "impossible": t.impossible, "detectable": t.detectable, "samples_per_second": cert.samples_per_second,
             "engine_seconds": cert.engine_seconds, "reference_seconds": cert.reference_seconds,
             "spec_stats": cert.spec_stats,
+            "acceptance": (None if cert.acceptance is None else
+                           {k: getattr(cert.acceptance, k) for k in (
+                               "statistic", "pvalue", "n", "drafts", "proposed", "accepted", "expected",
+                               "variance", "alpha", "tolerance", "impossible", "detectable", "passed")}),
             "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
                       "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
                       "passed": r.passed} for r in t.rows]}

@@ -55,8 +55,10 @@ class LlamaCppPythonEngine:
         temperature: T > 0; top_k, top_p, min_p, repeat_penalty: the sampler's settings
             (defaults: off).
     Attributes:
-        drafted, accepted: draft tokens evaluated and kept since the last ``stats()``, counted
-            from the draft model's proposals (wrapped) and the emitted tokens.
+        drafted: draft tokens proposed since the last ``stats()``, counted from the draft
+            model's proposals (the draft model is wrapped; the library is not touched).
+        log: the last sample's drafts, ``(start, ids)``: the draft proposed after emitted token
+            start − 1 (``drafts()``; ``oracle.acceptance_test`` tests them).
     """
 
     def __init__(self, llama, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -66,14 +68,18 @@ class LlamaCppPythonEngine:
                        repeat_penalty=repeat_penalty, frequency_penalty=0.0, presence_penalty=0.0)
         self.drafted = 0
         self.samples = 0
+        self.log: list = []
+        self._context: list = []
+        self.gives_drafts = llama.draft_model is not None  # certify_generate(drafts=...) applies
         if llama.draft_model is not None:
             inner = llama.draft_model
             engine = self
 
-            class Counting(type(inner)):  # counts the drafts the library asked for
+            class Counting(type(inner)):  # records the drafts the library asked for
                 def __call__(self, input_ids, *a, **k):
                     out = inner(input_ids, *a, **k)
                     engine.drafted += len(out)
+                    engine._context.append((len(input_ids), [int(t) for t in out]))
                     return out
             counting = Counting.__new__(Counting)
             counting.__dict__.update(inner.__dict__)
@@ -81,13 +87,20 @@ class LlamaCppPythonEngine:
 
     def __call__(self, prompt_ids, n_new: int, seed: int) -> list[int]:
         self.llama.set_seed(int(seed) % (2**32))
+        self._context = []
         out = []
         for tok in self.llama.generate(list(prompt_ids), **self.kw):
             out.append(int(tok))
             if len(out) == n_new:
                 break
         self.samples += 1
+        # a draft made from the prompt and c − len(prompt) emitted tokens starts at that index
+        self.log = [(c - len(prompt_ids), ids) for c, ids in self._context]
         return out
+
+    def drafts(self) -> list:
+        """The last sample's drafts, ``(start, ids)`` (None-free; empty without a draft model)."""
+        return list(self.log)
 
     def stats(self) -> dict:
         """Draft tokens proposed per sample since the last call (llama-cpp-python reports no

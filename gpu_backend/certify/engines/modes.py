@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-ENGINES = ("transformers", "llama-cpp-python", "ours", "ours-llama.cpp")
+ENGINES = ("transformers", "llama-cpp-python", "vllm", "ours", "ours-llama.cpp")
+# vLLM's n-gram speculation as the modes run it (k tokens, n-grams of 1-2 tokens)
+VLLM_NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 2, "prompt_lookup_min": 1}
 # one prompt (the first tokens then share one law: the G-test applies) with repetitions, so
 # that n-gram (prompt lookup) drafts find matches
 DEFAULT_PROMPT = ("The cat sat on the mat. The dog sat on the rug. The cat sat on the mat. "
@@ -81,6 +83,12 @@ class Models:
         return self._get("llama-ref", lambda: LlamaCppReference(
             load_llama(self.gguf(), logits_all=True), self.T))
 
+    def hf_folder(self) -> str:
+        """The float32 safetensors folder of the embedded tiny model (what vLLM loads)."""
+        from spectr_gbv.gpu_backend.models.weights import embedded_folder
+
+        return self._get("hf-folder", lambda: str(embedded_folder("tiny", "float32")))
+
     def hf_reference(self):
         from spectr_gbv.gpu_backend.certify.engines.references import TransformersReference
 
@@ -129,6 +137,16 @@ def _lcpp(models: Models, *, draft=True, defect=None, T=None, penalty=1.0):
                          cls=llama_class(defect) if defect else None, key=key)
     eng = LlamaCppPythonEngine(llama, T or models.T, repeat_penalty=penalty)
     return eng, models.llama_reference(), eng.stats
+
+
+def _vllm(models: Models, *, spec=None, draft_model=False, control=None, T=None):
+    from spectr_gbv.gpu_backend.certify.engines.vllm_engine import VllmGenerateEngine
+
+    folder = models.hf_folder()
+    if draft_model:
+        spec = {"model": folder, "num_speculative_tokens": 4}
+    eng = VllmGenerateEngine(folder, T or models.T, speculative_config=spec, control=control)
+    return eng, models.hf_reference(), eng.stats
 
 
 def _ours(models: Models, *, backend="torch", rule="sd", K=1, L=4, planted=None, T=None):
@@ -197,6 +215,14 @@ def modes(engine: str) -> list[Mode]:
             Mode("llama-cpp-python repeat_penalty 1.3", "llama-cpp-python", N, "FAIL",
                  lambda m: _lcpp(m, penalty=1.3)),
         ],
+        "vllm": [
+            Mode("vllm n-gram (k=4)", "vllm", S, "PASS", lambda m: _vllm(m, spec=VLLM_NGRAM)),
+            Mode("vllm draft model (the same model, k=4)", "vllm", S, "PASS", lambda m: _vllm(m, draft_model=True)),
+            Mode("vllm no speculation", "vllm", C, "PASS", lambda m: _vllm(m)),
+            Mode("vllm n-gram, every draft kept", "vllm", N, "FAIL",
+                 lambda m: _vllm(m, spec=VLLM_NGRAM, control="draft-kept")),
+            Mode("vllm n-gram at T x 1.1", "vllm", N, "FAIL", lambda m: _vllm(m, spec=VLLM_NGRAM, T=1.1 * m.T)),
+        ],
         "ours": [
             Mode("ours sd K=1 L=4 (torch)", "ours", S, "PASS", lambda m: _ours(m)),
             Mode("ours spectr K=2 L=4 (torch)", "ours", S, "PASS", lambda m: _ours(m, rule="spectr", K=2)),
@@ -217,7 +243,7 @@ def modes(engine: str) -> list[Mode]:
 
 # N per mode of each engine: what finishes within ~15 minutes per mode on 2 shared CPU cores
 # (docs/engines.md: measured seconds per sample and the power it buys)
-DEFAULT_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "ours": 40, "ours-llama.cpp": 100}
+DEFAULT_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "vllm": 200, "ours": 40, "ours-llama.cpp": 100}
 QUICK_SAMPLES = 20
 
 
@@ -263,8 +289,9 @@ def run_modes(engine: str, n_samples: int = 200, n_new: int = DEFAULT_NEW_TOKENS
             continue
         try:
             sample, laws, stats = mode.build(models)
+            drafts = sample.drafts if getattr(sample, "gives_drafts", False) else None
             cert = certify_generate(sample, laws, [prompt], n_new, n_samples, alpha=alpha, seed=seed,
-                                    name=mode.name, stats=stats, log=log)
+                                    name=mode.name, stats=stats, drafts=drafts, log=log)
             res = ModeResult(mode, cert)
         except (ValueError, RuntimeError, OSError, ImportError, TypeError, AttributeError) as err:
             res = ModeResult(mode, None, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")
