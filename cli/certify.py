@@ -95,8 +95,8 @@ from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, FUL
 # the engines of ``certify --engine NAME`` (gpu_backend.certify.engines.modes.ENGINES, repeated
 # so that --help imports nothing heavy; tests/gpu_backend/certify/test_certify_generate_models.py
 # checks they agree)
-GENERATE_ENGINES = ("transformers", "llama-cpp-python", "ours", "ours-llama.cpp")
-GENERATE_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "ours": 40, "ours-llama.cpp": 100}
+GENERATE_ENGINES = ("transformers", "llama-cpp-python", "vllm", "ours", "ours-llama.cpp")
+GENERATE_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "vllm": 200, "ours": 40, "ours-llama.cpp": 100}
 GENERATE_QUICK_SAMPLES = 20
 
 # gpu_backend.certify.engine's defaults, repeated here so that --help imports no torch
@@ -305,7 +305,8 @@ def run_third_party(args: argparse.Namespace) -> int:
         print(f"certify --third-party vllm: {row.verdict:6s} {row.sampler} / {row.family}  N={row.n}  "
               f"{row.seconds:.0f}s{extra}", file=sys.stderr, flush=True)
 
-    cert = vc.certify_vllm(n, args.alpha, args.seed, args.workers, families=args.family_list, progress=progress)
+    cert = vc.certify_vllm(n, args.alpha, args.seed, args.workers, families=args.family_list, progress=progress,
+                           native_n=args.samples or vc.NATIVE_N)
     command = ("spectr-gbv certify --third-party vllm" + (f" --samples {args.samples}" if args.samples else "")
                + (f" --families {','.join(args.family_list)}" if args.family_list else ""))
     out = text_stream(args)
@@ -378,8 +379,7 @@ def check_generate(args: argparse.Namespace) -> None:
     from spectr_gbv.cli.args import UsageError
 
     if args.engine not in GENERATE_ENGINES:
-        why = " (vLLM's engine is not certified by this command yet)" if "vllm" in args.engine.lower() else ""
-        raise UsageError(f"--engine: unknown engine {args.engine!r}{why}; known: {', '.join(GENERATE_ENGINES)} "
+        raise UsageError(f"--engine: unknown engine {args.engine!r}; known: {', '.join(GENERATE_ENGINES)} "
                          "(or --engine alone: our engine's white-box certificate)")
     given = [flag for flag, value in (("--rules", args.rules), ("--third-party", args.third_party),
                                       ("--target", args.target), ("--draft", args.draft),

@@ -330,6 +330,17 @@ def _safetensors_copy(model: EmbeddedModel, dtype: torch.dtype) -> Path:
     return folder
 
 
+def embedded_folder(name: str, dtype: torch.dtype | str = torch.float32) -> Path:
+    """The folder of an embedded model's safetensors copy in ``dtype`` (built on first use: the
+    GGUF dequantised, tens of seconds), for engines that load a model folder themselves (vLLM).
+
+    Raises:
+        ValueError: ``name`` is not an embedded model or alias; ``dtype`` not floating.
+        FileNotFoundError: the model's data packages are missing.
+    """
+    return _safetensors_copy(resolve_embedded(name), _as_dtype(dtype))
+
+
 def _drop_joined(gguf: Path) -> None:
     """Delete the joined GGUF and its stamp once a safetensors copy exists: the copy is what
     later loads read, and another dtype's copy re-joins the parts from the installed wheels

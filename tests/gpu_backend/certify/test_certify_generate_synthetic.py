@@ -89,9 +89,9 @@ def test_cli_engine_name_errors(capsys):
     pytest.importorskip("torch")
     from spectr_gbv.cli import main as cli_main
 
-    assert cli_main.main(["certify", "--engine", "vllm"]) == 2
+    assert cli_main.main(["certify", "--engine", "vllm-engine"]) == 2
     err = capsys.readouterr().err
-    assert "unknown engine 'vllm'" in err and "not certified by this command" in err
+    assert "unknown engine 'vllm-engine'" in err and "known: transformers, llama-cpp-python, vllm" in err
     assert cli_main.main(["certify", "--engine", "transformers", "--rules", "sd"]) == 2
     assert "--rules is not available with --engine transformers" in capsys.readouterr().err
     assert cli_main.main(["certify", "--modes", "x"]) == 2
