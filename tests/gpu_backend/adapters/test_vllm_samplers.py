@@ -52,7 +52,7 @@ def test_samplers_certified_on_the_toy_family_and_synthetic_caught():
         if __name__ == "__main__":
             pick = [s for s in vc.SAMPLERS if s.kind in ("mrv2-standard", "mrv2-block", "v1", "mrv2-synthetic",
                                                         "v1-synthetic")
-                    and (not s.one_hot or s.kind == "mrv2-standard")]
+                    and (not s.one_hot or s.kind == "mrv2-standard") and not s.native]
             cert = vc.certify_vllm(400, samplers=pick, families=("toy",))
             print(json.dumps([r.to_json() for r in cert.rows]))
     """)
@@ -184,3 +184,38 @@ def test_boundary_probes_reach_vllm_v1_through_the_adapter():
     failed = sorted(name for name, ok in got.items() if not ok)
     assert failed == ["NaN in target_probs", "zeros rows, every uniform = 1.11022e-16"], got
     assert len(got) == 7
+
+
+def test_cpu_engine_path_expands_temperatures_into_uninitialised_memory():
+    """vLLM's CPU engine path (no shim; ``vllm_shims.use_native_cpu_kernels``): the C++
+    replacement of ``expand_kernel`` (``vllm/utils/cpu_triton_utils.py``, ``_expand_kernel_impl``)
+    writes into an int64 copy of a float32 output (``_ensure_int64``) that is never copied back,
+    so ``expand_batch_to_tokens`` — the per-token temperatures of speculative rejection sampling —
+    returns the uninitialised buffer (docs/upstream/vllm_cpu_expand_uninitialised_temperatures.md).
+    The interpreted Triton kernel returns the expansion.  Deterministic: the expected values are
+    never what an uninitialised buffer holds."""
+    code = """
+        import json, sys
+        from spectr_gbv.gpu_backend.adapters import vllm_shims
+        ok, why = vllm_shims.use_native_cpu_kernels() if sys.argv[-1] == "native" else vllm_shims.available()
+        assert ok, why
+        import torch
+        from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+        outs = []
+        for _ in range(5):
+            junk = torch.randn(4096) * 100
+            del junk
+            x = torch.tensor([0.7, 1.3, 0.0], dtype=torch.float32)
+            outs.append(expand_batch_to_tokens(x, torch.tensor([2, 3, 5], dtype=torch.int32), 5, 0, 1).tolist())
+        print(json.dumps(outs))
+    """
+    expected = [0.699999988079071, 0.699999988079071, 1.2999999523162842, 1.0, 1.0]
+    env = dict(os.environ, PYTHONPATH=vc.checkout_root())
+    got = {}
+    for path in ("native", "interpreted"):
+        done = subprocess.run([PYTHON, "-c", textwrap.dedent(code), path], capture_output=True, text=True, env=env,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        got[path] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(o == expected for o in got["interpreted"]), got["interpreted"]
+    assert not any(o == expected for o in got["native"]), got["native"]
