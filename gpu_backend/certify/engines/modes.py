@@ -21,6 +21,7 @@ DEFAULT_PROMPT = ("The cat sat on the mat. The dog sat on the rug. The cat sat o
                   "The dog sat on the")
 DEFAULT_TEMPERATURE = 1.0
 DEFAULT_NEW_TOKENS = 16
+ASSISTANT_FLATTEN = 1.5  # the transformers assistant's logits are divided by this (Models.hf_assistant)
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,22 @@ class Models:
         return self._get("llama-ref", lambda: LlamaCppReference(
             load_llama(self.gguf(), logits_all=True), self.T))
 
+    def hf_assistant(self):
+        """The assistant of the transformers modes: the tiny model in bfloat16 with its logits
+        divided by ``ASSISTANT_FLATTEN`` (a forward hook): a draft that differs from the target,
+        so that its candidates are rejected at a measurable rate and a rule that keeps them all
+        changes the law (with the target's own weights as draft, every candidate is kept anyway
+        up to bfloat16 rounding, and "every draft kept" cannot be told from plain sampling)."""
+        def make():
+            model = self.hf("bfloat16")[0]
+
+            def flatten(module, args, output):
+                output.logits = output.logits / ASSISTANT_FLATTEN
+                return output
+            model.register_forward_hook(flatten)
+            return model
+        return self._get("hf-assistant", make)
+
     def hf_folder(self) -> str:
         """The float32 safetensors folder of the embedded tiny model (what vLLM loads)."""
         from spectr_gbv.gpu_backend.models.weights import embedded_folder
@@ -115,7 +132,7 @@ def _tf(models: Models, *, assistant=False, lookup=None, T=None, hook=None):
     from spectr_gbv.gpu_backend.certify.engines.transformers_generate import TransformersGenerateEngine
 
     model = models.hf()[0]
-    draft = models.hf("bfloat16")[0] if assistant else None
+    draft = models.hf_assistant() if assistant else None
     eng = TransformersGenerateEngine(model, T or models.T, assistant_model=draft,
                                      prompt_lookup_num_tokens=lookup,
                                      hook=(lambda: hook(model)) if hook else None)
@@ -196,7 +213,8 @@ def modes(engine: str) -> list[Mode]:
     S, C, N = "speculative", "lossless control", "negative control"
     table = {
         "transformers": [
-            Mode("transformers assistant_model (tiny bf16)", "transformers", S, "PASS", lambda m: _tf(m, assistant=True)),
+            Mode("transformers assistant_model (tiny bf16, logits / 1.5)", "transformers", S, "PASS",
+                 lambda m: _tf(m, assistant=True)),
             Mode("transformers prompt_lookup_num_tokens=4", "transformers", S, "PASS", lambda m: _tf(m, lookup=4)),
             Mode("transformers no speculation", "transformers", C, "PASS", lambda m: _tf(m)),
             Mode("transformers assistant at T x 1.1", "transformers", N, "FAIL",

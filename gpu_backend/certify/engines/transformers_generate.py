@@ -13,6 +13,8 @@ generator).
 
 from __future__ import annotations
 
+import contextlib
+
 
 def generation_config(model, n_new: int, temperature: float, top_k: int = 0, top_p: float = 1.0, **extra):
     """A ``GenerationConfig`` with every sampling knob set (module doc)."""
@@ -36,6 +38,12 @@ class TransformersGenerateEngine:
         assistant_model: a draft model (assisted generation), or None.
         prompt_lookup_num_tokens: n-gram candidate length (prompt lookup), or None.
         hook: optional context-manager factory entered around each call (negative controls).
+    Attributes:
+        gives_drafts: True with prompt lookup: ``drafts()`` then gives the last sample's
+            candidates ``(start, ids)``, recorded by wrapping
+            ``PromptLookupCandidateGenerator.get_candidates`` for the call (a reporting wrapper:
+            same arguments, same result), for ``oracle.acceptance_test`` (transformers keeps a
+            prompt-lookup candidate exactly when it equals its sample).
     """
 
     def __init__(self, model, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
@@ -47,6 +55,8 @@ class TransformersGenerateEngine:
         self.calls = 0
         self.new = 0
         self._active = False
+        self.gives_drafts = prompt_lookup_num_tokens is not None
+        self._drafts: list = []
         self._count_calls()
 
     def _count_calls(self):
@@ -56,8 +66,6 @@ class TransformersGenerateEngine:
         self.model.register_forward_pre_hook(count, with_kwargs=True)
 
     def __call__(self, prompt_ids, n_new: int, seed: int) -> list[int]:
-        import contextlib
-
         import torch
 
         cfg = generation_config(self.model, n_new, self.T, self.top_k, self.top_p)
@@ -69,8 +77,10 @@ class TransformersGenerateEngine:
         ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
         torch.manual_seed(int(seed))
         self._active = True
+        self._drafts = []
         try:
-            with (self.hook() if self.hook else contextlib.nullcontext()), torch.inference_mode():
+            with (self.hook() if self.hook else contextlib.nullcontext()), self._recording(len(prompt_ids)), \
+                    torch.inference_mode():
                 out = self.model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=cfg,
                                           **extra)
         finally:
@@ -78,6 +88,34 @@ class TransformersGenerateEngine:
         new = out[0, ids.shape[1]:].tolist()
         self.new += len(new)
         return new
+
+    @contextlib.contextmanager
+    def _recording(self, prompt_len: int):
+        """Record the prompt-lookup candidates proposed during one call (class doc)."""
+        if not self.gives_drafts:
+            yield
+            return
+        from transformers.generation.candidate_generator import PromptLookupCandidateGenerator as G
+
+        original = G.get_candidates
+        drafts = self._drafts
+
+        def get_candidates(gen, input_ids, *a, **k):
+            out = original(gen, input_ids, *a, **k)
+            cur = input_ids.shape[-1]
+            cand = out[0][0, cur:].tolist()
+            if cand:
+                drafts.append((cur - prompt_len, [int(t) for t in cand]))
+            return out
+        G.get_candidates = get_candidates
+        try:
+            yield
+        finally:
+            G.get_candidates = original
+
+    def drafts(self) -> list:
+        """The last sample's prompt-lookup candidates ``(start, ids)`` (class doc)."""
+        return list(self._drafts)
 
     def stats(self) -> dict:
         """Target forward calls per sample and tokens per target call (after the prefill call:
