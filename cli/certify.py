@@ -4,8 +4,9 @@
                        [--samples N] [--alpha A] [--seed S] [--device D] [--threads T]
     spectr-gbv certify --third-party vllm [--samples N] [--alpha A] [--seed S] [--workers W]
                        [--json FILE] [--markdown FILE]
-    spectr-gbv certify --engine transformers|llama-cpp-python|ours|ours-llama.cpp [--modes M,…]
-                       [--quick] [--samples N] [--alpha A] [--max-new-tokens M] [--seed S] [--json FILE]
+    spectr-gbv certify --engine transformers|llama-cpp-python|vllm|ours|ours-llama.cpp [--modes M,…]
+                       [--quick] [--samples N] [--alpha A] [--max-new-tokens M] [--temperature T]
+                       [--seed S] [--json FILE]
     spectr-gbv certify --engine [--rules R,…] [--quick] [--samples N] [--alpha A]
                        [--max-new-tokens M] [--target T] [--draft D] [--draft-temperature TD]
                        [--seed S] [--device D] [--threads T] [--json FILE]
@@ -164,6 +165,9 @@ def register(subparsers) -> None:
     p.add_argument("--draft-temperature", type=positive_temperature_value, default=None,
                    help=f"--engine: the draft's sampling temperature (default "
                    f"{ENGINE_DRAFT_T:g} for the tempered copy, 1 for a separate --draft)")
+    p.add_argument("--temperature", type=positive_temperature_value, default=None,
+                   help="--engine NAME: the sampling temperature T of every mode, on the engine and the "
+                   "reference alike (default 1)")
     add_json_flag(p, "the rows")
     p.add_argument("--markdown", type=output_file, default=None, help="write the report as markdown to FILE")
     p.set_defaults(func=run, check=check)
@@ -183,6 +187,8 @@ def check(args: argparse.Namespace) -> None:
         return check_generate(args)
     if getattr(args, "modes", None):
         raise UsageError("--modes needs --engine NAME")
+    if getattr(args, "temperature", None) is not None:
+        raise UsageError("--temperature needs --engine NAME")
     if getattr(args, "third_party", None):
         if engine or args.rules or args.quick:
             raise UsageError("--third-party takes neither --engine, --rules nor --quick")
@@ -406,8 +412,9 @@ def run_generate(args: argparse.Namespace) -> int:
     n = args.samples or (GENERATE_QUICK_SAMPLES if args.quick else GENERATE_SAMPLES[args.engine])
     tokens = args.max_new_tokens or gm.DEFAULT_NEW_TOKENS
     names = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else None
+    T = args.temperature or gm.DEFAULT_TEMPERATURE
     print(f"certify --engine {args.engine}: the embedded tiny SmolLM2-135M-Instruct, T = "
-          f"{gm.DEFAULT_TEMPERATURE:g}, prompt {gm.DEFAULT_PROMPT!r}, N = {n} samples of {tokens} tokens "
+          f"{T:g}, prompt {gm.DEFAULT_PROMPT!r}, N = {n} samples of {tokens} tokens "
           f"per mode, alpha = {args.alpha:g} per mode", file=sys.stderr, flush=True)
 
     def progress(res):
@@ -417,7 +424,7 @@ def run_generate(args: argparse.Namespace) -> int:
     def log(message):
         print(f"{time.strftime('%H:%M:%S')} certify --engine: {message}", file=sys.stderr, flush=True)
 
-    results = gm.run_modes(args.engine, n, tokens, args.alpha, args.seed, names, progress, log)
+    results = gm.run_modes(args.engine, n, tokens, args.alpha, args.seed, names, progress, log, temperature=T)
     out = text_stream(args)
     certs = [r.cert for r in results if r.cert is not None]
     print(gc.text_table(certs), file=out)
@@ -429,7 +436,7 @@ def run_generate(args: argparse.Namespace) -> int:
     bad = [r for r in results if not r.as_expected]
     print(f"{len(results) - len(bad)}/{len(results)} modes as expected (lossless PASS, negative controls FAIL)"
           + (f"; not as expected: {', '.join(r.mode.name for r in bad)}" if bad else ""), file=out)
-    write_json(args.json_file, {"engine": args.engine, "rows": [gc.to_json(r.cert) | {"expect": r.mode.expect}
+    write_json(args.json_file, {"engine": args.engine, "temperature": T, "n_new": tokens, "rows": [gc.to_json(r.cert) | {"expect": r.mode.expect}
                                                                 for r in results if r.cert is not None]})
     return 0 if not bad and results else 1
 

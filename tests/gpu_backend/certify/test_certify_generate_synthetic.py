@@ -96,3 +96,14 @@ def test_cli_engine_name_errors(capsys):
     assert "--rules is not available with --engine transformers" in capsys.readouterr().err
     assert cli_main.main(["certify", "--modes", "x"]) == 2
     assert "--modes needs --engine NAME" in capsys.readouterr().err
+
+
+def test_cli_temperature_needs_an_engine_name(capsys):
+    pytest.importorskip("torch")
+    from spectr_gbv.cli import main as cli_main
+
+    assert cli_main.main(["certify", "--temperature", "0.7"]) == 2
+    assert "--temperature needs --engine NAME" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--engine", "--temperature", "0.7"]) == 2
+    assert "--temperature needs --engine NAME" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--engine", "vllm", "--temperature", "0"]) == 2
