@@ -7,6 +7,8 @@
     spectr-gbv certify --engine transformers|llama-cpp-python|vllm|ours|ours-llama.cpp [--modes M,…]
                        [--quick] [--samples N] [--alpha A] [--max-new-tokens M] [--temperature T]
                        [--seed S] [--json FILE]
+    spectr-gbv certify --engine-endpoint URL [--endpoint-model NAME] [--allow-remote] [--samples N]
+                       [--temperature T] [--max-new-tokens M] [--json FILE]
     spectr-gbv certify --engine [--rules R,…] [--quick] [--samples N] [--alpha A]
                        [--max-new-tokens M] [--target T] [--draft D] [--draft-temperature TD]
                        [--seed S] [--device D] [--threads T] [--json FILE]
@@ -97,6 +99,7 @@ from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, FUL
 # so that --help imports nothing heavy; tests/gpu_backend/certify/test_certify_generate_models.py
 # checks they agree)
 GENERATE_ENGINES = ("transformers", "llama-cpp-python", "vllm", "ours", "ours-llama.cpp")
+ENDPOINT_SAMPLES = 200  # --engine-endpoint: samples per run (requests are sequential)
 GENERATE_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "vllm": 200, "ours": 40, "ours-llama.cpp": 100}
 GENERATE_QUICK_SAMPLES = 20
 
@@ -165,6 +168,14 @@ def register(subparsers) -> None:
     p.add_argument("--draft-temperature", type=positive_temperature_value, default=None,
                    help=f"--engine: the draft's sampling temperature (default "
                    f"{ENGINE_DRAFT_T:g} for the tempered copy, 1 for a separate --draft)")
+    p.add_argument("--engine-endpoint", default=None, dest="engine_endpoint", metavar="URL",
+                   help="certify what an OpenAI-compatible server emits (POST URL/v1/completions with token "
+                   "ids back, e.g. vLLM's server) serving the embedded tiny model, against transformers on "
+                   "the same weights; a loopback URL unless --allow-remote")
+    p.add_argument("--endpoint-model", default=None, dest="endpoint_model",
+                   help="--engine-endpoint: the request's model field (default: the tiny model's folder)")
+    p.add_argument("--allow-remote", action="store_true", dest="allow_remote",
+                   help="--engine-endpoint: allow a non-loopback host")
     p.add_argument("--temperature", type=positive_temperature_value, default=None,
                    help="--engine NAME: the sampling temperature T of every mode, on the engine and the "
                    "reference alike (default 1)")
@@ -183,6 +194,22 @@ def check(args: argparse.Namespace) -> None:
     from spectr_gbv.reference.rules import registry
 
     engine = getattr(args, "engine", False)
+    if getattr(args, "engine_endpoint", None):
+        if engine:
+            raise UsageError("--engine-endpoint takes no --engine")
+        from urllib.parse import urlparse
+
+        from spectr_gbv.gpu_backend.certify.engines.openai_endpoint import LOOPBACK
+
+        url = urlparse(args.engine_endpoint)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise UsageError(f"--engine-endpoint must be an http(s) URL, got {args.engine_endpoint!r}")
+        if url.hostname not in LOOPBACK and not args.allow_remote:
+            raise UsageError(f"--engine-endpoint: {url.hostname!r} is not a loopback address (--allow-remote)")
+        args.engine = engine = "endpoint"
+        return check_generate(args)
+    if getattr(args, "endpoint_model", None) or getattr(args, "allow_remote", False):
+        raise UsageError("--endpoint-model and --allow-remote need --engine-endpoint")
     if isinstance(engine, str):
         return check_generate(args)
     if getattr(args, "modes", None):
@@ -384,7 +411,9 @@ def check_generate(args: argparse.Namespace) -> None:
     """``--engine NAME``: the engine name and the flags it takes."""
     from spectr_gbv.cli.args import UsageError
 
-    if args.engine not in GENERATE_ENGINES:
+    if args.engine == "endpoint" and not getattr(args, "engine_endpoint", None):
+        raise UsageError("--engine endpoint: give the server with --engine-endpoint URL")
+    if args.engine not in GENERATE_ENGINES + ("endpoint",):
         raise UsageError(f"--engine: unknown engine {args.engine!r}; known: {', '.join(GENERATE_ENGINES)} "
                          "(or --engine alone: our engine's white-box certificate)")
     given = [flag for flag, value in (("--rules", args.rules), ("--third-party", args.third_party),
@@ -409,7 +438,10 @@ def run_generate(args: argparse.Namespace) -> int:
 
     if getattr(args, "alpha", None) is None:
         check_generate(args)
-    n = args.samples or (GENERATE_QUICK_SAMPLES if args.quick else GENERATE_SAMPLES[args.engine])
+    n = args.samples or (GENERATE_QUICK_SAMPLES if args.quick else GENERATE_SAMPLES.get(args.engine, ENDPOINT_SAMPLES))
+    mode_list = None
+    if args.engine == "endpoint":
+        mode_list = [gm.endpoint_mode(args.engine_endpoint, args.endpoint_model, args.allow_remote)]
     tokens = args.max_new_tokens or gm.DEFAULT_NEW_TOKENS
     names = [m.strip() for m in args.modes.split(",") if m.strip()] if args.modes else None
     T = args.temperature or gm.DEFAULT_TEMPERATURE
@@ -424,7 +456,8 @@ def run_generate(args: argparse.Namespace) -> int:
     def log(message):
         print(f"{time.strftime('%H:%M:%S')} certify --engine: {message}", file=sys.stderr, flush=True)
 
-    results = gm.run_modes(args.engine, n, tokens, args.alpha, args.seed, names, progress, log, temperature=T)
+    results = gm.run_modes(args.engine, n, tokens, args.alpha, args.seed, names, progress, log, temperature=T,
+                           mode_list=mode_list)
     out = text_stream(args)
     certs = [r.cert for r in results if r.cert is not None]
     print(gc.text_table(certs), file=out)

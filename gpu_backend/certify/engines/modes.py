@@ -204,6 +204,25 @@ class _LlamaCppModelReference:
         return p / p.sum(-1, keepdims=True)
 
 
+def endpoint_mode(url: str, model: str | None = None, allow_remote: bool = False) -> Mode:
+    """The mode of ``certify --engine-endpoint URL``: an OpenAI-compatible ``/v1/completions``
+    server (``engines/openai_endpoint.py``) serving the embedded tiny model, whatever its
+    speculation; reference: transformers on the tiny model's float32 weights.  ``model``: the
+    request's ``model`` field (default: the tiny model's float32 folder, the name vLLM gives a
+    model served from a folder).
+
+    Raises:
+        ValueError: a bad or non-loopback URL without ``allow_remote`` (when built).
+    """
+    def build(m: Models):
+        from spectr_gbv.gpu_backend.certify.engines.openai_endpoint import OpenAICompletionsEngine
+
+        eng = OpenAICompletionsEngine(url, model=model or m.hf_folder(), temperature=m.T,
+                                      allow_remote=allow_remote, max_requests=100_000)
+        return eng, m.hf_reference(), None
+    return Mode(f"endpoint {url}", "endpoint", "speculative", "PASS", build)
+
+
 def modes(engine: str) -> list[Mode]:
     """The modes of ``engine`` (one of ``ENGINES``).
 
@@ -286,10 +305,11 @@ class ModeResult:
 
 def run_modes(engine: str, n_samples: int = 200, n_new: int = DEFAULT_NEW_TOKENS,
               alpha: float = 1e-3, seed: int = 0, names=None, progress=None, log=None,
-              temperature: float = DEFAULT_TEMPERATURE) -> list[ModeResult]:
+              temperature: float = DEFAULT_TEMPERATURE, mode_list=None) -> list[ModeResult]:
     """Certify every mode of ``engine`` (or those whose name contains one of ``names``).
 
     Args:
+        mode_list: the modes to run instead of ``modes(engine)`` (e.g. ``[endpoint_mode(url)]``).
         n_samples, n_new, alpha, seed: as ``certify_generate`` (one α per mode).
         progress: optional callable receiving each ``ModeResult`` when done.
         log: optional callable receiving progress lines.
@@ -302,7 +322,7 @@ def run_modes(engine: str, n_samples: int = 200, n_new: int = DEFAULT_NEW_TOKENS
     models = Models(temperature)
     prompt = models.prompt_ids()
     out = []
-    for mode in modes(engine):
+    for mode in (mode_list if mode_list is not None else modes(engine)):
         if names and not any(n in mode.name for n in names):
             continue
         try:

@@ -107,3 +107,19 @@ def test_cli_temperature_needs_an_engine_name(capsys):
     assert cli_main.main(["certify", "--engine", "--temperature", "0.7"]) == 2
     assert "--temperature needs --engine NAME" in capsys.readouterr().err
     assert cli_main.main(["certify", "--engine", "vllm", "--temperature", "0"]) == 2
+
+
+def test_cli_engine_endpoint_arguments(capsys):
+    pytest.importorskip("torch")
+    from spectr_gbv.cli import main as cli_main
+
+    assert cli_main.main(["certify", "--engine-endpoint", "http://10.1.2.3:8000"]) == 2
+    assert "not a loopback address" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--engine-endpoint", "ftp://127.0.0.1"]) == 2
+    assert "must be an http(s) URL" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--engine", "vllm", "--engine-endpoint", "http://127.0.0.1:1"]) == 2
+    assert "--engine-endpoint takes no --engine" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--endpoint-model", "m"]) == 2
+    assert "need --engine-endpoint" in capsys.readouterr().err
+    assert cli_main.main(["certify", "--engine", "endpoint"]) == 2
+    assert "--engine-endpoint URL" in capsys.readouterr().err
