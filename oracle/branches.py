@@ -1,6 +1,6 @@
 """The outcome classes a verification rule's code distinguishes, and their exact probabilities
 on a fixed case: what a certification case must put mass on for its N to have power against a
-defect in that branch (issue 27 item 1).
+defect in that branch.
 
 A class is a set of outcomes of one verification (reference.verdict.Verdict) named by the
 branch of the rule's code that produces it:
