@@ -134,13 +134,13 @@ def main(argv) -> int:
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
-    if req.get("control") == "draft-kept":
-        _keep_every_draft()
     spec = req.get("speculative_config")
     llm = LLM(model=req["model"], dtype=req.get("dtype", "float32"), max_model_len=int(req.get("max_model_len", 512)),
               enforce_eager=True, seed=0, speculative_config=spec, disable_log_stats=False,
               gpu_memory_utilization=float(req.get("memory_fraction", 0.3)),
               kv_cache_memory_bytes=int(req.get("kv_cache_bytes", 256 << 20)))
+    if req.get("control") == "draft-kept":  # after the start: its kernel warm-up needs the original
+        _keep_every_draft()
     if spec and spec.get("method") == "ngram":
         # after the engine's start: importing the proposer (and numba) before it breaks vLLM's CPU
         # kernel registration (its scan of loaded modules trips on a numba object)
