@@ -68,7 +68,8 @@ def hf_generate(target, ids, n, sampling, seed, eos):
     import torch
 
     from spectr_gbv.gpu_backend.bench.assisted import IterationLog
-    from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, generator_seed
+    from spectr_gbv.gpu_backend.engine.speculative import GenerationResult
+    from spectr_gbv.reference.seeds import generator_seed
     from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
 
     x = torch.tensor([ids])

@@ -180,11 +180,12 @@ def main(argv=None) -> int:
     plain = llama_cpp_plain(gguf_path(args.target), threads)
     auto = configure(pair.target, pair.draft, pair.tokenizer,
                      PairSpec(args.target, args.draft, "gguf (llama.cpp)", "none"), "spectr", sampling,
-                     eos_token_ids=pair.eos)
+                     eos_token_ids=pair.eos, backend=pair.backend)
     print(auto.summary(), file=sys.stderr, flush=True)
 
     def engine(target, draft, eos, K, L):
-        e = SpeculativeEngine(target, draft, rule="spectr", K=K, L=L, sampling=sampling, eos_token_ids=eos)
+        e = SpeculativeEngine(target, draft, rule="spectr", K=K, L=L, sampling=sampling, eos_token_ids=eos,
+                              backend=pair.backend)
         return lambda ids, n, s: e.generate(ids, n, seed=s)
 
     def wrap_plain(ids, n, s):
@@ -195,9 +196,11 @@ def main(argv=None) -> int:
 
     methods = {
         DENOMINATOR: wrap_plain,
-        "ours llama.cpp plain": lambda ids, n, s: autoregressive_generate(pair.target, ids, n, sampling, s, pair.eos),
+        "ours llama.cpp plain": lambda ids, n, s: autoregressive_generate(pair.target, ids, n, sampling, s, pair.eos,
+                                                                                 backend=pair.backend),
         # generate's default: speculating or plain sampling decided per prompt
-        "ours llama.cpp default": DefaultMethod(auto, pair.target, pair.draft, sampling, pair.eos),
+        "ours llama.cpp default": DefaultMethod(auto, pair.target, pair.draft, sampling, pair.eos,
+                                                 backend=pair.backend),
         "ours llama.cpp K=2 L=4": engine(pair.target, pair.draft, pair.eos, 2, 4),
     }
     header_extra = ["llama.cpp: " + build_description() + ".", "",

@@ -72,7 +72,7 @@ def main(argv=None) -> int:
 
     from spectr_gbv.gpu_backend.engine import layouts
     from spectr_gbv.gpu_backend.bench.run import machine_description
-    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
     from spectr_gbv.gpu_backend.models.pair import load_pair
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts

@@ -16,7 +16,7 @@ flag (and the file), exit status 2, no traceback, before any model is loaded:
 What the checks compute lives with the library: the exact enumeration's size
 (``reference.sizes``), the oracle programs' (``oracle.sizes``), the engine's rows
 (``gpu_backend.engine.memory``), the models named by ``--target`` / ``--draft``
-(``gpu_backend.models.catalog``), the rules' policies (``gpu_backend.engine.policy``).
+(``gpu_backend.models.catalog``), the rules' policies (``reference.rules.policy``).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
                                     positive_int, positive_temperature_value, seed_int)
 
     from spectr_gbv.gpu_backend.bench.config import default_methods
-    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L
 
     p.add_argument("--methods", nargs="+", default=None,
                    help=" ".join(default_methods()) + " (default: all of these: every registered rule "
@@ -96,8 +96,8 @@ def check(args: argparse.Namespace) -> None:
     from spectr_gbv.cli.args import UsageError, first_line
     from spectr_gbv.cli.models import check_engine_memory, check_models
     from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, default_methods
-    from spectr_gbv.gpu_backend.engine.policy import known_rules
-    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.reference.rules.policy import known_rules
+    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L
     from spectr_gbv.gpu_backend.models.prompts import BUILTIN_SOURCES, load_prompts
 
     if args.methods is not None:
@@ -146,7 +146,7 @@ def config_from_args(args: argparse.Namespace):
     """BenchConfig from parsed arguments (``--quick`` overrides prompts and tokens)."""
     from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, BenchConfig, default_methods
     from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve as resolve_dtype
-    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L
 
     sweeps = ("none", "K", "L", "T") if "all" in args.sweep else tuple(args.sweep)
     K = args.K or [DEFAULT_K]

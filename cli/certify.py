@@ -372,13 +372,13 @@ def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
         backend = args.backend or "torch"
         if backend == "llama.cpp" and device.type != "cpu":
             raise UsageError("--backend llama.cpp runs on the CPU (leave --device at cpu)")
-        target, draft, tok, eos = ec.load_pair(target_name, args.draft, "float32", device, backend)
+        pair = ec.certification_pair(target_name, args.draft, "float32", device, backend)
     except ModelLoadError as err:  # the loader's OSError or ValueError is the cause
         raise UsageError(f"--engine: cannot load the models: {first_line(err.__cause__)}") from None
     except (OSError, ValueError) as err:  # draft and target that do not fit together
         raise UsageError(f"--engine: cannot load the models: {first_line(err)}") from None
     draft_t = args.draft_temperature or (ec.DEFAULT_DRAFT_TEMPERATURE if args.draft is None else 1.0)
-    ids = encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False)
+    ids = encode_prompt(pair.tokenizer, ec.DEFAULT_PROMPT, chat=False)
     weights = "float32" if backend == "torch" else "GGUF on llama.cpp"
     setup = (f"target {target_name} ({weights}, T = 1), draft "
              f"{args.draft or target_name} (T = {draft_t:g}), prompt {ec.DEFAULT_PROMPT!r} "
@@ -395,10 +395,11 @@ def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
     def log(message):  # within a row: every 10 runs or 30 s (a row takes minutes)
         print(f"{time.strftime('%H:%M:%S')} certify --engine: {message}", file=sys.stderr, flush=True)
 
-    cert = ec.certify_engine(target, draft, ids, rules, n_seeds=n, max_new_tokens=tokens,
+    cert = ec.certify_engine(pair.target, pair.draft, ids, rules, n_seeds=n, max_new_tokens=tokens,
                              alpha=args.alpha, sampling=SamplingConfig(1.0),
                              draft_sampling=SamplingConfig(draft_t), first_seed=args.seed,
-                             eos_token_ids=eos, setup=setup, progress=progress, log=log)
+                             eos_token_ids=pair.eos, setup=setup, progress=progress, log=log,
+                             backend=pair.backend)
     out = text_stream(args)
     print(ec.text_table(cert.rows), file=out)
     print(file=out)

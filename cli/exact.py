@@ -75,7 +75,7 @@ def check(args: argparse.Namespace) -> None:
     """Before any work: the model files, K against single-draft rules, and the size of the
     enumeration (refused above --max-outcomes with the estimate)."""
     from spectr_gbv.cli.args import UsageError, usage_errors
-    from spectr_gbv.gpu_backend.engine.policy import check_draft_count
+    from spectr_gbv.reference.rules.policy import check_draft_count
     from spectr_gbv.reference.sizes import exact_outcomes, format_log10
 
     with usage_errors():

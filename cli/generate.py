@@ -11,7 +11,7 @@ def register(subparsers) -> None:
 
     from spectr_gbv.reference.rules import registry
 
-    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
+    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE, K_CANDIDATES, L_CANDIDATES
 
     p = subparsers.add_parser(
         "generate",
@@ -79,7 +79,7 @@ def register(subparsers) -> None:
 
 def build_request(args: argparse.Namespace):
     """The frozen ``GenerateRequest`` of the parsed flags, checked once before any model is
-    loaded: prompt, rule, the rule's policies (``gpu_backend.engine.policy``: K for single-draft
+    loaded: prompt, rule, the rule's policies (``reference.rules.policy``: K for single-draft
     rules, --stop-below, --draft-quant), the candidate shapes (``gpu_backend.tuning.shape``), the
     cache file, the models, and the memory of one iteration's probability rows (the largest
     shape that may be chosen).
@@ -89,9 +89,9 @@ def build_request(args: argparse.Namespace):
     """
     from spectr_gbv.cli.args import UsageError, check_utf8_text, usage_errors
     from spectr_gbv.cli.models import check_engine_memory, check_models
-    from spectr_gbv.gpu_backend.engine import policy
-    from spectr_gbv.gpu_backend.engine.generate import GenerateRequest
-    from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_RULE
+    from spectr_gbv.reference.rules import policy
+    from spectr_gbv.gpu_backend.generate import GenerateRequest
+    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_RULE
     from spectr_gbv.gpu_backend.tuning.shape import plan_shape
 
     if not args.prompt.strip():
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
 
     from spectr_gbv.cli.args import UsageError, one_line
     from spectr_gbv.cli.models import load_models
-    from spectr_gbv.gpu_backend.engine.generate import generate
+    from spectr_gbv.gpu_backend.generate import generate
     from spectr_gbv.gpu_backend.models.pair import set_threads
     from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve
 

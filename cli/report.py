@@ -87,7 +87,7 @@ def check(args: argparse.Namespace) -> None:
     V, known = check_models(args.target, args.draft)
     if not args.full or "bench" in args.skip:
         return
-    from spectr_gbv.gpu_backend.engine.speculative import DEFAULT_K, DEFAULT_L
+    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L
 
     check_engine_memory(DEFAULT_K, DEFAULT_L, V, known, "--target")
 

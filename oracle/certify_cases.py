@@ -97,7 +97,7 @@ FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal", "coverage", 
             "deep")
 
 # The largest block length the engine's auto-configuration chooses: the last of
-# gpu_backend.tuning.defaults.L_CANDIDATES (oracle/ does not import gpu_backend/, so the value is
+# gpu_backend.engine.defaults.L_CANDIDATES (oracle/ does not import gpu_backend/, so the value is
 # repeated here; tests/oracle/test_public_cases.py asserts that the two agree).
 DEEP_L = 8
 

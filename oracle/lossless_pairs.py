@@ -36,7 +36,7 @@ from spectr_gbv.reference.models import ContextFree, Mixture, Prefix, RandomMode
 __all__ = ["ModelPair", "OneHot", "ZeroOnDraftMode", "default_pairs", "ENGINE_MAX_L"]
 
 # The largest L the engine's automatic configuration can choose:
-# gpu_backend.tuning.defaults.L_CANDIDATES[-1] (not imported: oracle/ stays torch-free and
+# gpu_backend.engine.defaults.L_CANDIDATES[-1] (not imported: oracle/ stays torch-free and
 # below gpu_backend/; tests/oracle/test_lossless_pairs.py asserts the two agree).
 ENGINE_MAX_L = 8
 # The "deep" pair's models depend on the last MARKOV_ORDER tokens of the prefix (``_deep``).

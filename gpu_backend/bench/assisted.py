@@ -22,7 +22,8 @@ import time
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, check_positive, generator_seed, kept_tau
+from spectr_gbv.reference.seeds import generator_seed
+from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, check_positive, kept_tau
 from spectr_gbv.reference.seeds import resolve_seed
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig

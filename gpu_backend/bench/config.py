@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from spectr_gbv.reference.rules import registry
 
-from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L
+from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L
 
 SWEEPS = ("none", "K", "L", "T")
 SWEEP_VALUES = {"K": (1, 2, 3, 4, 5, 6, 7), "L": tuple(range(2, 13)), "T": (0.1, 0.4, 0.7)}

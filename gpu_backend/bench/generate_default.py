@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_RULE
+from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_RULE
 
 
 class DefaultMethod:
@@ -26,13 +26,15 @@ class DefaultMethod:
         target, draft: the loaded models (``SpeculativeEngine``'s).
         sampling: ``sampling.SamplingConfig``; eos: the EOS token ids.
         rule: the speculative rule (default ``defaults.DEFAULT_RULE``, generate's).
+        backend: the models' ``engine.backend.Backend`` (None: torch; ``ModelPair.backend``).
     Attributes:
         decisions: Counter of "plain" and "K=k L=l" over the calls so far.
     """
 
-    def __init__(self, auto, target, draft, sampling, eos, rule: str = DEFAULT_RULE):
+    def __init__(self, auto, target, draft, sampling, eos, rule: str = DEFAULT_RULE, backend=None):
         self.auto, self.target, self.draft = auto, target, draft
         self.sampling, self.eos, self.rule = sampling, tuple(eos), rule
+        self.backend = backend
         self.engine = None
         self.decisions: Counter = Counter()
 
@@ -42,12 +44,14 @@ class DefaultMethod:
         choice = self.auto.for_generation(len(ids), max_new_tokens).choice
         if not choice.speculate:
             self.decisions["plain"] += 1
-            return autoregressive_generate(self.target, ids, max_new_tokens, self.sampling, seed, self.eos)
+            return autoregressive_generate(self.target, ids, max_new_tokens, self.sampling, seed, self.eos,
+                                           backend=self.backend)
         K, L = choice.best.K, choice.best.L
         self.decisions[f"K={K} L={L}"] += 1
         if self.engine is None:
             self.engine = SpeculativeEngine(self.target, self.draft, rule=self.rule, K=K, L=L,
-                                            sampling=self.sampling, eos_token_ids=self.eos)
+                                            sampling=self.sampling, eos_token_ids=self.eos,
+                                            backend=self.backend)
         return self.engine.generate(ids, max_new_tokens, seed=seed)
 
     def line(self) -> str:

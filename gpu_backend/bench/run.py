@@ -45,14 +45,16 @@ def run_one(pair: ModelPair, setting: Setting, prompt_ids, config: BenchConfig, 
     n = max_new_tokens or config.max_new_tokens
     sampling = config.sampling(setting.temperature)
     if setting.method == "ar":
-        return autoregressive_generate(pair.target, prompt_ids, n, sampling, seed, pair.eos)
+        return autoregressive_generate(pair.target, prompt_ids, n, sampling, seed, pair.eos,
+                                       backend=pair.backend)
     if setting.method == "hf_assisted":
         from spectr_gbv.gpu_backend.bench.assisted import assisted_generate
 
         return assisted_generate(pair.target, pair.draft, prompt_ids, n, sampling, setting.L,
                                  seed, pair.eos)
     engine = SpeculativeEngine(pair.target, pair.draft, rule=setting.method, K=setting.K,
-                               L=setting.L, sampling=sampling, eos_token_ids=pair.eos)
+                               L=setting.L, sampling=sampling, eos_token_ids=pair.eos,
+                               backend=pair.backend)
     return engine.generate(prompt_ids, n, seed=seed)
 
 

@@ -64,7 +64,7 @@ every row on the host, seconds to minutes per iteration at this vocabulary).
 
 Setup (the CI pair): target = the embedded "tiny" model (SmolLM2-135M-Instruct) in float32 at
 T = 1; draft = the same model at T = ``DEFAULT_DRAFT_TEMPERATURE`` (the engine's
-``draft_sampling``: a proper different distribution, same KV-cache behaviour).  ``load_pair``
+``draft_sampling``: a proper different distribution, same KV-cache behaviour).  ``certification_pair``
 also takes another target/draft pair (e.g. "target"/"draft": the Qwen2.5-Coder pair), then the
 draft is used at its own temperature T unless ``draft_temperature`` is given.
 """
@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -81,7 +81,7 @@ import numpy as np
 from spectr_gbv.oracle.stats import PairedMeanTestResult, gtest, paired_mean_test
 from spectr_gbv.reference.rules import get_rule, registry
 
-from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
 
 DEFAULT_PROMPT = "The capital of France is"
 DEFAULT_DRAFT_TEMPERATURE = 1.5
@@ -195,14 +195,14 @@ def rows_float64(record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             dp / dp.sum(-1, keepdims=True), tp / tp.sum(-1, keepdims=True))
 
 
-def target_first_token_law(target, prompt_ids, sampling) -> np.ndarray:
-    """The target's exact law of the token after ``prompt_ids``: one uncached forward call, the
-    last logits through ``sampling.probabilities`` (the engine's processing), float64,
-    renormalised.
+def target_first_token_law(target, prompt_ids, sampling, backend=None) -> np.ndarray:
+    """The target's exact law of the token after ``prompt_ids``: the prompt fed from an empty
+    cache (``Backend.plain_logits``, no cache reused), the last logits through
+    ``sampling.probabilities`` (the engine's processing), float64, renormalised.
 
     Args:
-        target: a transformers causal LM, or a ``LlamaCppModel`` (its cache emptied before
-            and after: llama.cpp's own logits of the prompt, no cache reused);
+        target: a model of ``backend`` (None: torch, a transformers causal LM; llama.cpp: a
+            ``LlamaCppModel``, its cache emptied first);
         prompt_ids: list of int token ids (≥ 1);
         sampling: ``sampling.SamplingConfig``.
     Returns:
@@ -211,17 +211,13 @@ def target_first_token_law(target, prompt_ids, sampling) -> np.ndarray:
     import torch
 
     from spectr_gbv.gpu_backend.engine.sampling import probabilities
+    from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
 
-    if getattr(target, "backend", None) == "llama.cpp":  # an emptied cache: uncached
-        target.clear()
-        p = probabilities(target.forward_last(list(prompt_ids), 0)[None], sampling)[0]
-        target.clear()
-        p = p.double().numpy()
-        return p / p.sum()
-    device = next(target.parameters()).device
+    backend = backend if backend is not None else TORCH
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.int64, device=backend.device(target))
     with torch.inference_mode():
-        logits = target(torch.tensor([list(prompt_ids)], device=device)).logits[0, -1]
-        p = probabilities(logits, sampling).double().cpu().numpy()
+        logits = backend.plain_logits(target, len(prompt_ids), 1)(ids)
+        p = probabilities(logits, sampling)[0].double().cpu().numpy()
     return p / p.sum()
 
 
@@ -260,7 +256,8 @@ class Runs:
 
 def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens: int,
              sampling, draft_sampling, K: int = DEFAULT_K, L: int = DEFAULT_L,
-             first_seed: int = 0, eos_token_ids=(), log: Callable[[str], None] | None = None) -> Runs:
+             first_seed: int = 0, eos_token_ids=(), log: Callable[[str], None] | None = None,
+             backend=None) -> Runs:
     """Generate ``n_seeds`` times (seeds first_seed .. first_seed + n_seeds − 1) with rule
     ``name`` and record, per run, the first token and, per iteration, τ and its exact law.
 
@@ -270,6 +267,7 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
             bases.
         log: called with a progress line every ``LOG_EVERY`` runs or ``LOG_SECONDS`` seconds,
             whichever comes first, and after the last.
+        backend: the models' ``engine.backend.Backend`` (None: torch).
     Raises:
         ValueError: unknown rule, or the engine's own errors.
     """
@@ -284,7 +282,7 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
     K = 1 if registry.is_single_draft(base) else K
     engine = SpeculativeEngine(target, draft, rule=base, K=K, L=L, sampling=sampling,
                                draft_sampling=draft_sampling, verifier=verifier,
-                               eos_token_ids=eos_token_ids)
+                               eos_token_ids=eos_token_ids, backend=backend)
     from spectr_gbv.gpu_backend.certify.planted_laws import has_law, planted_tau_law
 
     ref = get_rule(base)
@@ -639,12 +637,14 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
                    first_seed: int = 0, eos_token_ids=(), setup: str = "",
                    progress: Callable[[EngineRow], None] | None = None,
                    log: Callable[[str], None] | None = None,
-                   planted_shapes: bool = True) -> EngineCertification:
+                   planted_shapes: bool = True, backend=None) -> EngineCertification:
     """Certify the engine for each rule in ``rules`` (and each planted rule in ``planted``;
     default ``planted_for(rules)``).
 
     Args:
-        target, draft: transformers causal LMs (the same object for the tempered-copy pair).
+        target, draft: the models of ``backend`` (None: torch, transformers causal LMs; the
+            same object for the tempered-copy pair); a pair's own backend is
+            ``ModelPair.backend``.
         prompt_ids: list of int token ids.
         rules: registered lossless rules (not ``SKIPPED``); planted: names of
             ``registry.planted()``.
@@ -679,14 +679,14 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
     sampling = sampling or SamplingConfig(1.0)
     draft_sampling = draft_sampling or SamplingConfig(DEFAULT_DRAFT_TEMPERATURE)
     planted = planted_for(rules) if planted is None else tuple(planted)
-    first_law = target_first_token_law(target, prompt_ids, sampling)
+    first_law = target_first_token_law(target, prompt_ids, sampling, backend)
     rows = []
     for name, kind in [(r, "lossless") for r in rules] + [(p, "planted") for p in planted]:
         t0 = time.perf_counter()
         row_K, row_L = planted_shape(name, K, L) if kind == "planted" and planted_shapes else (K, L)
         try:
             runs = run_rule(target, draft, name, prompt_ids, n_seeds, max_new_tokens, sampling,
-                            draft_sampling, row_K, row_L, first_seed, eos_token_ids, log)
+                            draft_sampling, row_K, row_L, first_seed, eos_token_ids, log, backend)
             if kind == "planted":  # N chosen from the effect: run on until the power is reached
                 most = PLANTED_MAX_FACTOR * n_seeds
                 while len(runs.first_tokens) < most:
@@ -699,7 +699,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
                             f"{pw.shift:+.3f}): running more")
                     _extend(runs, run_rule(target, draft, name, prompt_ids, min(LOG_EVERY, most - done),
                                            max_new_tokens, sampling, draft_sampling, row_K, row_L,
-                                           first_seed + done, eos_token_ids, log))
+                                           first_seed + done, eos_token_ids, log, backend))
             row = certify_runs(runs, first_law, alpha, kind)
         except (ValueError, RuntimeError) as err:
             row = EngineRow(name, name, kind, row_K, row_L, n_seeds, 0, alpha,
@@ -713,8 +713,8 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
 
 # -- loading and reporting ---------------------------------------------------------------------
 
-def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="float32",
-              device="cpu", backend: str = "torch"):
+def certification_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="float32",
+                       device="cpu", backend: str = "torch"):
     """The models of an engine certification (``models.pair.load_pair``: a separate draft is
     checked to share the target's tokenizer).
 
@@ -727,7 +727,8 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
             ``draft_name`` None the target's file is loaded twice: draft and target need
             their own caches).
     Returns:
-        (target, draft, tokenizer, eos ids frozenset).
+        ``models.pair.ModelPair`` (draft: the target itself when ``draft_name`` is None on
+        torch; ``backend``: the engine backend to hand ``certify_engine``).
     Raises:
         ModelLoadError: a model cannot be loaded (``models.pair``; the loader's OSError or
             ValueError is its ``__cause__``).
@@ -736,15 +737,13 @@ def load_pair(target_name: str = "tiny", draft_name: str | None = None, dtype="f
     if backend == "llama.cpp":
         from spectr_gbv.gpu_backend.llamacpp.pair import load_llamacpp_pair
 
-        pair = load_llamacpp_pair(target_name, draft_name or target_name)
-        return pair.target, pair.draft, pair.tokenizer, pair.eos
+        return load_llamacpp_pair(target_name, draft_name or target_name)
     if backend != "torch":
         raise ValueError(f"backend must be 'torch' or 'llama.cpp', got {backend!r}")
     from spectr_gbv.gpu_backend.models.pair import load_pair as load
 
     pair = load(target_name, draft_name, dtype, device=device)
-    draft = pair.target if draft_name is None else pair.draft
-    return pair.target, draft, pair.tokenizer, pair.eos
+    return pair if draft_name is not None else replace(pair, draft=pair.target)
 
 
 # "power": a planted row's against its defect; a lossless row's against its rule's weakest-caught
@@ -824,7 +823,7 @@ def quick_certification(progress: Callable[[EngineRow], None] | None = None,
     from ``DEFAULT_PROMPT``, α = ``DEFAULT_ENGINE_ALPHA`` per row (``spectr-gbv report --full``
     calls it).  ``progress`` and ``log``: as in ``certify_engine`` (``log`` also hears of the
     model's loading).  ``backend``: "torch" (float32 transformers) or "llama.cpp" (the GGUF
-    file itself on llama.cpp's kernels, ``load_pair``).
+    file itself on llama.cpp's kernels, ``certification_pair``).
 
     Raises:
         OSError / ValueError: the embedded model cannot be loaded.
@@ -834,13 +833,14 @@ def quick_certification(progress: Callable[[EngineRow], None] | None = None,
 
     if log is not None:
         log(f"loading the embedded tiny model ({backend})")
-    target, draft, tok, eos = load_pair(backend=backend)
-    ids = encode_prompt(tok, DEFAULT_PROMPT, chat=False)
+    pair = certification_pair(backend=backend)
+    ids = encode_prompt(pair.tokenizer, DEFAULT_PROMPT, chat=False)
     weights = "float32" if backend == "torch" else "GGUF Q4_1 on llama.cpp"
     setup = (f"target tiny ({weights}, T = 1), draft tiny (T = {DEFAULT_DRAFT_TEMPERATURE:g}), prompt "
              f"{DEFAULT_PROMPT!r} ({len(ids)} tokens), {DEFAULT_MAX_NEW_TOKENS} new tokens per run, cpu")
-    return certify_engine(target, draft, ids, list(CI_RULES), n_seeds=QUICK_ENGINE_SEEDS,
+    return certify_engine(pair.target, pair.draft, ids, list(CI_RULES), n_seeds=QUICK_ENGINE_SEEDS,
                           max_new_tokens=DEFAULT_MAX_NEW_TOKENS, alpha=DEFAULT_ENGINE_ALPHA,
                           sampling=SamplingConfig(1.0),
                           draft_sampling=SamplingConfig(DEFAULT_DRAFT_TEMPERATURE),
-                          eos_token_ids=eos, setup=setup, progress=progress, log=log)
+                          eos_token_ids=pair.eos, setup=setup, progress=progress, log=log,
+                          backend=pair.backend)

@@ -1,4 +1,5 @@
-"""The two cache layouts of ``SpeculativeEngine``: steps 1–2 (draft, score) and 5 (cut back).
+"""The torch backend's two cache layouts (transformers models): steps 1–2 (draft, score) and 5
+(cut back) of ``SpeculativeEngine``.
 
 Both give the verifier the same rows (up to float rounding) and draw the same draft tokens
 from the same generator.
@@ -12,53 +13,20 @@ from the same generator.
   path is gathered back (``kv.keep_positions``).  Each depth's K draft tokens are read on the
   host to build the tree (free on CPU; on a GPU the batched layout avoids these reads).
 
-Interface (``Layout``): ``draft_and_score(state)`` fills the state's draft buffers and returns
+Interface (``engine.backend.Layout``): ``start(ids, gen, L)``, ``draft_and_score(state)`` fills the state's draft buffers and returns
 the target rows; ``cut_back(state, row, tau)`` keeps the selected draft's accepted tokens in
 both caches.  A layout holds no per-generation data: that lives in ``DraftState``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-from spectr_gbv.reference.draft_stopping import ConfidenceStop, decision
-
-from spectr_gbv.gpu_backend.engine.kv import cache_length, keep_positions, keep_row, widen
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.engine.backend import DraftState, Layout
+from spectr_gbv.gpu_backend.engine.kv import cache_length, keep_positions, keep_row, new_cache, widen
+from spectr_gbv.gpu_backend.engine.sampling import finite_rows, probabilities, sampleable
 from spectr_gbv.gpu_backend.engine.tree import DraftTree, attention_mask_for
-
-
-@dataclass
-class DraftState:
-    """One generation's mutable state: caches, context, RNG, reused draft buffers
-    (``draft_tokens`` int64 [K, L], ``draft_probs`` float32 [K, L, V], ``draft_ok`` bool
-    [K, L]: which draft rows are finite, ``sampling.finite_rows``).
-
-    ``d_len``: positions of the context held by the draft's cache (its pending tokens are
-    ``context[d_len:]``).  The torch layouts' target cache always holds the context minus its
-    last token; ``t_len``: the positions of the context the llama.cpp layout's target cache
-    holds (its pending tokens are ``context[t_len:]``, at least the last one).
-    ``tree``: the packed layout's token tree of the current iteration (None in the batched
-    layout).  ``S``: the current iteration's block length (L, or less when a draft-side
-    stopping policy or ``limit`` ended drafting early); the buffers' first S depths are the
-    drafts.  ``limit``: the most positions the next iteration may draft (the engine sets it
-    from the tokens still needed, ``reference.draft_stopping.block_cap``; 0: no limit, L).
-    """
-
-    t_cache: object
-    d_cache: object
-    context: list
-    gen: torch.Generator
-    draft_tokens: torch.Tensor
-    draft_probs: torch.Tensor
-    draft_ok: torch.Tensor
-    d_len: int = 0
-    tree: DraftTree | None = None
-    t_len: int = 0
-    S: int = 0
-    limit: int = 0
+from spectr_gbv.gpu_backend.models.weights import vocab_size
 
 
 def sample_rows(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -78,57 +46,23 @@ def _draw_draft(state: DraftState, i: int) -> torch.Tensor:
     return sample_rows(sampleable(state.draft_probs[:, i], ok), state.gen)
 
 
-class Layout:
-    """What both layouts share: the models, their processing, K, L and the device.
+class TorchLayout(Layout):
+    """What both torch layouts share: the start of a generation and the first draft row
+    (``engine.backend.Layout``'s arguments; ``target``, ``draft``: transformers causal LMs)."""
 
-    Args:
-        target, draft: transformers causal LMs on ``device``.
-        sampling, draft_sampling: the target's and the draft's processing
-            (``sampling.probabilities``).
-        K, L: drafts per iteration and the longest block (≥ 1, checked by the engine).
-        device: the models' device.
-        stop: a draft-side stopping policy (``reference.draft_stopping``) consulted after each
-            drafted depth < L, or None (always L).  It sees draft-side information only.
-    """
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.V = vocab_size(self.target)
 
-    def __init__(self, target, draft, sampling: SamplingConfig, draft_sampling: SamplingConfig,
-                 K: int, L: int, device: torch.device, stop=None):
-        self.target, self.draft = target, draft
-        self.sampling, self.draft_sampling = sampling, draft_sampling
-        self.K, self.L, self.device = K, L, device
-        self.stop = stop
-
-    def _most(self, state: DraftState) -> int:
-        """The block length this iteration drafts up to: L, or ``state.limit`` when smaller."""
-        return min(self.L, state.limit) if state.limit > 0 else self.L
-
-    def _stops(self, state: DraftState, i: int) -> bool:
-        """Whether drafting ends after depth ``i`` (0-based; the policy sees position i + 1).
-        A ``ConfidenceStop`` (exactly that class: a subclass may override ``__call__``) gets
-        the K drafted tokens' probabilities (K numbers read on the host); any other policy is
-        called as the reference calls it, with the rows and tokens as numpy arrays."""
-        if self.stop is None or i + 1 >= self.L:
-            return False
-        tokens, rows = state.draft_tokens[:, i], state.draft_probs[:, i]
-        if type(self.stop) is ConfidenceStop:
-            return self.stop.decide(rows.gather(1, tokens[:, None])[:, 0].tolist())
-        return decision(self.stop, self.stop(i + 1, rows.cpu().numpy(), tokens.cpu().numpy()))
-
-    def draft_and_score(self, state: DraftState) -> torch.Tensor:
-        """Steps 1–2: fill ``state.draft_tokens`` / ``draft_probs`` / ``draft_ok`` with K
-        drafts of S ≤ L tokens (``state.S``: L unless a stopping policy or ``state.limit`` ends
-        drafting earlier) and score them with ONE target call.
-
-        Returns:
-            the target's processed rows float32 [K, S+1, V] (row S is the bonus row).
-        """
-        raise NotImplementedError
-
-    def cut_back(self, state: DraftState, row: int, tau: int) -> None:
-        """Step 5: keep draft ``row``'s first ``tau`` tokens on top of the context in both
-        caches and update ``state.d_len``.  Call it before the iteration's emitted tokens are
-        appended to ``state.context``."""
-        raise NotImplementedError
+    def start(self, ids: torch.Tensor, gen: torch.Generator, L: int) -> DraftState:
+        K, V, dev = self.K, self.V, self.device
+        state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
+                           torch.empty(K, L, dtype=torch.int64, device=dev),
+                           torch.empty(K, L, V, dtype=torch.float32, device=dev),
+                           torch.ones(K, L, dtype=torch.bool, device=dev))
+        if ids.numel() > 1:
+            self.target(ids[None, :-1], cache=state.t_cache, use_cache=True, logits_to_keep=1)
+        return state
 
     def _first_draft_row(self, state: DraftState) -> None:
         """Feed the draft its pending tokens (batch 1) and draw the K first draft tokens."""
@@ -143,7 +77,7 @@ class Layout:
                                                      replacement=True, generator=state.gen)[0]
 
 
-class BatchedLayout(Layout):
+class BatchedLayout(TorchLayout):
     """K cache rows: the caches repeated K times, the drafts a batch of K rows."""
 
     def draft_and_score(self, state: DraftState) -> torch.Tensor:
@@ -175,7 +109,7 @@ class BatchedLayout(Layout):
         keep_row(state.d_cache, row, self.K, state.d_len)
 
 
-class PackedLayout(Layout):
+class PackedLayout(TorchLayout):
     """One cache row: the drafts fed as a token tree (``gpu_backend.engine.tree``).
 
     Args:

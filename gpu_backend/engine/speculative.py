@@ -1,4 +1,7 @@
-"""Speculative decoding on real transformers models, and the autoregressive baseline.
+"""Speculative decoding on real models, and the autoregressive baseline.
+
+The models run on a backend the engine is handed (``engine.backend.Backend``: transformers on
+torch by default, ``engine.torch_backend``; llama.cpp, ``llamacpp.backend``).
 
 One iteration of ``SpeculativeEngine`` (Leviathan et al. 2023; SpecTr, Sun et al. 2023;
 SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
@@ -18,7 +21,8 @@ SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
 5. **Cut back.** Both caches keep the selected draft's accepted tokens on top of the context;
    the stack continues its windows over the emitted tokens.
 
-Two cache layouts (``gpu_backend.engine.layouts``) do steps 1–2 and 5 and give the same rows.
+The backend's layout (``engine.backend.Layout``) does steps 1–2 and 5.  The torch backend has
+two cache layouts (``gpu_backend.engine.layouts``) that give the same rows.
 ``"batched"``: the caches are repeated into K rows, the K drafts are a batch of K rows, and
 afterwards one row is kept and cropped.  ``"packed"`` (default, faster on CPU): the caches
 stay one row; the drafts are fed as a token tree with a 4-D attention mask (drafts with a
@@ -35,8 +39,8 @@ reads each depth's K draft tokens on the host to build the tree (free on CPU; on
 batched layout avoids these reads).
 
 What the engine refuses or raises (all ``ValueError``, one line, naming the model):
-- at construction, a draft or target whose cache cannot be cut back exactly
-  (``check_model``: sliding-window layers whose window can bind, recurrent / convolution /
+- at construction, a draft or target whose cache cannot be cut back exactly (the backend's
+  ``check_pair``; torch: ``torch_backend.check_model``: sliding-window layers whose window can bind, recurrent / convolution /
   hybrid states, any other cache layer than transformers' full ``DynamicLayer``);
 - during a generation, a non-finite probability row (NaN / inf logits) of either model
   (``NonFiniteError``, naming the iteration, draft and depth or row), raised after the
@@ -60,21 +64,16 @@ import torch
 
 from spectr_gbv.reference.draft_stopping import block_cap
 from spectr_gbv.reference.rules import registry
-from spectr_gbv.reference.seeds import generator_seed, resolve_seed  # also re-exported (gpu_backend.assisted)
+from spectr_gbv.reference.seeds import generator_seed, resolve_seed
 
-from spectr_gbv.gpu_backend.engine.kv import new_cache, rollback_problem, sliding_window_limit
-from spectr_gbv.gpu_backend.engine.layouts import BatchedLayout, DraftState, PackedLayout, sample_rows
+from spectr_gbv.gpu_backend.engine.backend import Backend, DraftState
+from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
-from spectr_gbv.gpu_backend.engine.sampling import (SamplingConfig, finite_rows, inverse_cdf_rows, probabilities,
-                                                    sampleable)
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
 from spectr_gbv.gpu_backend.engine.stack import ModificationStack
-
-from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE  # noqa: E402  (re-exported)
-
-
-# End-of-text tokens stopped on besides the model's configured EOS: Qwen's GGUF generation
-# config lists only <|im_end|>, but the model also ends documents with <|endoftext|>.
-EXTRA_EOS_TOKENS = ("<|endoftext|>", "<|im_end|>")
+from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
+from spectr_gbv.reference.draft_stopping import check_policy
+from spectr_gbv.reference.rules import policy
 
 
 @dataclass
@@ -249,23 +248,6 @@ class NonFiniteError(ValueError):
     after that row was emitted."""
 
 
-def check_model(model, role: str) -> None:
-    """Refuse a model whose KV cache the engine cannot cut back exactly (``kv.rollback_problem``).
-
-    Args:
-        model: a transformers causal LM.
-        role: "draft" or "target" (named in the message).
-    Raises:
-        ValueError: one line, "<role> model (<class>) cannot be used by the speculative
-            engine: <reason>" (sliding window attention, recurrent / convolution / hybrid
-            state, or another cache layer type than full attention).
-    """
-    problem = rollback_problem(model.config, bool(getattr(model, "_is_stateful", False)))
-    if problem is not None:
-        raise ValueError(f"{role} model ({type(model).__name__}) cannot be used by the "
-                         f"speculative engine: {problem}")
-
-
 def seeded_generator(seed, device) -> torch.Generator:
     """A ``torch.Generator`` on ``device`` seeded with ``generator_seed(seed)``."""
     return torch.Generator(device=device).manual_seed(generator_seed(seed))
@@ -275,29 +257,6 @@ def kept_tau(tau: int, kept: int) -> int:
     """Draft tokens an iteration returned: its first τ emitted tokens are draft tokens, so of
     ``kept`` returned tokens min(τ, kept) are (the correction/bonus token comes last)."""
     return min(tau, kept)
-
-
-def eos_token_ids(model, tokenizer=None) -> frozenset[int]:
-    """Token ids that end a generation: the model's generation-config EOS id(s), the
-    tokenizer's EOS, and ``EXTRA_EOS_TOKENS`` when the tokenizer has them.
-
-    Returns:
-        frozenset of ints (may be empty for a model without any).
-    """
-    ids: set[int] = set()
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None:
-        eos = getattr(model.config, "eos_token_id", None)
-    if isinstance(eos, int):
-        ids.add(eos)
-    elif eos is not None:
-        ids.update(int(e) for e in eos)
-    if tokenizer is not None:
-        if tokenizer.eos_token_id is not None:
-            ids.add(int(tokenizer.eos_token_id))
-        vocab = tokenizer.get_vocab()
-        ids.update(int(vocab[t]) for t in EXTRA_EOS_TOKENS if t in vocab)
-    return frozenset(ids)
 
 
 def load_verifier(rule: str):
@@ -378,20 +337,12 @@ def _prompt_tensor(prompt_ids, V: int) -> torch.Tensor:
     return ids
 
 
-def _model_device(model) -> torch.device:
-    if getattr(model, "backend", None) == "llama.cpp":
-        return torch.device("cpu")
-    return next(model.parameters()).device
-
-
 class SpeculativeEngine:
     """Speculative decoding with K drafts of L tokens and any verification rule.
 
     Args:
-        target, draft: transformers causal LMs on the same device, same vocabulary axis; or
-            two ``llamacpp.model.LlamaCppModel`` (llama.cpp's kernels on the GGUF files as they
-            are: the drafts fed as llama.cpp sequences, ``llamacpp.layout``; ``layout`` and
-            ``share_prefixes`` are then not used, the tree always shares prefixes).
+        target, draft: two models of ``backend``, same vocabulary axis: transformers causal
+            LMs on one device for the default torch backend.
         rule: verifier name (``gpu_backend.verifiers``: sd, spectr, bv, gbv, spectr_gbv,
             spectr_gbv_fixed, kseq_gbv, ...); ignored when ``verifier`` is given.
         K: drafts per iteration ≥ 1 (1 for the single-draft rules sd, bv, gbv).
@@ -400,7 +351,7 @@ class SpeculativeEngine:
         draft_sampling: the draft's processing; default: the same as ``sampling``.  Any
             draft law keeps the output lossless (it only changes acceptance); tests use a
             different one to make exact constructions.
-        eos_token_ids: ids that stop the generation (see ``eos_token_ids``).
+        eos_token_ids: ids that stop the generation (``models.eos.eos_token_ids``).
         verifier: a callable with the verifier contract (default ``load_verifier(rule)``).
         validate: passed to the verifier (input checks on every call).
         layout: "packed" (default): one cache row, the drafts fed as a token tree with a
@@ -420,13 +371,18 @@ class SpeculativeEngine:
             None (default): on for a registered lossless rule (each is checked exactly to keep
             its law under the cap, proofs_check/BLOCK_CAP.md), off for a lossy rule and for a
             custom ``verifier``.
+        backend: the ``engine.backend.Backend`` that runs the models (default: the torch
+            backend, ``engine.torch_backend.TORCH``; a pair's own is ``ModelPair.backend``, e.g.
+            ``llamacpp.backend.LLAMACPP``: llama.cpp's kernels on the GGUF files, the drafts fed
+            as llama.cpp sequences; ``layout`` and ``share_prefixes`` are then not used, the
+            tree always shares prefixes).
         rule_verifier: ``load_verifier(rule)`` already loaded (e.g. the one the
             auto-configuration timed), used instead of loading it again; unlike ``verifier``
             it is the rule's own, and every check of the rule applies.
     Raises:
         ValueError: K < 1, L < 1, K ≠ 1 for a single-draft rule, unknown rule or layout, a
             vocabulary mismatch between draft and target, a draft or target whose cache
-            cannot be cut back (``check_model``: sliding window, recurrent or hybrid state),
+            cannot be cut back (the backend's ``check_pair``: sliding window, recurrent or hybrid state),
             ``draft_stop`` not a policy or with a rule not certified lossless under stopping (or a
             custom verifier declaring ``modifies_targets``), or a dynamically
             quantised draft (``draft_quant``) with a rule whose registry entry does not declare
@@ -438,9 +394,7 @@ class SpeculativeEngine:
                  draft_sampling: SamplingConfig | None = None, eos_token_ids=(),
                  verifier=None, validate: bool = False, layout: str = "packed",
                  share_prefixes: bool = True, draft_stop=None, cap_blocks: bool | None = None,
-                 rule_verifier=None):
-        from spectr_gbv.gpu_backend.models.weights import check_same_vocabulary
-
+                 rule_verifier=None, backend: Backend | None = None):
         if layout not in ("packed", "batched"):
             raise ValueError(f"layout must be 'packed' or 'batched', got {layout!r}")
         self.layout = layout
@@ -448,9 +402,6 @@ class SpeculativeEngine:
 
         self.K = check_positive(K, "K")
         self.L = check_positive(L, "L")
-        from spectr_gbv.gpu_backend.engine import policy
-        from spectr_gbv.reference.draft_stopping import check_policy
-
         if verifier is None:
             policy.check_draft_count(rule, K, "K")
         check_policy(draft_stop, "draft_stop")
@@ -467,29 +418,8 @@ class SpeculativeEngine:
         if cap_blocks is not None and not isinstance(cap_blocks, bool):
             raise ValueError(f"cap_blocks must be True, False or None, got {cap_blocks!r}")
         self.cap_blocks = (verifier is None and registry.spec(rule).lossless) if cap_blocks is None else cap_blocks
-        from spectr_gbv.gpu_backend.models.draft_quant import is_dynamically_quantised
-
-        from spectr_gbv.gpu_backend.llamacpp.model import is_llamacpp
-
-        self.backend = "llama.cpp" if is_llamacpp(target) else "torch"
-        if self.backend == "llama.cpp":
-            from spectr_gbv.gpu_backend.llamacpp.pair import check_llamacpp_pair
-
-            self.V = check_llamacpp_pair(draft, target)
-            self._windows = []
-        else:
-            if is_llamacpp(draft):
-                raise ValueError("draft is a llama.cpp model but target is not: both must run "
-                                 "on one backend")
-            if verifier is None and is_dynamically_quantised(draft):
-                policy.check_varying_draft_rows(rule, "draft")
-            check_model(target, "target")
-            check_model(draft, "draft")
-            # accepted sliding windows never bind below max_position_embeddings; a generation
-            # beyond that must still fit (checked per generation)
-            self._windows = [(role, w) for role, m in (("target", target), ("draft", draft))
-                             if (w := sliding_window_limit(m.config)) is not None]
-            self.V = check_same_vocabulary(draft, target)
+        self.backend = backend if backend is not None else TORCH
+        self.V = self.backend.check_pair(target, draft, rule, custom_verifier=verifier is not None)
         self.target, self.draft = target, draft
         self.rule = rule
         self.sampling = sampling or SamplingConfig()
@@ -500,16 +430,10 @@ class SpeculativeEngine:
         else:
             self.verifier = rule_verifier if rule_verifier is not None else load_verifier(rule)
         self.validate = validate
-        self.device = _model_device(target)
-        models = (target, draft, self.sampling, self.draft_sampling, self.K, self.L, self.device,
-                  draft_stop)
-        if self.backend == "llama.cpp":
-            from spectr_gbv.gpu_backend.llamacpp.layout import LlamaCppLayout
-
-            self._layout = LlamaCppLayout(*models)  # the tree as llama.cpp sequences
-        else:
-            self._layout = (PackedLayout(*models, share_prefixes=self.share_prefixes)
-                            if layout == "packed" else BatchedLayout(*models))
+        self.device = self.backend.device(target)
+        self._layout = self.backend.layout(target, draft, self.sampling, self.draft_sampling, self.K,
+                                           self.L, self.device, draft_stop, layout=layout,
+                                           share_prefixes=self.share_prefixes)
 
     @torch.inference_mode()
     def generate(self, prompt_ids, max_new_tokens: int = 64, seed: int | None = None,
@@ -549,7 +473,7 @@ class SpeculativeEngine:
         seed = resolve_seed(seed)
         gen = seeded_generator(seed, self.device)
         start, cpu_start = time.perf_counter(), time.process_time()
-        state = self._start(ids, gen, most)
+        state = self._layout.start(ids, gen, most)
         stack = ModificationStack(self.L)
         out: list[int] = []
         taus: list[int] = []
@@ -581,36 +505,11 @@ class SpeculativeEngine:
                                 first_token, seed)
 
     def _check_windows(self, length: int, block: int) -> None:
-        """Raise ValueError when a generation of ``length`` tokens (prompt + new tokens) with
-        blocks of at most ``block`` positions could outgrow an accepted model's sliding window,
-        or a llama.cpp model's cache (``n_ctx`` cells)."""
+        """Raise ValueError (the backend's, ``Backend.check_length``) when a generation of
+        ``length`` tokens (prompt + new tokens) with blocks of at most ``block`` positions could
+        outgrow a model's cache or sliding window."""
         # the most positions a cache holds: the context, the last token and every tree node
-        most = length + self.K * block + 1
-        if self.backend == "llama.cpp":
-            for role, m in (("target", self.target), ("draft", self.draft)):
-                if most > m.n_ctx:
-                    raise ValueError(f"{role} model's llama.cpp cache ({m.n_ctx} cells) is too short "
-                                     f"for this generation (up to {most} positions: prompt, new "
-                                     "tokens and one iteration's draft tree)")
-        for role, window in self._windows:
-            if most > window:
-                raise ValueError(f"{role} model's sliding window ({window}) is too short for "
-                                 f"this generation (up to {most} positions)")
-
-    def _start(self, ids: torch.Tensor, gen: torch.Generator, L: int) -> DraftState:
-        """A generation's state for the prompt ``ids`` int64 [T] (on the device): empty
-        caches and draft buffers of ``L`` ≤ self.L positions (the longest block it will draft);
-        the target's cache gets the prompt minus its last token."""
-        if self.backend == "llama.cpp":
-            return self._layout.start(ids, gen, L)
-        K, V, dev = self.K, self.V, self.device
-        state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
-                           torch.empty(K, L, dtype=torch.int64, device=dev),
-                           torch.empty(K, L, V, dtype=torch.float32, device=dev),
-                           torch.ones(K, L, dtype=torch.bool, device=dev))
-        if ids.numel() > 1:
-            self.target(ids[None, :-1], cache=state.t_cache, use_cache=True, logits_to_keep=1)
-        return state
+        self.backend.check_length(self.target, self.draft, length + self.K * block + 1)
 
     def _iteration(self, state: DraftState, stack: ModificationStack, n: int, iteration: int,
                    on_iteration) -> tuple[int, list[int]]:
@@ -687,12 +586,12 @@ class SpeculativeEngine:
 @torch.inference_mode()
 def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
                             sampling: SamplingConfig | None = None, seed: int | None = None,
-                            eos_token_ids=(), streamer=None) -> GenerationResult:
+                            eos_token_ids=(), streamer=None, backend: Backend | None = None) -> GenerationResult:
     """Plain sampling from the target, one token per forward call, with a KV cache.
 
     Args:
-        target: transformers causal LM, or a ``llamacpp.model.LlamaCppModel`` (llama.cpp's
-            kernels; its cache is emptied first).
+        target: a model of ``backend`` (default torch: a transformers causal LM; its cache
+            starts empty).
         prompt_ids: token ids (at least one).
         max_new_tokens: ≥ 1.
         sampling: temperature / top-k / top-p (``sampling.probabilities``).
@@ -701,6 +600,8 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
             fresh 64-bit seed from the operating system, reported as ``result.seed``.
         eos_token_ids: ids that stop the generation (kept in the output).
         streamer: optional transformers-style streamer, ``put`` once per new token, ``end``.
+        backend: the ``engine.backend.Backend`` running ``target`` (default: torch); its
+            ``draw`` samples each token.
     Returns:
         GenerationResult with method "ar", K = 1, L = 0, block efficiency 1, ``seed`` the seed
         used.
@@ -714,43 +615,20 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
     max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
     sampling = sampling or SamplingConfig()
     eos = frozenset(int(e) for e in eos_token_ids)
-    dev = _model_device(target)
-    from spectr_gbv.gpu_backend.models.weights import vocab_size
-
-    llama = getattr(target, "backend", None) == "llama.cpp"
-    ids = _prompt_tensor(prompt_ids, target.V if llama else vocab_size(target)).to(dev)
+    backend = backend if backend is not None else TORCH
+    dev = backend.device(target)
+    ids = _prompt_tensor(prompt_ids, backend.vocab_size(target)).to(dev)
     seed = resolve_seed(seed)
     gen = seeded_generator(seed, dev)
     start, cpu_start = time.perf_counter(), time.process_time()
-    if llama:  # llama.cpp's context: sequence 0, fed one token per call after the prompt
-        target.clear()
-        fed = 0
-
-        def next_logits(pending: torch.Tensor) -> torch.Tensor:
-            nonlocal fed
-            tokens = pending[0].tolist()
-            logits = target.forward_last(tokens, fed)
-            fed += len(tokens)
-            return logits[None]
-    else:
-        cache = new_cache(target)
-
-        def next_logits(pending: torch.Tensor) -> torch.Tensor:
-            return target(pending, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1]
-    if llama and ids.numel() + max_new_tokens > target.n_ctx:
-        raise ValueError(f"target model's llama.cpp cache ({target.n_ctx} cells) is too short for "
-                         f"{ids.numel()} prompt and {max_new_tokens} new tokens")
+    next_logits = backend.plain_logits(target, ids.numel(), max_new_tokens)
     pending = ids[None]
     out: list[int] = []
     stop_reason = "max_new_tokens"
     while len(out) < max_new_tokens:
         p = probabilities(next_logits(pending), sampling)
         ok = finite_rows(p)
-        if llama:  # the same law, 20× faster than multinomial at V = 151,936 (inverse_cdf_rows)
-            u = torch.rand(1, generator=gen, dtype=torch.float64)
-            pending = inverse_cdf_rows(sampleable(p, ok), u)[:, None]
-        else:
-            pending = sample_rows(sampleable(p, ok), gen)[:, None]
+        pending = backend.draw(sampleable(p, ok), gen)[:, None]
         token, finite = torch.cat([pending[0], ok.to(torch.int64)]).tolist()  # one sync
         if not finite:
             raise NonFiniteError(f"target model gave a non-finite probability row (NaN or inf "

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.layouts import DraftState, Layout
+from spectr_gbv.gpu_backend.engine.backend import DraftState, Layout
 from spectr_gbv.gpu_backend.engine.sampling import finite_rows, inverse_cdf_rows, probabilities, sampleable
 from spectr_gbv.gpu_backend.engine.tree import DraftTree
 from spectr_gbv.gpu_backend.llamacpp.model import Feed

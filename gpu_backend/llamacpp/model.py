@@ -145,7 +145,6 @@ class LlamaCppModel:
         OSError: llama.cpp cannot load the file or create the context.
     """
 
-    backend = "llama.cpp"
     generation_config = None
 
     def __init__(self, path, n_ctx: int = DEFAULT_N_CTX, n_seq_max: int = DEFAULT_N_SEQ_MAX,
@@ -321,8 +320,3 @@ class LlamaCppModel:
 
     def __repr__(self) -> str:
         return f"LlamaCppModel({self.name}, V={self.V}, n_ctx={self.n_ctx}, threads={self.threads})"
-
-
-def is_llamacpp(model) -> bool:
-    """Whether ``model`` is a ``LlamaCppModel`` (the engine's dispatch)."""
-    return isinstance(model, LlamaCppModel)

@@ -50,37 +50,6 @@ def load_tokenizer(path: Path):
     return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
 
 
-def check_llamacpp_pair(draft, target) -> int:
-    """Check that two ``LlamaCppModel``s can draft for each other: the same logits axis V, the
-    same token text at every id and the same EOS / BOS / EOT ids.
-
-    Returns:
-        V (int).
-    Raises:
-        ValueError: draft is not a llama.cpp model, the axes differ, or the first id whose
-            text (or a special id) differs, naming both models.
-    """
-    from spectr_gbv.gpu_backend.llamacpp.model import is_llamacpp
-
-    if not is_llamacpp(draft):
-        raise ValueError("target is a llama.cpp model but draft is not: both must run on one backend")
-    if draft.V != target.V:
-        raise ValueError(f"draft {draft.name} has {draft.V:,} logits but target {target.name} has "
-                         f"{target.V:,}: speculative decoding needs one vocabulary")
-    if draft.path != target.path:  # one file is one vocabulary
-        d_vocab, t_vocab = draft.vocabulary(), target.vocabulary()
-        if d_vocab != t_vocab:
-            i = next(i for i, (a, b) in enumerate(zip(d_vocab, t_vocab)) if a != b)
-            raise ValueError(f"the tokenizers of draft {draft.name} and target {target.name} differ "
-                             f"at token id {i:,}: {d_vocab[i]!r} in the draft's, {t_vocab[i]!r} in "
-                             "the target's; speculative decoding needs one tokenizer")
-        d_special, t_special = draft.special_ids(), target.special_ids()
-        if d_special != t_special:
-            raise ValueError(f"the tokenizers of draft {draft.name} and target {target.name} differ: "
-                             f"special ids {d_special} in the draft's, {t_special} in the target's")
-    return target.V
-
-
 def load_llamacpp_pair(target: str = "target", draft: str | None = "draft", threads: int | None = None,
                        n_ctx: int | None = None):
     """Load target and draft on llama.cpp and check them (``check_llamacpp_pair``).
@@ -91,13 +60,15 @@ def load_llamacpp_pair(target: str = "target", draft: str | None = "draft", thre
         threads: llama.cpp threads (None: every core).
         n_ctx: cache cells per model (default ``model.DEFAULT_N_CTX``).
     Returns:
-        ``models.pair.ModelPair`` (tokenizer: transformers' reading of the target GGUF).
+        ``models.pair.ModelPair`` (tokenizer: transformers' reading of the target GGUF;
+        backend: ``llamacpp.backend.LLAMACPP``).
     Raises:
         models.pair.ModelLoadError: a model cannot be loaded (the role and the spec named).
         ValueError: the pair does not fit (``check_llamacpp_pair``).
     """
-    from spectr_gbv.gpu_backend.engine.speculative import eos_token_ids
+    from spectr_gbv.gpu_backend.llamacpp.backend import LLAMACPP, check_llamacpp_pair
     from spectr_gbv.gpu_backend.llamacpp.model import DEFAULT_N_CTX, LlamaCppModel
+    from spectr_gbv.gpu_backend.models.eos import eos_token_ids
     from spectr_gbv.gpu_backend.models.pair import ModelLoadError, ModelPair
     from spectr_gbv.gpu_backend.models.weights import MODEL_ALIASES
 
@@ -121,7 +92,7 @@ def load_llamacpp_pair(target: str = "target", draft: str | None = "draft", thre
     return ModelPair(t_model, d_model, tokenizer, eos_token_ids(t_model, tokenizer),
                      f"target {MODEL_ALIASES.get(target, target)}"
                      + (f", draft {MODEL_ALIASES.get(draft, draft)}" if draft else "")
-                     + ", GGUF on llama.cpp")
+                     + ", GGUF on llama.cpp", backend=LLAMACPP)
 
 
 BACKENDS = ("auto", "torch", "llama.cpp")

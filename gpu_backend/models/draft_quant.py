@@ -47,9 +47,9 @@ def resolve_mode(mode: str, draft: str, rule: str, device: str = "cpu", name: st
         name: the argument's name in a refusal (``"--draft-quant int8"`` on the command line).
     Raises:
         ValueError: unknown mode; "int8" with a rule that does not allow it
-            (``engine.policy.check_varying_draft_rows``, naming the rule).
+            (``reference.rules.policy.check_varying_draft_rows``, naming the rule).
     """
-    from spectr_gbv.gpu_backend.engine.policy import check_varying_draft_rows
+    from spectr_gbv.reference.rules.policy import check_varying_draft_rows
     from spectr_gbv.reference.rules import registry
 
     if mode not in QUANT_MODES + ("auto",):

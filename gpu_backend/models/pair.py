@@ -11,13 +11,16 @@ from dataclasses import dataclass, field
 @dataclass
 class ModelPair:
     """Loaded target, draft (None when only the target was asked for), the target's tokenizer,
-    and the EOS ids (``engine.eos_token_ids``)."""
+    the EOS ids (``models.eos.eos_token_ids``), and the ``engine.backend.Backend`` that runs the
+    models: hand it to the engine (``SpeculativeEngine(..., backend=pair.backend)``); None is the
+    engine's default, torch (transformers models, ``load_pair``)."""
 
     target: object
     draft: object
     tokenizer: object
     eos: frozenset = field(default_factory=frozenset)
     description: str = ""
+    backend: object = None
 
 
 class ModelLoadError(Exception):
@@ -112,7 +115,7 @@ def load_pair(target: str = "target", draft: str | None = "draft",
             (``weights.check_same_vocabulary``) or different tokenizers
             (``check_same_tokenizer``: the first differing token id or special id).
     """
-    from spectr_gbv.gpu_backend.engine.speculative import eos_token_ids
+    from spectr_gbv.gpu_backend.models.eos import eos_token_ids
     from spectr_gbv.gpu_backend.models.weights import MODEL_ALIASES, check_same_vocabulary
 
     from spectr_gbv.gpu_backend.models.draft_quant import QUANT_MODES, quantize_draft

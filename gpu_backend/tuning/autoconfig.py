@@ -41,13 +41,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.kv import cache_length, new_cache
-from spectr_gbv.gpu_backend.engine.layouts import sample_rows
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.engine.backend import Backend
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, sampleable
+from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
 from spectr_gbv.gpu_backend.tuning.cache import CACHE_VERSION, read_cache, write_cache  # noqa: F401
 from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, MAX_TOKENS, Acceptance, Choice, Costs, is_count, choose
 
-from spectr_gbv.gpu_backend.tuning.defaults import K_CANDIDATES, L_CANDIDATES
+from spectr_gbv.gpu_backend.engine.defaults import K_CANDIDATES, L_CANDIDATES
 
 CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))
 CALIBRATION_TOKENS = 64
@@ -255,50 +255,24 @@ def median_seconds(fn, repeats: int = TIMING_REPEATS, device=None) -> float:
 
 @torch.inference_mode()
 def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig,
-                  repeats: int = TIMING_REPEATS) -> tuple[list[float], float, TimingQuality]:
+                  repeats: int = TIMING_REPEATS, backend: Backend = TORCH) -> tuple[list[float], float, TimingQuality]:
     """Seconds of a forward over n new tokens after a cached context, with the probability
     processing of every row, for each n in ``ns``; and the context's prefill seconds.
 
     Args:
-        model: a transformers causal LM, or a ``LlamaCppModel`` (``llamacpp.costs``).
+        model: a model of ``backend`` (default torch: a transformers causal LM).
         context_ids: the context (≥ 2 tokens); the new tokens are its last n tokens again.
         ns: token counts ≥ 1.
     Returns:
         (seconds per n: medians of ``repeats`` rounds, the n interleaved (``timed_interleaved``);
         the prefill's seconds: one call; how quiet the machine was).
     """
-    if getattr(model, "backend", None) == "llama.cpp":
-        from spectr_gbv.gpu_backend.llamacpp import costs
-
-        return costs.forward_costs(model, context_ids, ns, sampling, timed_interleaved, repeats)
-    dev = next(model.parameters()).device
-    ctx = torch.tensor([context_ids], dtype=torch.int64, device=dev)
-    cache = new_cache(model)
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    start = time.perf_counter()
-    model(ctx, cache=cache, use_cache=True, logits_to_keep=1)
-    if dev.type == "cuda":  # the kernels run asynchronously: wait for them before reading the clock
-        torch.cuda.synchronize(dev)
-    prefill = time.perf_counter() - start
-    held = cache_length(cache)
-
-    def step_for(n):
-        ids = ctx[:, -n:] if n <= ctx.shape[1] else ctx[:, -1:].repeat(1, n)
-
-        def step():
-            logits = model(ids, cache=cache, use_cache=True).logits
-            probabilities(logits[0], sampling)
-            cache.crop(held - cache_length(cache))
-        return step
-
-    out, quality = timed_interleaved([step_for(n) for n in ns], repeats, dev)
-    return out, prefill, quality
+    return backend.forward_costs(model, context_ids, ns, sampling, timed_interleaved, repeats)
 
 
 @torch.inference_mode()
 def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
-                   repeats: int = TIMING_REPEATS, inverse_cdf: bool = False) -> tuple[dict, float, TimingQuality]:
+                   repeats: int = TIMING_REPEATS, backend: Backend = TORCH) -> tuple[dict, float, TimingQuality]:
     """Per-iteration seconds besides the forwards: the verifier on [1, K, L, V] rows built from
     measured rows, and L draws of K draft tokens (finite check + sampling); and plain
     sampling's per-token draw.  Every timed call is interleaved with the others
@@ -308,21 +282,15 @@ def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
         verifier: a batched verifier (``engine.load_verifier``).
         p_rows, q_rows: float32 [≥ max(Ls) + 1, V] draft and target rows of consecutive
             positions (from the calibration text).
-        inverse_cdf: draws as the llama.cpp backend makes them (``sampling.inverse_cdf_rows``)
-            instead of ``torch.multinomial``.
+        backend: whose draws are timed (``Backend.draw``: the llama.cpp backend's inverse CDF,
+            the torch backend's ``torch.multinomial``).
     Returns:
         ({(K, L): seconds}, seconds of one plain-sampling draw, how quiet the machine was).
     """
     gen = torch.Generator(device=p_rows.device).manual_seed(0)
 
     def draw(rows):
-        ok = finite_rows(rows)
-        if inverse_cdf:
-            from spectr_gbv.gpu_backend.engine.sampling import inverse_cdf_rows
-
-            inverse_cdf_rows(sampleable(rows, ok), torch.rand(rows.shape[0], generator=gen, dtype=torch.float64))
-        else:
-            sample_rows(sampleable(rows, ok), gen)
+        backend.draw(sampleable(rows, finite_rows(rows)), gen)
 
     dev = p_rows.device
     seeds = torch.zeros(1, dtype=torch.int64, device=p_rows.device)
@@ -341,7 +309,7 @@ def overhead_costs(verifier, p_rows: torch.Tensor, q_rows: torch.Tensor, Ks, Ls,
 
 @torch.inference_mode()
 def calibration_text(target, draft, prompt_ids: list[int], n_tokens: int = CALIBRATION_TOKENS,
-                     seed: int = 0, eos_token_ids=()) -> list[int]:
+                     seed: int = 0, eos_token_ids=(), backend: Backend = TORCH) -> list[int]:
     """The target's own continuation of ``prompt_ids``, up to ``n_tokens`` or its first EOS
     (kept), sampled at T = 0.7 whatever the user's setting (the text is cached per model pair;
     acceptance is then measured on it at the user's setting), with token verification K = 1,
@@ -349,24 +317,16 @@ def calibration_text(target, draft, prompt_ids: list[int], n_tokens: int = CALIB
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
     engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=4, sampling=SamplingConfig(0.7),
-                               eos_token_ids=eos_token_ids)
+                               eos_token_ids=eos_token_ids, backend=backend)
     return engine.generate(prompt_ids, n_tokens, seed=seed).tokens
 
 
 @torch.inference_mode()
 def teacher_forced_rows(model, prompt_ids: list[int], continuation: list[int],
-                        sampling: SamplingConfig) -> torch.Tensor:
+                        sampling: SamplingConfig, backend: Backend = TORCH) -> torch.Tensor:
     """float32 [n, V]: the model's processed row before each token of ``continuation``
-    (a transformers causal LM, or a ``LlamaCppModel``: ``llamacpp.costs``)."""
-    if getattr(model, "backend", None) == "llama.cpp":
-        from spectr_gbv.gpu_backend.llamacpp import costs
-
-        return costs.teacher_forced_rows(model, prompt_ids, continuation, sampling)
-    dev = next(model.parameters()).device
-    ids = torch.tensor([prompt_ids + continuation], dtype=torch.int64, device=dev)
-    n = len(continuation)
-    logits = model(ids, logits_to_keep=n + 1).logits[0, :n]
-    return probabilities(logits, sampling)
+    (``Backend.teacher_forced_rows``; default torch: a transformers causal LM)."""
+    return backend.teacher_forced_rows(model, prompt_ids, continuation, sampling)
 
 
 def acceptance_from_rows(p: torch.Tensor, q: torch.Tensor, tokens: torch.Tensor, K_max: int) -> tuple:
@@ -412,11 +372,14 @@ def default_calibration_prompts(tokenizer, fallback: list[int]) -> list[list[int
 def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: SamplingConfig,
               Ks=K_CANDIDATES, Ls=L_CANDIDATES, fallback_prompt=(1, 2), margin: float = MARGIN,
               refresh: bool = False, threads: int | None = None, log=None, eos_token_ids=(),
-              verifier=None, prompt_tokens: int | None = None, new_tokens: int | None = None) -> AutoConfig:
+              verifier=None, prompt_tokens: int | None = None, new_tokens: int | None = None,
+              backend: Backend = TORCH) -> AutoConfig:
     """Measure (or read from the cache) what the choice needs, and choose K, L or plain sampling.
 
     Args:
         target, draft: the loaded models (same device); tokenizer: the target's.
+        backend: the ``engine.backend.Backend`` running them (default torch; a pair's own is
+            ``ModelPair.backend``).
         spec: the specs the user gave (cache key).
         rule: the verification rule (its verifier's cost is measured).
         sampling: the target's sampling (acceptance depends on it; the draft uses the same).
@@ -466,9 +429,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
     key_acc = json.dumps(["acceptance", spec.key(), sampling.temperature, sampling.top_k, sampling.top_p,
                           max(Ks), CALIBRATION_TOKENS])
     # costs: top-k / top-p change the probability processing of every row (a sort over V)
-    on_llama = getattr(target, "backend", None) == "llama.cpp"
-    # on llama.cpp the build (version, CPU features, weight buffers) is part of the device
-    device = f"cpu:llama.cpp ({target.build})" if on_llama else str(next(target.parameters()).device)
+    device = backend.device_label(target)
     key_costs = json.dumps(["costs", fingerprint(threads), device, spec.key(), rule, Ks, Ls,
                             sampling.top_k, sampling.top_p])
     cached, start = [], time.perf_counter()
@@ -480,7 +441,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         log(f"auto-configuration: sampling a calibration text with the target ({CALIBRATION_TOKENS} "
             f"tokens per prompt; once per model pair)")
         prompts = default_calibration_prompts(tokenizer, list(fallback_prompt))
-        texts = [[p, calibration_text(target, draft, p, eos_token_ids=eos_token_ids)] for p in prompts]
+        texts = [[p, calibration_text(target, draft, p, eos_token_ids=eos_token_ids, backend=backend)] for p in prompts]
         entries[key_text] = texts
     texts = [(list(p), list(c)) for p, c in texts if len(c) >= 1]
     if not texts:
@@ -494,8 +455,8 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
         log("auto-configuration: measuring acceptance on the calibration text")
         betas, matches, segments, rows = [], [], [], []
         for prompt, cont in texts:
-            q = teacher_forced_rows(target, prompt, cont, sampling)
-            p = teacher_forced_rows(draft, prompt, cont, sampling)
+            q = teacher_forced_rows(target, prompt, cont, sampling, backend=backend)
+            p = teacher_forced_rows(draft, prompt, cont, sampling, backend=backend)
             dev = q.device
             b, m = acceptance_from_rows(p.to(dev), q, torch.tensor(cont, device=dev), max(Ks))
             betas.append(b), matches.append(m), segments.append(len(cont)), rows.append((p, q))
@@ -516,19 +477,20 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
             f"(K in {list(Ks)}, L in {list(Ls)}; once per machine and model pair)")
         prompt, cont = max(texts, key=lambda t: len(t[0]) + len(t[1]))
         context = prompt + cont
-        # K > 1 on llama.cpp: up to L re-fed accepted tokens more per call (speed_model.Costs)
-        refeed = on_llama and max(Ks) > 1
+        # a backend that re-feeds accepted tokens (llama.cpp at K > 1): up to L more per call
+        # (speed_model.Costs)
+        refeed = backend.refeeds_accepted and max(Ks) > 1
         most = max(Ks) * max(Ls) + 1 + (max(Ls) if refeed else 0)
         target_n = sorted({n for n in (1, 2, 4, 8, 12, 16, 24, 32) if n < most} | {most})
         draft_n = list(range(1, max(max(Ks), max(Ls) + 1 if refeed else 1) + 1))
-        t_s, t_pre, t_q = forward_costs(target, context, target_n, sampling)
-        d_s, d_pre, d_q = forward_costs(draft, context, draft_n, sampling)
+        t_s, t_pre, t_q = forward_costs(target, context, target_n, sampling, backend=backend)
+        d_s, d_pre, d_q = forward_costs(draft, context, draft_n, sampling, backend=backend)
         if rows is None:
-            q = teacher_forced_rows(target, prompt, cont, sampling)
-            rows = [(teacher_forced_rows(draft, prompt, cont, sampling).to(q.device), q)]
+            q = teacher_forced_rows(target, prompt, cont, sampling, backend=backend)
+            rows = [(teacher_forced_rows(draft, prompt, cont, sampling, backend=backend).to(q.device), q)]
         p_rows, q_rows = _rows_for_overhead(rows, max(Ls) + 1)
         overhead, ar_draw, o_q = overhead_costs(verifier, p_rows, q_rows, Ks, Ls,
-                                                inverse_cdf=on_llama)
+                                                backend=backend)
         costs = Costs(tuple(target_n), tuple(t_s), tuple(draft_n), tuple(d_s), overhead, ar_draw,
                       {"target": t_pre, "draft": d_pre}, len(context), refeed)
         quality = t_q.merged(d_q).merged(o_q)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from spectr_gbv.gpu_backend.tuning.defaults import DEFAULT_K, DEFAULT_L, K_CANDIDATES, L_CANDIDATES
+from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, K_CANDIDATES, L_CANDIDATES
 
 # the automatic configuration solves K-SEQ for every k <= K and times target forwards over up to
 # 1 + K*L tokens: a fixed K or L beyond these needs the other fixed too
@@ -102,13 +102,15 @@ class ShapeChoice:
 
 def choose_shape(plan: ShapePlan, rule: str, rule_given: bool, target=None, draft=None, tokenizer=None,
                  spec=None, sampling=None, prompt_ids=(1, 2), refresh: bool = False,
-                 eos_token_ids=(), verifier=None, new_tokens: int | None = None) -> ShapeChoice:
+                 eos_token_ids=(), verifier=None, new_tokens: int | None = None,
+                 backend=None) -> ShapeChoice:
     """The rule and shape to run: the plan's own without ``plan.auto``; else the measured best
     (``autoconfig.configure`` on the loaded ``target``/``draft``, ``spec`` its cache key), or
     plain sampling when it is predicted to pay more and ``rule_given`` is False.  ``verifier``:
     the rule's verifier, timed by the measurement (``autoconfig.configure``).  ``new_tokens``:
     the generation's ``max_new_tokens``; with it the choice counts the draft's prefill of
-    ``prompt_ids`` (``speed_model.choose``), without it it is on decode speed alone."""
+    ``prompt_ids`` (``speed_model.choose``), without it it is on decode speed alone.  ``backend``:
+    the models' ``engine.backend.Backend`` (None: torch)."""
     if not plan.auto:
         return ShapeChoice(rule, plan.K, plan.L)
     from spectr_gbv.gpu_backend.tuning.autoconfig import configure
@@ -116,7 +118,7 @@ def choose_shape(plan: ShapePlan, rule: str, rule_given: bool, target=None, draf
     auto = configure(target, draft, tokenizer, spec, rule, sampling, plan.K_candidates, plan.L_candidates,
                      fallback_prompt=prompt_ids, refresh=refresh, eos_token_ids=eos_token_ids,
                      verifier=verifier, prompt_tokens=len(prompt_ids) if new_tokens is not None else None,
-                     new_tokens=new_tokens)
+                     new_tokens=new_tokens, **({"backend": backend} if backend is not None else {}))
     choice = auto.choice
     if choice.speculate or rule_given:
         return ShapeChoice(rule, choice.best.K, choice.best.L, choice.best.tokens_per_second, auto,

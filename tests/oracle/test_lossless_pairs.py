@@ -34,8 +34,8 @@ OLD = ("toy", "prefix", "far")
 
 def test_engine_max_L_is_the_tuning_constant():
     """``ENGINE_MAX_L`` is the largest L the engine's automatic configuration chooses
-    (gpu_backend.tuning.defaults.L_CANDIDATES, torch-free), and "deep" and "toy" run there."""
-    from spectr_gbv.gpu_backend.tuning.defaults import L_CANDIDATES
+    (gpu_backend.engine.defaults.L_CANDIDATES, torch-free), and "deep" and "toy" run there."""
+    from spectr_gbv.gpu_backend.engine.defaults import L_CANDIDATES
 
     assert ENGINE_MAX_L == max(L_CANDIDATES) == 8
     assert PAIRS["deep"].run_L(8) == PAIRS["toy"].run_L(8) == 8

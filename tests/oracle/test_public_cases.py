@@ -118,9 +118,9 @@ def test_branches_case_reaches_every_multi_draft_class(rule):
 
 @pytest.mark.parametrize("rule", registry.names())
 def test_deep_case_has_mass_past_depth_3(rule):
-    """The "deep" case is at the largest L the engine chooses (gpu_backend.tuning.defaults
+    """The "deep" case is at the largest L the engine chooses (gpu_backend.engine.defaults
     .L_CANDIDATES) and every rule puts ≥ 0.44 on a correction at depth 3..L−1."""
-    from spectr_gbv.gpu_backend.tuning.defaults import L_CANDIDATES
+    from spectr_gbv.gpu_backend.engine.defaults import L_CANDIDATES
 
     assert DEEP_L == max(L_CANDIDATES)
     case = deep_case(rule)

@@ -174,15 +174,16 @@ def _ours(models: Models, *, backend="torch", rule="sd", K=1, L=4, planted=None,
     verifier = None
     if planted:
         rule, verifier = planted_verifier(planted)
+    engine_backend = None  # the engine's default: torch
     if backend == "torch":
         target = draft = models.hf()[0]
         ref = models.hf_reference()
     else:
         pair = models.llamacpp_pair()
-        target, draft = pair.target, pair.draft
+        target, draft, engine_backend = pair.target, pair.draft, pair.backend
         ref = models._get("lcpp-ref", lambda: _LlamaCppModelReference(pair.target, models.T))
     eng = OursEngine(target, draft, T or models.T, draft_temperature=1.5 * models.T, rule=rule, K=K, L=L,
-                     verifier=verifier)
+                     verifier=verifier, backend=engine_backend)
     return eng, ref, eng.stats
 
 

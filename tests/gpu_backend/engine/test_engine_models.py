@@ -17,8 +17,8 @@ pytest.importorskip("transformers")
 from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
     SpeculativeEngine,
     autoregressive_generate,
-    eos_token_ids,
 )
+from spectr_gbv.gpu_backend.models.eos import eos_token_ids  # noqa: E402
 from spectr_gbv.gpu_backend.models.prompts import encode_prompt  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
 from spectr_gbv.gpu_backend.models.weights import load_causal_lm  # noqa: E402

@@ -17,9 +17,9 @@ from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
     NonFiniteError,
     SpeculativeEngine,
     autoregressive_generate,
-    check_model,
     generator_seed,
 )
+from spectr_gbv.gpu_backend.engine.torch_backend import check_model  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
 
 from test_engine import PROMPT, V, models, one_thread, perturbed, random_lm  # noqa: E402,F401  (fixtures)

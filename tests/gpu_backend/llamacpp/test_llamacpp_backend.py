@@ -21,7 +21,8 @@ from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
 from spectr_gbv.gpu_backend.engine.speculative import (NonFiniteError, SpeculativeEngine,  # noqa: E402
                                                        autoregressive_generate)
 from spectr_gbv.gpu_backend.llamacpp.model import Feed, LlamaCppModel  # noqa: E402
-from spectr_gbv.gpu_backend.llamacpp.pair import check_llamacpp_pair, load_llamacpp_pair  # noqa: E402
+from spectr_gbv.gpu_backend.llamacpp.backend import check_llamacpp_pair  # noqa: E402
+from spectr_gbv.gpu_backend.llamacpp.pair import load_llamacpp_pair  # noqa: E402
 
 pytestmark = pytest.mark.models
 
@@ -51,7 +52,7 @@ def test_tree_rows_are_each_drafts_uncached_rows(pair, K, L, seed):
     t_s, d_s = SamplingConfig(1.0), SamplingConfig(3.0)  # a hot draft: the K drafts diverge
     records = []
     engine = SpeculativeEngine(pair.target, pair.draft, rule="sd" if K == 1 else "spectr", K=K, L=L,
-                               sampling=t_s, draft_sampling=d_s)
+                               sampling=t_s, draft_sampling=d_s, backend=pair.backend)
     engine.generate(PROMPT, 12, seed=seed, on_iteration=records.append)
     assert len(records) >= 3
     if K == 3:  # seed 3 accepts a draft other than the first (the case that once broke)
@@ -81,7 +82,7 @@ def test_cut_back_leaves_the_selected_path_on_sequence_zero(pair, K):
     fed again)."""
     lengths = []
     engine = SpeculativeEngine(pair.target, pair.draft, rule="spectr", K=K, L=3,
-                               sampling=SamplingConfig(1.0), draft_sampling=SamplingConfig(3.0))
+                               sampling=SamplingConfig(1.0), draft_sampling=SamplingConfig(3.0), backend=pair.backend)
     layout = engine._layout
     real_cut = layout.cut_back
 
@@ -106,7 +107,7 @@ def test_draft_equal_to_target_accepts_every_draft(pair):
     """Draft rows equal to the target rows: SD accepts every block in full (τ = L) until the
     last, capped block."""
     engine = SpeculativeEngine(pair.target, pair.draft, rule="sd", K=1, L=4,
-                               sampling=SamplingConfig(0.8))
+                               sampling=SamplingConfig(0.8), backend=pair.backend)
     result = engine.generate(PROMPT, 21, seed=0)
     assert result.taus_raw[:-1] == [4] * (len(result.taus_raw) - 1)
     assert result.new_tokens == 21 or result.stop_reason == "eos"
@@ -116,8 +117,8 @@ def test_plain_sampling_is_seeded_and_matches_the_rows(pair):
     """The llama.cpp plain sampler is reproducible per seed, and its first token is the
     inverse-CDF draw of the run generator's first uniform on the uncached row."""
     s = SamplingConfig(1.0)
-    a = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11)
-    b = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11)
+    a = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11, backend=pair.backend)
+    b = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11, backend=pair.backend)
     assert a.tokens == b.tokens and len(a.tokens) == 8
     from spectr_gbv.gpu_backend.engine.speculative import seeded_generator
 
@@ -131,7 +132,7 @@ def test_plain_sampling_is_seeded_and_matches_the_rows(pair):
 def test_non_finite_target_rows_are_refused(pair, monkeypatch):
     """NaN logits from llama.cpp become a NonFiniteError naming the target; nothing emitted."""
     engine = SpeculativeEngine(pair.target, pair.draft, rule="sd", K=1, L=3,
-                               sampling=SamplingConfig(1.0))
+                               sampling=SamplingConfig(1.0), backend=pair.backend)
     real = pair.target.decode
 
     def nan_decode(feed):
@@ -147,18 +148,18 @@ def test_non_finite_target_rows_are_refused(pair, monkeypatch):
 
 def test_refusals(pair):
     with pytest.raises(ValueError, match=r"prompt_ids: token id 49152 outside \[0, 49152\)"):
-        autoregressive_generate(pair.target, [1, 49_152], 2)
+        autoregressive_generate(pair.target, [1, 49_152], 2, backend=pair.backend)
     with pytest.raises(ValueError, match="n_seq_max=8"):
-        SpeculativeEngine(pair.target, pair.draft, rule="spectr", K=9, L=2)
+        SpeculativeEngine(pair.target, pair.draft, rule="spectr", K=9, L=2, backend=pair.backend)
     with pytest.raises(ValueError, match="token id 70000 outside"):
         pair.target.decode(Feed((70_000,), (0,), ((0,),), (0,)))
     with pytest.raises(ValueError, match=r"sequence ids \(8,\) outside"):
         pair.target.decode(Feed((5,), (0,), ((8,),), (0,)))
     pair.target.clear()
     with pytest.raises(ValueError, match=r"cache \(512 cells\) is too short for 6 prompt and 507 new tokens"):
-        autoregressive_generate(pair.target, PROMPT, 507)
+        autoregressive_generate(pair.target, PROMPT, 507, backend=pair.backend)
     with pytest.raises(ValueError, match=r"llama.cpp cache \(512 cells\) is too short for this generation"):
-        SpeculativeEngine(pair.target, pair.draft, rule="spectr", K=2, L=4).generate(PROMPT, 500)
+        SpeculativeEngine(pair.target, pair.draft, rule="spectr", K=2, L=4, backend=pair.backend).generate(PROMPT, 500)
     with pytest.raises(FileNotFoundError, match="no such GGUF file"):
         LlamaCppModel("/no/such/file.gguf")
     with pytest.raises(ValueError, match="n_seq_max must be an integer in"):
@@ -180,9 +181,9 @@ class _FakeVocab:
 
 
 def test_pair_check_names_the_first_difference(monkeypatch):
-    import spectr_gbv.gpu_backend.llamacpp.model as m
+    import spectr_gbv.gpu_backend.llamacpp.backend as b
 
-    monkeypatch.setattr(m, "is_llamacpp", lambda model: True)
+    monkeypatch.setattr(b, "LlamaCppModel", _FakeVocab)  # the fakes pass as llama.cpp models
     sp = {"eos": 2, "bos": 1, "eot": -1}
     assert check_llamacpp_pair(_FakeVocab([b"a", b"b"], sp), _FakeVocab([b"a", b"b"], sp)) == 2
     with pytest.raises(ValueError, match="differ at token id 1: b'c' in the draft's, b'b'"):
@@ -191,7 +192,6 @@ def test_pair_check_names_the_first_difference(monkeypatch):
         check_llamacpp_pair(_FakeVocab([b"a"], {**sp, "eos": 0}), _FakeVocab([b"a"], sp))
     with pytest.raises(ValueError, match="has 3 logits but target fake has 2"):
         check_llamacpp_pair(_FakeVocab([b"a"], sp, V=3), _FakeVocab([b"a", b"b"], sp))
-    monkeypatch.setattr(m, "is_llamacpp", lambda model: False)
     with pytest.raises(ValueError, match="draft is not"):
         check_llamacpp_pair(object(), _FakeVocab([b"a"], sp))
 
@@ -233,7 +233,7 @@ def test_autoconfig_times_the_refed_tokens(pair, tmp_path, monkeypatch):
 
     monkeypatch.setattr(tuning_cache, "cache_path", lambda: tmp_path / "autoconfig.json")
     auto = configure(pair.target, pair.draft, None, PairSpec("tiny.gguf", "tiny.gguf", "gguf"), "spectr",
-                     SamplingConfig(0.7), Ks=(1, 2), Ls=(1, 2, 3), fallback_prompt=PROMPT, log=lambda line: None)
+                     SamplingConfig(0.7), Ks=(1, 2), Ls=(1, 2, 3), fallback_prompt=PROMPT, log=lambda line: None, backend=pair.backend)
     c = auto.costs
     assert c.refeed_accepted and c.target_n == (1, 2, 4, 8, 10) and c.draft_n == (1, 2, 3, 4)
     assert {(p.K, p.L) for p in auto.choice.candidates} == {(K, L) for K in (1, 2) for L in (1, 2, 3)}
@@ -242,7 +242,7 @@ def test_autoconfig_times_the_refed_tokens(pair, tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(pair.target, "build", "llama-cpp-python 9.9; built with AVX2; extra weight buffers on")
     configure(pair.target, pair.draft, None, PairSpec("tiny.gguf", "tiny.gguf", "gguf"), "spectr",
-              SamplingConfig(0.7), Ks=(1, 2), Ls=(1, 2, 3), fallback_prompt=PROMPT, log=calls.append)
+              SamplingConfig(0.7), Ks=(1, 2), Ls=(1, 2, 3), fallback_prompt=PROMPT, log=calls.append, backend=pair.backend)
     assert any("timing the models" in line for line in calls)
 
 

@@ -17,6 +17,7 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scri
 
 from spectr_gbv.cli import main as cli_main  # noqa: E402
 from spectr_gbv.gpu_backend.certify import engine as ec  # noqa: E402
+from spectr_gbv.gpu_backend.llamacpp.backend import LLAMACPP  # noqa: E402
 
 pytestmark = pytest.mark.models
 
@@ -24,19 +25,20 @@ pytestmark = pytest.mark.models
 @pytest.fixture(scope="module")
 def tiny():
     try:
-        target, draft, tok, eos = ec.load_pair("tiny", backend="llama.cpp")
+        pair = ec.certification_pair("tiny", backend="llama.cpp")
     except FileNotFoundError as err:  # data wheels not installed
         pytest.skip(str(err))
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt
 
     assert target is not draft  # two contexts
-    return target, draft, encode_prompt(tok, ec.DEFAULT_PROMPT, chat=False), eos
+    return pair.target, pair.draft, encode_prompt(pair.tokenizer, ec.DEFAULT_PROMPT, chat=False), pair.eos
 
 
 @pytest.mark.long
 def test_llamacpp_engine_certification_passes_gbv_and_catches_its_planted_rule(tiny):
     target, draft, ids, eos = tiny
-    cert = ec.certify_engine(target, draft, ids, ["gbv"], n_seeds=6, max_new_tokens=16, eos_token_ids=eos)
+    cert = ec.certify_engine(target, draft, ids, ["gbv"], n_seeds=6, max_new_tokens=16, eos_token_ids=eos,
+                             backend=LLAMACPP)
     good, bad = cert.rows
     assert (good.rule, good.kind, good.verdict) == ("gbv", "lossless", "PASS")
     assert (bad.rule, bad.kind, bad.verdict) == ("planted_gbv_first_failure", "planted", "CAUGHT")
@@ -54,11 +56,11 @@ def test_first_token_law_is_llamacpps_uncached_row(tiny):
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
     target, draft, ids, _ = tiny
-    law = ec.target_first_token_law(target, ids, SamplingConfig(1.0))
+    law = ec.target_first_token_law(target, ids, SamplingConfig(1.0), LLAMACPP)
     assert law.dtype == np.float64 and abs(law.sum() - 1) < 1e-12 and law.shape == (49_152,)
     records = []
     SpeculativeEngine(target, draft, rule="sd", K=1, L=2, sampling=SamplingConfig(1.0),
-                      draft_sampling=SamplingConfig(1.5)).generate(ids, 1, seed=0, on_iteration=records.append)
+                      draft_sampling=SamplingConfig(1.5), backend=LLAMACPP).generate(ids, 1, seed=0, on_iteration=records.append)
     row = records[0].target_probs_raw[0, 0].double().numpy()
     # both renormalised in float64 (the float32 row sums to 1 within ~1e-5)
     np.testing.assert_allclose(row / row.sum(), law, rtol=0, atol=1e-7)

@@ -5,7 +5,8 @@ frozen outcome out.
 its flags, ``cli.generate.build_request``, before any model is loaded); ``generate`` runs it on a
 loaded ``models.pair.ModelPair``: encodes the prompt, chooses the shape
 (``tuning.shape.choose_shape``: measured when the request's plan asks for it), and runs ONE
-``SpeculativeEngine`` (or plain sampling), whose verifier is the one the measurement timed;
+``SpeculativeEngine`` (or plain sampling) on the pair's backend (``ModelPair.backend``), whose
+verifier is the one the measurement timed;
 then compares the decode rate with the measurement's prediction (``tuning.recheck``: one line,
 and stale cached costs, when they differ by more than 25 %).
 """
@@ -68,13 +69,11 @@ class GenerateRequest:
 
 @dataclass(frozen=True)
 class GenerateOutcome:
-    """What ``generate`` ran: ``choice`` (rule, K, L, prediction and measurement), the
-    engine's ``GenerationResult``, and ``rate_check``: its decode rate against the prediction
-    (``tuning.recheck.RateCheck``; None without a measured choice)."""
+    """What ``generate`` ran: ``choice`` (rule, K, L, prediction and measurement) and the
+    engine's ``GenerationResult``."""
 
     choice: ShapeChoice
     result: object
-    rate_check: object = None
 
 
 def generate(request: GenerateRequest, pair, dtype: str, streamer=None, on_choice=None, log=None) -> GenerateOutcome:
@@ -102,20 +101,21 @@ def generate(request: GenerateRequest, pair, dtype: str, streamer=None, on_choic
     choice = choose_shape(request.shape, request.rule, request.rule_given, pair.target, pair.draft,
                           pair.tokenizer, PairSpec(request.target, request.draft, dtype, request.draft_quant),
                           sampling, prompt_ids=ids, refresh=request.recalibrate, eos_token_ids=pair.eos,
-                          verifier=verifier, new_tokens=request.max_new_tokens)
+                          verifier=verifier, new_tokens=request.max_new_tokens, backend=pair.backend)
     if on_choice is not None:
         on_choice(choice)
     if choice.rule == "ar":
         result = autoregressive_generate(pair.target, ids, request.max_new_tokens, sampling,
-                                         request.seed, pair.eos, streamer=streamer)
+                                         request.seed, pair.eos, streamer=streamer, backend=pair.backend)
     else:
         from spectr_gbv.reference.draft_stopping import ConfidenceStop
 
         stop = ConfidenceStop(request.stop_below) if request.stop_below is not None else None
         engine = SpeculativeEngine(pair.target, pair.draft, rule=choice.rule, K=choice.K, L=choice.L,
                                    sampling=sampling, eos_token_ids=pair.eos, draft_stop=stop,
-                                   rule_verifier=verifier)
+                                   rule_verifier=verifier, backend=pair.backend)
         result = engine.generate(ids, request.max_new_tokens, seed=request.seed, streamer=streamer)
     from spectr_gbv.gpu_backend.tuning.recheck import recheck
 
-    return GenerateOutcome(choice, result, recheck(choice, result, log))
+    recheck(choice, result, log)  # one line, and stale cached costs, on a missed prediction
+    return GenerateOutcome(choice, result)
