@@ -639,9 +639,7 @@ def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: 
     verifier) on ``cases`` (see ``certify_case``; case j runs with ``case_index=j``, so its seeds
     are unrelated to every other case's and run's); ``progress`` is called after each case.
     After the cases, each verifier's seed contract is checked (replay, seed dependence:
-    ``oracle.seed_contract.certification_seed_checks``) into ``report.seed_checks``."""
-    from spectr_gbv.oracle.seed_contract import certification_seed_checks
-
+    ``certification_seed_checks``) into ``report.seed_checks``."""
     cases = list(cases)
     report = CertificationReport()
     for j, case in enumerate(cases):
@@ -651,3 +649,60 @@ def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: 
             progress(result)
     report.seed_checks = certification_seed_checks(verifier, cases, seed)
     return report
+
+
+def certification_seed_checks(verifier, cases, seed: int) -> list[SeedCheck]:
+    """The seed checks of ``certify(verifier, cases, seed=seed)`` (``oracle.seed_contract``): per distinct
+    verifier (one, or one per rule of a mapping), two checks (``oracle.seed_contract``'s module doc) on the rows of one of
+    its cases: the expected-pass ``FixedCase`` of smallest V (first in order among equals) whose
+    exact law allows a batch of ≤ ``MAX_CHECK_ROWS`` rows, broadcast to B rows as the
+    certification sends them; else the first case's rows (B = ``UNKNOWN_LAW_ROWS``; a
+    ``FirstTokenCase``'s drafts from ``CaseSeeds(seed, j).check_rng()``).  Seeds:
+    ``CaseSeeds(seed, j).check_seeds(B)`` and ``check_seeds(B, fresh=True)``, j the case's index.
+
+    Returns:
+        list of SeedCheck (empty when ``cases`` is empty).
+    """
+    from spectr_gbv.oracle.seed_contract import (REPLAY_ROWS, UNKNOWN_LAW_ROWS, check_seed_contract,
+                                                 collision_probability, rows_needed)
+
+    groups: dict[int, list] = {}
+    for j, case in enumerate(cases):
+        groups.setdefault(id(verifier_for(verifier, case)), []).append((j, case))
+    multi = len(groups) > 1
+    checks: list[SeedCheck] = []
+    for members in groups.values():
+        v = verifier_for(verifier, members[0][1])
+        pool = [m for m in members if m[1].expect_pass] or members
+        chosen, collision, B = pool[0], None, UNKNOWN_LAW_ROWS
+        fixed = sorted((m for m in pool if isinstance(m[1], FixedCase)), key=lambda m: m[1].V)
+        fallback = None
+        for j, case in fixed:
+            law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
+                                    case.target_probs)
+            c = collision_probability(law)
+            need = rows_needed(c)
+            if need is not None:
+                chosen, collision, B = (j, case), c, need
+                break
+            if fallback is None or c < fallback[1]:
+                fallback = ((j, case), c)
+        else:
+            if fallback is not None:  # near-deterministic everywhere: the least so, replay-as-fresh only
+                chosen, collision, B = fallback[0], fallback[1], REPLAY_ROWS
+        j, case = chosen
+        seeds = CaseSeeds(seed, j)
+        if isinstance(case, FixedCase):
+            arrays = (case.draft_tokens, case.backend_draft_probs, case.backend_target_probs)
+            rows = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
+        elif isinstance(case, FirstTokenCase):
+            probs, toks, dps, tps = draft_table(case.draft, case.target, case.K, case.L)
+            dt = np.float64 if case.backend_dtype == "float64" else np.float32
+            idx = seeds.check_rng().choice(len(probs), size=(B, case.K), p=probs)
+            rows = [toks[idx], dps[idx].astype(dt), tps[idx].astype(dt)]
+        else:
+            raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
+        subject = (f"rule {case.rule}, " if multi else "") + f"case {case.name!r}"
+        checks.extend(check_seed_contract(v, *rows, seeds.check_seeds(B), seeds.check_seeds(B, fresh=True),
+                                          collision=collision, subject=subject))
+    return checks

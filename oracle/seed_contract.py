@@ -43,7 +43,7 @@ from spectr_gbv.reference.contract import to_numpy
 from spectr_gbv.oracle.seeding import CaseSeeds
 
 __all__ = ["SeedCheck", "SEED_CHECK_NAMES", "REPLAY_ROWS", "MAX_CHECK_ROWS", "UNKNOWN_LAW_ROWS", "FALSE_ALARM",
-           "collision_probability", "rows_needed", "check_seed_contract", "certification_seed_checks",
+           "collision_probability", "rows_needed", "check_seed_contract",
            "lossless_seed_checks", "seed_table"]
 
 SEED_CHECK_NAMES = ("seed replay", "seed dependence")
@@ -187,64 +187,6 @@ def check_seed_contract(verifier, draft_tokens, draft_probs, target_probs, seeds
             why += ("; identical outputs would not count: the law is near-deterministic on every case, "
                     "only replay-as-fresh is checked")
     return replay, SeedCheck("seed dependence", dep_ok, subject, B, fresh_changed, false_alarm if enforce else 0.0, why)
-
-
-def certification_seed_checks(verifier, cases, seed: int) -> list[SeedCheck]:
-    """The seed checks of ``oracle.certify.certify(verifier, cases, seed=seed)``: per distinct
-    verifier (one, or one per rule of a mapping), two checks (module doc) on the rows of one of
-    its cases: the expected-pass ``FixedCase`` of smallest V (first in order among equals) whose
-    exact law allows a batch of ≤ ``MAX_CHECK_ROWS`` rows, broadcast to B rows as the
-    certification sends them; else the first case's rows (B = ``UNKNOWN_LAW_ROWS``; a
-    ``FirstTokenCase``'s drafts from ``CaseSeeds(seed, j).check_rng()``).  Seeds:
-    ``CaseSeeds(seed, j).check_seeds(B)`` and ``check_seeds(B, fresh=True)``, j the case's index.
-
-    Returns:
-        list of SeedCheck (empty when ``cases`` is empty).
-    """
-    from spectr_gbv.oracle.certify import (FirstTokenCase, FixedCase, draft_table, exact_verdict_law,
-                                           verifier_for)
-    from spectr_gbv.reference.rules import get_rule
-
-    groups: dict[int, list] = {}
-    for j, case in enumerate(cases):
-        groups.setdefault(id(verifier_for(verifier, case)), []).append((j, case))
-    multi = len(groups) > 1
-    checks: list[SeedCheck] = []
-    for members in groups.values():
-        v = verifier_for(verifier, members[0][1])
-        pool = [m for m in members if m[1].expect_pass] or members
-        chosen, collision, B = pool[0], None, UNKNOWN_LAW_ROWS
-        fixed = sorted((m for m in pool if isinstance(m[1], FixedCase)), key=lambda m: m[1].V)
-        fallback = None
-        for j, case in fixed:
-            law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
-                                    case.target_probs)
-            c = collision_probability(law)
-            need = rows_needed(c)
-            if need is not None:
-                chosen, collision, B = (j, case), c, need
-                break
-            if fallback is None or c < fallback[1]:
-                fallback = ((j, case), c)
-        else:
-            if fallback is not None:  # near-deterministic everywhere: the least so, replay-as-fresh only
-                chosen, collision, B = fallback[0], fallback[1], REPLAY_ROWS
-        j, case = chosen
-        seeds = CaseSeeds(seed, j)
-        if isinstance(case, FixedCase):
-            arrays = (case.draft_tokens, case.backend_draft_probs, case.backend_target_probs)
-            rows = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
-        elif isinstance(case, FirstTokenCase):
-            probs, toks, dps, tps = draft_table(case.draft, case.target, case.K, case.L)
-            dt = np.float64 if case.backend_dtype == "float64" else np.float32
-            idx = seeds.check_rng().choice(len(probs), size=(B, case.K), p=probs)
-            rows = [toks[idx], dps[idx].astype(dt), tps[idx].astype(dt)]
-        else:
-            raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
-        subject = (f"rule {case.rule}, " if multi else "") + f"case {case.name!r}"
-        checks.extend(check_seed_contract(v, *rows, seeds.check_seeds(B), seeds.check_seeds(B, fresh=True),
-                                          collision=collision, subject=subject))
-    return checks
 
 
 def lossless_seed_checks(verifier, tables, K: int, seeds: CaseSeeds, subject: str) -> list[SeedCheck]:

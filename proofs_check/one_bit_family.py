@@ -337,13 +337,15 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv=None) -> int:
-    from spectr_gbv.cli.args import CliParser, output_file, positive_int
+    import argparse
 
-    ap = CliParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds and 2 settings per shape (15 instances)")
-    ap.add_argument("--rounds", type=positive_int, default=12, help="refinement rounds per instance (default 12)")
-    ap.add_argument("--md", type=output_file, help="write the Markdown table here (default: stdout)")
+    ap.add_argument("--rounds", type=int, default=12, help="refinement rounds per instance (default 12)")
+    ap.add_argument("--md", help="write the Markdown table here (default: stdout)")
     args = ap.parse_args(argv)
+    if args.rounds < 1:
+        ap.error(f"--rounds must be an integer >= 1, got {args.rounds}")
     text = markdown(study(study_instances(args.quick), rounds=args.rounds))
     if args.md:
         with open(args.md, "w") as fh:

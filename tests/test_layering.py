@@ -1,0 +1,105 @@
+"""The package's layering, read from the source (every import, those inside functions too):
+
+- no module imports a module that imports it back, directly or through others (a circle);
+- inside gpu_backend/, no folder imports a folder that imports it back, and each folder imports
+  only folders below it in ``GPU_BACKEND_LAYERS`` (no arrow back up);
+- the top folders keep their order: reference → oracle → proofs_check / gpu_backend → cli
+  (``TOP_LAYERS``; a folder imports only folders of earlier layers);
+- the engine (engine/) names no backend folder: it is handed one (``engine.backend.Backend``).
+
+Each check was seen to fail on a planted import (a function-local import of the layer above
+added to a module, then removed).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOP = ("reference", "oracle", "proofs_check", "gpu_backend", "cli")
+# a folder may import only folders of earlier entries (and itself)
+TOP_LAYERS = (("reference",), ("oracle",), ("proofs_check", "gpu_backend"), ("cli",))
+GPU_BACKEND_LAYERS = ("verifiers", "models", "engine", "llamacpp", "tuning", ".", "bench", "adapters",
+                      "certify")
+
+
+def _imports() -> list[tuple[str, str, str]]:
+    """(importing module, imported module, "file:line") for every spectr_gbv import."""
+    out = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] not in TOP:
+            continue
+        src = ".".join(rel.with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            targets = []
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("spectr_gbv."):
+                base = node.module.split(".")[1:]
+                for alias in node.names:
+                    sub = ROOT.joinpath(*base, alias.name)
+                    is_module = sub.with_suffix(".py").is_file() or sub.is_dir()
+                    targets.append(".".join(base + [alias.name] if is_module else base))
+            elif isinstance(node, ast.Import):
+                targets += [".".join(a.name.split(".")[1:]) for a in node.names if a.name.startswith("spectr_gbv.")]
+            out += [(src, t, f"{rel}:{node.lineno}") for t in targets]
+    return out
+
+
+def _folder(module: str) -> str:
+    """'gpu_backend.engine.kv' → 'gpu_backend.engine'; a package's own name stays."""
+    path = ROOT.joinpath(*module.split("."))
+    return module if path.is_dir() else module.rsplit(".", 1)[0]
+
+
+IMPORTS = _imports()
+
+
+def test_the_scan_sees_the_package():
+    """The scan is not empty and resolves function-local imports (one known each way)."""
+    assert len(IMPORTS) > 400
+    assert any(s == "gpu_backend.generate" and t == "gpu_backend.tuning.recheck" for s, t, _ in IMPORTS)
+
+
+def test_no_module_circle():
+    g = nx.DiGraph((s, t) for s, t, _ in IMPORTS if s != t)
+    cycles = list(nx.simple_cycles(g))
+    assert cycles == [], f"module circles: {cycles[:5]}"
+
+
+def _gpu_folder(module: str) -> str | None:
+    parts = _folder(module).split(".")
+    if parts[0] != "gpu_backend":
+        return None
+    return parts[1] if len(parts) > 1 else "."
+
+
+def test_gpu_backend_folders_have_no_circle_and_no_arrow_up():
+    rank = {name: i for i, name in enumerate(GPU_BACKEND_LAYERS)}
+    up, edges = [], set()
+    for s, t, where in IMPORTS:
+        a, b = _gpu_folder(s), _gpu_folder(t)
+        if a is None or b is None or a == b:
+            continue
+        assert a in rank and b in rank, f"{where}: a gpu_backend folder not in GPU_BACKEND_LAYERS ({a}, {b})"
+        edges.add((a, b))
+        if rank[b] > rank[a]:
+            up.append(f"{where}: gpu_backend/{a} imports gpu_backend/{b}")
+    assert list(nx.simple_cycles(nx.DiGraph(edges))) == []
+    assert up == [], "\n".join(up)
+
+
+def test_top_folders_keep_their_order():
+    rank = {name: i for i, layer in enumerate(TOP_LAYERS) for name in layer}
+    up = [f"{where}: {s.split('.')[0]} imports {t.split('.')[0]}" for s, t, where in IMPORTS
+          if t.split(".")[0] in rank and rank[t.split(".")[0]] > rank[s.split(".")[0]]]
+    assert up == [], "\n".join(up)
+
+
+@pytest.mark.parametrize("backend_folder", ["gpu_backend.llamacpp"])
+def test_the_engine_names_no_backend_folder(backend_folder):
+    named = [where for s, t, where in IMPORTS if s.startswith("gpu_backend.engine.") and t.startswith(backend_folder)]
+    assert named == []
