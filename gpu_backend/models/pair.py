@@ -1,6 +1,6 @@
 """Loading a draft/target pair: the one place that loads the models of a run and checks that
 they share one tokenizer (the benchmark, ``spectr-gbv generate``/``bench``/``report`` through
-``cli.models.load_models``, the engine's certificate ``gpu_backend.certify.engine.load_pair``,
+``cli.models.load_models``, the engine's certificate ``gpu_backend.certify.engine.certification_pair``,
 the scripts in benchmarks/)."""
 
 from __future__ import annotations
