@@ -103,3 +103,17 @@ def test_top_folders_keep_their_order():
 def test_the_engine_names_no_backend_folder(backend_folder):
     named = [where for s, t, where in IMPORTS if s.startswith("gpu_backend.engine.") and t.startswith(backend_folder)]
     assert named == []
+
+
+def test_reference_names_no_torch_class():
+    """The lowest layer does not name the top one by string either (the registry once held
+    "spectr_gbv.gpu_backend...:Class" paths): no string in reference/'s code, docstrings
+    aside, names a gpu_backend module (a file path in a message is not a module)."""
+    named = []
+    for path in sorted((ROOT / "reference").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        docstrings = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        named += [f"{path.relative_to(ROOT)}:{n.lineno}" for n in ast.walk(tree)
+                  if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+                  and "spectr_gbv.gpu_backend" in n.value]
+    assert named == []

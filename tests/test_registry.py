@@ -15,6 +15,7 @@ from spectr_gbv.gpu_backend.bench import config as bench_config
 from spectr_gbv.gpu_backend.certify import verifiers as certification
 from spectr_gbv.gpu_backend.certify.suite import suite_verifier
 from spectr_gbv.gpu_backend.verifiers import get_verifier
+from spectr_gbv.gpu_backend.certify.planted import FirstFailureBV
 from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification as TorchBV
 from spectr_gbv.oracle.certify import certify_case
 from spectr_gbv.proofs_check import claims
@@ -35,15 +36,18 @@ class ThrowawayRef(RefBV):
 
 
 class ThrowawayTorch(TorchBV):
-    reference = ThrowawayRef  # name and flags read from it
+    reference = ThrowawayRef  # name and flags read from it; defining it makes it the rule's torch verifier
+
+
+class ThrowawayFirstFailure(FirstFailureBV):
+    planted_as = "planted_throwaway_first_failure"  # defining it makes it the planted defect's class
 
 
 @pytest.fixture
 def throwaway():
     registry.register(registry.RuleSpec(
-        NAME, ThrowawayRef, ThrowawayTorch, lossless=True, citation="a test", summary="BV under another name",
-        planted=(registry.Planted("planted_throwaway_first_failure", "BV's first-failure defect",
-                                  "spectr_gbv.gpu_backend.certify.planted:FirstFailureBV", 1, 3, 3, 9, 2),)))
+        NAME, ThrowawayRef, lossless=True, citation="a test", summary="BV under another name",
+        planted=(registry.Planted("planted_throwaway_first_failure", "BV's first-failure defect", 1, 3, 3, 9, 2),)))
     yield NAME
     registry.unregister(NAME)
 
@@ -72,18 +76,27 @@ def test_registration_is_checked():
         registry.register(registry.spec("bv"))
     # the flags are the reference rule's: a spec cannot restate (or contradict) them
     with pytest.raises(TypeError, match="single_draft"):
-        registry.RuleSpec("x", RefBV, TorchBV, single_draft=False, lossless=True, citation="", summary="")
-    assert registry.RuleSpec("x", RefBV, TorchBV, lossless=True, citation="", summary="").single_draft is True
+        registry.RuleSpec("x", RefBV, single_draft=False, lossless=True, citation="", summary="")
+    assert registry.RuleSpec("x", RefBV, lossless=True, citation="", summary="").single_draft is True
     with pytest.raises(ValueError, match="planted defect name 'planted_bv_shared_uniform' is empty or taken"):
-        registry.register(registry.RuleSpec("x", RefBV, TorchBV, lossless=True, citation="", summary="",
+        registry.register(registry.RuleSpec("x", RefBV, lossless=True, citation="", summary="",
                                             planted=registry.spec("bv").planted))
     assert "x" not in registry.names()
-    # a torch class porting another rule is refused (gpu_backend.verifiers.check_torch)
-    from spectr_gbv.gpu_backend.verifiers import check_torch
-    from spectr_gbv.gpu_backend.verifiers.gbv import GreedyBlockVerification as TorchGBV
+    # a rule whose numpy class no torch verifier ports has none (gpu_backend.verifiers.verifier_class)
+    from spectr_gbv.gpu_backend.certify.planted import planted_verifier
+    from spectr_gbv.gpu_backend.verifiers import verifier_class
 
-    with pytest.raises(ImportError, match="not the registry's reference rule"):
-        check_torch(registry.RuleSpec("x", RefBV, TorchGBV, lossless=True, citation="", summary=""))
+    class Unported(RefBV):
+        name = "unported"
+
+    with pytest.raises(ValueError, match="rule 'unported' has no torch verifier: define .* reference = "):
+        verifier_class(registry.RuleSpec("unported", Unported, lossless=True, citation="", summary=""))
+    assert verifier_class(registry.spec("bv")) is TorchBV  # a later subclass does not replace it
+    assert type(planted_verifier("planted_bv_first_failure")) is FirstFailureBV
+    with pytest.raises(ValueError, match="planted defect 'nope' has no torch class"):
+        planted_verifier("nope")
+    with pytest.raises(ValueError, match="already has the class FirstFailureBV"):
+        type("Again", (FirstFailureBV,), {"planted_as": "planted_bv_first_failure"})
     with pytest.raises(ValueError, match="unknown rule 'nope'; known rules: sd, spectr"):
         registry.spec("nope")
 
@@ -173,6 +186,7 @@ class FreshDrawKeepsX(FreshDrawTorch):
     """Planted: on rejection the draw keeps X_1 (∝ q instead of q without X_1)."""
 
     name = "planted_fresh_draw_keeps_x"
+    planted_as = "planted_fresh_draw_keeps_x"
 
     def decide(self, batch, noise):
         x = batch.tokens[:, 0, 0]
@@ -191,10 +205,10 @@ def test_a_new_algorithm_registered_in_one_call_is_listed_certified_and_its_defe
     certifies it lossless (toy, V = 4,096 rows and the target law, N = 20,000) and catches its
     planted defect; unregistered at the end."""
     registry.register(registry.RuleSpec(
-        FRESH, FreshDrawRef, FreshDrawTorch, lossless=True, citation="a test",
+        FRESH, FreshDrawRef, lossless=True, citation="a test",
         summary="accept iff the draft equals a fresh target draw",
         planted=(registry.Planted("planted_fresh_draw_keeps_x", "rejection draw keeps the draft token",
-                                  FreshDrawKeepsX, 1, 2, 3, 9, 2),)))
+                                  1, 2, 3, 9, 2),)))
     try:
         spec = registry.spec(FRESH)
         assert spec.single_draft and not spec.modifies_targets

@@ -275,7 +275,9 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
 
     planted = registry.planted()
     if name in planted:
-        base, verifier = planted[name].base, planted[name].build()
+        from spectr_gbv.gpu_backend.certify.planted import planted_verifier
+
+        base, verifier = planted[name].base, planted_verifier(name)
     else:
         registry.spec(name)  # ValueError for an unknown name
         base, verifier = name, None

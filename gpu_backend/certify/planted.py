@@ -1,7 +1,8 @@
 """The planted defects of the registered rules (negative controls): each the real torch verifier
-with one deliberate, law-relevant change, registered as a field of its rule's spec
-(``reference.rules.registry.RuleSpec.planted``) and certified against that rule's exact law
-(gpu_backend/certify/suite.py ``planted_case``); ``spectr-gbv certify`` must catch each.
+with one deliberate, law-relevant change, declared in its rule's spec
+(``reference.rules.registry.RuleSpec.planted``: name, shape, seeds) and certified against that
+rule's exact law (gpu_backend/certify/suite.py ``planted_case``); ``spectr-gbv certify`` must
+catch each.  A class names its defect (``planted_as``); ``planted_verifier(name)`` builds it.
 
 Most changes swap one module-level helper of the rule's module for the duration of ``decide``
 (not thread-safe; the certification runs one verification at a time) or rewrite the noise:
@@ -17,11 +18,14 @@ Most changes swap one module-level helper of the rule's module for the duration 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+from unittest import mock
 
 import torch
 
+from spectr_gbv.reference.rules import registry
+
+from spectr_gbv.gpu_backend.verifiers.base import PLANTED_CLASSES
 from spectr_gbv.gpu_backend.verifiers import bv as _bv
 from spectr_gbv.gpu_backend.verifiers import gbv as _gbv
 from spectr_gbv.gpu_backend.verifiers import kseq_bv as _kseq_bv
@@ -41,16 +45,6 @@ from spectr_gbv.gpu_backend.verifiers.spectr_gbv import SpecTrGBV
 from spectr_gbv.gpu_backend.verifiers.traversal import TraversalVerification
 
 
-@contextlib.contextmanager
-def _replaced(module, name: str, value):
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
 def first_failure(uniforms: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """The wrong stopping rule: τ = (the first i with uniforms[..., i] > h[..., i]) − 1, L if
     none (``gbv.last_success``'s signature)."""
@@ -67,6 +61,8 @@ def _rho_one(p, q, k, **_):
 class SharedUniformBV(BlockVerification):
     """BV with ONE uniform shared by the whole block (coin (0, i) reads η_1 for every i)."""
 
+    planted_as = "planted_bv_shared_uniform"
+
     name = "planted_bv_shared_uniform"
 
     def decide(self, batch, noise):
@@ -77,40 +73,48 @@ class SharedUniformBV(BlockVerification):
 class FirstFailureBV(BlockVerification):
     """BV stopping at the first failed coin instead of taking the last success."""
 
+    planted_as = "planted_bv_first_failure"
+
     name = "planted_bv_first_failure"
 
     def decide(self, batch, noise):
-        with _replaced(_bv, "last_success", first_failure):
+        with mock.patch.object(_bv, "last_success", first_failure):
             return super().decide(batch, noise)
 
 
 class FirstFailureGBV(GreedyBlockVerification):
     """GBV stopping at the first failed coin instead of taking the last success."""
 
+    planted_as = "planted_gbv_first_failure"
+
     name = "planted_gbv_first_failure"
 
     def decide(self, batch, noise):
-        with _replaced(_gbv, "last_success", first_failure):
+        with mock.patch.object(_gbv, "last_success", first_failure):
             return super().decide(batch, noise)
 
 
 class UnscaledSpecTr(SpecTr):
     """K-SEQ (SpecTr) with ρ = 1 instead of ρ*: over-accepts, and its residual is wrong."""
 
+    planted_as = "planted_spectr_rho1"
+
     name = "planted_spectr_rho1"
 
     def decide(self, batch, noise):
-        with _replaced(_spectr, "rho_star", _rho_one):
+        with mock.patch.object(_spectr, "rho_star", _rho_one):
             return super().decide(batch, noise)
 
 
 class UnscaledKSeqGBV(KSeqGBV):
     """K-SEQ-GBV with ρ = 1 instead of ρ*."""
 
+    planted_as = "planted_kseq_gbv_rho1"
+
     name = "planted_kseq_gbv_rho1"
 
     def decide(self, batch, noise):
-        with _replaced(_kseq_gbv, "rho_star", _rho_one):
+        with mock.patch.object(_kseq_gbv, "rho_star", _rho_one):
             return super().decide(batch, noise)
 
 
@@ -128,16 +132,20 @@ def _fallback_is_budget(plan):
 class FallbackAtBudgetMDBVKSeq(MDBVKSeq):
     """MDBV-KSEQ whose inner nodes fall back with probability w (module function above)."""
 
+    planted_as = "planted_mdbv_kseq_fallback"
+
     name = "planted_mdbv_kseq_fallback"
 
     def decide(self, batch, noise):
-        with _replaced(_mdbv_kseq, "plan", _fallback_is_budget(_mdbv_kseq.plan)):
+        with mock.patch.object(_mdbv_kseq, "plan", _fallback_is_budget(_mdbv_kseq.plan)):
             return super().decide(batch, noise)
 
 
 class SharedUniformSD(TokenVerification):
     """Token verification with ONE uniform shared by the whole block: τ = the leading run of
     i with η_1 ≤ min(1, q/p)(X_i) instead of independent coins (over-accepts long blocks)."""
+
+    planted_as = "planted_sd_shared_uniform"
 
     name = "planted_sd_shared_uniform"
 
@@ -149,10 +157,12 @@ class SharedUniformSD(TokenVerification):
 class UnscaledKSeqBV(KSeqBV):
     """K-SEQ-BV with ρ = 1 instead of ρ*: every draft gets plain BV (over-accepts at K ≥ 2)."""
 
+    planted_as = "planted_kseq_bv_rho1"
+
     name = "planted_kseq_bv_rho1"
 
     def decide(self, batch, noise):
-        with _replaced(_kseq_bv, "rho_star", _rho_one):
+        with mock.patch.object(_kseq_bv, "rho_star", _rho_one):
             return super().decide(batch, noise)
 
 
@@ -168,6 +178,8 @@ class _SharedDraftCoins:
 class SharedCoinsSpecTrGBV(_SharedDraftCoins, SpecTrGBV):
     """The released SpecTr-GBV with every draft reading draft 0's coins (against its own law)."""
 
+    planted_as = "planted_spectr_gbv_shared_coins"
+
     name = "planted_spectr_gbv_shared_coins"
 
 
@@ -175,13 +187,15 @@ class SharedCoinsSpecTrGBVFixed(_SharedDraftCoins, SpecTrGBV):
     """SpecTr-GBV with the consistent residual and Algorithm 2 (the registry's spectr_gbv_fixed),
     every draft reading draft 0's coins (against its own law)."""
 
+    planted_as = "planted_spectr_gbv_fixed_shared_coins"
+
     name = "planted_spectr_gbv_fixed_shared_coins"
 
     def __init__(self):
         super().__init__(residual="consistent", algorithm2=True)
 
 
-class _StaleAlphaPath(_traversal._Path):
+class _StaleAlphaPath(_traversal.TraversalPath):
     """Traversal's path whose deletion of a node leaves the parent's acceptance probability p_α
     as it was (M_b and M_s are still updated) instead of p_α ← S/(S + 1 − p_α)."""
 
@@ -195,15 +209,42 @@ class StaleAlphaTraversal(TraversalVerification):
     """Traversal Verification that does not update p_α of a node's parent when it deletes the
     node (the parent is then tested with its first acceptance probability)."""
 
+    planted_as = "planted_traversal_stale_alpha"
+
     name = "planted_traversal_stale_alpha"
 
     def decide(self, batch, noise):
-        with _replaced(_traversal, "_Path", _StaleAlphaPath):
+        with mock.patch.object(_traversal, "TraversalPath", _StaleAlphaPath):
             return super().decide(batch, noise)
 
 
 class SharedCoinsMDBV(_SharedDraftCoins, MultiDraftBlockVerification):
     """MDBV with every node reading draft 0's coin at its depth."""
 
+    planted_as = "planted_mdbv_shared_coins"
+
     name = "planted_mdbv_shared_coins"
 
+
+def planted_verifier(name: str):
+    """A fresh instance of the torch class of planted defect ``name`` (``Verifier.planted_as``;
+    the built-in ones are above, a test or a user's package defines its own).
+
+    Raises:
+        ValueError: no class declares ``planted_as = name``.
+    """
+    try:
+        return PLANTED_CLASSES[name]()
+    except KeyError:
+        raise ValueError(f"planted defect {name!r} has no torch class: define a subclass of its rule's "
+                         f"torch verifier with planted_as = {name!r}") from None
+
+
+def _check_builtin() -> None:
+    """Every planted defect of the registry has its class (import-time check)."""
+    missing = [name for name in registry.planted() if name not in PLANTED_CLASSES]
+    if missing:
+        raise ImportError(f"planted defects without a torch class: {missing}")
+
+
+_check_builtin()

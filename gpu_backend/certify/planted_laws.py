@@ -24,6 +24,7 @@ states no power for ``planted_mdbv_kseq_fallback``.
 from __future__ import annotations
 
 import contextlib
+from unittest import mock
 import functools
 from dataclasses import dataclass
 
@@ -67,16 +68,6 @@ def _rho_one(p, q, k):
     return 1.0
 
 
-@contextlib.contextmanager
-def _patched(module, name, value):
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
-
-
 def _bv_first_failure_rule():
     """Reference BV whose decide takes the first failure (BV's loop is inline: a subclass)."""
     from spectr_gbv.reference.rules.bv import BlockVerification
@@ -108,14 +99,14 @@ def _analogue(name):
         "planted_sd_shared_uniform": (lambda: get_rule("sd"), True, contextlib.nullcontext),
         "planted_bv_shared_uniform": (lambda: get_rule("bv"), True, contextlib.nullcontext),
         "planted_gbv_first_failure": (lambda: get_rule("gbv"), False,
-                                      lambda: _patched(ref_gbv, "last_success", _first_failure)),
+                                      lambda: mock.patch.object(ref_gbv, "last_success", _first_failure)),
         "planted_bv_first_failure": (_bv_first_failure_rule, False, contextlib.nullcontext),
         "planted_spectr_rho1": (lambda: get_rule("spectr"), False,
-                                lambda: _patched(ref_spectr, "rho_star", _rho_one)),
+                                lambda: mock.patch.object(ref_spectr, "rho_star", _rho_one)),
         "planted_kseq_gbv_rho1": (lambda: get_rule("kseq_gbv"), False,
-                                  lambda: _patched(ref_kseq_gbv, "rho_star", _rho_one)),
+                                  lambda: mock.patch.object(ref_kseq_gbv, "rho_star", _rho_one)),
         "planted_kseq_bv_rho1": (lambda: get_rule("kseq_bv"), False,
-                                 lambda: _patched(ref_kseq_bv, "rho_star", _rho_one)),
+                                 lambda: mock.patch.object(ref_kseq_bv, "rho_star", _rho_one)),
     }
     return table.get(name)
 

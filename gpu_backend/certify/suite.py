@@ -55,7 +55,11 @@ def suite_verifier(rule: str, dtype: torch.dtype, device: str | torch.device = "
         ValueError: unknown rule name.
     """
     planted = registry.planted()
-    made = planted[rule].build() if rule in planted else _verifiers.get_verifier(rule)
+    if rule in planted:
+        from spectr_gbv.gpu_backend.certify.planted import planted_verifier
+
+        return planted_verifier(rule).on(device, dtype)
+    made = _verifiers.get_verifier(rule)
     return made.on(device, dtype)
 
 
@@ -213,12 +217,4 @@ def __getattr__(name: str):
         return registry.planted()
     if name == "TOY_SEED":  # live: {rule: toy seed} of the rules with distinctive cases
         return {r: toy_seed(r) for r in distinctive_rules()}
-    if name in _PLANTED_CLASSES:  # the classes moved to gpu_backend/certify/planted.py
-        from spectr_gbv.gpu_backend.certify import planted
-
-        return getattr(planted, name)
     raise AttributeError(name)
-
-
-_PLANTED_CLASSES = ("SharedUniformBV", "FirstFailureBV", "FirstFailureGBV", "UnscaledSpecTr",
-                    "UnscaledKSeqGBV", "FallbackAtBudgetMDBVKSeq", "first_failure")

@@ -273,19 +273,7 @@ class LlamaCppModel:
         return self.decode(Feed(tuple(tokens), tuple(range(start, start + n)), ((seq,),) * n,
                                 (n - 1,)))[0]
 
-    def forward_all(self, tokens, start: int, seq: int = 0) -> torch.Tensor:
-        """Feed ``tokens`` at positions ``start``… to sequence ``seq``; float32 [n, V]
-        logits of every one."""
-        tokens = [int(t) for t in tokens]
-        n = len(tokens)
-        return self.decode(Feed(tuple(tokens), tuple(range(start, start + n)), ((seq,),) * n,
-                                tuple(range(n))))
-
     # -- the vocabulary --------------------------------------------------------------------
-    def token_text(self, token: int) -> bytes:
-        """The vocabulary's text of ``token`` (bytes as stored in the GGUF)."""
-        return self._lib.llama_vocab_get_text(self._vocab, int(token)) or b""
-
     def vocabulary(self) -> list[bytes]:
         """Every token's text, id order (V entries)."""
         get, vocab = self._lib.llama_vocab_get_text, self._vocab

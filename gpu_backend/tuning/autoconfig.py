@@ -44,7 +44,7 @@ import torch
 from spectr_gbv.gpu_backend.engine.backend import Backend
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, sampleable
 from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
-from spectr_gbv.gpu_backend.tuning.cache import CACHE_VERSION, read_cache, write_cache  # noqa: F401
+from spectr_gbv.gpu_backend.tuning.cache import read_cache, write_cache
 from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, MAX_TOKENS, Acceptance, Choice, Costs, is_count, choose
 
 from spectr_gbv.gpu_backend.engine.defaults import K_CANDIDATES, L_CANDIDATES

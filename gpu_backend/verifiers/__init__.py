@@ -10,8 +10,9 @@
     noise         (uniforms float64 [B, K, L+1] in (0, 1], exponentials float64 [B, V] > 0),
                   the conventions of reference.randomness.MatchedSource
 
-Names, torch classes and parameters come from the one registry, reference.rules.registry
-(e.g. gbv with algorithm2=True, spectr_gbv with residual="released", algorithm2=False).
+Names and parameters come from the one registry, reference.rules.registry (e.g. gbv with
+algorithm2=True, spectr_gbv with residual="released", algorithm2=False); a rule's torch class is
+the ``Verifier`` that ports its numpy rule (``verifier_class``: ``base.VERIFIER_CLASSES``).
 ``get_verifier(name, **params)`` overrides the parameters, e.g.
 ``get_verifier("spectr_gbv", residual="consistent")`` or ``get_verifier("gbv", algorithm2=False)``.
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 from spectr_gbv.reference.rules import registry
 
-from spectr_gbv.gpu_backend.verifiers.base import Verifier
+from spectr_gbv.gpu_backend.verifiers.base import VERIFIER_CLASSES, Verifier
 from spectr_gbv.reference.contract import BatchModification, BatchVerdict
 from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
 from spectr_gbv.gpu_backend.verifiers.gbv import GreedyBlockVerification
@@ -37,25 +38,27 @@ from spectr_gbv.gpu_backend.verifiers.spectr import SpecTr
 from spectr_gbv.gpu_backend.verifiers.spectr_gbv import SpecTrGBV
 from spectr_gbv.gpu_backend.verifiers.traversal import TraversalVerification
 
-_torch_class = registry._load  # the class of a registry ``torch`` entry: "module:Class", or the class
+def verifier_class(spec) -> type:
+    """The torch ``Verifier`` class of registry spec ``spec``: the one porting the class of
+    ``spec.reference()`` (``base.VERIFIER_CLASSES``, filled as verifier classes are defined).
+
+    Raises:
+        ValueError: no torch verifier ports that rule (define a ``Verifier`` subclass with
+            ``reference = <the rule's numpy class>``).
+    """
+    ref = type(spec.reference())
+    try:
+        return VERIFIER_CLASSES[ref]
+    except KeyError:
+        raise ValueError(f"rule {spec.name!r} has no torch verifier: define a gpu_backend.verifiers.base."
+                         f"Verifier subclass with reference = {ref.__qualname__}") from None
 
 
 def _check_registry() -> None:
-    """Every registered rule has its torch class, a Verifier porting the spec's reference rule
-    (import-time check: its flags are read from that rule, so they cannot drift apart; a torch
-    class naming another rule would)."""
+    """Every registered rule has a torch verifier (import-time check; its flags are read from
+    the rule it ports, so they cannot drift apart)."""
     for spec in registry.specs():
-        check_torch(spec)
-
-
-def check_torch(spec) -> None:
-    """ImportError unless ``spec.torch`` is a Verifier subclass porting ``spec.reference()``'s class."""
-    cls = _torch_class(spec.torch)
-    if not (isinstance(cls, type) and issubclass(cls, Verifier)):
-        raise ImportError(f"rule {spec.name!r}: {spec.torch} is not a Verifier subclass")
-    if not isinstance(spec.reference(), getattr(cls, "reference", ())):
-        raise ImportError(f"rule {spec.name!r}: {spec.torch} ports {getattr(cls, 'reference', None)!r}, "
-                          f"not the registry's reference rule")
+        verifier_class(spec)
 
 
 _check_registry()
@@ -79,7 +82,7 @@ def get_verifier(name: str, **params) -> Verifier:
     if unknown:
         raise ValueError(f"rule {name!r} takes parameters {sorted(spec.params) or 'none'}, "
                          f"got {sorted(unknown)}")
-    return _torch_class(spec.torch)(**{**spec.params, **params})
+    return verifier_class(spec)(**{**spec.params, **params})
 
 
 def verify(rule, draft_tokens, draft_probs, target_probs, *, seeds=None, noise=None,

@@ -12,6 +12,14 @@ from spectr_gbv.gpu_backend.verifiers.inputs import PreparedBatch, as_tensor, pr
 from spectr_gbv.gpu_backend.verifiers.noise import Noise, make_noise
 
 
+# The torch classes of the rules and of their planted defects, filled as the classes are defined
+# (``Verifier.__init_subclass__``): the rule registry (reference/rules/registry.py) names none.
+#: {numpy Rule class: the torch Verifier that ports it} (the first class defined for a rule)
+VERIFIER_CLASSES: dict[type, type] = {}
+#: {planted defect name (``registry.Planted.name``): its torch Verifier class}
+PLANTED_CLASSES: dict[str, type] = {}
+
+
 class _FromReference:
     """A flag of the verifier read from the numpy rule it ports (declared there once): on the
     class, the Rule class's; on an instance, its ``reference_rule``'s (built with the
@@ -38,15 +46,36 @@ class Verifier(ABC):
     the static sizes K and L (and over chunks whose count follows from the shapes).  Checked by
     running every rule on the meta device (tests/gpu_backend/verifiers/test_verifiers_layout.py).
     A planted wrong rule (gpu_backend/certify/planted.py) overrides ``name`` only.
+
+    Defining a subclass registers it: one that sets ``reference`` in its own body becomes the
+    torch verifier of the rules whose reference rule is that class (``VERIFIER_CLASSES``;
+    unless one is registered already: a later subclass porting the same rule differently does
+    not replace it); one that sets ``planted_as`` (a ``registry.Planted`` name) becomes that
+    planted defect's class (``PLANTED_CLASSES``).
+
+    Raises (at class definition):
+        ValueError: ``planted_as`` already names another class.
     """
 
     reference: type  # the numpy Rule class this verifier ports
+    planted_as: str | None = None  # a planted defect's name (gpu_backend/certify/planted.py)
     name = _FromReference()
     single_draft = _FromReference()
     modifies_targets = _FromReference()
     # where numpy inputs are placed (tensors are used where they are): see ``on``
     input_device = None
     input_dtype = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "reference" in cls.__dict__:
+            VERIFIER_CLASSES.setdefault(cls.reference, cls)
+        planted = cls.__dict__.get("planted_as")
+        if planted is not None:
+            if PLANTED_CLASSES.get(planted, cls) is not cls:
+                raise ValueError(f"planted defect {planted!r} already has the class "
+                                 f"{PLANTED_CLASSES[planted].__qualname__}")
+            PLANTED_CLASSES[planted] = cls
 
     def on(self, device=None, dtype=None) -> "Verifier":
         """Place numpy inputs on ``device`` (default CPU) and cast their probability rows to

@@ -99,7 +99,7 @@ def walk_with_coins(batch: PreparedBatch, uniforms: torch.Tensor):
     return _walk(batch, uniforms)
 
 
-class _Path:
+class TraversalPath:
     """State of the walk's current root-to-leaf path, one slot per depth (module doc).
 
     Attributes (lists indexed by depth):
@@ -185,7 +185,7 @@ def _walk(batch: PreparedBatch, uniforms: torch.Tensor | None):
     tree = merged_tree(batch.tokens)
     owner, visit = tree.owner, tree.visit
     q0, p0 = _node_scalars(batch, owner)
-    path = _Path(batch)
+    path = TraversalPath(batch)
     alpha_test = torch.zeros(B, K, L + 1, dtype=torch.float64, device=device)
     rows = [None] * (K * L + 1)
     with_coins = uniforms is not None

@@ -1,7 +1,6 @@
 """The one registry of verification rules: every list of rules in the project derives from it.
 
-Per rule: its name, how to build the numpy reference, the torch verifier class (as a dotted
-path, so this module stays numpy-only), its parameters, the facts the rest of the project
+Per rule: its name, how to build the numpy reference, its parameters, the facts the rest of the project
 asks about — lossless (certified and proved as such), citation, a one-line summary, the
 engine's and the benchmark's flags — and its certification data (planted defects, case seeds
 and shapes, engine skip, test variants).  Single-draft (K must be 1) and modifies-later-targets
@@ -10,9 +9,16 @@ tables, ``spectr-gbv certify``'s plan, the engine's and the benchmark's rule set
 choices and help texts, and the tests all read it, so adding a rule is: the reference module,
 the torch module and one ``register(RuleSpec(...))`` call (docs/adding_a_rule.md).
 
+The registry names no torch class: a torch verifier names the numpy rule it ports
+(``gpu_backend.verifiers.base.Verifier.reference``) and a planted defect's torch class names its
+defect (``Verifier.planted_as``); ``gpu_backend.verifiers`` maps a rule to its torch verifier
+through its reference rule's class, and ``gpu_backend.certify.planted`` a planted defect to its
+class through its name.
+
 The registry is live: a rule registered at run time (e.g. by a test, or by a user's package
 before calling the CLI) appears in every derived list.  ``gpu_backend.verifiers`` checks at
-import that every registered torch class exists and ports the spec's reference rule.
+import that every built-in rule has a torch verifier, ``gpu_backend.certify.planted`` that every
+built-in planted defect has a class.
 """
 
 from __future__ import annotations
@@ -34,8 +40,6 @@ class Planted:
     Attributes:
         name: the planted rule's name (a certify row; must not be a registered rule's name).
         description: one line for the report.
-        factory: "module:Class" of the wrong torch verifier (a subclass of the rule's), or the
-            class itself; built with no arguments.
         K, L, V: the toy case's shape (oracle.certify_cases.toy_models(V, models_seed), drafts
             seeded from draft_seed; the first non-degenerate seed is taken, as every toy case).
         models_seed, draft_seed: its seeds.
@@ -46,7 +50,6 @@ class Planted:
 
     name: str
     description: str
-    factory: str | type
     K: int
     L: int
     V: int
@@ -54,20 +57,6 @@ class Planted:
     draft_seed: int
     engine: bool = False
     base: str = ""
-
-    def build(self):
-        """A fresh instance of the wrong torch verifier (imports torch)."""
-        return _load(self.factory)()
-
-
-def _load(path: str | type) -> type:
-    """The class of a "module:Class" path, or the class itself."""
-    if isinstance(path, type):
-        return path
-    import importlib
-
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 @dataclass(frozen=True)
@@ -77,14 +66,12 @@ class RuleSpec:
     The rule's own facts — ``single_draft`` (K must be 1) and ``modifies_targets`` (it returns
     Algorithm 2 records that later iterations must carry) — are declared once, on the numpy
     ``Rule`` class (and its parameters); the spec reads them from ``reference()`` and the torch
-    ``Verifier`` reads them from the numpy rule it ports (``Verifier.reference``).
+    ``Verifier`` reads them from the numpy rule it ports (``Verifier.reference``, which is also
+    how ``gpu_backend.verifiers`` finds a rule's torch verifier).
 
     Attributes:
         name: registry name (CLI ``--rule``, ``get_rule``, ``get_verifier``).
         reference: zero-argument callable returning the numpy reference ``Rule``.
-        torch: "module:Class" of the batched torch verifier (``gpu_backend.verifiers.base.
-            Verifier`` subclass), imported only when a torch verifier is asked for; or the
-            class itself (a rule defined in a notebook or a test).
         lossless: the project proves and certifies it lossless (False: implemented
             faithfully, checked against its own law only).
         citation: where the rule comes from (paper, algorithm).
@@ -134,7 +121,6 @@ class RuleSpec:
 
     name: str
     reference: Callable[[], Rule]
-    torch: str | type
     lossless: bool
     citation: str
     summary: str
@@ -251,82 +237,67 @@ def _builtin() -> None:
     from spectr_gbv.reference.rules.spectr_gbv import SpecTrGBV
     from spectr_gbv.reference.rules.traversal import TraversalVerification
 
-    v = "spectr_gbv.gpu_backend.verifiers."
-    w = "spectr_gbv.gpu_backend.certify.planted:"
     mdbv_host = "its reference rule plans every row on the host (seconds to minutes per iteration at a real vocabulary)"
     for s in (
-        RuleSpec("sd", TokenVerification, v + "sd:TokenVerification", coverage_seeds=(5, 1, 38, 16), lossless=True,
+        RuleSpec("sd", TokenVerification, coverage_seeds=(5, 1, 38, 16), lossless=True,
                  citation="Leviathan et al. 2023, Alg. 1; Chen et al. 2023", summary="token verification",
                  draft_stopping=True, varying_draft_rows=True,
-                 planted=(Planted("planted_sd_shared_uniform", "token verification with one uniform shared by the block",
-                                  w + "SharedUniformSD", 1, 3, 3, 9, 2),)),
-        RuleSpec("spectr", SpecTr, v + "spectr:SpecTr", coverage_seeds=(5, 3, 23, 7), lossless=True,
+                 planted=(Planted("planted_sd_shared_uniform", "token verification with one uniform shared by the block", 1, 3, 3, 9, 2),)),
+        RuleSpec("spectr", SpecTr, coverage_seeds=(5, 3, 23, 7), lossless=True,
                  citation="Sun et al., SpecTr, NeurIPS 2023, K-SEQ (Alg. 3)", summary="SpecTr K-SEQ, K drafts",
                  draft_stopping=True, varying_draft_rows=True, rows_L=1,
-                 planted=(Planted("planted_spectr_rho1", "K-SEQ (SpecTr) with rho = 1 at K = 2",
-                                  w + "UnscaledSpecTr", 2, 2, 3, 5, 3, engine=True),)),
-        RuleSpec("bv", BlockVerification, v + "bv:BlockVerification", coverage_seeds=(5, 1, 24, 15), lossless=True,
+                 planted=(Planted("planted_spectr_rho1", "K-SEQ (SpecTr) with rho = 1 at K = 2", 2, 2, 3, 5, 3, engine=True),)),
+        RuleSpec("bv", BlockVerification, coverage_seeds=(5, 1, 24, 15), lossless=True,
                  citation="Sun et al., Block Verification, ICLR 2025, Alg. 2", summary="block verification",
                  draft_stopping=True, varying_draft_rows=True,
-                 planted=(Planted("planted_bv_shared_uniform", "BV with one uniform shared by the block",
-                                  w + "SharedUniformBV", 1, 3, 3, 9, 2, engine=True),
-                          Planted("planted_bv_first_failure", "BV stopping at the first failed coin",
-                                  w + "FirstFailureBV", 1, 3, 3, 9, 2, engine=True))),
-        RuleSpec("gbv", lambda: GreedyBlockVerification(algorithm2=True), v + "gbv:GreedyBlockVerification",
+                 planted=(Planted("planted_bv_shared_uniform", "BV with one uniform shared by the block", 1, 3, 3, 9, 2, engine=True),
+                          Planted("planted_bv_first_failure", "BV stopping at the first failed coin", 1, 3, 3, 9, 2, engine=True))),
+        RuleSpec("gbv", lambda: GreedyBlockVerification(algorithm2=True),
                  coverage_seeds=(5, 1, 24, 15), lossless=True, citation="Lin et al. 2026 (SpecTr-GBV), GBV baseline with Alg. 2",
                  summary="greedy block verification with Algorithm 2", params={"algorithm2": True},
-                 planted=(Planted("planted_gbv_first_failure", "GBV stopping at the first failed coin",
-                                  w + "FirstFailureGBV", 1, 3, 3, 9, 2, engine=True),),
+                 planted=(Planted("planted_gbv_first_failure", "GBV stopping at the first failed coin", 1, 3, 3, 9, 2, engine=True),),
                  test_variants=({}, {"algorithm2": False})),
-        RuleSpec("spectr_gbv", lambda: SpecTrGBV(residual="released", algorithm2=False), v + "spectr_gbv:SpecTrGBV",
+        RuleSpec("spectr_gbv", lambda: SpecTrGBV(residual="released", algorithm2=False),
                  coverage_seeds=(3, 3, 34, 2), lossless=False, citation="Lin et al. 2026, arXiv 2604.25925, Alg. 1 as released",
                  summary="SpecTr-GBV as released (lossy for K >= 2)",
                  params={"residual": "released", "algorithm2": False},
                  planted=(Planted("planted_spectr_gbv_shared_coins",
-                                  "released SpecTr-GBV with every draft reading draft 0's coins",
-                                  w + "SharedCoinsSpecTrGBV", 3, 3, 3, 12, 12),),
+                                  "released SpecTr-GBV with every draft reading draft 0's coins", 3, 3, 3, 12, 12),),
                  test_variants=({}, {"residual": "consistent"})),
-        RuleSpec("spectr_gbv_fixed", lambda: SpecTrGBV(residual="consistent", algorithm2=True),
-                 v + "spectr_gbv:SpecTrGBV", coverage_seeds=(3, 3, 34, 2), lossless=False,
+        RuleSpec("spectr_gbv_fixed", lambda: SpecTrGBV(residual="consistent", algorithm2=True), coverage_seeds=(3, 3, 34, 2), lossless=False,
                  citation="Lin et al. 2026, Alg. 1 with the (1 - m)^K residual and Alg. 2",
                  summary="SpecTr-GBV, consistent residual + Algorithm 2 (still lossy)",
                  params={"residual": "consistent", "algorithm2": True}, bench=False,
                  planted=(Planted("planted_spectr_gbv_fixed_shared_coins",
-                                  "SpecTr-GBV (consistent residual, Alg. 2) with every draft reading draft 0's coins",
-                                  w + "SharedCoinsSpecTrGBVFixed", 3, 3, 3, 12, 12),)),
-        RuleSpec("kseq_gbv", lambda: KSeqGBV(algorithm2=True), v + "kseq_gbv:KSeqGBV", coverage_seeds=(3, 3, 4, 11), lossless=True,
+                                  "SpecTr-GBV (consistent residual, Alg. 2) with every draft reading draft 0's coins", 3, 3, 3, 12, 12),)),
+        RuleSpec("kseq_gbv", lambda: KSeqGBV(algorithm2=True), coverage_seeds=(3, 3, 4, 11), lossless=True,
                  citation="this project (docs: K-SEQ-GBV)", summary="lossless greedy multi-draft (K-SEQ-GBV)",
                  params={"algorithm2": True},
-                 planted=(Planted("planted_kseq_gbv_rho1", "K-SEQ-GBV with rho = 1 at K = 2",
-                                  w + "UnscaledKSeqGBV", 2, 2, 3, 5, 3, engine=True),)),
-        RuleSpec("kseq_bv", KSeqBV, v + "kseq_bv:KSeqBV", coverage_seeds=(3, 3, 4, 11), lossless=True,
+                 planted=(Planted("planted_kseq_gbv_rho1", "K-SEQ-GBV with rho = 1 at K = 2", 2, 2, 3, 5, 3, engine=True),)),
+        RuleSpec("kseq_bv", KSeqBV, coverage_seeds=(3, 3, 4, 11), lossless=True,
                  citation="this project: K-SEQ over the drafts, BV along the winner", summary="K-SEQ-BV",
                  draft_stopping=True, distinctive_seeds=(14, 29), test_variants=(),
-                 planted=(Planted("planted_kseq_bv_rho1", "K-SEQ-BV with rho = 1 at K = 2",
-                                  w + "UnscaledKSeqBV", 2, 2, 3, 5, 3),)),
-        RuleSpec("traversal", TraversalVerification, v + "traversal:TraversalVerification", coverage_seeds=(5, 2, 24, 7), lossless=True,
+                 planted=(Planted("planted_kseq_bv_rho1", "K-SEQ-BV with rho = 1 at K = 2", 2, 2, 3, 5, 3),)),
+        RuleSpec("traversal", TraversalVerification, coverage_seeds=(5, 2, 24, 7), lossless=True,
                  citation="Weng et al., Traversal Verification, NeurIPS 2025",
                  summary="Traversal Verification on the merged tree", draft_stopping=True,
                  distinctive_seeds=(14, 29), test_variants=(),
                  planted=(Planted("planted_traversal_stale_alpha",
-                                  "Traversal Verification keeping a parent's acceptance probability when it deletes a child",
-                                  w + "StaleAlphaTraversal", 3, 3, 3, 12, 14),)),
+                                  "Traversal Verification keeping a parent's acceptance probability when it deletes a child", 3, 3, 3, 12, 14),)),
         # MDBV accepts the whole block of toy seed 14
-        RuleSpec("mdbv", MultiDraftBlockVerification, v + "mdbv:MultiDraftBlockVerification", coverage_seeds=(3, 3, 19, 13), lossless=True,
+        RuleSpec("mdbv", MultiDraftBlockVerification, coverage_seeds=(3, 3, 19, 13), lossless=True,
                  citation="this project: multi-draft block verification (proofs_check/NON_MODIFYING_RULES.md)",
                  summary="multi-draft block verification (host plan: slow at large V)", bench=False,
                  draft_stopping=True, distinctive_seeds=(15, 29), engine_skip=mdbv_host, test_variants=(),
                  planted=(Planted("planted_mdbv_shared_coins",
-                                  "MDBV with every node reading draft 0's coin at its depth",
-                                  w + "SharedCoinsMDBV", 3, 3, 3, 12, 15),)),
+                                  "MDBV with every node reading draft 0's coin at its depth", 3, 3, 3, 12, 15),)),
         # at rows seed 29 MDBV-KSEQ's law is within TV 0.05 of SpecTr's: 38
-        RuleSpec("mdbv_kseq", MDBVKSeq, v + "mdbv_kseq:MDBVKSeq", coverage_seeds=(4, 3, 36, 17), lossless=True,
+        RuleSpec("mdbv_kseq", MDBVKSeq, coverage_seeds=(4, 3, 36, 17), lossless=True,
                  citation="this project: MDBV with K-SEQ node selection (proofs_check/NON_MODIFYING_RULES.md §8)",
                  summary="MDBV with K-SEQ at every node (batched, no host plan)", draft_stopping=True,
                  distinctive_seeds=(16, 38), test_variants=(),
                  planted=(Planted("planted_mdbv_kseq_fallback",
-                                  "MDBV-KSEQ falling back with probability w at inner nodes",
-                                  w + "FallbackAtBudgetMDBVKSeq", 3, 3, 3, 12, 16, engine=True),)),
+                                  "MDBV-KSEQ falling back with probability w at inner nodes", 3, 3, 3, 12, 16, engine=True),)),
     ):
         register(s)
 

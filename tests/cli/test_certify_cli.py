@@ -8,7 +8,6 @@ tests/gpu_backend/certify/test_verifiers_certify.py and test_verifiers_certify_d
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -18,7 +17,8 @@ from spectr_gbv.cli import main as cli_main
 from spectr_gbv.gpu_backend.certify import verifiers as certification
 from spectr_gbv.cli import certify as certify_cli
 from spectr_gbv.gpu_backend.certify import suite
-from spectr_gbv.gpu_backend.certify.suite import PLANTED, FirstFailureBV, UnscaledSpecTr, suite_verifier
+from spectr_gbv.gpu_backend.certify.planted import FirstFailureBV, UnscaledSpecTr
+from spectr_gbv.gpu_backend.certify.suite import PLANTED, suite_verifier
 from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
 from spectr_gbv.oracle.certify import certify_case
 from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
@@ -82,7 +82,9 @@ class RaisingBV(BlockVerification):
 ], ids=["bv-first-failure", "spectr-rho1", "bv-raises"])
 def test_nonzero_exit_when_a_lossless_rule_is_wrong(rule, wrong, verdict, monkeypatch, tmp_path, capsys):
     """The registry's rule replaced by a wrong one (the registry is read when the CLI runs)."""
-    monkeypatch.setitem(registry._SPECS, rule, dataclasses.replace(registry.spec(rule), torch=wrong, params={}))
+    from spectr_gbv.gpu_backend.verifiers.base import VERIFIER_CLASSES
+
+    monkeypatch.setitem(VERIFIER_CLASSES, type(registry.spec(rule).reference()), wrong)
     js = tmp_path / "c.json"
     code, out, _ = certify(["--rules", rule, "--quick", "--samples", N, "--json", str(js)], capsys)
     assert code == 1
@@ -93,10 +95,9 @@ def test_nonzero_exit_when_a_lossless_rule_is_wrong(rule, wrong, verdict, monkey
 
 def test_missed_planted_rule_fails(monkeypatch, tmp_path, capsys):
     """A planted defect that is not caught (here: 'planted' as the correct BV) fails the run."""
-    spec = registry.spec("bv")
-    planted = tuple(dataclasses.replace(p, factory=BlockVerification) if p.name == "planted_bv_first_failure"
-                    else p for p in spec.planted)
-    monkeypatch.setitem(registry._SPECS, "bv", dataclasses.replace(spec, planted=planted))
+    from spectr_gbv.gpu_backend.verifiers.base import PLANTED_CLASSES
+
+    monkeypatch.setitem(PLANTED_CLASSES, "planted_bv_first_failure", BlockVerification)
     js = tmp_path / "c.json"
     code, _, _ = certify(["--rules", "bv", "--quick", "--samples", N, "--json", str(js)], capsys)
     assert code == 1

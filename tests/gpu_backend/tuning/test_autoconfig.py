@@ -133,7 +133,7 @@ def test_configure_measures_once_then_reads_the_cache(tiny_pair):
     assert fourth.cached == ["text"]
     assert configure(target, draft, None, spec, **{**args, "refresh": True}).cached == []
     data = json.loads(path.read_text())
-    assert data["version"] == autoconfig.CACHE_VERSION and len(data["entries"]) == 6
+    assert data["version"] == tuning_cache.CACHE_VERSION and len(data["entries"]) == 6
     # a damaged entry is measured again, not a traceback
     for key in data["entries"]:
         data["entries"][key] = {"garbage": 1} if not key.startswith('["text"') else [[1, 2]]
@@ -154,7 +154,7 @@ def test_configure_measures_past_a_file_that_is_not_its_cache_and_leaves_it(tiny
     path.write_text(json.dumps({"version": 0, "entries": {}}))
     configure(target, draft, None, PairSpec("t", "d", "float32"), "sd", SamplingConfig(0.7), (1,), (1, 2),
               fallback_prompt=PROMPT, log=lambda line: None)
-    assert json.loads(path.read_text())["version"] == autoconfig.CACHE_VERSION
+    assert json.loads(path.read_text())["version"] == tuning_cache.CACHE_VERSION
 
 
 def test_configure_refuses_empty_candidates(tiny_pair):

@@ -127,7 +127,7 @@ def test_probe_is_cached_per_machine_and_threads(cache):
     again = dtype_probe.probe_dtype(threads=1)
     assert again.cached and again.seconds == first.seconds and calls == [1]
     data = json.loads(path.read_text())
-    assert data["version"] == autoconfig.CACHE_VERSION
+    assert data["version"] == tuning_cache.CACHE_VERSION
     assert any(json.loads(k)[0] == "dtype_probe" for k in data["entries"])
     other = dtype_probe.probe_dtype(threads=2)  # another key: measured again
     assert not other.cached and len(calls) == 2
