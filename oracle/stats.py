@@ -975,7 +975,7 @@ class MeanTestResult:
 
     Attributes:
         mean: sample mean.  exact_mean: the value tested.  std_error: standard error used.
-        z: (mean − exact_mean)/std_error.  pvalue: two-sided normal p-value.
+        statistic: z = (mean − exact_mean)/std_error.  pvalue: two-sided normal p-value.
         alpha: false-alarm rate.  passed: pvalue ≥ alpha.
         low, high: the (1 − alpha) interval around the sample mean.  n: sample size.
         variance_source: "exact" when the exact variance was given, else "sample".
@@ -984,7 +984,7 @@ class MeanTestResult:
     mean: float
     exact_mean: float
     std_error: float
-    z: float
+    statistic: float
     pvalue: float
     alpha: float
     passed: bool
@@ -996,7 +996,7 @@ class MeanTestResult:
     def summary(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         return (f"mean test {verdict}: sample mean {self.mean:.6g} vs exact "
-                f"{self.exact_mean:.6g}, z={self.z:.3g}, p={self.pvalue:.4g}, "
+                f"{self.exact_mean:.6g}, z={self.statistic:.3g}, p={self.pvalue:.4g}, "
                 f"alpha={self.alpha:g}, {100 * (1 - self.alpha):g}% CI "
                 f"[{self.low:.6g}, {self.high:.6g}], n={self.n} ({self.variance_source} var)")
 
@@ -1012,7 +1012,7 @@ def mean_within_ci(sample_mean_stats, exact_mean: float, alpha: float,
         exact_variance: the variance under the exact law, when known (then the standard
             error does not depend on the sample); otherwise the sample variance is used.
     Returns:
-        :class:`MeanTestResult`.  With a zero standard error, z is 0 when the means agree
+        :class:`MeanTestResult`.  With a zero standard error, its statistic z is 0 when the means agree
         exactly and ±inf (p-value 0) otherwise.
     Raises:
         ValueError: alpha outside (0, 1), non-finite exact_mean, negative exact_variance,
@@ -1038,7 +1038,7 @@ def mean_within_ci(sample_mean_stats, exact_mean: float, alpha: float,
         z = 0.0 if diff == 0.0 else math.copysign(math.inf, diff)
     pvalue = float(2.0 * stats.norm.sf(abs(z)))
     half = float(stats.norm.isf(alpha / 2.0)) * se
-    return MeanTestResult(mean=mean, exact_mean=exact_mean, std_error=se, z=z, pvalue=pvalue,
+    return MeanTestResult(mean=mean, exact_mean=exact_mean, std_error=se, statistic=z, pvalue=pvalue,
                           alpha=alpha, passed=pvalue >= alpha, low=mean - half,
                           high=mean + half, n=ms.n, variance_source=source)
 
