@@ -45,7 +45,8 @@ from spectr_gbv.gpu_backend.engine.backend import Backend
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, sampleable
 from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
 from spectr_gbv.gpu_backend.tuning.cache import read_cache, write_cache
-from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, MAX_TOKENS, Acceptance, Choice, Costs, is_count, choose
+from spectr_gbv.gpu_backend.tuning.speed_model import (MARGIN, MAX_TOKENS, Acceptance, Choice, Costs, choose,
+                                                        for_lengths, is_count)
 
 from spectr_gbv.gpu_backend.engine.defaults import K_CANDIDATES, L_CANDIDATES
 
@@ -98,21 +99,14 @@ class AutoConfig:
 
     def for_generation(self, prompt_tokens: int, new_tokens: int) -> "AutoConfig":
         """This configuration decided again for a generation of ``new_tokens`` after a prompt of
-        ``prompt_tokens`` (``speed_model.choose`` with the lengths: the draft's prefill counted),
-        with the same candidates and margin; nothing is measured.
+        ``prompt_tokens`` (``speed_model.for_lengths``: the draft's prefill counted), with the same
+        candidates and margin; nothing is measured or predicted again.
 
         Raises:
             ValueError: a length that is not an integer in 1..``speed_model.MAX_TOKENS`` (None
                 included: use ``choice`` for the decode-only decision).
         """
-        if prompt_tokens is None or new_tokens is None:
-            raise ValueError(f"prompt_tokens and new_tokens must be integers >= 1, got {prompt_tokens!r} "
-                             f"and {new_tokens!r}")
-        c = self.choice
-        Ks = tuple(sorted({p.K for p in c.candidates}))
-        Ls = tuple(sorted({p.L for p in c.candidates}))
-        choice = choose(self.costs, self.acceptance, Ks, Ls, c.margin, prompt_tokens=prompt_tokens,
-                        new_tokens=new_tokens)
+        choice = for_lengths(self.choice, self.costs, prompt_tokens, new_tokens)
         return AutoConfig(choice, self.costs, self.acceptance, self.cached, self.seconds, self.costs_key)
 
     def summary(self) -> str:

@@ -46,6 +46,7 @@ verification accepts at least as much, so its estimate is low).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from math import comb
 
@@ -313,8 +314,6 @@ class Choice:
     """The configuration picked by ``choose``.
 
     Attributes:
-        speculate: False when the best candidate is not predicted to beat plain sampling by
-            ``margin`` (``predicted_speedup``).
         best: the fastest candidate in decode (also when not speculating, for the record);
             the draft's prefill is the same for every candidate, so it is also the fastest end
             to end.
@@ -325,9 +324,9 @@ class Choice:
             or None when the choice ignores the prefill (a long generation).
         target_prefill_s, draft_prefill_s: the predicted prefills of the prompt (seconds), or
             None without the lengths (``ar_seconds``, ``speculative_seconds`` add the decode).
+    ``speculate`` (a property): whether to speculate, the decision (``choose``).
     """
 
-    speculate: bool
     best: Prediction
     ar_tokens_per_second: float
     candidates: tuple[Prediction, ...]
@@ -336,6 +335,18 @@ class Choice:
     new_tokens: int | None = None
     target_prefill_s: float | None = None
     draft_prefill_s: float | None = None
+
+    @property
+    def speculate(self) -> bool:
+        """The decision: speculate when plain sampling's predicted seconds are at least
+        (1 + margin) × the best candidate's, counting what differs between them — with the
+        lengths, the decode of ``new_tokens`` and the draft's prefill of the prompt; without
+        them, the decode alone (tokens per second).  Ties speculate.  ``predicted_speedup`` is
+        the same comparison as a ratio."""
+        if self.new_tokens is None:
+            return bool(self.best.tokens_per_second >= (1.0 + self.margin) * self.ar_tokens_per_second)
+        return bool(self.new_tokens / self.ar_tokens_per_second
+                    >= (1.0 + self.margin) * (self.draft_prefill_s + self.new_tokens / self.best.tokens_per_second))
 
     @property
     def decode_speedup(self) -> float:
@@ -360,7 +371,7 @@ class Choice:
 
     @property
     def predicted_speedup(self) -> float:
-        """What ``speculate`` was decided on (compared with 1 + margin): with the lengths, plain
+        """``speculate``'s comparison as a ratio (speculate iff ≥ 1 + margin): with the lengths, plain
         sampling's predicted decode seconds over the best candidate's decode seconds plus the
         draft's prefill (the parts that differ); without them ``decode_speedup``."""
         if self.new_tokens is None:
@@ -407,11 +418,7 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = MARGIN, *,
     """
     if not _is_seconds(margin):
         raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
-    if (prompt_tokens is None) != (new_tokens is None):
-        raise ValueError(f"give both prompt_tokens and new_tokens or neither, got {prompt_tokens!r} and {new_tokens!r}")
-    for name, value in (("prompt_tokens", prompt_tokens), ("new_tokens", new_tokens)):
-        if value is not None and not is_count(value, 1):
-            raise ValueError(f"{name} must be an integer in 1..{MAX_TOKENS}, got {value!r}")
+    _check_lengths(prompt_tokens, new_tokens)
     Ks, Ls = tuple(Ks), tuple(Ls)
     for name, values in (("Ks", Ks), ("Ls", Ls)):
         if not all(is_count(v, 1) for v in values):
@@ -427,15 +434,37 @@ def choose(costs: Costs, acc: Acceptance, Ks, Ls, margin: float = MARGIN, *,
         raise ValueError("Ks and Ls must not be empty")
     # fastest first; ties to the smaller K, then the smaller L (cheaper memory, same speed)
     preds.sort(key=lambda p: (-p.tokens_per_second, p.K, p.L))
-    best, ar = preds[0], 1.0 / ar_seconds_per_token(costs)
-    margin = float(margin)
-    if prompt_tokens is None:
-        return Choice(bool(best.tokens_per_second >= (1.0 + margin) * ar), best, ar, tuple(preds), margin)
+    choice = Choice(preds[0], 1.0 / ar_seconds_per_token(costs), tuple(preds), float(margin))
+    return choice if prompt_tokens is None else for_lengths(choice, costs, prompt_tokens, new_tokens)
+
+
+def _check_lengths(prompt_tokens, new_tokens) -> None:
+    if (prompt_tokens is None) != (new_tokens is None):
+        raise ValueError(f"give both prompt_tokens and new_tokens or neither, got {prompt_tokens!r} and {new_tokens!r}")
+    for name, value in (("prompt_tokens", prompt_tokens), ("new_tokens", new_tokens)):
+        if value is not None and not is_count(value, 1):
+            raise ValueError(f"{name} must be an integer in 1..{MAX_TOKENS}, got {value!r}")
+
+
+def for_lengths(choice: Choice, costs: Costs, prompt_tokens: int, new_tokens: int) -> Choice:
+    """``choice`` (of ``choose`` on ``costs``, with or without lengths) for a generation of
+    ``new_tokens`` after a prompt of ``prompt_tokens``: the same candidates, the prefills
+    predicted from ``costs``, the decision (``Choice.speculate``) then counting the draft's
+    prefill.  Nothing is re-predicted.
+
+    Raises:
+        ValueError: a length that is not an integer in 1..``MAX_TOKENS`` (None included), no
+            measured prefill, or predicted seconds that overflow.
+    """
+    if prompt_tokens is None or new_tokens is None:
+        raise ValueError(f"prompt_tokens and new_tokens must be integers >= 1, got {prompt_tokens!r} "
+                         f"and {new_tokens!r}")
+    _check_lengths(prompt_tokens, new_tokens)
     n, N = int(prompt_tokens), int(new_tokens)
     target_prefill, draft_prefill = costs.prefill("target", n), costs.prefill("draft", n)
-    ar_decode, spec_decode = N / ar, N / best.tokens_per_second
-    if not np.isfinite(target_prefill + draft_prefill + ar_decode + spec_decode):
+    if not np.isfinite(target_prefill + draft_prefill + N / choice.ar_tokens_per_second
+                       + N / choice.best.tokens_per_second):
         raise ValueError(f"the predicted seconds for prompt_tokens={n}, new_tokens={N} overflow: the lengths "
                          "or the measured prefill are too large")
-    return Choice(bool(ar_decode >= (1.0 + margin) * (draft_prefill + spec_decode)), best, ar, tuple(preds), margin,
-                  n, N, target_prefill, draft_prefill)
+    return dataclasses.replace(choice, prompt_tokens=n, new_tokens=N, target_prefill_s=target_prefill,
+                               draft_prefill_s=draft_prefill)
