@@ -68,7 +68,7 @@ def hf_generate(target, ids, n, sampling, seed, eos):
     import torch
 
     from spectr_gbv.gpu_backend.bench.assisted import IterationLog
-    from spectr_gbv.gpu_backend.engine.speculative import GenerationResult
+    from spectr_gbv.gpu_backend.engine.result import GenerationResult
     from spectr_gbv.reference.seeds import generator_seed
     from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
 
@@ -133,7 +133,8 @@ def select_methods(methods: dict, requested, rules=()) -> dict:
 def build_methods(pair, int8_draft, sampling, thresholds, auto=None, rules=()):
     from spectr_gbv.gpu_backend.bench.assisted import assisted_generate
     from spectr_gbv.gpu_backend.bench.generate_default import DefaultMethod
-    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
     from spectr_gbv.reference.draft_stopping import ConfidenceStop
 
     from spectr_gbv.reference.rules import registry

@@ -166,8 +166,9 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes, reset_peak_rss
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
-    from spectr_gbv.gpu_backend.engine.speculative import (GenerationResult, SpeculativeEngine,
-                                                           autoregressive_generate)
+    from spectr_gbv.gpu_backend.engine.result import GenerationResult
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
     from spectr_gbv.gpu_backend.llamacpp.model import build_description
     from spectr_gbv.gpu_backend.llamacpp.pair import gguf_path, load_llamacpp_pair
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts

@@ -207,7 +207,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from spectr_gbv.gpu_backend.tuning.autoconfig import teacher_forced_rows
+    from spectr_gbv.gpu_backend.tuning.measure import teacher_forced_rows
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
     from spectr_gbv.gpu_backend.models.pair import ModelLoadError, load_pair

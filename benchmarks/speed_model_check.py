@@ -40,7 +40,8 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.models.draft_quant import resolve_mode
-    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
     from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve as resolve_dtype
     from spectr_gbv.gpu_backend.models.pair import load_pair
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts

@@ -160,7 +160,7 @@ def int_at_least(minimum: int, why: str = ""):
 
 # The floor of positive temperatures, derived in gpu_backend/engine/temperature.py (torch-free):
 # float32 logits / T overflow below it.  Every entry point checks with that module.
-from spectr_gbv.gpu_backend.engine.temperature import MIN_TEMPERATURE, temperature_problem  # noqa: E402
+from spectr_gbv.gpu_backend.engine.temperature import temperature_problem  # noqa: E402
 
 
 def temperature_value(text: str) -> float:

@@ -65,6 +65,8 @@ from spectr_gbv.reference.validation import check_iteration_inputs
 from spectr_gbv.oracle.coarsen import COARSE_BINS, coarse_gtest, coarse_power
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from spectr_gbv.oracle.identity import IdentityPower, identity_power, identity_test
+from spectr_gbv.oracle.seed_contract import (REPLAY_ROWS, UNKNOWN_LAW_ROWS, SeedCheck, check_seed_contract,
+                                             collision_probability, rows_needed)
 from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.stats import (GTestPower, conditional_gtests, counts_from_samples, gtest, gtest_power,
                                      law_of, mean_within_ci)
@@ -663,9 +665,6 @@ def certification_seed_checks(verifier, cases, seed: int) -> list[SeedCheck]:
     Returns:
         list of SeedCheck (empty when ``cases`` is empty).
     """
-    from spectr_gbv.oracle.seed_contract import (REPLAY_ROWS, UNKNOWN_LAW_ROWS, check_seed_contract,
-                                                 collision_probability, rows_needed)
-
     groups: dict[int, list] = {}
     for j, case in enumerate(cases):
         groups.setdefault(id(verifier_for(verifier, case)), []).append((j, case))

@@ -83,7 +83,7 @@ import itertools
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 from scipy import stats as scipy_stats

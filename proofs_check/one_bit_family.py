@@ -338,14 +338,32 @@ def markdown(rows: list[Row]) -> str:
 
 def main(argv=None) -> int:
     import argparse
+    import os
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    class OneLineParser(argparse.ArgumentParser):  # a refusal is one line naming the flag
+        def error(self, message):
+            self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def positive(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+        return value
+
+    def writable(text: str) -> str:
+        folder = os.path.dirname(os.path.abspath(text))
+        if not os.path.isdir(folder):
+            raise argparse.ArgumentTypeError(f"{folder} is not a folder")
+        return text
+
+    ap = OneLineParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="2 seeds and 2 settings per shape (15 instances)")
-    ap.add_argument("--rounds", type=int, default=12, help="refinement rounds per instance (default 12)")
-    ap.add_argument("--md", help="write the Markdown table here (default: stdout)")
+    ap.add_argument("--rounds", type=positive, default=12, help="refinement rounds per instance (default 12)")
+    ap.add_argument("--md", type=writable, help="write the Markdown table here (default: stdout)")
     args = ap.parse_args(argv)
-    if args.rounds < 1:
-        ap.error(f"--rounds must be an integer >= 1, got {args.rounds}")
     text = markdown(study(study_instances(args.quick), rounds=args.rounds))
     if args.md:
         with open(args.md, "w") as fh:

@@ -20,7 +20,6 @@ import platform
 import time
 from datetime import datetime, timezone
 from dataclasses import dataclass, field
-from typing import Callable
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample, Unsatisfiable

@@ -43,7 +43,8 @@ def _transformers(weight=None):
 
 
 def _vllm_layout(rule: str):
-    from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout, rules_in_vllm_layout
+    from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout
+    from spectr_gbv.gpu_backend.adapters.vllm_rules import rules_in_vllm_layout
 
     return lambda: from_vllm_layout(rules_in_vllm_layout(rule))
 
@@ -56,7 +57,7 @@ THIRD_PARTY: list[ThirdParty] = [
                "the relaxed acceptance v = w·q_draft + (1 − w)·p_target: lossy by design",
                _transformers(0.5), "sd", expect_pass=False),
     ThirdParty("vLLM v1 rejection-sampler layout, our bv",
-               "our bv run in vLLM v1's flattened layout and read back (gpu_backend/adapters/vllm_layout.py): "
+               "our bv run in vLLM v1's flattened layout and read back (gpu_backend/adapters/vllm_rules.py): "
                "the layout's row order, bonus rows and padding, per-request temperatures and filler requests (greedy, "
                "0-draft, ragged)", _vllm_layout("bv"), "bv"),
 ]

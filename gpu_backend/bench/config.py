@@ -68,7 +68,7 @@ class BenchConfig:
     sweep_prompts: int | None = None
 
     def check(self) -> None:
-        from spectr_gbv.gpu_backend.engine.speculative import check_positive
+        from spectr_gbv.gpu_backend.engine.inputs import check_positive
 
         for name in ("prompts", "max_new_tokens", "K", "L"):
             check_positive(getattr(self, name), name)

@@ -39,7 +39,8 @@ class DefaultMethod:
         self.decisions: Counter = Counter()
 
     def __call__(self, ids, max_new_tokens: int, seed):
-        from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
+        from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+        from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
 
         choice = self.auto.for_generation(len(ids), max_new_tokens).choice
         if not choice.speculate:

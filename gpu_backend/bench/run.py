@@ -34,7 +34,9 @@ from datetime import datetime, timezone
 import torch
 
 from spectr_gbv.gpu_backend.bench.config import BenchConfig, Setting, settings
-from spectr_gbv.gpu_backend.engine.speculative import GenerationResult, SpeculativeEngine, autoregressive_generate
+from spectr_gbv.gpu_backend.engine.result import GenerationResult
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
 from spectr_gbv.gpu_backend.engine.memory import reset_peak_rss
 from spectr_gbv.gpu_backend.models.pair import ModelPair
 

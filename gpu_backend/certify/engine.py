@@ -73,15 +73,17 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
 
 from spectr_gbv.oracle.stats import PairedMeanTestResult, gtest, paired_mean_test
-from spectr_gbv.reference.rules import get_rule, registry
+from spectr_gbv.reference.rules import registry
 
 from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+from spectr_gbv.gpu_backend.certify.engine_power import TARGET_POWER, defect_power, format_power, planted_power
+from spectr_gbv.gpu_backend.certify.engine_runs import LOG_EVERY, Runs, extend_runs, run_rule, target_first_token_law
 
 DEFAULT_PROMPT = "The capital of France is"
 DEFAULT_DRAFT_TEMPERATURE = 1.5
@@ -91,22 +93,13 @@ QUICK_ENGINE_SEEDS = 60
 DEFAULT_MAX_NEW_TOKENS = 16
 CI_RULES = (DEFAULT_RULE, "sd", "gbv")
 TESTS_PER_ROW = 3
-LOG_EVERY = 10  # runs between two progress lines of run_rule ...
-LOG_SECONDS = 30.0  # ... or seconds, whichever comes first
 # a planted row runs until its mean test's power at α/3, computed from the exact laws of the
 # rows it ran (``planted_power``), reaches TARGET_POWER, from n_seeds up to
 # PLANTED_MAX_FACTOR × n_seeds runs
-TARGET_POWER = 0.99
 PLANTED_MAX_FACTOR = 4
-# the planted rows' shape (``planted_shape``), chosen for a larger known effect.  Measured on
-# the tiny pair (pilot runs, seeds from 0; iterations for power 0.99 at α/3 = 3.3e-4):
-#   shared-uniform SD: mean τ shift 0.11 per iteration at L = 4 (~2,600 iterations, ~380
-#     runs), 0.42 at L = 8 (~360 iterations, ~42 runs): each wrong coin errs at every depth;
-#   SpecTr with ρ = 1: 0.148 at K = 2, L = 4 (~1,500, ~230 runs); 0.13 at K = 2, L = 8
-#     (10 runs: ~2,240, ~460 runs); 0.26 at K = 3, L = 4 (20 runs: ~490, ~87 runs); 0.15 at K = 4
-#     (8 runs: ~1,400): ρ* − 1 grows with K, but so does the chance that a second draft saves
-#     the block anyway;
-#   GBV stopping at the first failure: −0.35 at L = 8 (power 1 − 2e-13 after 107 iterations).
+# the planted rows' shape (``planted_shape``), chosen for a larger known effect: ρ = 1 defects at
+# K = RHO1_K, the other defects with an exact law at L = PLANTED_L (pilot runs on the tiny pair:
+# benchmarks/ENGINE_CERTIFICATE.md, "Designed power")
 PLANTED_L = 8
 RHO1_K = 3
 
@@ -139,354 +132,13 @@ def planted_shape(name: str, K: int, L: int) -> tuple[int, int]:
     return K, L
 
 
-def row_defects(rule: str) -> tuple[str, ...]:
-    """The planted defects of ``rule`` (``RuleSpec.planted``) with an exact τ law
-    (``planted_laws.has_law``): a lossless row states its power against each, on its own rows
-    (``defect_power``).  Empty for a planted name or a rule without one."""
-    from spectr_gbv.gpu_backend.certify.planted_laws import has_law
-
-    if rule in registry.planted():
-        return ()
-    return tuple(p.name for p in registry.spec(rule).planted if has_law(p.name))
-
-
 def planted_for(rules) -> tuple[str, ...]:
     """The planted defects (``RuleSpec.planted``) whose base rule is in ``rules`` and that the
     engine certificate runs (``Planted.engine``: their law of τ differs, measured on the engine)."""
     return tuple(name for name, p in registry.planted().items() if p.base in rules and p.engine)
 
 
-# -- exact laws --------------------------------------------------------------------------------
-
-def tau_law(rule, draft_tokens, draft_probs, target_probs) -> np.ndarray:
-    """Exact law of τ of a reference rule given fixed draft blocks (coins enumerated, the final
-    draw not: see the module doc).
-
-    Args:
-        rule: a reference ``Rule`` (``reference.rules.get_rule``) or its name.
-        draft_tokens: int [K, L]; draft_probs: float [K, L, V]; target_probs: float [K, L+1, V]
-            (float64 rows summing to 1; ``rows_float64`` makes them from an engine record).
-    Returns:
-        float64 [L+1]: P(τ = t), t = 0..L.
-    Raises:
-        ValueError: malformed inputs (the rule's ``prepare``).
-        RuntimeError: the rule tossed a coin or drew after its draw.
-    """
-    from spectr_gbv.reference.randomness import CoinsOnly, enumerate_law
-
-    rule = get_rule(rule) if isinstance(rule, str) else rule
-    L = np.asarray(draft_tokens).shape[-1]
-    block = rule.prepare(draft_tokens, draft_probs, target_probs)
-    law = enumerate_law(lambda src: rule.decide(block, CoinsOnly(src)).tau)
-    out = np.zeros(L + 1)
-    for tau, pr in law.items():
-        out[tau] += pr
-    return out / out.sum()
-
-
-def rows_float64(record) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An ``engine.IterationRecord``'s verifier inputs as numpy: draft_tokens int64 [K, L],
-    draft_probs and target_probs (what the verifier got, Algorithm 2 included) float64
-    [K, L, V] / [K, L+1, V], each row renormalised to sum 1 (the float32 rows sum to 1 up to
-    ~1e-7)."""
-    dp = record.draft_probs.double().cpu().numpy()
-    tp = record.target_probs.double().cpu().numpy()
-    return (record.draft_tokens.cpu().numpy().astype(np.int64),
-            dp / dp.sum(-1, keepdims=True), tp / tp.sum(-1, keepdims=True))
-
-
-def target_first_token_law(target, prompt_ids, sampling, backend=None) -> np.ndarray:
-    """The target's exact law of the token after ``prompt_ids``: the prompt fed from an empty
-    cache (``Backend.plain_logits``, no cache reused), the last logits through
-    ``sampling.probabilities`` (the engine's processing), float64, renormalised.
-
-    Args:
-        target: a model of ``backend`` (None: torch, a transformers causal LM; llama.cpp: a
-            ``LlamaCppModel``, its cache emptied first);
-        prompt_ids: list of int token ids (≥ 1);
-        sampling: ``sampling.SamplingConfig``.
-    Returns:
-        float64 [V].
-    """
-    import torch
-
-    from spectr_gbv.gpu_backend.engine.sampling import probabilities
-    from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
-
-    backend = backend if backend is not None else TORCH
-    ids = torch.tensor([list(prompt_ids)], dtype=torch.int64, device=backend.device(target))
-    with torch.inference_mode():
-        logits = backend.plain_logits(target, len(prompt_ids), 1)(ids)
-        p = probabilities(logits, sampling)[0].double().cpu().numpy()
-    return p / p.sum()
-
-
-# -- runs --------------------------------------------------------------------------------------
-
-@dataclass
-class Runs:
-    """The N generations of one rule and what the tests need from them.
-
-    Attributes:
-        name: the rule certified (a registered rule or a planted one); base: the reference
-            rule whose law is expected; K, L.
-        first_tokens: int per run (the first emitted token).
-        taus: the verifier's τ per iteration (all runs, in order); laws: float64 [L+1] per
-            iteration, the reference τ law given that iteration's rows.
-        planted_laws: for a planted defect with a reference analogue
-            (``planted_laws.planted_tau_law``), its own exact τ law per iteration (what it is
-            tested against is ``laws``); else empty.
-        defect_laws: for a lossless rule, {planted defect of the rule with an exact law
-            (``row_defects``): its exact τ law per iteration given this rule's own rows}.
-        generate_s, law_s: seconds spent generating, and computing the τ laws.
-    """
-
-    name: str
-    base: str
-    K: int
-    L: int
-    first_tokens: list[int] = field(default_factory=list)
-    taus: list[int] = field(default_factory=list)
-    laws: list[np.ndarray] = field(default_factory=list)
-    planted_laws: list[np.ndarray] = field(default_factory=list)
-    defect_laws: dict = field(default_factory=dict)
-    generate_s: float = 0.0
-    law_s: float = 0.0
-
-
-def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens: int,
-             sampling, draft_sampling, K: int = DEFAULT_K, L: int = DEFAULT_L,
-             first_seed: int = 0, eos_token_ids=(), log: Callable[[str], None] | None = None,
-             backend=None) -> Runs:
-    """Generate ``n_seeds`` times (seeds first_seed .. first_seed + n_seeds − 1) with rule
-    ``name`` and record, per run, the first token and, per iteration, τ and its exact law.
-
-    Args:
-        name: a registered rule, or a planted one (``registry.planted()``: the engine runs
-            its torch verifier with ``rule=`` its base).  K is forced to 1 for single-draft
-            bases.
-        log: called with a progress line every ``LOG_EVERY`` runs or ``LOG_SECONDS`` seconds,
-            whichever comes first, and after the last.
-        backend: the models' ``engine.backend.Backend`` (None: torch).
-    Raises:
-        ValueError: unknown rule, or the engine's own errors.
-    """
-    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
-
-    planted = registry.planted()
-    if name in planted:
-        from spectr_gbv.gpu_backend.certify.planted import planted_verifier
-
-        base, verifier = planted[name].base, planted_verifier(name)
-    else:
-        registry.spec(name)  # ValueError for an unknown name
-        base, verifier = name, None
-    K = 1 if registry.is_single_draft(base) else K
-    engine = SpeculativeEngine(target, draft, rule=base, K=K, L=L, sampling=sampling,
-                               draft_sampling=draft_sampling, verifier=verifier,
-                               eos_token_ids=eos_token_ids, backend=backend)
-    from spectr_gbv.gpu_backend.certify.planted_laws import has_law, planted_tau_law
-
-    ref = get_rule(base)
-    runs = Runs(name, base, K, L)
-    with_planted_law = name in planted and has_law(name)
-    defects = () if name in planted else row_defects(name)
-    for d in defects:
-        runs.defect_laws.setdefault(d, [])
-    last_line = time.perf_counter()
-    for s in range(first_seed, first_seed + n_seeds):
-        records = []
-        t0 = time.perf_counter()
-        result = engine.generate(prompt_ids, max_new_tokens, seed=s, on_iteration=records.append)
-        t1 = time.perf_counter()
-        runs.first_tokens.append(int(result.tokens[0]))
-        for rec in records:
-            runs.taus.append(int(rec.verdict.tau[0]))
-            rows = rows_float64(rec)
-            law = tau_law(ref, *rows)
-            # a block capped at the tokens still needed has S < L positions: τ ≤ S
-            runs.laws.append(np.pad(law, (0, L + 1 - len(law))))
-            if with_planted_law:
-                law = planted_tau_law(name, *rows)
-                runs.planted_laws.append(np.pad(law, (0, L + 1 - len(law))))
-            for d in defects:  # what the row's test would face if the verifier had defect d
-                law = planted_tau_law(d, *rows)
-                runs.defect_laws[d].append(np.pad(law, (0, L + 1 - len(law))))
-        runs.generate_s += t1 - t0
-        runs.law_s += time.perf_counter() - t1
-        done = s - first_seed + 1
-        if log is not None and (done % LOG_EVERY == 0 or done == n_seeds
-                                or time.perf_counter() - last_line >= LOG_SECONDS):
-            last_line = time.perf_counter()
-            log(f"{name}: {done}/{n_seeds} runs, {len(runs.taus)} iterations "
-                f"({runs.generate_s:.0f} s generating, {runs.law_s:.0f} s exact laws)")
-    return runs
-
-
-def _extend(runs: Runs, more: Runs) -> Runs:
-    """``runs`` with ``more`` (the same rule, later seeds) appended."""
-    runs.first_tokens += more.first_tokens
-    runs.taus += more.taus
-    runs.laws += more.laws
-    runs.planted_laws += more.planted_laws
-    for d, laws in more.defect_laws.items():
-        runs.defect_laws.setdefault(d, []).extend(laws)
-    runs.generate_s += more.generate_s
-    runs.law_s += more.law_s
-    return runs
-
-
 # -- tests -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class PlantedPower:
-    """A planted row's effect size and its mean test's power, from exact laws on its rows.
-
-    Attributes:
-        shift: mean over the iterations of E_planted[τ | rows] − E_base[τ | rows] (tokens).
-        tv: total variation between the averaged τ laws, Σ_i P_i / n of the planted defect and
-            of its base rule.
-        power: probability that the paired mean test at ``alpha`` rejects, with this many
-            iterations and these rows (``oracle.stats.paired_mean_power``: shift Σ(m1 − m0),
-            null variance Σ v0, alternative variance Σ v1; normal approximation).  The row is
-            caught when the mean test or the τ-law G-test rejects, so this is a lower bound on
-            the row's power.
-        iterations: n.
-    """
-
-    shift: float
-    tv: float
-    power: float
-    iterations: int
-
-
-def planted_power(runs: Runs, alpha: float) -> PlantedPower | None:
-    """``PlantedPower`` of a planted rule's runs at the mean test's level ``alpha`` (the row's
-    α/3), or None when the defect has no exact law (``planted_laws.has_law``) or no iteration.
-
-    Raises:
-        ValueError: alpha outside (0, 1).
-    """
-    return _laws_power(runs.laws, runs.planted_laws, alpha)
-
-
-def _laws_power(laws, planted_laws, alpha: float) -> PlantedPower | None:
-    """``PlantedPower`` of the mean test when iteration i's τ has law ``planted_laws[i]`` and
-    is tested against ``laws[i]`` (float [L+1] each); None without iterations or lengths that
-    differ."""
-    from spectr_gbv.oracle.stats import paired_mean_power
-
-    if not planted_laws or len(planted_laws) != len(laws):
-        return None
-    t = np.arange(len(laws[0]))
-    p0, p1 = np.stack(laws), np.stack(planted_laws)
-    m0, m1 = p0 @ t, p1 @ t
-    v0 = np.maximum(p0 @ t**2 - m0**2, 0.0)
-    v1 = np.maximum(p1 @ t**2 - m1**2, 0.0)
-    tv = 0.5 * float(np.abs(p1.mean(axis=0) - p0.mean(axis=0)).sum())
-    n = len(laws)
-    if not v0.sum() > 0:
-        return PlantedPower(float((m1 - m0).mean()), tv, math.nan, n)
-    power = paired_mean_power(float((m1 - m0).sum()), float(v0.sum()), float(v1.sum()), alpha)
-    return PlantedPower(float((m1 - m0).mean()), tv, power, n)
-
-
-@dataclass(frozen=True)
-class DefectPower:
-    """A lossless row's power against one of its rule's planted defects (``defect_power``).
-
-    Attributes:
-        defect: the planted defect (``row_defects``).  K, L, n (runs), iterations: the row's.
-        shift, tv: the defect's mean τ shift per iteration and the TV of the averaged τ laws,
-            on the row's own rows.  power: the row's mean test's power at α/3 against the
-            defect with these iterations (``oracle.stats.paired_mean_power``; a lower bound on
-            the row's, which also has the τ-law G-test).
-        n_needed: runs at which that power reaches ``TARGET_POWER`` (iterations scale with the
-            runs: ``runs_for_power``); n when it already does; 0 when the defect moves no mean.
-        seconds_needed: n_needed × the row's measured seconds per run (NaN when not known).
-    """
-
-    defect: str
-    K: int
-    L: int
-    n: int
-    iterations: int
-    shift: float
-    tv: float
-    power: float
-    n_needed: int
-    seconds_needed: float = math.nan
-
-    def sentence(self) -> str:
-        """One plain line: the power, and when below ``TARGET_POWER`` the N that reaches it."""
-        head = (f"power {_power(self.power)} against {self.defect} at K = {self.K}, L = {self.L}, "
-                f"N = {self.n} runs ({self.iterations} iterations; mean τ shift {self.shift:+.3f}, "
-                f"TV {self.tv:.3f})")
-        if self.power >= TARGET_POWER:
-            return head + f": ≥ {TARGET_POWER}"
-        if self.n_needed <= 0:
-            return head + ": the defect does not move mean τ on these rows; no N reaches " + f"{TARGET_POWER}"
-        cost = (f" (about {self.seconds_needed / 60:.0f} min at this row's "
-                f"{self.seconds_needed / self.n_needed:.1f} s per run)"
-                if math.isfinite(self.seconds_needed) else "")
-        return head + f": BELOW {TARGET_POWER}; N = {self.n_needed} runs would reach it{cost}"
-
-
-def runs_for_power(shift_sum: float, null_variance: float, alt_variance: float, n_runs: int,
-                   alpha: float, power: float = TARGET_POWER) -> int:
-    """The runs at which the mean test reaches ``power``, when ``n_runs`` runs gave the sums
-    ``shift_sum`` = Σ(m1 − m0), ``null_variance`` = Σv0 and ``alt_variance`` = Σv1 over their
-    iterations and each sum grows in proportion to the runs (f = runs / n_runs):
-    f = ((z_{1−α/2}√V0 + z_{power}√V1) / S)² from ``paired_mean_power``'s one-sided normal
-    approximation, then raised run by run until ``paired_mean_power`` says ≥ ``power``.
-
-    Returns:
-        int ≥ 1 (n_runs when already reached); 0 when shift_sum is 0 (no N reaches it).
-    Raises:
-        ValueError: n_runs < 1, alpha or power outside (0, 1), null_variance ≤ 0.
-    """
-    from scipy import stats
-
-    from spectr_gbv.oracle.stats import paired_mean_power
-
-    if n_runs < 1 or not 0 < alpha < 1 or not 0 < power < 1 or not null_variance > 0:
-        raise ValueError(f"need n_runs >= 1, alpha and power in (0, 1), null_variance > 0; got "
-                         f"{n_runs}, {alpha}, {power}, {null_variance}")
-    if shift_sum == 0:
-        return 0
-
-    def reached(runs: int) -> bool:
-        f = runs / n_runs
-        return paired_mean_power(f * shift_sum, f * null_variance, f * alt_variance, alpha) >= power
-
-    if reached(n_runs):
-        return n_runs
-    za, zp = stats.norm.isf(alpha / 2), stats.norm.isf(1 - power)
-    f = ((za * math.sqrt(null_variance) + zp * math.sqrt(alt_variance)) / abs(shift_sum)) ** 2
-    runs = max(n_runs + 1, math.ceil(f * n_runs) - 1)
-    while not reached(runs):
-        runs += 1
-    return runs
-
-
-def defect_power(runs: Runs, defect: str, alpha: float, seconds_per_run: float = math.nan) -> DefectPower | None:
-    """``DefectPower`` of a lossless row's runs against ``defect`` (its laws on the row's rows,
-    ``Runs.defect_laws``) at the mean test's level ``alpha`` (the row's α/3); None when the
-    runs have no law of that defect or no iteration."""
-    laws = runs.defect_laws.get(defect)
-    pw = _laws_power(runs.laws, laws, alpha) if laws else None
-    if pw is None or not math.isfinite(pw.power):
-        return None
-    t = np.arange(len(runs.laws[0]))
-    p0, p1 = np.stack(runs.laws), np.stack(laws)
-    m0, m1 = p0 @ t, p1 @ t
-    v0 = float(np.maximum(p0 @ t**2 - m0**2, 0.0).sum())
-    v1 = float(np.maximum(p1 @ t**2 - m1**2, 0.0).sum())
-    n = len(runs.first_tokens)
-    needed = runs_for_power(float((m1 - m0).sum()), v0, v1, n, alpha)
-    return DefectPower(defect, runs.K, runs.L, n, pw.iterations, pw.shift, pw.tv, pw.power, needed,
-                       needed * seconds_per_run if needed else math.nan)
-
 
 def mean_test(taus, laws, alpha: float) -> PairedMeanTestResult:
     """The paired mean test of (b): observed τ's against the means and variances of their exact
@@ -699,7 +351,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
                     if log is not None:
                         log(f"{name}: power {pw.power:.3f} < {TARGET_POWER} at N = {done} (mean τ shift "
                             f"{pw.shift:+.3f}): running more")
-                    _extend(runs, run_rule(target, draft, name, prompt_ids, min(LOG_EVERY, most - done),
+                    extend_runs(runs, run_rule(target, draft, name, prompt_ids, min(LOG_EVERY, most - done),
                                            max_new_tokens, sampling, draft_sampling, row_K, row_L,
                                            first_seed + done, eos_token_ids, log, backend))
             row = certify_runs(runs, first_law, alpha, kind)
@@ -764,17 +416,8 @@ def _cells(row: EngineRow) -> tuple[str, ...]:
             f(row.mean_tau, ".3f"), f(row.expected_tau, ".3f"), f(row.mean_z, ".2f"),
             f(row.mean_pvalue, ".3g"), f(row.tau_pvalue, ".3g"), f(row.tau_delta, ".3f"),
             f(row.effect_shift, "+.3f"), f(row.effect_tv, ".3f"),
-            _power(row.power if row.kind == "planted" else row.defect_power), row.verdict,
+            format_power(row.power if row.kind == "planted" else row.defect_power), row.verdict,
             f"{row.seconds:.0f}")
-
-
-def _power(x: float) -> str:
-    """A power near 1 with its distance to 1 (1 − 1e-9 reads "1-1e-09")."""
-    if isinstance(x, float) and math.isnan(x):
-        return "-"
-    if 1 - x >= 1e-4:
-        return f"{x:.4f}"
-    return f"1-{1 - x:.0e}" if 1 - x > 0 else "1-<1e-16"
 
 
 def text_table(rows: list[EngineRow]) -> str:

@@ -3,7 +3,7 @@ rows: each defect's reference-rule analogue (the same deliberate change made to 
 rule, ``reference.rules``), enumerated like ``engine.tau_law``.  From them the engine
 certificate states each planted row's effect size (the mean shift of τ and the TV of the
 averaged τ laws on the rows it ran) and the power of its tests at the N it ran
-(``gpu_backend.certify.engine.planted_power``).
+(``gpu_backend.certify.engine_power.planted_power``).
 
 Analogues (each checked against the torch planted verifier by sampling on toy rows in
 tests/gpu_backend/certify/test_planted_power.py):

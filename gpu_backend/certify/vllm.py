@@ -1,7 +1,7 @@
 """Certification of vLLM's own rejection samplers (``spectr-gbv certify --third-party vllm``).
 
 What is certified: the samplers of the installed vLLM (gpu_backend/adapters/vllm_samplers.py),
-each through ``from_vllm_layout`` (gpu_backend/adapters/vllm_layout.py: the batched contract
+each through ``from_vllm_layout`` (gpu_backend/adapters/vllm_adapter.py: the batched contract
 → vLLM's flattened layout and back) and ``oracle.harness.certify_verifier`` on the built-in
 case families (``oracle.certify_cases.FAMILIES``), against the registered rule it claims:
 
@@ -70,7 +70,7 @@ class Sampler:
 
     def build(self):
         """The adapter: a verifier of the batched contract calling vLLM's sampler."""
-        from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout
+        from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout
         from spectr_gbv.gpu_backend.adapters.vllm_samplers import sampler
 
         kwargs = {"rates": SYNTHETIC_RATES} if self.synthetic else {}
@@ -187,8 +187,6 @@ def importable_here() -> bool:
 def plan(samplers=SAMPLERS, families=None) -> list[tuple[Sampler, str]]:
     """(sampler, family) jobs: every family for the samplers expected to pass, the
     ``SYNTHETIC_FAMILIES`` for the synthetic ones."""
-    from spectr_gbv.oracle.certify_cases import FAMILIES
-
     jobs = []
     for s in samplers:
         fams = families or (SYNTHETIC_FAMILIES if s.synthetic else families_for(s.rule))

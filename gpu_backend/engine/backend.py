@@ -193,9 +193,9 @@ class Backend(abc.ABC):
         probability processing, for each n in ``ns``; the context's prefill seconds.
 
         Args:
-            timer: ``tuning.autoconfig.timed_interleaved`` (medians of interleaved rounds).
+            timer: ``tuning.timing.timed_interleaved`` (medians of interleaved rounds).
         Returns:
-            (seconds per n, prefill seconds, ``tuning.autoconfig.TimingQuality``).
+            (seconds per n, prefill seconds, ``tuning.timing.TimingQuality``).
         """
         raise NotImplementedError
 

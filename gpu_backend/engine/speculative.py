@@ -1,4 +1,5 @@
-"""Speculative decoding on real models, and the autoregressive baseline.
+"""Speculative decoding on real models: ``SpeculativeEngine`` (plain sampling, its baseline, is
+``engine.plain``; a generation's metrics ``engine.result``).
 
 The models run on a backend the engine is handed (``engine.backend.Backend``: transformers on
 torch by default, ``engine.torch_backend``; llama.cpp, ``llamacpp.backend``).
@@ -47,7 +48,7 @@ What the engine refuses or raises (all ``ValueError``, one line, naming the mode
   iteration's read and before any token of that iteration is emitted; no token is ever drawn
   from such a row (``sampling.sampleable``).
 
-Metrics (``GenerationResult``): τ of an iteration counts the draft tokens it *kept* in the
+Metrics (``engine.result.GenerationResult``): τ of an iteration counts the draft tokens it *kept* in the
 output (after truncation at the first EOS or at ``max_new_tokens``); the verifier's τ before
 truncation is ``taus_raw``.  Mean τ, acceptance rate and per-position acceptance derive from the
 kept τ, so that they count only tokens the generation returns; transformers' assisted
@@ -56,7 +57,6 @@ generation (``gpu_backend.bench.assisted``) is counted by the same definitions.
 
 from __future__ import annotations
 
-import numbers
 import time
 from dataclasses import dataclass, field
 
@@ -64,151 +64,18 @@ import torch
 
 from spectr_gbv.reference.draft_stopping import block_cap
 from spectr_gbv.reference.rules import registry
-from spectr_gbv.reference.seeds import generator_seed, resolve_seed
+from spectr_gbv.reference.seeds import resolve_seed
 
 from spectr_gbv.gpu_backend.engine.backend import Backend, DraftState
 from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
+from spectr_gbv.gpu_backend.engine.inputs import NonFiniteError, check_positive, prompt_tensor, seeded_generator
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.engine.result import GenerationResult, kept_tau
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows
 from spectr_gbv.gpu_backend.engine.stack import ModificationStack
 from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
 from spectr_gbv.reference.draft_stopping import check_policy
 from spectr_gbv.reference.rules import policy
-
-
-@dataclass
-class GenerationResult:
-    """One generation and its metrics.
-
-    Attributes:
-        method: "ar" or the verification rule's name.
-        tokens: the new tokens (prompt excluded), truncated at the first EOS (kept) or at
-            ``max_new_tokens``.
-        prompt_tokens: prompt length in tokens.
-        target_calls: target forward calls after the prompt (AR: one per token; speculative:
-            one per iteration).
-        taus: kept τ of each iteration: the draft tokens of that iteration that are in
-            ``tokens`` (the verifier's τ, cut by the truncation at the first EOS or at
-            ``max_new_tokens``: min(τ, tokens the iteration kept)); empty for AR.
-        taus_raw: the verifier's τ of each iteration, before truncation (drafts accepted but
-            possibly never returned); empty for AR.
-        K, L: drafts and block length (AR: 1, 0).
-        wall_time_s: seconds, prompt processing included.
-        cpu_time_s: CPU seconds of the process over the same span (all threads): on a shared
-            machine it is less disturbed by other jobs than wall time.
-        peak_rss_bytes: peak resident memory of the process when the run ended (since the last
-            ``memory.reset_peak_rss``).
-        stop_reason: "eos" or "max_new_tokens".
-        block_lengths: the length S ≤ L of each iteration's drafted block (L unless a
-            draft-side stopping policy ended drafting early or the block was capped at the
-            tokens still needed, ``cap_blocks``); empty for AR.
-        time_to_first_token_s: seconds from the start until the first iteration's tokens (AR:
-            the first token) were emitted: the prompt's prefill plus one iteration.
-        seed: the seed the run used (the caller's, or the fresh one drawn for ``seed=None``):
-            the same call with ``seed=result.seed`` gives the same tokens; None where the
-            producer has no seed.
-    """
-
-    method: str
-    tokens: list[int]
-    prompt_tokens: int
-    target_calls: int
-    taus: list[int]
-    K: int
-    L: int
-    wall_time_s: float
-    peak_rss_bytes: int
-    stop_reason: str
-    cpu_time_s: float = float("nan")
-    taus_raw: list[int] = field(default_factory=list)
-    block_lengths: list[int] = field(default_factory=list)
-    time_to_first_token_s: float = float("nan")
-    seed: int | None = None
-
-    @property
-    def new_tokens(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def block_efficiency(self) -> float:
-        """Emitted tokens per target call (docs/rules.md §1); 1 for AR."""
-        return self.new_tokens / self.target_calls if self.target_calls else float("nan")
-
-    @property
-    def mean_accepted(self) -> float:
-        """Mean kept τ over iterations (draft tokens returned per target call); block
-        efficiency = mean τ + the fraction of iterations whose correction/bonus token was
-        kept, i.e. mean τ + 1 without truncation."""
-        return sum(self.taus) / len(self.taus) if self.taus else float("nan")
-
-    @property
-    def acceptance_rate(self) -> float:
-        """Kept τ over drafted positions: Σ τ / Σ S, the fraction of the drafted positions
-        accepted and returned (= mean τ / L when every S = L); not
-        accepted / (K·S): only one draft's tokens can be kept."""
-        if not self.taus or not self.L:
-            return float("nan")
-        if self.block_lengths:
-            return sum(self.taus) / sum(self.block_lengths)
-        return self.mean_accepted / self.L
-
-    @property
-    def per_position_acceptance(self) -> list[float]:
-        """Entry i-1 = fraction of the iterations that drafted at least i positions whose kept
-        τ ≥ i, i = 1..L (NaN where none drafted i positions; when every iteration drafts L
-        the entries sum to mean τ)."""
-        if not self.taus:
-            return []
-        lengths = self.block_lengths or [self.L] * len(self.taus)
-        out = []
-        for i in range(1, self.L + 1):
-            drafted = [t for t, S in zip(self.taus, lengths) if S >= i]
-            out.append(sum(t >= i for t in drafted) / len(drafted) if drafted else float("nan"))
-        return out
-
-    @property
-    def draft_positions_per_iteration(self) -> float:
-        """Mean drafted block length S per iteration (L when no block was cut short)."""
-        return sum(self.block_lengths) / len(self.block_lengths) if self.block_lengths else float("nan")
-
-    @property
-    def tokens_per_second(self) -> float:
-        return self.new_tokens / self.wall_time_s if self.wall_time_s > 0 else float("nan")
-
-    @property
-    def decode_tokens_per_second(self) -> float:
-        """Tokens after the first emission over the time after it (serving benchmarks' decode
-        rate: the prompt's prefill is in the time to first token, not here).  NaN when the
-        first emission was the whole generation."""
-        first = self.first_emission_tokens
-        span = self.wall_time_s - self.time_to_first_token_s
-        if not span > 0 or self.new_tokens <= first:
-            return float("nan")
-        return (self.new_tokens - first) / span
-
-    @property
-    def first_emission_tokens(self) -> int:
-        """Tokens emitted by the first iteration (AR: 1)."""
-        if not self.tokens:
-            return 0
-        return 1 if not self.taus else min(self.taus[0] + 1, self.new_tokens)
-
-    def metrics(self) -> dict:
-        """The metrics as a JSON-ready dict."""
-        return {
-            "method": self.method, "K": self.K, "L": self.L,
-            "new_tokens": self.new_tokens, "prompt_tokens": self.prompt_tokens,
-            "target_calls": self.target_calls, "block_efficiency": self.block_efficiency,
-            "mean_accepted": self.mean_accepted, "acceptance_rate": self.acceptance_rate,
-            "per_position_acceptance": self.per_position_acceptance,
-            "wall_time_s": self.wall_time_s, "cpu_time_s": self.cpu_time_s,
-            "tokens_per_second": self.tokens_per_second,
-            "time_to_first_token_s": self.time_to_first_token_s,
-            "decode_tokens_per_second": self.decode_tokens_per_second,
-            "peak_rss_bytes": self.peak_rss_bytes, "stop_reason": self.stop_reason,
-            "draft_positions_per_iteration": self.draft_positions_per_iteration,
-            "seed": self.seed,
-        }
 
 
 @dataclass
@@ -232,31 +99,6 @@ class IterationRecord:
     target_probs: torch.Tensor
     verdict: object
     emitted: list[int] = field(default_factory=list)
-
-
-def check_positive(value, name: str) -> int:
-    """``value`` (any integer type, numpy's too; not bool) as an int ≥ 1, else ValueError naming
-    ``name``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-    return int(value)
-
-
-class NonFiniteError(ValueError):
-    """A model produced a non-finite probability row (NaN or inf logits) on the engine path;
-    the message names the model (draft or target) and the position.  Nothing drawn from or
-    after that row was emitted."""
-
-
-def seeded_generator(seed, device) -> torch.Generator:
-    """A ``torch.Generator`` on ``device`` seeded with ``generator_seed(seed)``."""
-    return torch.Generator(device=device).manual_seed(generator_seed(seed))
-
-
-def kept_tau(tau: int, kept: int) -> int:
-    """Draft tokens an iteration returned: its first τ emitted tokens are draft tokens, so of
-    ``kept`` returned tokens min(τ, kept) are (the correction/bonus token comes last)."""
-    return min(tau, kept)
 
 
 def load_verifier(rule: str):
@@ -306,35 +148,6 @@ class _FiniteFlags:
             raise NonFiniteError(f"{who} gave a non-finite probability row (NaN or inf "
                                  f"logits) {where}, draft {k}, {detail}; no token of this "
                                  f"iteration was emitted")
-
-
-def _prompt_tensor(prompt_ids, V: int) -> torch.Tensor:
-    """``prompt_ids`` (a sequence or tensor of integer token ids) as int64 [T], checked.
-
-    Raises:
-        ValueError: empty, not integers (floats are not silently truncated), or an id outside
-            [0, V) (an embedding lookup out of range is an IndexError on CPU and a device-side
-            assert on CUDA), naming ``prompt_ids``.
-    """
-    if isinstance(prompt_ids, torch.Tensor):
-        if prompt_ids.is_floating_point() or prompt_ids.is_complex() or prompt_ids.dtype == torch.bool:
-            raise ValueError(f"prompt_ids must be integer token ids, got a {prompt_ids.dtype} tensor")
-        ids = prompt_ids.to(torch.int64).reshape(-1)
-    else:
-        flat = list(prompt_ids)
-        if any(isinstance(t, bool) or not isinstance(t, numbers.Integral) for t in flat):
-            bad = next(t for t in flat if isinstance(t, bool) or not isinstance(t, numbers.Integral))
-            raise ValueError(f"prompt_ids must be integer token ids, got {bad!r}")
-        if any(not 0 <= int(t) < V for t in flat):
-            bad = next(int(t) for t in flat if not 0 <= int(t) < V)
-            raise ValueError(f"prompt_ids: token id {bad} outside [0, {V})")
-        ids = torch.tensor([int(t) for t in flat], dtype=torch.int64)
-    if ids.numel() == 0:
-        raise ValueError("prompt_ids must hold at least one token")
-    if bool((ids < 0).any()) or bool((ids >= V).any()):
-        bad = int(ids[(ids < 0) | (ids >= V)][0])
-        raise ValueError(f"prompt_ids: token id {bad} outside [0, {V})")
-    return ids
 
 
 class SpeculativeEngine:
@@ -466,7 +279,7 @@ class SpeculativeEngine:
                 or row.  Raised before any token of that iteration is emitted.
         """
         max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
-        ids = _prompt_tensor(prompt_ids, self.V).to(self.device)
+        ids = prompt_tensor(prompt_ids, self.V).to(self.device)
         # the cap never grows as tokens come out: the first block is the longest
         most = block_cap(0, max_new_tokens, self.L) if self.cap_blocks else self.L
         self._check_windows(ids.numel() + max_new_tokens, most)
@@ -583,68 +396,3 @@ class SpeculativeEngine:
         return False
 
 
-@torch.inference_mode()
-def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
-                            sampling: SamplingConfig | None = None, seed: int | None = None,
-                            eos_token_ids=(), streamer=None, backend: Backend | None = None) -> GenerationResult:
-    """Plain sampling from the target, one token per forward call, with a KV cache.
-
-    Args:
-        target: a model of ``backend`` (default torch: a transformers causal LM; its cache
-            starts empty).
-        prompt_ids: token ids (at least one).
-        max_new_tokens: ≥ 1.
-        sampling: temperature / top-k / top-p (``sampling.probabilities``).
-        seed: any Python int; the run's ``torch.Generator`` is seeded with
-            ``generator_seed(seed)`` (as ``SpeculativeEngine.generate``); None (default): a
-            fresh 64-bit seed from the operating system, reported as ``result.seed``.
-        eos_token_ids: ids that stop the generation (kept in the output).
-        streamer: optional transformers-style streamer, ``put`` once per new token, ``end``.
-        backend: the ``engine.backend.Backend`` running ``target`` (default: torch); its
-            ``draw`` samples each token.
-    Returns:
-        GenerationResult with method "ar", K = 1, L = 0, block efficiency 1, ``seed`` the seed
-        used.
-    Raises:
-        ValueError: empty prompt, a prompt id that is not an integer in [0, V), max_new_tokens
-            < 1, seed neither None nor an integer.
-        NonFiniteError (a ValueError): the target's probability row is not finite (NaN / inf
-            logits), naming the target model and the new token's index; nothing is sampled
-            from that row.
-    """
-    max_new_tokens = check_positive(max_new_tokens, "max_new_tokens")
-    sampling = sampling or SamplingConfig()
-    eos = frozenset(int(e) for e in eos_token_ids)
-    backend = backend if backend is not None else TORCH
-    dev = backend.device(target)
-    ids = _prompt_tensor(prompt_ids, backend.vocab_size(target)).to(dev)
-    seed = resolve_seed(seed)
-    gen = seeded_generator(seed, dev)
-    start, cpu_start = time.perf_counter(), time.process_time()
-    next_logits = backend.plain_logits(target, ids.numel(), max_new_tokens)
-    pending = ids[None]
-    out: list[int] = []
-    stop_reason = "max_new_tokens"
-    while len(out) < max_new_tokens:
-        p = probabilities(next_logits(pending), sampling)
-        ok = finite_rows(p)
-        pending = backend.draw(sampleable(p, ok), gen)[:, None]
-        token, finite = torch.cat([pending[0], ok.to(torch.int64)]).tolist()  # one sync
-        if not finite:
-            raise NonFiniteError(f"target model gave a non-finite probability row (NaN or inf "
-                                 f"logits) for new token {len(out)} (after {len(out)} emitted "
-                                 f"tokens); nothing was sampled from it")
-        if not out:
-            first_token = time.perf_counter() - start
-        out.append(token)
-        if streamer is not None:
-            streamer.put(torch.tensor([token], dtype=torch.int64))
-        if token in eos:
-            stop_reason = "eos"
-            break
-    if streamer is not None:
-        streamer.end()
-    return GenerationResult("ar", out, int(ids.numel()), len(out), [], 1, 0,
-                            time.perf_counter() - start, peak_rss_bytes(), stop_reason,
-                            time.process_time() - cpu_start, time_to_first_token_s=first_token,
-                            seed=seed)

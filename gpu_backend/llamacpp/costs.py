@@ -20,15 +20,15 @@ from spectr_gbv.gpu_backend.llamacpp.model import Feed
 
 def forward_costs(model, context_ids: list[int], ns, sampling: SamplingConfig, timed_interleaved,
                   repeats: int):
-    """As ``tuning.autoconfig.forward_costs``, on a ``LlamaCppModel``: seconds of a decode of n
+    """As ``tuning.measure.forward_costs``, on a ``LlamaCppModel``: seconds of a decode of n
     new tokens (positions after the context, sequence 0) with every row's probability
     processing, the n cells removed after each call; the context's prefill seconds; and how
     quiet the machine was.
 
     Args:
-        timed_interleaved: ``autoconfig.timed_interleaved`` (medians of interleaved rounds).
+        timed_interleaved: ``tuning.timing.timed_interleaved`` (medians of interleaved rounds).
     Returns:
-        (seconds per n, prefill seconds, ``autoconfig.TimingQuality``).
+        (seconds per n, prefill seconds, ``tuning.timing.TimingQuality``).
     """
     model.clear()
     start = time.perf_counter()

@@ -25,7 +25,7 @@ import torch
 
 from spectr_gbv.reference.validation import check_positive_int
 
-from spectr_gbv.gpu_backend.tuning.autoconfig import median_seconds
+from spectr_gbv.gpu_backend.tuning.timing import median_seconds
 
 # (in, out) of the linear layers of one Qwen2.5-Coder-1.5B decoder layer: q, k, v, o, gate, up, down
 LAYER_SHAPES = ((1536, 1536), (1536, 256), (1536, 256), (1536, 1536), (1536, 8960), (1536, 8960), (8960, 1536))
@@ -115,7 +115,7 @@ def measure(shapes=LAYER_SHAPES, lengths=LENGTHS, repeats: int = REPEATS, seed: 
             input of matching width (random; the values do not change the cost).
         lengths: input lengths (tokens), ints ≥ 1.
         repeats: timed passes per (dtype, length), an integer ≥ 1; the median after one warm-up
-            is kept (autoconfig.median_seconds: one more pass instead where the warm-up took over a second).
+            is kept (timing.median_seconds: one more pass instead where the warm-up took over a second).
     Returns:
         DtypeProbe with seconds per pass.
     Raises:

@@ -24,7 +24,7 @@ import math
 import sys
 from dataclasses import dataclass
 
-from spectr_gbv.gpu_backend.tuning.autoconfig import RATE_TOLERANCE
+from spectr_gbv.gpu_backend.tuning.timing import RATE_TOLERANCE
 
 
 @dataclass(frozen=True)

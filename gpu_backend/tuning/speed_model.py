@@ -167,7 +167,7 @@ def expected_tokens(acc: Acceptance, K: int, L: int) -> float:
 
 @dataclass(frozen=True)
 class Costs:
-    """Measured seconds on this machine (``autoconfig.measure_costs``).
+    """Measured seconds on this machine (``tuning.measure``, combined by ``autoconfig.configure``).
 
     Attributes:
         target_n, target_s: float [M] each; a target forward over n new tokens after a cached

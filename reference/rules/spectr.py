@@ -10,8 +10,6 @@ candidate accepted: correction ∝ (q − ρ*·p)_+.  After depth L: bonus.  Los
 
 from __future__ import annotations
 
-import numpy as np
-
 from spectr_gbv.reference.kseq import rho_star
 from spectr_gbv.reference.randomness import Source
 from spectr_gbv.reference.verdict import Verdict

@@ -15,7 +15,6 @@ samples as the library does.
 
 from __future__ import annotations
 
-import os
 
 # llama-cpp-python's own sampler defaults a user gets without overriding them
 LIBRARY_DEFAULTS = dict(top_k=40, top_p=0.95, min_p=0.05, temp=0.8)

@@ -169,7 +169,6 @@ def _vllm(models: Models, *, spec=None, draft_model=False, control=None, T=None)
 def _ours(models: Models, *, backend="torch", rule="sd", K=1, L=4, planted=None, T=None):
     from spectr_gbv.gpu_backend.certify.engines.controls import planted_verifier
     from spectr_gbv.gpu_backend.certify.engines.ours import OursEngine
-    from spectr_gbv.gpu_backend.certify.engines.references import TransformersReference
 
     verifier = None
     if planted:
@@ -195,8 +194,6 @@ class _LlamaCppModelReference:
         self.model, self.T = model, float(temperature)
 
     def __call__(self, prompt_ids, tokens):
-        import numpy as np
-
         from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
         from spectr_gbv.gpu_backend.llamacpp.costs import teacher_forced_rows
 

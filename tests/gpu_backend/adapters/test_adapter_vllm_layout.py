@@ -21,8 +21,13 @@ import numpy as np
 import pytest
 import torch
 
-from spectr_gbv.gpu_backend.adapters.vllm_layout import (bonus_logits_indices, from_vllm_layout, generators_from_seeds,
-                                              parse_output, rules_in_vllm_layout, target_logits_indices)
+from spectr_gbv.gpu_backend.adapters.vllm_layout import (
+    bonus_logits_indices,
+    generators_from_seeds,
+    target_logits_indices,
+)
+from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout, parse_output
+from spectr_gbv.gpu_backend.adapters.vllm_rules import rules_in_vllm_layout
 from spectr_gbv.oracle.certify import FixedCase
 from spectr_gbv.oracle.certify_cases import case_family
 from spectr_gbv.oracle.harness import certify_verifier

@@ -1,6 +1,6 @@
 """What a real vLLM-style sampler sees through ``from_vllm_layout``, and the defects it catches.
 
-The adapter's default batches (gpu_backend/adapters/vllm_layout.py, module doc) give each
+The adapter's default batches (gpu_backend/adapters/vllm_adapter.py, module doc) give each
 certified request a temperature from the cycle 0.6, 1.0, 1.7 with logits T·log q, and
 interleave filler requests: greedy (T = 0) with 2, L+1 and 0 drafts, a 0-draft request and
 ragged sampled requests, whose outputs are checked.  Planted samplers, each certified
@@ -34,8 +34,9 @@ import numpy as np
 import pytest
 import torch
 
-from spectr_gbv.gpu_backend.adapters.vllm_layout import (FILLERS, TEMPERATURES, bonus_logits_indices,
-                                                         from_vllm_layout, rules_in_vllm_layout)
+from spectr_gbv.gpu_backend.adapters.vllm_adapter import FILLERS, TEMPERATURES, from_vllm_layout
+from spectr_gbv.gpu_backend.adapters.vllm_layout import bonus_logits_indices
+from spectr_gbv.gpu_backend.adapters.vllm_rules import rules_in_vllm_layout
 from spectr_gbv.oracle.certify import exact_verdict_law
 from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
 from spectr_gbv.oracle.harness import PROBES, boundary_probes, certify_verifier, one_hot_draft_case

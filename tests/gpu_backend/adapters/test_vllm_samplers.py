@@ -151,7 +151,7 @@ def test_certify_lossless_fails_vllm_synthetic_mode():
         warnings.simplefilter("ignore")
         from spectr_gbv.gpu_backend.adapters import vllm_shims
         vllm_shims.available()
-        from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout
+        from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout
         from spectr_gbv.gpu_backend.adapters.vllm_samplers import MRV2Sampler
         from spectr_gbv.oracle.harness import certify_lossless
         from spectr_gbv.gpu_backend.certify.vllm import SYNTHETIC_RATES
@@ -175,7 +175,7 @@ def test_boundary_probes_reach_vllm_v1_through_the_adapter():
         warnings.simplefilter("ignore")
         from spectr_gbv.gpu_backend.adapters import vllm_shims
         vllm_shims.available()
-        from spectr_gbv.gpu_backend.adapters.vllm_layout import from_vllm_layout
+        from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout
         from spectr_gbv.gpu_backend.adapters.vllm_samplers import V1Sampler
         from spectr_gbv.oracle.harness import boundary_probes
         probes = boundary_probes(from_vllm_layout(V1Sampler()), "sd", K=1)

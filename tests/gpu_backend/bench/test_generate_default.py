@@ -7,6 +7,7 @@ import pytest
 pytest.importorskip("torch")
 
 from spectr_gbv.gpu_backend.bench.generate_default import DefaultMethod  # noqa: E402
+from spectr_gbv.gpu_backend.engine import plain as plain_sampling  # noqa: E402
 from spectr_gbv.gpu_backend.engine import speculative  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.autoconfig import AutoConfig  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.speed_model import Acceptance, Costs, choose  # noqa: E402
@@ -23,19 +24,19 @@ def test_each_call_is_decided_for_its_own_lengths(monkeypatch):
     ran = []
 
     class Engine:
-        def __init__(self, target, draft, rule, K, L, sampling, eos_token_ids):
+        def __init__(self, target, draft, rule, K, L, sampling, eos_token_ids, backend=None):
             ran.append(("engine", rule, K, L, draft))
 
         def generate(self, ids, n, seed):
             ran.append(("spec", len(ids), n, seed))
             return "spec result"
 
-    def plain(target, ids, n, sampling, seed, eos):
+    def plain(target, ids, n, sampling, seed, eos, backend=None):
         ran.append(("plain", len(ids), n, seed, eos))
         return "plain result"
 
     monkeypatch.setattr(speculative, "SpeculativeEngine", Engine)
-    monkeypatch.setattr(speculative, "autoregressive_generate", plain)
+    monkeypatch.setattr(plain_sampling, "autoregressive_generate", plain)
     method = DefaultMethod(auto, "target", "draft", None, [7])
     assert method(list(range(64)), 10, 3) == "spec result"
     assert method(list(range(64)), 1, 4) == "plain result"

@@ -25,6 +25,7 @@ torch = pytest.importorskip("torch")
 from spectr_gbv.cli import main as cli_main  # noqa: E402
 from spectr_gbv.cli import certify as certify_cli
 from spectr_gbv.gpu_backend.certify import engine as ec
+from spectr_gbv.gpu_backend.certify import engine_runs as er
 from spectr_gbv.oracle.certify import exact_verdict_law  # noqa: E402
 from spectr_gbv.oracle.certify_cases import fixed_case, toy_models  # noqa: E402
 from spectr_gbv.reference.rules import get_rule, registry  # noqa: E402
@@ -46,7 +47,7 @@ def test_tau_law_is_the_tau_marginal_of_the_exact_law(rule):
     want = np.zeros(4)
     for (tau, _, _), pr in full.items():
         want[tau] += pr
-    got = ec.tau_law(rule, case.draft_tokens, case.draft_probs, case.target_probs)
+    got = er.tau_law(rule, case.draft_tokens, case.draft_probs, case.target_probs)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     assert got.shape == (4,) and got.dtype == np.float64
 
@@ -136,7 +137,7 @@ def test_first_token_law_is_the_engines_processing(tiny):
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 
     target, draft, ids, _ = tiny
-    law = ec.target_first_token_law(target, ids, SamplingConfig(1.0))
+    law = er.target_first_token_law(target, ids, SamplingConfig(1.0))
     assert law.dtype == np.float64 and abs(law.sum() - 1) < 1e-12
     records = []
     SpeculativeEngine(target, draft, rule="sd", K=1, L=2, sampling=SamplingConfig(1.0),

@@ -26,6 +26,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.certify import engine as ec  # noqa: E402
+from spectr_gbv.gpu_backend.certify import engine_runs as er  # noqa: E402
+from spectr_gbv.gpu_backend.models.pair import ModelPair  # noqa: E402
 from spectr_gbv.gpu_backend.certify import planted_laws, suite  # noqa: E402
 from spectr_gbv.gpu_backend.certify import verifiers as vc  # noqa: E402
 from spectr_gbv.oracle.stats import detectable_tv, gtest, paired_mean_power  # noqa: E402
@@ -113,7 +115,7 @@ def _fake_runs(name, n, shift, K=1, L=4, per_run=4):
     moved = base.copy()
     moved[0] -= shift
     moved[L] += shift
-    runs = ec.Runs(name, "gbv", K, L)
+    runs = er.Runs(name, "gbv", K, L)
     for _ in range(n):
         runs.first_tokens.append(1)
         for _ in range(per_run):
@@ -164,9 +166,9 @@ def test_run_rule_logs_every_log_seconds(monkeypatch):
     torch.set_num_threads(1)
     target = random_lm(1)
     draft = perturbed(target, 2)
-    monkeypatch.setattr(ec, "LOG_SECONDS", 0.0)  # every run is "30 s" after the last line
+    monkeypatch.setattr(er, "LOG_SECONDS", 0.0)  # every run is "30 s" after the last line
     lines = []
-    runs = ec.run_rule(target, draft, "planted_gbv_first_failure", PROMPT, 3, 6, SamplingConfig(1.0),
+    runs = er.run_rule(target, draft, "planted_gbv_first_failure", PROMPT, 3, 6, SamplingConfig(1.0),
                        SamplingConfig(1.5), log=lines.append)
     assert [x.split(":")[1].strip().split(" ")[0] for x in lines] == ["1/3", "2/3", "3/3"]
     assert len(runs.planted_laws) == len(runs.laws) == len(runs.taus) >= 3
@@ -185,7 +187,7 @@ def test_certify_engine_cli_prints_progress_without_a_terminal(monkeypatch, caps
         progress(row)
         return ec.EngineCertification([row], "setup")
 
-    monkeypatch.setattr(ec, "load_pair", lambda *a, **k: (None, None, None, frozenset()))
+    monkeypatch.setattr(ec, "certification_pair", lambda *a, **k: ModelPair(None, None, None))
     monkeypatch.setattr(prompts, "encode_prompt", lambda tok, text, chat=True: [1, 2])
     monkeypatch.setattr(ec, "certify_engine", fake_certify)
     assert cli_main.main(["certify", "--engine", "--rules", "gbv"]) == 0

@@ -18,6 +18,8 @@ import numpy as np
 import pytest
 
 from spectr_gbv.gpu_backend.certify import engine as ec
+from spectr_gbv.gpu_backend.certify import engine_power as ep
+from spectr_gbv.gpu_backend.certify import engine_runs as er
 from spectr_gbv.gpu_backend.certify.planted_laws import planted_tau_law
 from spectr_gbv.oracle.certify_cases import coverage_models, fixed_case
 from spectr_gbv.oracle.stats import paired_mean_power
@@ -28,7 +30,7 @@ A3 = 1e-3 / 3  # the engine row's α/3
 def test_runs_for_power_is_the_smallest_n_reaching_099():
     # 10 runs gave 40 iterations: shift 0.2, null variance 2, alternative variance 1.8 each
     S, V0, V1 = 0.2 * 40, 2.0 * 40, 1.8 * 40
-    n = ec.runs_for_power(S, V0, V1, 10, A3)
+    n = ep.runs_for_power(S, V0, V1, 10, A3)
 
     def power(runs):
         f = runs / 10
@@ -40,10 +42,10 @@ def test_runs_for_power_is_the_smallest_n_reaching_099():
     f = ((z_a * math.sqrt(V0) + z_p * math.sqrt(V1)) / S) ** 2
     assert abs(n - 10 * f) <= 2
     assert n == 420
-    assert ec.runs_for_power(S * 10, V0, V1, 10, A3) == 10  # already reached
-    assert ec.runs_for_power(0.0, V0, V1, 10, A3) == 0  # no shift: no N reaches it
+    assert ep.runs_for_power(S * 10, V0, V1, 10, A3) == 10  # already reached
+    assert ep.runs_for_power(0.0, V0, V1, 10, A3) == 0  # no shift: no N reaches it
     with pytest.raises(ValueError):
-        ec.runs_for_power(S, 0.0, V1, 10, A3)
+        ep.runs_for_power(S, 0.0, V1, 10, A3)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +55,10 @@ def toy_rows():
     return case.draft_tokens, case.draft_probs, case.target_probs
 
 
-def _runs(rows, n_runs: int, per_run: int) -> ec.Runs:
-    base = ec.tau_law("gbv", *rows)
+def _runs(rows, n_runs: int, per_run: int) -> er.Runs:
+    base = er.tau_law("gbv", *rows)
     defect = planted_tau_law("planted_gbv_first_failure", *rows)
-    runs = ec.Runs("gbv", "gbv", 1, 4)
+    runs = er.Runs("gbv", "gbv", 1, 4)
     runs.defect_laws["planted_gbv_first_failure"] = []
     for _ in range(n_runs):
         runs.first_tokens.append(0)
@@ -69,14 +71,14 @@ def _runs(rows, n_runs: int, per_run: int) -> ec.Runs:
 
 
 def test_defect_power_on_exact_toy_laws(toy_rows):
-    base = ec.tau_law("gbv", *toy_rows)
+    base = er.tau_law("gbv", *toy_rows)
     defect = planted_tau_law("planted_gbv_first_failure", *toy_rows)
     t = np.arange(5)
     m0, m1 = base @ t, defect @ t
     v0, v1 = base @ t**2 - m0**2, defect @ t**2 - m1**2
     assert m1 < m0 - 0.05  # stopping at the first failure shortens τ
     runs = _runs(toy_rows, 3, 4)  # 12 iterations
-    d = ec.defect_power(runs, "planted_gbv_first_failure", A3, 2.5)
+    d = ep.defect_power(runs, "planted_gbv_first_failure", A3, 2.5)
     assert d.iterations == 12 and d.n == 3 and (d.K, d.L) == (1, 4)
     assert d.shift == pytest.approx(m1 - m0, abs=1e-12)
     assert d.tv == pytest.approx(0.5 * np.abs(defect - base).sum(), abs=1e-12)
@@ -90,17 +92,17 @@ def test_defect_power_on_exact_toy_laws(toy_rows):
     text = d.sentence()
     assert "BELOW 0.99" in text and f"N = {d.n_needed} runs would reach it" in text and "2.5 s per run" in text
     # with enough runs the row states ≥ 0.99 and needs no more
-    big = ec.defect_power(_runs(toy_rows, d.n_needed, 4), "planted_gbv_first_failure", A3)
+    big = ep.defect_power(_runs(toy_rows, d.n_needed, 4), "planted_gbv_first_failure", A3)
     assert big.power >= 0.99 and big.n_needed == d.n_needed and big.sentence().endswith("≥ 0.99")
-    assert ec.defect_power(runs, "planted_bv_first_failure", A3) is None  # no laws of it
+    assert ep.defect_power(runs, "planted_bv_first_failure", A3) is None  # no laws of it
 
 
 def test_row_defects_are_the_rules_planted_defects_with_a_law():
-    assert ec.row_defects("gbv") == ("planted_gbv_first_failure",)
-    assert ec.row_defects("bv") == ("planted_bv_shared_uniform", "planted_bv_first_failure")
-    assert ec.row_defects("spectr") == ("planted_spectr_rho1",)
-    assert ec.row_defects("mdbv_kseq") == ()  # its fallback defect has no exact law
-    assert ec.row_defects("planted_gbv_first_failure") == ()
+    assert er.row_defects("gbv") == ("planted_gbv_first_failure",)
+    assert er.row_defects("bv") == ("planted_bv_shared_uniform", "planted_bv_first_failure")
+    assert er.row_defects("spectr") == ("planted_spectr_rho1",)
+    assert er.row_defects("mdbv_kseq") == ()  # its fallback defect has no exact law
+    assert er.row_defects("planted_gbv_first_failure") == ()
 
 
 def test_certify_engine_rows_state_their_power(monkeypatch, toy_rows):
@@ -143,7 +145,7 @@ def test_run_rule_records_the_defect_laws_of_a_lossless_row():
     torch.set_num_threads(1)
     target = random_lm(1)
     draft = perturbed(target, 2)
-    runs = ec.run_rule(target, draft, "bv", PROMPT, 2, 6, SamplingConfig(1.0), SamplingConfig(1.5))
+    runs = er.run_rule(target, draft, "bv", PROMPT, 2, 6, SamplingConfig(1.0), SamplingConfig(1.5))
     assert sorted(runs.defect_laws) == ["planted_bv_first_failure", "planted_bv_shared_uniform"]
     for laws in runs.defect_laws.values():
         assert len(laws) == len(runs.laws) == len(runs.taus) >= 2

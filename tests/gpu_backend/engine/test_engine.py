@@ -12,11 +12,8 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.engine import kv
-from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
-    SpeculativeEngine,
-    autoregressive_generate,
-    load_verifier,
-)
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, load_verifier  # noqa: E402
+from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
 from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
 from spectr_gbv.reference.rules import registry

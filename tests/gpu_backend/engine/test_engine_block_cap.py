@@ -65,17 +65,19 @@ def test_defaults_and_bad_values(models):
         SpeculativeEngine(target, draft, rule="spectr", K=2, L=4, cap_blocks=1)
 
 
-def test_buffers_and_window_check_use_the_first_block_not_L(models):
+def test_buffers_and_window_check_use_the_first_block_not_L(models, monkeypatch):
     """L = 10,000 with 6 tokens wanted: the draft buffers hold the first block's 5 positions, and
     a model whose window L would outgrow is accepted (K·L + the context never reach it)."""
     target, draft = models
     engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=10_000, sampling=SamplingConfig(0.9))
     result, records = run_recorded(engine, 6, seed=1)
     assert result.new_tokens == 6 and records[0].draft_tokens.shape == (1, 5)
-    engine._windows = [("target", 64)]  # as a sliding-window model of 64 positions would set it
+    from spectr_gbv.gpu_backend.engine import torch_backend
+
+    # the target as a sliding-window model of 64 positions (the torch backend's check_length)
+    monkeypatch.setattr(torch_backend, "sliding_window_limit", lambda config: 64 if config is target.config else None)
     assert engine.generate(PROMPT, 6, seed=1).tokens == result.tokens
     uncapped = SpeculativeEngine(target, draft, rule="sd", K=1, L=10_000, sampling=SamplingConfig(0.9),
                                  cap_blocks=False)
-    uncapped._windows = [("target", 64)]
     with pytest.raises(ValueError, match=r"sliding window \(64\) is too short"):
         uncapped.generate(PROMPT, 6, seed=1)

@@ -14,10 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
-    SpeculativeEngine,
-    autoregressive_generate,
-)
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
+from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.gpu_backend.models.eos import eos_token_ids  # noqa: E402
 from spectr_gbv.gpu_backend.models.prompts import encode_prompt  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402

@@ -13,12 +13,10 @@ transformers = pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.engine import kv
 from spectr_gbv.gpu_backend.bench.assisted import assisted_generate  # noqa: E402
-from spectr_gbv.gpu_backend.engine.speculative import (  # noqa: E402
-    NonFiniteError,
-    SpeculativeEngine,
-    autoregressive_generate,
-    generator_seed,
-)
+from spectr_gbv.gpu_backend.engine.inputs import NonFiniteError  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
+from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
+from spectr_gbv.reference.seeds import generator_seed  # noqa: E402
 from spectr_gbv.gpu_backend.engine.torch_backend import check_model  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
 

@@ -118,7 +118,8 @@ def test_greedy_speculative_equals_greedy_autoregressive(models, rule, K):
     """Every rule, greedy draft and target: the tokens of greedy plain decoding, token for
     token; each iteration's τ is the explicit argmax match, its drafts one chain; the seed
     changes nothing."""
-    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
 
     target, draft = models
     ar = autoregressive_generate(target, PROMPT, 20, GREEDY)
@@ -135,8 +136,9 @@ def test_greedy_speculative_equals_greedy_autoregressive(models, rule, K):
 @pytest.mark.models
 @pytest.mark.parametrize("rule,K", [("sd", 1), ("spectr", 2), ("bv", 1), ("kseq_bv", 2)])
 def test_greedy_speculative_equals_greedy_autoregressive_on_smollm2(rule, K):
-    from spectr_gbv.gpu_backend.engine.speculative import (SpeculativeEngine, autoregressive_generate,
-                                                           eos_token_ids)
+    from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
+    from spectr_gbv.gpu_backend.models.eos import eos_token_ids
+    from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt
     from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 

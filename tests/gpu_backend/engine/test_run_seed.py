@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
-from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, autoregressive_generate  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
+from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.reference import seeds  # noqa: E402
 from test_engine import PROMPT, models, one_thread  # noqa: E402,F401
 
@@ -57,7 +58,7 @@ def test_autoregressive_unseeded_runs_differ_and_replay(models):
 def test_cli_generate_seed_defaults_to_none_and_is_printed(capsys):
     from spectr_gbv.cli import main as cli_main
     from spectr_gbv.cli.generate import _print_metrics
-    from spectr_gbv.gpu_backend.engine.speculative import GenerationResult
+    from spectr_gbv.gpu_backend.engine.result import GenerationResult
 
     parser = cli_main.build_parser()
     assert parser.parse_args(["generate", "--prompt", "hi"]).seed is None

@@ -72,7 +72,8 @@ def test_bench_sweep_check_gives_the_same_message():
 
 def test_vllm_layout_adapter_gives_the_same_message():
     """At T = 1e-40 the adapter's softmax(logits / T) was NaN; now the request is refused."""
-    from spectr_gbv.gpu_backend.adapters.vllm_layout import check_layout, from_vllm_layout
+    from spectr_gbv.gpu_backend.adapters.vllm_layout import check_layout
+    from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout
 
     logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0], [1.0, 1.0, 0.0]])
     ids = torch.tensor([0])

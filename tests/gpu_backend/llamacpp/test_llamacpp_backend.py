@@ -18,8 +18,9 @@ import torch
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install.sh installs it)")
 
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
-from spectr_gbv.gpu_backend.engine.speculative import (NonFiniteError, SpeculativeEngine,  # noqa: E402
-                                                       autoregressive_generate)
+from spectr_gbv.gpu_backend.engine.inputs import NonFiniteError  # noqa: E402
+from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
+from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.gpu_backend.llamacpp.model import Feed, LlamaCppModel  # noqa: E402
 from spectr_gbv.gpu_backend.llamacpp.backend import check_llamacpp_pair  # noqa: E402
 from spectr_gbv.gpu_backend.llamacpp.pair import load_llamacpp_pair  # noqa: E402
@@ -120,7 +121,7 @@ def test_plain_sampling_is_seeded_and_matches_the_rows(pair):
     a = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11, backend=pair.backend)
     b = autoregressive_generate(pair.target, PROMPT, 8, s, seed=11, backend=pair.backend)
     assert a.tokens == b.tokens and len(a.tokens) == 8
-    from spectr_gbv.gpu_backend.engine.speculative import seeded_generator
+    from spectr_gbv.gpu_backend.engine.inputs import seeded_generator
 
     from spectr_gbv.gpu_backend.engine.sampling import inverse_cdf_rows
 

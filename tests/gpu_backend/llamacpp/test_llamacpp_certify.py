@@ -17,6 +17,7 @@ pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scri
 
 from spectr_gbv.cli import main as cli_main  # noqa: E402
 from spectr_gbv.gpu_backend.certify import engine as ec  # noqa: E402
+from spectr_gbv.gpu_backend.certify import engine_runs as er  # noqa: E402
 from spectr_gbv.gpu_backend.llamacpp.backend import LLAMACPP  # noqa: E402
 
 pytestmark = pytest.mark.models
@@ -30,7 +31,7 @@ def tiny():
         pytest.skip(str(err))
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt
 
-    assert target is not draft  # two contexts
+    assert pair.target is not pair.draft  # two contexts
     return pair.target, pair.draft, encode_prompt(pair.tokenizer, ec.DEFAULT_PROMPT, chat=False), pair.eos
 
 
@@ -56,7 +57,7 @@ def test_first_token_law_is_llamacpps_uncached_row(tiny):
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
     target, draft, ids, _ = tiny
-    law = ec.target_first_token_law(target, ids, SamplingConfig(1.0), LLAMACPP)
+    law = er.target_first_token_law(target, ids, SamplingConfig(1.0), LLAMACPP)
     assert law.dtype == np.float64 and abs(law.sum() - 1) < 1e-12 and law.shape == (49_152,)
     records = []
     SpeculativeEngine(target, draft, rule="sd", K=1, L=2, sampling=SamplingConfig(1.0),

@@ -12,7 +12,8 @@ pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.tuning import autoconfig
 from spectr_gbv.gpu_backend.tuning import cache as tuning_cache
-from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, acceptance_from_rows, configure  # noqa: E402
+from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure  # noqa: E402
+from spectr_gbv.gpu_backend.tuning.measure import acceptance_from_rows  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.machine import auto_dtype, cpu_flags, describe_flags, native_bf16  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, Acceptance, choose, expected_tokens  # noqa: E402

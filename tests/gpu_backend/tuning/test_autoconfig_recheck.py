@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.tuning import autoconfig  # noqa: E402
 from spectr_gbv.gpu_backend.tuning import cache as tuning_cache  # noqa: E402
-from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, TimingQuality, configure, timed_interleaved  # noqa: E402
+from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure  # noqa: E402
+from spectr_gbv.gpu_backend.tuning.timing import TimingQuality, timed_interleaved  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.recheck import compare, decode_tokens_per_iteration, recheck  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.shape import ShapeChoice  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.speed_model import iteration_seconds  # noqa: E402
