@@ -65,6 +65,7 @@ from spectr_gbv.reference.validation import check_iteration_inputs
 from spectr_gbv.oracle.coarsen import COARSE_BINS, coarse_gtest, coarse_power
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from spectr_gbv.oracle.identity import IdentityPower, identity_power, identity_test
+from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.seed_contract import (REPLAY_ROWS, UNKNOWN_LAW_ROWS, SeedCheck, check_seed_contract,
                                              collision_probability, rows_needed)
 from spectr_gbv.oracle.seeding import CaseSeeds
@@ -295,9 +296,7 @@ class CaseResult:
 
     @property
     def verdict(self) -> str:
-        if self.expect_pass:
-            return "PASS" if self.passed else "FAIL"
-        return "CAUGHT" if not self.passed else "MISSED"
+        return verdict_word(self.passed, self.expect_pass)
 
     @property
     def ok(self) -> bool:

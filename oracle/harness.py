@@ -39,7 +39,7 @@ from spectr_gbv.reference.rules import registry
 from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
 from spectr_gbv.oracle.certify_cases import FAMILIES, FamilyNotApplicable, case_family, one_hot_draft_case  # noqa: F401 (one_hot_draft_case: public here)
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
-from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, ModelPair, certify_lossless  # noqa: F401 (re-exported)
+from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, ToyPair, certify_lossless  # noqa: F401 (re-exported)
 
 
 @dataclass

@@ -88,13 +88,14 @@ from typing import Callable
 import numpy as np
 from scipy import stats as scipy_stats
 
+from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.certify import (renormalise_rows, counts_from_samples, empirical_tv,
                                        round_to_dtype, worst_cells)
 from spectr_gbv.oracle.seed_contract import lossless_seed_checks, seed_table
 from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.defaults import DEFAULT_SAMPLES
-from spectr_gbv.oracle.lossless_pairs import ENGINE_MAX_L, ModelPair, default_pairs
+from spectr_gbv.oracle.lossless_pairs import ENGINE_MAX_L, ToyPair, default_pairs
 from spectr_gbv.oracle.stats import detectable_tv, gtest, mean_ci
 from spectr_gbv.reference.contract import MODIFICATION_KINDS, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
@@ -102,7 +103,7 @@ from spectr_gbv.reference.models import ToyModel
 from spectr_gbv.reference.validation import check_positive_int
 from spectr_gbv.reference.verdict import Modification, Verdict
 
-__all__ = ["ModelPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
+__all__ = ["ToyPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
            "default_pairs", "lossless_ceiling", "position_test_name", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES",
            "MAX_JOINT_CELLS", "ENGINE_MAX_L", "DRAFTING", "MIN_KEY_EXPECTED"]
 
@@ -291,7 +292,7 @@ class LosslessCaseResult:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return verdict_word(self.passed)
 
     def test(self, name: str) -> LosslessTest:
         """The test named ``name`` (``TESTS``).  Raises KeyError when it did not run."""
@@ -369,7 +370,7 @@ class _PrefixTables:
     rounded to the dtype.  Tables are built on first use and concatenated, so a batch gathers
     its rows by global block index.  Rows under a carried modification are ``_Carrier``'s."""
 
-    def __init__(self, pair: ModelPair, L: int, dtype: str):
+    def __init__(self, pair: ToyPair, L: int, dtype: str):
         self.dec = Decoder(pair.draft, pair.target, 1, L)
         self.law_draft, self.law_target = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         self.L, self.V, self.dtype = L, pair.V, dtype
@@ -435,7 +436,7 @@ class _PrefixTables:
 
 
 @functools.lru_cache(maxsize=16)
-def _tables(pair: ModelPair, L: int, dtype: str) -> _PrefixTables:
+def _tables(pair: ToyPair, L: int, dtype: str) -> _PrefixTables:
     return _PrefixTables(pair, L, dtype)
 
 
@@ -782,8 +783,8 @@ def _table_bytes(V: int, L: int) -> int:
     return 2 * contexts * V ** L * 8 * ((2 * L + 1) * V + L)
 
 
-def _pairs(models, K: int, L: int) -> list[tuple[ModelPair, int]]:
-    """(pair, the L it runs at) for every pair that runs at K: ``ModelPair.run_L``, pairs with
+def _pairs(models, K: int, L: int) -> list[tuple[ToyPair, int]]:
+    """(pair, the L it runs at) for every pair that runs at K: ``ToyPair.run_L``, pairs with
     ``min_K`` > K left out.
 
     Raises:
@@ -793,17 +794,17 @@ def _pairs(models, K: int, L: int) -> list[tuple[ModelPair, int]]:
     if models is None:
         pairs = list(default_pairs())
     else:
-        if isinstance(models, ModelPair) or (isinstance(models, tuple) and len(models) == 2 and all(
+        if isinstance(models, ToyPair) or (isinstance(models, tuple) and len(models) == 2 and all(
                 isinstance(m, ToyModel) for m in models)):
             models = [models]
         pairs = []
         for j, m in enumerate(models):
-            if isinstance(m, ModelPair):
+            if isinstance(m, ToyPair):
                 pairs.append(m)
             elif isinstance(m, (tuple, list)) and len(m) == 2 and all(isinstance(x, ToyModel) for x in m):
-                pairs.append(ModelPair(f"pair {j}", m[0], m[1]))
+                pairs.append(ToyPair(f"pair {j}", m[0], m[1]))
             else:
-                raise ValueError(f"models must hold ModelPair objects or (draft, target) pairs of ToyModels, "
+                raise ValueError(f"models must hold ToyPair objects or (draft, target) pairs of ToyModels, "
                                  f"got {type(m).__name__} at index {j}")
         if not pairs:
             raise ValueError("models is empty: nothing to certify (a run with no pair would pass vacuously)")
@@ -841,7 +842,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         K: drafts per call (1 for a single-draft verifier), integer ≥ 1.
         L: block length, integer ≥ 1.
         models: None for ``default_pairs()`` (oracle/lossless_pairs.py: 7 pairs at K = 1, 8 at
-            K ≥ 2), or a sequence of ``ModelPair`` / (draft, target) ToyModel pairs (each run
+            K ≥ 2), or a sequence of ``ToyPair`` / (draft, target) ToyModel pairs (each run
             at min(L, its max_L) when K ≥ its min_K; toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
             block after every context of ≤ L tokens within ``MAX_TABLE_BYTES`` = 1 GiB, e.g.
             V = 8 at L = 3, V = 5 at L = 4).

@@ -33,7 +33,7 @@ import numpy as np
 
 from spectr_gbv.reference.models import ContextFree, Mixture, Prefix, RandomModel, ToyModel
 
-__all__ = ["ModelPair", "OneHot", "ZeroOnDraftMode", "default_pairs", "ENGINE_MAX_L"]
+__all__ = ["ToyPair", "OneHot", "ZeroOnDraftMode", "default_pairs", "ENGINE_MAX_L"]
 
 # The largest L the engine's automatic configuration can choose:
 # gpu_backend.engine.defaults.L_CANDIDATES[-1] (not imported: oracle/ stays torch-free and
@@ -44,7 +44,7 @@ MARKOV_ORDER = 3
 
 
 @dataclass(frozen=True, eq=False)
-class ModelPair:
+class ToyPair:
     """A (draft, target) pair of toy models on one vocabulary.
 
     Attributes:
@@ -71,7 +71,7 @@ class ModelPair:
             if value is None and allow_none:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"ModelPair {self.name!r}: {field_name} must be an integer >= 1"
+                raise ValueError(f"ToyPair {self.name!r}: {field_name} must be an integer >= 1"
                                  f"{' or None' if allow_none else ''}, got {value!r}")
 
     @property
@@ -133,7 +133,7 @@ class ZeroOnDraftMode(ToyModel):
         return f"ZeroOnDraftMode({self.base!r}, mode of {self.draft!r})"
 
 
-def _zeros() -> ModelPair:
+def _zeros() -> ToyPair:
     """"zeros", V = 4, prefix-dependent: draft RandomModel(4, 600, 1.0); target
     RandomModel(4, 601, 1.0) with probability 0 on the draft's most likely token after every
     prefix (``ZeroOnDraftMode``).  Sees: a verifier that accepts a draft token of target
@@ -142,22 +142,22 @@ def _zeros() -> ModelPair:
     outright (p = 0).  The built-in pairs before it had no zeros.  L ≤ 2 (``max_L``): the
     defect shows at the first token, and its global OT at K = 2 stays small."""
     draft = RandomModel(4, 600, 1.0)
-    return ModelPair("zeros", draft, ZeroOnDraftMode(RandomModel(4, 601, 1.0), draft), max_L=2,
+    return ToyPair("zeros", draft, ZeroOnDraftMode(RandomModel(4, 601, 1.0), draft), max_L=2,
                      sees="draft tokens of target probability 0")
 
 
-def _one_hot() -> ModelPair:
+def _one_hot() -> ToyPair:
     """"one-hot", V = 4, prefix-dependent: the draft is greedy (``OneHot``) on a 50 % mixture
     of the target RandomModel(4, 610, 1.0) with RandomModel(4, 611, 1.0); every draft row is an
     indicator, so the K drafts of a call are equal.  Sees: a verifier whose one-hot path (the
     rows n-gram, prompt-lookup and greedy drafters send) differs from its general path, e.g. a
     correction drawn from q instead of (q − p)+ = q without the drafted token."""
     target = RandomModel(4, 610, 1.0)
-    return ModelPair("one-hot", OneHot(Mixture(target, RandomModel(4, 611, 1.0), 0.5)), target, max_L=4,
+    return ToyPair("one-hot", OneHot(Mixture(target, RandomModel(4, 611, 1.0), 0.5)), target, max_L=4,
                      sees="one-hot draft rows (greedy, n-gram, prompt-lookup drafters)")
 
 
-def _wide() -> ModelPair:
+def _wide() -> ToyPair:
     """"wide", V = 64, run at L = 1 whatever L is asked (``max_L`` = 1: at L = 1 the joint law
     of the first 2 tokens has 4,096 cells; at L = 2 it would have 262,144): target
     RandomModel(64, 700, 5.0) (flat rows), draft RandomModel(64, 701, 0.1) (peaked: a correction
@@ -165,11 +165,11 @@ def _wide() -> ModelPair:
     truncated to the top k tokens (k = 20 or 40, common sampler defaults) — identical to the
     exact draws whenever V ≤ k, so no pair with V ≤ 5 can see it; here the first token's law
     moves by TV 0.30 (k = 20) and 0.062 (k = 40) (exact; tests/oracle/test_lossless_pairs.py)."""
-    return ModelPair("wide", RandomModel(64, 701, 0.1), RandomModel(64, 700, 5.0), max_L=1,
+    return ToyPair("wide", RandomModel(64, 701, 0.1), RandomModel(64, 700, 5.0), max_L=1,
                      sees="correction/bonus draws truncated to the top k (V = 64 > k = 20, 40)")
 
 
-def _deep() -> ModelPair:
+def _deep() -> ToyPair:
     """"deep", V = 2, run at L up to ``ENGINE_MAX_L`` = 8 (the largest L ``generate``'s
     automatic configuration chooses): target RandomModel(2, 620, 1.0), draft a 30 % mixture of
     it with RandomModel(2, 621, 1.0), both tabulated as Markov models of order
@@ -183,11 +183,11 @@ def _deep() -> ModelPair:
     the emitted prefix, d = 1..L)."""
     target = RandomModel(2, 620, 1.0).to_table(MARKOV_ORDER + 1)
     other = RandomModel(2, 621, 1.0).to_table(MARKOV_ORDER + 1)
-    return ModelPair("deep", Mixture(target, other, 0.3), target, max_L=ENGINE_MAX_L,
+    return ToyPair("deep", Mixture(target, other, 0.3), target, max_L=ENGINE_MAX_L,
                      sees=f"defects at draft depth >= 3, L up to {ENGINE_MAX_L}")
 
 
-def _multi() -> ModelPair:
+def _multi() -> ToyPair:
     """"multi", V = 4, prefix-dependent, for K ≥ 2 only (``min_K`` = 2): draft
     RandomModel(4, 642, 0.3) (peaked rows: two i.i.d. drafts often repeat their first token),
     target RandomModel(4, 1642, 0.5).  Chosen by exact computation over seeds and
@@ -197,12 +197,12 @@ def _multi() -> ModelPair:
     replacement, Jeon et al. 2024), run on i.i.d. drafts, emits a first token whose law is off
     by TV 0.66 (on "toy", "prefix" and "far": 0, 0 and 0.0008).  L ≤ 3: the global OT's LP
     at K = 2 stays small (64 draft blocks)."""
-    return ModelPair("multi", RandomModel(4, 642, 0.3), RandomModel(4, 1642, 0.5), max_L=3, min_K=2,
+    return ToyPair("multi", RandomModel(4, 642, 0.3), RandomModel(4, 1642, 0.5), max_L=3, min_K=2,
                      sees="the second draft's branch (rules for drafts without replacement)")
 
 
 @functools.lru_cache(maxsize=1)
-def default_pairs() -> tuple[ModelPair, ...]:
+def default_pairs() -> tuple[ToyPair, ...]:
     """The built-in pairs (one instance per process, so the models' row caches are shared), in
     this order (module table; each pair's own doc says what it sees):
 
@@ -219,10 +219,10 @@ def default_pairs() -> tuple[ModelPair, ...]:
     from spectr_gbv.oracle.certify_cases import toy_models
 
     prefix_draft, prefix_target = toy_models(3, 100)
-    return (ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), max_L=ENGINE_MAX_L,
+    return (ToyPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]), max_L=ENGINE_MAX_L,
                       sees="the released SpecTr-GBV's first-token law (docs/toy.md)"),
-            ModelPair("prefix", prefix_draft, prefix_target, max_L=4,
+            ToyPair("prefix", prefix_draft, prefix_target, max_L=4,
                       sees="prefix-dependent rows, long acceptances"),
-            ModelPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5), max_L=3,
+            ToyPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5), max_L=3,
                       sees="peaked rows, a draft far from the target"),
             _zeros(), _one_hot(), _wide(), _deep(), _multi())

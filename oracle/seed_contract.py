@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.reference.contract import to_numpy
 from spectr_gbv.oracle.seeding import CaseSeeds
 
@@ -77,7 +78,7 @@ class SeedCheck:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return verdict_word(self.passed)
 
     def to_json(self) -> dict:
         d = asdict(self)

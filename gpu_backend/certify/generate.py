@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from spectr_gbv.oracle.acceptance_test import AcceptanceTestResult, acceptance_test
+from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.sequence_test import SequenceTestResult, sequence_test
 
 DEFAULT_ALPHA = 1e-3
@@ -85,7 +86,7 @@ class GenerateCertificate:
 
     @property
     def verdict(self) -> str:
-        return "PASS" if self.passed else "FAIL"
+        return verdict_word(self.passed)
 
     def worst(self):
         """The row with the smallest p-value."""

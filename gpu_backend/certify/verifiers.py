@@ -17,6 +17,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from spectr_gbv.oracle.outcome import verdict_word
+
 FULL_N = 200_000
 # The full run's V = 4,096 rows take more: at 2·10^5 their joint G-test pools 0.4-5.5 % of the
 # mass and states δ = 0.025-0.082; at these N every lossless rule's V = 4,096 case states
@@ -105,9 +107,9 @@ class Row:
     def verdict(self) -> str:
         if self.error is not None:
             return "ERROR"
-        if self.expect_pass:
-            return ("PASS" if self.informative else "VACUOUS") if self.passed else "FAIL"
-        return "CAUGHT" if not self.passed else "MISSED"
+        if self.expect_pass and self.passed and not self.informative:
+            return "VACUOUS"
+        return verdict_word(self.passed, self.expect_pass)
 
     def to_json(self) -> dict:
         def num(x):

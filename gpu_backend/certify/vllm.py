@@ -44,6 +44,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 
+from spectr_gbv.oracle.outcome import verdict_word
+
 CPU_N = 2_000  # per case on a CPU (interpreted kernels); the detectable δ of each row says what it resolves
 GPU_N = 20_000
 NATIVE_N = 20_000  # per case through vLLM's C++ CPU kernels (about 1 ms per call)
@@ -124,9 +126,7 @@ class Row:
 
     @property
     def verdict(self) -> str:
-        if self.expect_pass:
-            return "PASS" if self.passed else "FAIL"
-        return "CAUGHT" if not self.passed else "MISSED"
+        return verdict_word(self.passed, self.expect_pass)
 
     @property
     def ok(self) -> bool:

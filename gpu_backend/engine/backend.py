@@ -25,7 +25,7 @@ import torch
 
 from spectr_gbv.reference.draft_stopping import ConfidenceStop, decision
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, sampleable
 from spectr_gbv.gpu_backend.engine.tree import DraftTree
 
 
@@ -102,6 +102,39 @@ class Layout:
         caches and update ``state.d_len``.  Call it before the iteration's emitted tokens are
         appended to ``state.context``."""
         raise NotImplementedError
+
+    def draw(self, rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """One draft token per row of ``rows`` float32 [R, V] (sampleable) → int64 [R], from the
+        run's generator (the backend's own sampler, ``Backend.draw``'s law)."""
+        raise NotImplementedError
+
+    def grow_tree(self, state: DraftState, tree: DraftTree, depth_rows) -> list[int]:
+        """Depths 2..S of the K drafts as a token tree (S = L unless the stopping policy or
+        ``state.limit`` ends them; sets ``state.S``), the first depth already drawn into
+        ``state.draft_tokens[:, 0]``.  Each depth: ``depth_rows(i, new, first, last)`` feeds the
+        draft the ``new`` node tokens of depth i (node ids first..last−1) and returns their
+        processed rows float32 [last − first, V]; each draft's row is the one of its node, its
+        finite flag is recorded and its token drawn (``draw``).
+
+        Returns:
+            every node's token in creation order (the tree's nodes).
+        """
+        tokens, probs = state.draft_tokens, state.draft_probs
+        new, nodes = tree.add_depth(tokens[:, 0].tolist())
+        node_tokens = list(new)
+        state.S = 1
+        while state.S < self._most(state) and not self._stops(state, state.S - 1):
+            i = state.S
+            state.S += 1
+            first, last = tree.depth_start[i - 1], tree.depth_start[i]
+            rows = depth_rows(i, new, first, last)
+            probs[:, i] = rows[torch.tensor(nodes, device=rows.device) - first]
+            ok = finite_rows(probs[:, i])
+            state.draft_ok[:, i] = ok
+            tokens[:, i] = self.draw(sampleable(probs[:, i], ok), state.gen)
+            new, nodes = tree.add_depth(tokens[:, i].tolist())
+            node_tokens += new
+        return node_tokens
 
     def _most(self, state: DraftState) -> int:
         """The block length this iteration drafts up to: L, or ``state.limit`` when smaller."""

@@ -54,6 +54,9 @@ class TorchLayout(Layout):
         super().__init__(*args)
         self.V = vocab_size(self.target)
 
+    def draw(self, rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        return sample_rows(rows, gen)
+
     def start(self, ids: torch.Tensor, gen: torch.Generator, L: int) -> DraftState:
         K, V, dev = self.K, self.V, self.device
         state = DraftState(new_cache(self.target), new_cache(self.draft), ids.tolist(), gen,
@@ -131,30 +134,18 @@ class PackedLayout(TorchLayout):
         return self._score_tree(state, tree, node_tokens)
 
     def _grow_tree(self, state: DraftState, tree: DraftTree) -> list[int]:
-        """Depths 2..S of the drafts (S = L unless the stopping policy or the limit ends them), one draft
-        call per depth on that depth's new nodes; returns every node's token in creation
-        order and sets ``state.S``."""
-        dev = self.device
-        tokens, probs = state.draft_tokens, state.draft_probs
-        n_ctx = len(state.context)
-        new, nodes = tree.add_depth(tokens[:, 0].tolist())
-        node_tokens = list(new)
-        state.S = 1
-        while state.S < self._most(state) and not self._stops(state, state.S - 1):
-            i = state.S
-            state.S += 1
-            first, last = tree.depth_start[i - 1], tree.depth_start[i]
+        """Depths 2..S (``Layout.grow_tree``), one draft call per depth on that depth's new nodes
+        (a 4-D mask: each node sees the context, its ancestors and itself)."""
+        dev, n_ctx = self.device, len(state.context)
+
+        def depth_rows(i, new, first, last):
             mask = attention_mask_for(self.draft, tree.mask(first, last, n_ctx), dev)
             pos = torch.full((1, last - first), n_ctx + i - 1, dtype=torch.int64, device=dev)
             logits = self.draft(torch.tensor([new], dtype=torch.int64, device=dev),
                                 attention_mask=mask, position_ids=pos, cache=state.d_cache,
                                 use_cache=True).logits[0]
-            rows = probabilities(logits, self.draft_sampling)
-            probs[:, i] = rows[torch.tensor(nodes, device=dev) - first]
-            tokens[:, i] = _draw_draft(state, i)
-            new, nodes = tree.add_depth(tokens[:, i].tolist())
-            node_tokens += new
-        return node_tokens
+            return probabilities(logits, self.draft_sampling)
+        return self.grow_tree(state, tree, depth_rows)
 
     def _score_tree(self, state: DraftState, tree: DraftTree,
                     node_tokens: list[int]) -> torch.Tensor:

@@ -11,9 +11,8 @@ from __future__ import annotations
 import torch
 
 from spectr_gbv.gpu_backend.engine.backend import Backend, Layout
-from spectr_gbv.gpu_backend.engine.sampling import inverse_cdf_rows
 from spectr_gbv.gpu_backend.llamacpp import costs
-from spectr_gbv.gpu_backend.llamacpp.layout import LlamaCppLayout
+from spectr_gbv.gpu_backend.llamacpp.layout import LlamaCppLayout, draw_inverse_cdf
 from spectr_gbv.gpu_backend.llamacpp.model import LlamaCppModel
 
 
@@ -99,8 +98,7 @@ class LlamaCppBackend(Backend):
         return next_logits
 
     def draw(self, rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        # the same law as multinomial, 20× faster at V = 151,936 (``sampling.inverse_cdf_rows``)
-        return inverse_cdf_rows(rows, torch.rand(rows.shape[0], generator=gen, dtype=torch.float64))
+        return draw_inverse_cdf(rows, gen)
 
     def forward_costs(self, model, context_ids, ns, sampling, timer, repeats: int):
         return costs.forward_costs(model, context_ids, ns, sampling, timer, repeats)

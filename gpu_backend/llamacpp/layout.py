@@ -39,8 +39,11 @@ from spectr_gbv.gpu_backend.engine.tree import DraftTree
 from spectr_gbv.gpu_backend.llamacpp.model import Feed
 
 
-def _draw(rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """One token per row of ``rows`` float32 [R, V] (sampleable), by inverse CDF."""
+def draw_inverse_cdf(rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """One token per row of ``rows`` float32 [R, V] (sampleable) → int64 [R], by inverse CDF
+    (``sampling.inverse_cdf_rows``: the law of ``torch.multinomial``, 20× cheaper at V = 151,936),
+    one float64 uniform per row from ``gen``: the llama.cpp backend's draws, drafts and plain
+    sampling alike."""
     return inverse_cdf_rows(rows, torch.rand(rows.shape[0], generator=gen, dtype=torch.float64))
 
 
@@ -66,6 +69,9 @@ class LlamaCppLayout(Layout):
             if self.K > m.n_seq_max:
                 raise ValueError(f"K={self.K} drafts need {self.K} llama.cpp sequences but the "
                                  f"{role} model's context has n_seq_max={m.n_seq_max}")
+
+    def draw(self, rows: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        return draw_inverse_cdf(rows, gen)
 
     def start(self, ids: torch.Tensor, gen: torch.Generator, L: int) -> DraftState:
         """A generation's state for the prompt ``ids`` int64 [T]: both caches emptied, the
@@ -101,25 +107,15 @@ class LlamaCppLayout(Layout):
         ok = finite_rows(p_first)
         state.draft_ok[:, 0] = ok
         state.draft_probs[:, 0] = p_first
-        state.draft_tokens[:, 0] = _draw(sampleable(p_first, ok).expand(K, -1), state.gen)
+        state.draft_tokens[:, 0] = self.draw(sampleable(p_first, ok).expand(K, -1), state.gen)
         state.tree = tree = DraftTree(K, share_prefixes=True)
-        new, _ = tree.add_depth(state.draft_tokens[:, 0].tolist())
-        node_tokens = list(new)
-        state.S = 1
-        while state.S < self._most(state) and not self._stops(state, state.S - 1):
-            i = state.S
-            state.S += 1
-            first, last = tree.depth_start[i - 1], tree.depth_start[i]
-            rows_logits = self.draft.decode(Feed(
-                tuple(new), (n_ctx + i - 1,) * (last - first),
-                tuple(_drafts_through(tree, i, first, last)), tuple(range(last - first))))
-            rows = probabilities(rows_logits, self.draft_sampling)
-            state.draft_probs[:, i] = rows[torch.tensor(tree.node_of[i - 1]) - first]
-            ok = finite_rows(state.draft_probs[:, i])
-            state.draft_ok[:, i] = ok
-            state.draft_tokens[:, i] = _draw(sampleable(state.draft_probs[:, i], ok), state.gen)
-            new, _ = tree.add_depth(state.draft_tokens[:, i].tolist())
-            node_tokens += new
+
+        def depth_rows(i, new, first, last):  # depth i's nodes, each on its drafts' sequences
+            logits = self.draft.decode(Feed(tuple(new), (n_ctx + i - 1,) * (last - first),
+                                            tuple(_drafts_through(tree, i, first, last)),
+                                            tuple(range(last - first))))
+            return probabilities(logits, self.draft_sampling)
+        node_tokens = self.grow_tree(state, tree, depth_rows)
         return self._score_tree(state, tree, node_tokens)
 
     def _score_tree(self, state: DraftState, tree: DraftTree, node_tokens: list[int]) -> torch.Tensor:

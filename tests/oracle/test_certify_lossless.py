@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from spectr_gbv.oracle import harness
-from spectr_gbv.oracle.lossless import (TESTS, LosslessReport, ModelPair, certify_lossless, default_pairs,
+from spectr_gbv.oracle.lossless import (TESTS, LosslessReport, ToyPair, certify_lossless, default_pairs,
                                         lossless_ceiling, position_test_name)
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.pytest_plugin import DEFAULT_SAMPLES
@@ -306,7 +306,7 @@ def test_acceptance_ceiling_alone_catches_a_verifier_that_is_too_good():
     B(1, 3) = 2.989 — so the acceptance check fails on its own.  τ has no variance, so p is the
     exact Markov bound (ceiling / 3)^N (oracle/lossless.py ``_ceiling_test``)."""
     target = RandomModel(3, 11, 1.0)
-    pair = ModelPair("near", Mixture(target, RandomModel(3, 12, 1.0), 0.01), target)
+    pair = ToyPair("near", Mixture(target, RandomModel(3, 12, 1.0), 0.01), target)
     report = certify_lossless(always_accept, K=1, L=3, models=[pair])
     (r,) = report.results
     assert r.failed == ("acceptance ceiling",)
@@ -350,7 +350,7 @@ def test_narrow_rows(rule):
 # -- bad input -----------------------------------------------------------------------------------
 
 def _pair():
-    return [ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]))]
+    return [ToyPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]))]
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -370,7 +370,7 @@ def test_bad_arguments(kwargs, match):
 
 
 def test_one_pair_given_alone():
-    """``models`` may be one ModelPair or one (draft, target) tuple; a tuple gets a default name."""
+    """``models`` may be one ToyPair or one (draft, target) tuple; a tuple gets a default name."""
     toy = _pair()[0]
     for models, name in ((toy, "toy"), ((toy.draft, toy.target), "pair 0")):
         (r,) = certify_lossless(sampler_match, K=1, L=2, models=models, n_samples=200).results

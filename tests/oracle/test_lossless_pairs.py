@@ -21,7 +21,7 @@ import pytest
 
 from planted_verifiers import (rrs_without_replacement, sd, sd_accepts_zero_target, sd_deep_bug, sd_one_hot_bug,
                                sd_top_k_20, sd_top_k_40, top_k)
-from spectr_gbv.oracle.lossless import (ENGINE_MAX_L, TESTS, ModelPair, certify_lossless, default_pairs,
+from spectr_gbv.oracle.lossless import (ENGINE_MAX_L, TESTS, ToyPair, certify_lossless, default_pairs,
                                         position_test_name)
 from spectr_gbv.oracle.lossless_pairs import OneHot, ZeroOnDraftMode
 from spectr_gbv.reference.models import RandomModel
@@ -188,9 +188,9 @@ def test_min_K_pair_alone_at_K_1_is_refused():
 def test_bad_pair_fields():
     m = RandomModel(2, 1)
     with pytest.raises(ValueError, match="max_L must be an integer >= 1 or None"):
-        ModelPair("x", m, m, max_L=0)
+        ToyPair("x", m, m, max_L=0)
     with pytest.raises(ValueError, match="min_K must be an integer >= 1, got None"):
-        ModelPair("x", m, m, min_K=None)
+        ToyPair("x", m, m, min_K=None)
     with pytest.raises(ValueError, match="vocabulary mismatch"):
         ZeroOnDraftMode(RandomModel(2, 1), RandomModel(3, 1))
     assert OneHot(m).conditional(()).tolist() in ([1.0, 0.0], [0.0, 1.0])

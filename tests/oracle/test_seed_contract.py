@@ -21,7 +21,7 @@ import pytest
 
 from spectr_gbv.oracle.certify import chunk_seeds
 from spectr_gbv.oracle.harness import certify_lossless, certify_verifier
-from spectr_gbv.oracle.lossless import ModelPair
+from spectr_gbv.oracle.lossless import ToyPair
 from spectr_gbv.oracle.pytest_plugin import CertificationFailed, assert_lossless
 from spectr_gbv.oracle.seed_contract import (FALSE_ALARM, MAX_CHECK_ROWS, REPLAY_ROWS, SEED_CHECK_NAMES,
                                              collision_probability, rows_needed)
@@ -32,7 +32,7 @@ from spectr_gbv.reference.rules import get_rule
 EXAMPLE = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "certify_lossless.py"))
 sampler_match = EXAMPLE["sampler_match"]
 SD = get_rule("sd")
-TOY = ModelPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]))
+TOY = ToyPair("toy", ContextFree([2 / 3, 1 / 3]), ContextFree([1 / 3, 2 / 3]))
 
 
 def _old_chunk_seeds(seed: int, chunk_index: int, B: int) -> np.ndarray:
