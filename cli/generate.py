@@ -77,80 +77,29 @@ def register(subparsers) -> None:
     p.set_defaults(func=run, check=check)
 
 
+# how ``gpu_backend.generate.make_request``'s refusals name its arguments here
+FLAGS = {"prompt": "--prompt", "rule": "--rule", "K": "--K", "L": "--L", "auto": "--no-auto",
+         "max_new_tokens": "--max-new-tokens", "stop_below": "--stop-below", "recalibrate": "--recalibrate",
+         "dtype": "--dtype", "draft_quant": "--draft-quant", "backend": "--backend"}
+
+
 def build_request(args: argparse.Namespace):
-    """The frozen ``GenerateRequest`` of the parsed flags, checked once before any model is
-    loaded: prompt, rule, the rule's policies (``reference.rules.policy``: K for single-draft
-    rules, --stop-below, --draft-quant), the candidate shapes (``gpu_backend.tuning.shape``), the
-    cache file, the models, and the memory of one iteration's probability rows (the largest
-    shape that may be chosen).
+    """The frozen ``GenerateRequest`` of the parsed flags (``gpu_backend.generate.make_request``:
+    everything checked once before any model is loaded).
 
     Raises:
         UsageError: one line naming the flag.
     """
-    from spectr_gbv.cli.args import UsageError, check_utf8_text, usage_errors
-    from spectr_gbv.cli.models import check_engine_memory, check_models
-    from spectr_gbv.reference.rules import policy
-    from spectr_gbv.gpu_backend.generate import GenerateRequest
-    from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_RULE
-    from spectr_gbv.gpu_backend.tuning.shape import plan_shape
+    from spectr_gbv.cli.args import usage_errors
+    from spectr_gbv.gpu_backend.generate import make_request
 
-    if not args.prompt.strip():
-        raise UsageError("--prompt must not be empty")
-    check_utf8_text("--prompt", args.prompt)
-    rule = args.rule if args.rule is not None else DEFAULT_RULE
-    rules = ("ar",) + policy.known_rules()
-    if rule not in rules:
-        raise UsageError(f"--rule: unknown rule {rule!r}; known: {', '.join(rules)}")
     with usage_errors():
-        if args.K is not None:
-            policy.check_draft_count(rule, args.K, "--K")
-        if args.stop_below is not None:
-            policy.check_draft_stopping(rule, "--stop-below")
-    if args.L is not None and rule != "ar" and args.L > args.max_new_tokens:
-        raise UsageError(f"--L {args.L}: more than --max-new-tokens {args.max_new_tokens} drafted tokens "
-                         f"per iteration can never be kept; use --L <= {args.max_new_tokens}")
-    with usage_errors():
-        shape = plan_shape(rule, args.K, args.L, auto=not args.no_auto, names=("--K", "--L", "--no-auto"))
-    if shape.auto or args.dtype == "auto":  # the dtype probe is cached in the same file
-        from spectr_gbv.gpu_backend.tuning.cache import check_cache_path
-
-        with usage_errors():
-            check_cache_path()
-    if args.recalibrate and not shape.auto:
-        raise UsageError("--recalibrate: nothing is measured with --no-auto, with both --K and --L given, "
-                         "or with --rule ar")
-    from spectr_gbv.gpu_backend.llamacpp.pair import resolve_backend
-    from spectr_gbv.gpu_backend.models.draft_quant import resolve_mode
-
-    # flags only the torch backend has: with --backend auto they choose it
-    torch_flags = [f for f, given in (("--dtype", args.dtype != "auto"),
-                                      ("--draft-quant", args.draft_quant == "int8")) if given]
-    with usage_errors():
-        backend = ("torch" if args.backend == "auto" and torch_flags else
-                   resolve_backend(args.backend, args.target, args.draft if rule != "ar" else None))
-    if backend == "llama.cpp":
-        if args.draft_quant == "int8":
-            raise UsageError("--draft-quant int8 quantises a torch draft; on --backend llama.cpp the "
-                             "GGUF draft runs as it is quantised (use --backend torch)")
-        if args.dtype not in ("auto",):
-            raise UsageError(f"--dtype {args.dtype}: the llama.cpp backend runs the GGUF files as they "
-                             "are (use --backend torch to choose a dtype)")
-        quant = "none"
-    else:
-        with usage_errors():
-            quant = resolve_mode(args.draft_quant, args.draft, rule, name=f"--draft-quant {args.draft_quant}")
-    V, known = check_models(args.target, args.draft if rule != "ar" else None)
-    if rule != "ar":
-        flags = ("--K/--L" if not shape.auto else
-                 f"--K/--L (the automatic candidates go up to K = {max(shape.K_candidates)}, "
-                 f"L = {max(shape.L_candidates)}; give --K and --L to fix the shape)")
-        check_engine_memory(max(shape.K_candidates), max(shape.L_candidates), V, known, flags)
-    return GenerateRequest(
-        prompt=args.prompt, rule=rule, rule_given=args.rule is not None, shape=shape,
-        max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-        top_p=args.top_p, seed=args.seed, target=args.target, draft=args.draft, dtype=args.dtype,
-        draft_quant=quant, stop_below=args.stop_below, chat=not args.no_chat, threads=args.threads,
-        recalibrate=args.recalibrate, backend=backend)
+        return make_request(
+            args.prompt, rule=args.rule, K=args.K, L=args.L, auto=not args.no_auto,
+            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+            top_p=args.top_p, seed=args.seed, target=args.target, draft=args.draft, dtype=args.dtype,
+            draft_quant=args.draft_quant, stop_below=args.stop_below, chat=not args.no_chat,
+            threads=args.threads, recalibrate=args.recalibrate, backend=args.backend, names=FLAGS)
 
 
 def check(args: argparse.Namespace) -> None:
@@ -161,22 +110,18 @@ def check(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from spectr_gbv.cli.args import UsageError, one_line
-    from spectr_gbv.cli.models import load_models
-    from spectr_gbv.gpu_backend.generate import generate
-    from spectr_gbv.gpu_backend.models.pair import set_threads
-    from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve
+    from spectr_gbv.cli.args import UsageError, first_line, one_line
+    from spectr_gbv.gpu_backend.generate import generate, load_models, weights_dtype
+    from spectr_gbv.gpu_backend.models.pair import ModelLoadError
 
     request = getattr(args, "request", None) or build_request(args)  # None: check() not run
-    set_threads(request.threads)
-    if request.backend == "llama.cpp":
-        from spectr_gbv.cli.models import load_llamacpp_models
-
-        dtype, probe = "gguf (llama.cpp)", None
-        pair = load_llamacpp_models(request.target, request.draft_to_load, request.threads)
-    else:
-        dtype, probe = resolve(request.dtype, refresh=request.recalibrate)
-        pair = load_models(request.target, request.draft_to_load, dtype, request.draft_quant)
+    dtype, probe = weights_dtype(request)
+    try:
+        pair = load_models(request, dtype)
+    except ModelLoadError as err:
+        raise UsageError(f"--{err.role} {err.spec}: cannot load the model: {first_line(err.__cause__)}") from None
+    except ValueError as err:
+        raise UsageError(f"--draft {request.draft} and --target {request.target}: {first_line(err)}") from None
     if probe is not None:  # after loading: a load failure stays one line
         print(probe.summary(), file=sys.stderr)
     streamer = None

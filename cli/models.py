@@ -41,18 +41,3 @@ def load_models(target: str, draft: str | None, dtype: str, draft_quant: str = "
                          f"{first_line(err.__cause__)}") from None
     except ValueError as err:
         raise UsageError(f"--draft {draft} and --target {target}: {first_line(err)}") from None
-
-
-def load_llamacpp_models(target: str, draft: str | None, threads: int | None = None):
-    """``gpu_backend.llamacpp.pair.load_llamacpp_pair`` with its errors as one-line UsageErrors
-    naming the flags (as ``load_models``)."""
-    from spectr_gbv.gpu_backend.llamacpp.pair import load_llamacpp_pair
-    from spectr_gbv.gpu_backend.models.pair import ModelLoadError
-
-    try:
-        return load_llamacpp_pair(target, draft, threads=threads)
-    except ModelLoadError as err:
-        raise UsageError(f"--{err.role} {err.spec}: cannot load the model: "
-                         f"{first_line(err.__cause__)}") from None
-    except ValueError as err:
-        raise UsageError(f"--draft {draft} and --target {target}: {first_line(err)}") from None

@@ -98,7 +98,7 @@ def load_llamacpp_pair(target: str = "target", draft: str | None = "draft", thre
 BACKENDS = ("auto", "torch", "llama.cpp")
 
 
-def resolve_backend(backend: str, target: str, draft: str | None) -> str:
+def resolve_backend(backend: str, target: str, draft: str | None, name: str = "backend") -> str:
     """The backend a generation runs on.
 
     "auto" (``spectr-gbv generate``'s default): llama.cpp when llama-cpp-python is installed
@@ -108,21 +108,22 @@ def resolve_backend(backend: str, target: str, draft: str | None) -> str:
 
     Raises:
         ValueError: an unknown backend, or "llama.cpp" asked for a model that is not a GGUF
-            file, or without llama-cpp-python installed (naming ``--backend``).
+            file, or without llama-cpp-python installed (naming the argument ``name``: the
+            command line's ``--backend``).
     """
     from spectr_gbv.gpu_backend.llamacpp.model import available
 
     if backend not in BACKENDS:
-        raise ValueError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        raise ValueError(f"{name} must be one of {', '.join(BACKENDS)}, got {backend!r}")
     gguf = is_gguf_spec(target) and is_gguf_spec(draft)
     if backend == "auto":
         return "llama.cpp" if gguf and available() else "torch"
     if backend == "llama.cpp":
         if not available():
-            raise ValueError("--backend llama.cpp: llama-cpp-python is not installed "
+            raise ValueError(f"{name} llama.cpp: llama-cpp-python is not installed "
                              "(scripts/install.sh installs llama-cpp-python==0.3.36)")
         if not gguf:
             bad = target if not is_gguf_spec(target) else draft
-            raise ValueError(f"--backend llama.cpp runs GGUF files (an embedded model or a .gguf "
+            raise ValueError(f"{name} llama.cpp runs GGUF files (an embedded model or a .gguf "
                              f"file), not {bad!r}")
     return backend

@@ -221,9 +221,9 @@ def test_backend_resolution():
     assert resolve_backend("auto", "some/hub-model", "tiny") == "torch"
     assert resolve_backend("torch", "tiny", "tiny") == "torch"
     with pytest.raises(ValueError, match="--backend llama.cpp runs GGUF files .* not 'some/hub-model'"):
-        resolve_backend("llama.cpp", "tiny", "some/hub-model")
+        resolve_backend("llama.cpp", "tiny", "some/hub-model", name="--backend")
     with pytest.raises(ValueError, match="--backend must be one of auto, torch, llama.cpp"):
-        resolve_backend("cuda", "tiny", "tiny")
+        resolve_backend("cuda", "tiny", "tiny", name="--backend")
 
 
 def test_autoconfig_times_the_refed_tokens(pair, tmp_path, monkeypatch):
