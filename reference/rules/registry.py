@@ -111,7 +111,7 @@ class RuleSpec:
             outcome class the rule's code distinguishes (oracle.branches) has exact probability
             ≥ suite.COVERAGE_FLOOR.  None: no such case (a rule registered at run time).
         test_variants: the parameter overrides the generic torch-vs-reference tests run
-            (tests/gpu_backend/verifiers/test_verifiers_cases.py RULE_VARIANTS; ``{}``: the registered
+            (tests/helpers/verifier_cases.py RULE_VARIANTS; ``{}``: the registered
             parameters).  Empty for the merged-tree rules, which have their own fuzz
             (test_verifiers_matched.py TREE_RULES).
 

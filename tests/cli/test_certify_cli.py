@@ -23,7 +23,7 @@ from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
 from spectr_gbv.oracle.certify import certify_case
 from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
 from spectr_gbv.reference.rules import registry
-from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 
 N = "5000"
 

@@ -9,7 +9,7 @@ import pytest
 from spectr_gbv.oracle.certify import TEST_NAMES, certify, certify_case, exact_verdict_law
 from spectr_gbv.oracle.certify_cases import (fixed_case, lossless_against_target, released_rule_against_target,
                                              toy_models)
-from planted_rules import FirstFailureBV, SharedUniformBV
+from helpers.planted_rules import FirstFailureBV, SharedUniformBV
 from spectr_gbv.reference.contract import BatchVerdict
 from spectr_gbv.reference.rules import RULES, registry
 

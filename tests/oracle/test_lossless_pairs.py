@@ -1,5 +1,5 @@
 """``certify_lossless``'s pairs (oracle/lossless_pairs.py) and what they see: planted lossy
-verifiers (tests/planted_verifiers.py) that pass the three pairs the harness had before (toy,
+verifiers (tests/helpers/planted_verifiers.py) that pass the three pairs the harness had before (toy,
 prefix, far) fail the defaults, naming the pair and the test; lossless verifiers pass.
 
 Statistics: every run has N = 20,000 generations per pair (the default), α = 1e-6 per pair,
@@ -19,7 +19,7 @@ import itertools
 import numpy as np
 import pytest
 
-from planted_verifiers import (rrs_without_replacement, sd, sd_accepts_zero_target, sd_deep_bug, sd_one_hot_bug,
+from helpers.planted_verifiers import (rrs_without_replacement, sd, sd_accepts_zero_target, sd_deep_bug, sd_one_hot_bug,
                                sd_top_k_20, sd_top_k_40, top_k)
 from spectr_gbv.oracle.lossless import (ENGINE_MAX_L, TESTS, ToyPair, certify_lossless, default_pairs,
                                         position_test_name)
@@ -210,7 +210,7 @@ def _check_stated(report, L_asked: int, K: int):
 
 @pytest.mark.slow
 def test_sd_passes_every_pair_at_L_3():
-    """Batched SD (tests/planted_verifiers.py ``sd``, no defect), K = 1, L = 3, defaults: every
+    """Batched SD (tests/helpers/planted_verifiers.py ``sd``, no defect), K = 1, L = 3, defaults: every
     pair but "multi" (K ≥ 2 only) passes every test; "wide" runs at L = 1 (about 35 s on 2 loaded
     cores)."""
     report = certify_lossless(sd, K=1, L=3)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from planted_rules import FirstFailureBV, SharedUniformBV
+from helpers.planted_rules import FirstFailureBV, SharedUniformBV
 from spectr_gbv.proofs_check import quantities as Q
 from spectr_gbv.proofs_check.claims import _generation_gap, _order, build_claims, lossless_claim
 from spectr_gbv.proofs_check.runner import markdown, prove

@@ -5,10 +5,10 @@ against the other multi-draft rules, with its known counterexamples."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from spectr_gbv.oracle.programs import no_modification_lp
 from spectr_gbv.proofs_check.instances import fixed_instances, instances, random_instance, toy
 from spectr_gbv.reference.exact import expected_tau
 from spectr_gbv.reference.rules import RULES, registry
+from helpers.no_modification_lp import lp_optimum
 
 FUZZ = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # multi-draft lossless rules that leave later iterations untouched: the LP bounds them
@@ -17,16 +17,6 @@ NON_MODIFYING_MULTI = registry.names(lossless=True, single_draft=False, modifies
 
 def tau(rule, inst):
     return expected_tau(RULES[rule], inst.draft, inst.target, inst.K, inst.L)
-
-
-def lp_optimum(inst):
-    res = no_modification_lp(inst.draft.block_law(inst.L), inst.target.block_law(inst.L), inst.K,
-                             return_coupling=False)
-    if res.status != "optimal":  # HiGHS reports some instances with ~1e-25 masses infeasible
-        res = no_modification_lp(inst.draft.block_law(inst.L), inst.target.block_law(inst.L), inst.K,
-                                 return_coupling=False, solver="CLARABEL")
-        assert res.status == "optimal", res
-    return res.optimum
 
 
 GRID = fixed_instances(Ks=(2, 3), Ls=(1, 2, 3), seeds=(0, 1, 2, 3), budget=243)

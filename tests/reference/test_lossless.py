@@ -8,7 +8,7 @@ enumerates the rules' own code, reference.exact.total_variation measures the dis
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from planted_rules import FirstFailureBV, SharedUniformBV
+from helpers.planted_rules import FirstFailureBV, SharedUniformBV
 from spectr_gbv.proofs_check.instances import fixed_instances, instances, random_instance
 from spectr_gbv.reference.exact import generation_law, target_law, total_variation
 from spectr_gbv.reference.rules import RULES, GreedyBlockVerification, registry

@@ -113,7 +113,7 @@ def test_traversal_and_mdbv_are_not_kseq_at_L1():
 
 def test_mdbv_reaches_the_lp_on_the_toy():
     """Toy K = L = 2: MDBV = no-modification LP = 131/81; at L = 3 it is 6/729 below 1621/729."""
-    from test_expected_tau_bounds import lp_optimum
+    from helpers.no_modification_lp import lp_optimum
 
     assert lp_optimum(toy(2, 2)) == pytest.approx(131 / 81, abs=1e-9)
     assert lp_optimum(toy(2, 3)) == pytest.approx(1621 / 729, abs=1e-9)

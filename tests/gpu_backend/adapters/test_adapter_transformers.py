@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling  # noqa: E402
 from spectr_gbv.oracle.certify_cases import FAMILIES, case_family  # noqa: E402
 from spectr_gbv.oracle.harness import certify_verifier  # noqa: E402
-from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
+from helpers.verifier_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 N = 20_000
 ALPHA = 1e-6

@@ -31,7 +31,7 @@ from spectr_gbv.gpu_backend.adapters.vllm_rules import rules_in_vllm_layout
 from spectr_gbv.oracle.certify import FixedCase
 from spectr_gbv.oracle.certify_cases import case_family
 from spectr_gbv.oracle.harness import certify_verifier
-from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
+from helpers.verifier_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 N = 20_000
 ALPHA = 1e-6

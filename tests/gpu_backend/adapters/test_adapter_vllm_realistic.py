@@ -41,7 +41,7 @@ from spectr_gbv.oracle.certify import exact_verdict_law
 from spectr_gbv.oracle.certify_cases import FAMILIES, case_family
 from spectr_gbv.oracle.harness import PROBES, boundary_probes, certify_verifier, one_hot_draft_case
 from spectr_gbv.reference.rules import get_rule
-from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
+from helpers.verifier_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 N = 20_000
 ALPHA = 1e-6

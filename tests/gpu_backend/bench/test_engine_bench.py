@@ -17,7 +17,7 @@ from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES, BenchConfig, Setti
 from spectr_gbv.gpu_backend.bench.run import run_bench  # noqa: E402
 from spectr_gbv.gpu_backend.models.pair import ModelPair  # noqa: E402
 
-from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
+from helpers.engine_models import PROMPT, perturbed, random_lm  # noqa: E402
 
 
 @pytest.fixture(scope="module")

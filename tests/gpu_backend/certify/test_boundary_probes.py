@@ -11,7 +11,7 @@ from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculat
 from spectr_gbv.gpu_backend.verifiers import get_verifier
 from spectr_gbv.oracle.harness import PROBES, boundary_probes
 from spectr_gbv.reference.rules import RULES, registry
-from test_verifiers_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
+from helpers.verifier_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
 
 @pytest.mark.parametrize("name", registry.names())

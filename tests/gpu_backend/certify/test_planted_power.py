@@ -159,7 +159,7 @@ def test_engine_planted_rows_run_until_the_power_is_reached(monkeypatch):
 
 
 def test_run_rule_logs_every_log_seconds(monkeypatch):
-    from test_engine import PROMPT, perturbed, random_lm
+    from helpers.engine_models import PROMPT, perturbed, random_lm
 
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 

@@ -138,7 +138,7 @@ def test_run_rule_records_the_defect_laws_of_a_lossless_row():
     included), and its row states the power from them."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from test_engine import PROMPT, perturbed, random_lm
+    from helpers.engine_models import PROMPT, perturbed, random_lm
 
     from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
 

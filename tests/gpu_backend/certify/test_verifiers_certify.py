@@ -44,7 +44,7 @@ from spectr_gbv.oracle.certify_cases import coverage_case
 from spectr_gbv.gpu_backend.verifiers import VERIFIERS
 from spectr_gbv.oracle.certify import certify
 from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
-from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 
 N_SAMPLES = 200_000
 ALPHA = 1e-6

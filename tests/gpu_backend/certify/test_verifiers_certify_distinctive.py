@@ -16,7 +16,7 @@ from spectr_gbv.gpu_backend.certify.suite import (DISTINCT_FROM, TOY_SEED, disti
                                       suite_verifier, toy_cases)
 from spectr_gbv.oracle.certify import FixedCase, certify
 from spectr_gbv.oracle.certify_cases import fixed_case, large_models, toy_models
-from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 
 # the rules with distinctive cases (certify_suite.TOY_SEED: seeds chosen per rule)
 DISTINCTIVE = tuple(TOY_SEED)

@@ -16,7 +16,7 @@ from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa:
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.verifiers import get_verifier  # noqa: E402
 from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
-from test_engine import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
+from helpers.engine_models import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
 
 
 def test_a_huge_block_drafts_only_what_can_be_emitted(models):

@@ -15,7 +15,7 @@ from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.reference.draft_stopping import ConfidenceStop, StopAt  # noqa: E402
 from spectr_gbv.reference.rules import registry
 # the small models and the one-thread setting of test_engine.py (pytest fixtures, imported)
-from test_engine import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
+from helpers.engine_models import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
 
 STOPPING_RULES = [(r, 1 if registry.is_single_draft(r) else 3) for r in registry.names(draft_stopping=True)]
 

@@ -20,7 +20,7 @@ from spectr_gbv.reference.seeds import generator_seed  # noqa: E402
 from spectr_gbv.gpu_backend.engine.torch_backend import check_model  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
 
-from test_engine import PROMPT, V, models, one_thread, perturbed, random_lm  # noqa: E402,F401  (fixtures)
+from helpers.engine_models import PROMPT, V, models, one_thread, perturbed, random_lm  # noqa: E402,F401  (fixtures)
 
 SMALL = dict(vocab_size=V, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
              num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)

@@ -11,7 +11,7 @@ from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa:
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
 # the small models and the one-thread setting of test_engine.py (pytest fixtures, imported)
-from test_engine import PROMPT, models, one_thread  # noqa: E402,F401
+from helpers.engine_models import PROMPT, models, one_thread  # noqa: E402,F401
 
 
 class Recorder:

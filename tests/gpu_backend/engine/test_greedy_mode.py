@@ -102,7 +102,7 @@ def test_the_greedy_check_catches_a_wrong_rule():
 
 # -- the engine ----------------------------------------------------------------------------
 
-from test_engine import ALL_RULES, PROMPT, models, one_thread  # noqa: E402,F401
+from helpers.engine_models import ALL_RULES, PROMPT, models, one_thread  # noqa: E402,F401
 
 
 def _argmax_match(record) -> int:

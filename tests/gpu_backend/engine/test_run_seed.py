@@ -12,7 +12,7 @@ from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.reference import seeds  # noqa: E402
-from test_engine import PROMPT, models, one_thread  # noqa: E402,F401
+from helpers.engine_models import PROMPT, models, one_thread  # noqa: E402,F401
 
 SAMPLING = SamplingConfig(1.0)
 

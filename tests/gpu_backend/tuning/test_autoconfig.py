@@ -21,7 +21,7 @@ from spectr_gbv.reference.exact import expected_tau  # noqa: E402
 from spectr_gbv.reference.kseq import beta, rho_star  # noqa: E402
 from spectr_gbv.reference.models import ContextFree  # noqa: E402
 from spectr_gbv.reference.rules import RULES  # noqa: E402
-from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
+from helpers.engine_models import PROMPT, perturbed, random_lm  # noqa: E402
 
 P_TOY, Q_TOY = [2 / 3, 1 / 3], [1 / 3, 2 / 3]
 

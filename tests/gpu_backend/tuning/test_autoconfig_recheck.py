@@ -18,7 +18,7 @@ from spectr_gbv.gpu_backend.tuning.timing import TimingQuality, timed_interleave
 from spectr_gbv.gpu_backend.tuning.recheck import compare, decode_tokens_per_iteration, recheck  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.shape import ShapeChoice  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.speed_model import iteration_seconds  # noqa: E402
-from test_engine import PROMPT, perturbed, random_lm  # noqa: E402
+from helpers.engine_models import PROMPT, perturbed, random_lm  # noqa: E402
 
 
 class FakeClock:

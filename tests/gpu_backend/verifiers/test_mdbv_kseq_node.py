@@ -14,7 +14,7 @@ import torch
 from spectr_gbv.gpu_backend.verifiers.kseq import ratios
 from spectr_gbv.gpu_backend.verifiers.mdbv_kseq import node_totals
 from spectr_gbv.reference.rules import mdbv as ref
-from test_mdbv_node_mechanism import rows
+from helpers.node_rows import rows
 
 KINDS = ("peaked", "flat", "zeros", "ties", "equal")
 

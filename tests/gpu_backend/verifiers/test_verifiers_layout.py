@@ -18,8 +18,8 @@ from spectr_gbv.gpu_backend.verifiers import VERIFIERS, get_verifier
 from spectr_gbv.gpu_backend.verifiers.noise import (grouped_race, make_noise, race, race_groups,
                                          seeded_exponentials, seeded_uniforms, splitmix64_mix)
 from spectr_gbv.oracle.stats import gtest
-from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
-from test_verifiers_cases import SINGLE_DRAFT, stack_cases, tree_case
+from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+from helpers.verifier_cases import SINGLE_DRAFT, stack_cases, tree_case
 
 M64 = (1 << 64) - 1
 

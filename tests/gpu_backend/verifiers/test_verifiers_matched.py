@@ -31,8 +31,8 @@ from spectr_gbv.gpu_backend.verifiers import get_verifier
 from spectr_gbv.gpu_backend.verifiers.bv import OneDraftIsBV
 from spectr_gbv.gpu_backend.verifiers.mdbv import plan_row
 from spectr_gbv.reference.rules import RULES, registry
-from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
-from test_verifiers_cases import (RULE_VARIANTS, SINGLE_DRAFT, case_options, random_noise,
+from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+from helpers.verifier_cases import (RULE_VARIANTS, SINGLE_DRAFT, case_options, random_noise,
                                   reference_rule, run_matched, stack_cases, tree_case, variant_id,
                                   verdict_mismatch)
 

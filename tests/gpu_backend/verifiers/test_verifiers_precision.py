@@ -25,8 +25,8 @@ from spectr_gbv.reference.contract import BatchModification
 from spectr_gbv.gpu_backend.verifiers.gbv import greedy_acceptance
 from spectr_gbv.gpu_backend.verifiers.spectr_gbv import acceptance as spectr_gbv_acceptance
 from spectr_gbv.reference.verdict import Modification
-from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
-from test_verifiers_cases import (RULE_VARIANTS, SINGLE_DRAFT, MarginSource, case_options,
+from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+from helpers.verifier_cases import (RULE_VARIANTS, SINGLE_DRAFT, MarginSource, case_options,
                                   random_noise, reference_rule, stack_cases, tree_case,
                                   variant_id, verdict_mismatch)
 
@@ -209,7 +209,7 @@ def test_rho_star_matches_60_digit_arithmetic_and_the_reference():
     where the reference is well conditioned."""
     from spectr_gbv.gpu_backend.verifiers.kseq import rho_star
     from spectr_gbv.reference.kseq import rho_star as reference_rho
-    from test_verifiers_cases import kseq_well_conditioned
+    from helpers.verifier_cases import kseq_well_conditioned
     rng = np.random.default_rng(5)
     rows, ks = [], []
     while len(rows) < 60:

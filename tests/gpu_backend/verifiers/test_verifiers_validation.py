@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from spectr_gbv.gpu_backend.verifiers import VERIFIERS, get_verifier, verify
 from spectr_gbv.gpu_backend.verifiers.inputs import ROW_SUM_ATOL
-from test_verifiers_cases import one_torch_thread  # noqa: F401  (autouse fixture)
-from test_verifiers_cases import SINGLE_DRAFT
+from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
+from helpers.verifier_cases import SINGLE_DRAFT
 
 
 def good(B=2, K=2, L=3, V=5, dtype=torch.float32):

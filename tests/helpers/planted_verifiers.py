@@ -1,4 +1,4 @@
-"""Planted lossy verifiers for ``certify_lossless``'s pairs (tests/oracle/test_lossless_pairs.py, beside tests/planted_rules.py),
+"""Planted lossy verifiers for ``certify_lossless``'s pairs (tests/oracle/test_lossless_pairs.py, beside tests/helpers/planted_rules.py),
 written from the batched contract (reference/contract.py): numpy, vectorised over the batch,
 row b's randomness from seeds[b] alone.  Each one is token-level speculative sampling (SD,
 Leviathan et al. 2023; Chen et al. 2023) or recursive rejection sampling without replacement
