@@ -117,3 +117,28 @@ def test_reference_names_no_torch_class():
                   if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
                   and "spectr_gbv.gpu_backend" in n.value]
     assert named == []
+
+
+def test_no_module_uses_another_modules_private_names():
+    """A name starting with one underscore stays in its module: no ``from m import _x`` and no
+    ``m._x`` on an imported project module (tests aside; they may reach in)."""
+    used = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] not in TOP:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("spectr_gbv"):
+                for a in node.names:
+                    if a.name.startswith("_") and not a.name.startswith("__"):
+                        used.append(f"{rel}:{node.lineno}: from {node.module} import {a.name}")
+                    if ROOT.joinpath(*node.module.split(".")[1:], a.name).with_suffix(".py").is_file():
+                        modules.add(a.asname or a.name)
+            elif isinstance(node, ast.Import):
+                modules |= {a.asname for a in node.names if a.name.startswith("spectr_gbv.") and a.asname}
+        used += [f"{rel}:{n.lineno}: {n.value.id}.{n.attr}" for n in ast.walk(tree)
+                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in modules
+                 and n.attr.startswith("_") and not n.attr.startswith("__")]
+    assert used == [], "\n".join(used)

@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.certify import engine as ec  # noqa: E402
+from spectr_gbv.gpu_backend.certify import engine_power as ep  # noqa: E402
 from spectr_gbv.gpu_backend.certify import engine_runs as er  # noqa: E402
 from spectr_gbv.gpu_backend.models.pair import ModelPair  # noqa: E402
 from spectr_gbv.gpu_backend.certify import planted_laws, suite  # noqa: E402
@@ -150,7 +151,7 @@ def test_engine_planted_rows_run_until_the_power_is_reached(monkeypatch):
     v1 = float(((np.array([0.15, 0.2, 0.2, 0.2, 0.25]) * t**2).sum()) - 2.2**2)
     assert bad.power == pytest.approx(paired_mean_power(0.2 * 80, 2.0 * 80, v1 * 80, 1e-3 / 3))
     assert bad.power < 0.99 and sum("running more" in x for x in lines) == 2  # 5 → 15 → 20
-    assert "power" in ec.text_table(cert.rows) and ec._power(bad.power) in ec.text_table(cert.rows)
+    assert "power" in ec.text_table(cert.rows) and ep.format_power(bad.power) in ec.text_table(cert.rows)
     # a large effect: shift 0.8 per iteration, 100 iterations at N = 5: power
     # Φ((80 − 3.59·√200) / √136) ≈ 0.994 ≥ 0.99 already, no further runs
     monkeypatch.setattr(ec, "run_rule", lambda *a, **k: _fake_runs(a[2], a[4], 0.2, per_run=20))

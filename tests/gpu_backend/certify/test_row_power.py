@@ -125,7 +125,7 @@ def test_certify_engine_rows_state_their_power(monkeypatch, toy_rows):
     assert d.defect == "planted_gbv_first_failure" and row.defect_power == d.power < 0.99
     assert d.seconds_needed == pytest.approx(2.5 * d.n_needed)
     table = ec.text_table(cert.rows)
-    assert f"gbv: power {ec._power(d.power)} against planted_gbv_first_failure at K = 1, L = 4, N = 3" in table
+    assert f"gbv: power {ep.format_power(d.power)} against planted_gbv_first_failure at K = 1, L = 4, N = 3" in table
     assert f"N = {d.n_needed} runs would reach it" in table
     assert "0/1 lossless rows have power ≥ 0.99" in ec.summary(cert) and "NOT gbv" in ec.summary(cert)
     js = row.to_json()
