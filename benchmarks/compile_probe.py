@@ -25,7 +25,7 @@ def decode_steps(model, forward, context, steps: int) -> list[float]:
     """Seconds of ``steps`` one-token forwards after prefilling ``context`` [1, T] (int64)."""
     import torch
 
-    from spectr_gbv.gpu_backend.engine.kv import new_cache
+    from spectr_gbv.gpu_backend.torch_backend.kv import new_cache
 
     cache = new_cache(model)
     with torch.inference_mode():

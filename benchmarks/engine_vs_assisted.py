@@ -295,7 +295,7 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.engine.memory import reset_peak_rss
     from spectr_gbv.gpu_backend.models.pair import load_pair
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
     from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     sets = args.datasets or [s for s in DEFAULT_SETS if "/" not in s or Path(s).is_file()]

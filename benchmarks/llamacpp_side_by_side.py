@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.bench.generate_default import DefaultMethod
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes, reset_peak_rss
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
     from spectr_gbv.gpu_backend.engine.result import GenerationResult
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
     from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate

@@ -211,7 +211,7 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
     from spectr_gbv.gpu_backend.models.pair import ModelLoadError, load_pair
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
     try:
         pair = load_pair(args.target, args.draft, args.dtype)

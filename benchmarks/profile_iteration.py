@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
     from spectr_gbv.gpu_backend.models.pair import load_pair
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
     from spectr_gbv.gpu_backend.engine.stack import ModificationStack
     from spectr_gbv.reference.draft_stopping import ConfidenceStop
 

@@ -30,7 +30,7 @@ import torch
 
 from spectr_gbv.gpu_backend.certify.real_rows import ModelRows, real_rows_case
 from spectr_gbv.gpu_backend.certify.suite import suite_verifier
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 from spectr_gbv.gpu_backend.models.pair import load_pair
 from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
 from spectr_gbv.oracle.certify import certify_case

@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     from spectr_gbv.gpu_backend.tuning.dtype_probe import resolve as resolve_dtype
     from spectr_gbv.gpu_backend.models.pair import load_pair
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
     from spectr_gbv.gpu_backend.tuning.speed_model import expected_tokens, iteration_seconds
 
     dtype = resolve_dtype(args.dtype)[0]

@@ -158,14 +158,14 @@ def int_at_least(minimum: int, why: str = ""):
     return parse
 
 
-# The floor of positive temperatures, derived in gpu_backend/engine/temperature.py (torch-free):
+# The floor of positive temperatures, derived in gpu_backend/decoding/temperature.py (torch-free):
 # float32 logits / T overflow below it.  Every entry point checks with that module.
-from spectr_gbv.gpu_backend.engine.temperature import temperature_problem  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.temperature import temperature_problem  # noqa: E402
 
 
 def temperature_value(text: str) -> float:
     """A sampling temperature: 0 (greedy decoding: the argmax, ties to the lowest token id) or a
-    finite number >= ``MIN_TEMPERATURE`` (``gpu_backend.engine.temperature.check_temperature``'s
+    finite number >= ``MIN_TEMPERATURE`` (``gpu_backend.decoding.temperature.check_temperature``'s
     rule and message)."""
     value = _float(text)
     problem = temperature_problem(value)

@@ -78,10 +78,10 @@ def check_top_p(top_p: float | None) -> None:
 
 def check_temperatures(temperatures) -> None:
     """Every temperature of the run (``--temperature`` values and the T sweep's) a positive
-    temperature (``gpu_backend.engine.temperature``: >= ``MIN_TEMPERATURE``, no greedy; the flag's
+    temperature (``gpu_backend.decoding.temperature``: >= ``MIN_TEMPERATURE``, no greedy; the flag's
     type checks the given ones, this covers the sweep's too), with the same message."""
     from spectr_gbv.cli.args import UsageError
-    from spectr_gbv.gpu_backend.engine.temperature import temperature_problem
+    from spectr_gbv.gpu_backend.decoding.temperature import temperature_problem
 
     from spectr_gbv.gpu_backend.bench.config import SWEEP_VALUES
 

@@ -359,7 +359,7 @@ def run_engine(args: argparse.Namespace, rules: list[str], device) -> int:
 
     from spectr_gbv.gpu_backend.certify import engine as ec
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
     if args.rules is None and args.quick:
         rules = list(ec.CI_RULES)

@@ -217,7 +217,7 @@ def generate(request: GenerateRequest, pair, dtype: str, streamer=None, on_choic
     Raises:
         ValueError: from the engine (a prompt that does not fit, a model it cannot run).
     """
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, load_verifier
     from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt

@@ -5,7 +5,7 @@
   only folders below it in ``GPU_BACKEND_LAYERS`` (no arrow back up);
 - the top folders keep their order: reference → oracle → proofs_check / gpu_backend → cli
   (``TOP_LAYERS``; a folder imports only folders of earlier layers);
-- the engine (engine/) names no backend folder: it is handed one (``engine.backend.Backend``).
+- the engine (engine/) names no backend folder: it is handed one (``decoding.backend.Backend``).
 
 Each check was seen to fail on a planted import (a function-local import of the layer above
 added to a module, then removed).
@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TOP = ("reference", "oracle", "proofs_check", "gpu_backend", "cli")
 # a folder may import only folders of earlier entries (and itself)
 TOP_LAYERS = (("reference",), ("oracle",), ("proofs_check", "gpu_backend"), ("cli",))
-GPU_BACKEND_LAYERS = ("verifiers", "models", "engine", "llamacpp", "tuning", ".", "bench", "adapters",
-                      "certify")
+GPU_BACKEND_LAYERS = ("verifiers", "models", "decoding", "torch_backend", "llamacpp", "engine", "tuning", ".",
+                      "bench", "adapters", "certify")
 
 
 def _imports() -> list[tuple[str, str, str]]:
@@ -50,7 +50,7 @@ def _imports() -> list[tuple[str, str, str]]:
 
 
 def _folder(module: str) -> str:
-    """'gpu_backend.engine.kv' → 'gpu_backend.engine'; a package's own name stays."""
+    """'gpu_backend.torch_backend.kv' → 'gpu_backend.engine'; a package's own name stays."""
     path = ROOT.joinpath(*module.split("."))
     return module if path.is_dir() else module.rsplit(".", 1)[0]
 
@@ -99,9 +99,11 @@ def test_top_folders_keep_their_order():
     assert up == [], "\n".join(up)
 
 
-@pytest.mark.parametrize("backend_folder", ["gpu_backend.llamacpp"])
-def test_the_engine_names_no_backend_folder(backend_folder):
-    named = [where for s, t, where in IMPORTS if s.startswith("gpu_backend.engine.") and t.startswith(backend_folder)]
+@pytest.mark.parametrize("folder,backend_folder", [
+    ("gpu_backend.engine.", "gpu_backend.llamacpp"), ("gpu_backend.tuning.", "gpu_backend.llamacpp"),
+    ("gpu_backend.decoding.", "gpu_backend.llamacpp"), ("gpu_backend.decoding.", "gpu_backend.torch_backend")])
+def test_the_engine_names_no_backend_folder(folder, backend_folder):
+    named = [where for s, t, where in IMPORTS if s.startswith(folder) and t.startswith(backend_folder)]
     assert named == []
 
 

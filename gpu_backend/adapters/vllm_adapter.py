@@ -76,7 +76,7 @@ import torch
 from spectr_gbv.reference.contract import BatchVerdict, to_numpy
 from spectr_gbv.reference.seeds import generator_seed
 
-from spectr_gbv.gpu_backend.engine.temperature import check_temperature
+from spectr_gbv.gpu_backend.decoding.temperature import check_temperature
 from spectr_gbv.gpu_backend.adapters.vllm_layout import PLACEHOLDER_TOKEN_ID, ULP_HALF, as_tensor, generators_from_seeds
 
 # -- a verifier of vLLM's layout behind the batched contract ----------------------------------------

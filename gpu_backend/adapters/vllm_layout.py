@@ -46,7 +46,7 @@ This module's layout is the current one (bonus rows inside ``target_logits``), a
                       post-temperature probabilities, as vLLM's draft_probs are
     target_logits     float [num_tokens + B, V], request i's n_i draft rows then its bonus row
     temperatures      float [B], each 0 (greedy: the target is the one-hot of the argmax) or
-                      ≥ 1e-4 (the floor of every entry point, gpu_backend/engine/temperature.py),
+                      ≥ 1e-4 (the floor of every entry point, gpu_backend/decoding/temperature.py),
                       or None (all 1)
     generators        dict[int, torch.Generator] (batch index → the request's generator)
     noise             optional, for deterministic probes (below): (uniforms float64
@@ -72,7 +72,7 @@ import torch
 from spectr_gbv.reference.contract import to_numpy
 from spectr_gbv.reference.seeds import generator_seed
 
-from spectr_gbv.gpu_backend.engine.temperature import check_temperature
+from spectr_gbv.gpu_backend.decoding.temperature import check_temperature
 
 PLACEHOLDER_TOKEN_ID = -1
 GREEDY_TEMPERATURE = 0.0
@@ -143,7 +143,7 @@ def check_layout(num_draft_tokens, draft_token_ids, draft_probs, target_logits, 
             [num_tokens, V] floats; target_logits not [num_tokens + B, V] floats (the older
             layout without bonus rows is named in the message) or with a row of no finite
             logit; temperatures not [B], or an entry neither 0 (greedy) nor a finite number
-            ≥ 1e-4 (``gpu_backend.engine.temperature.check_temperature``'s message, naming
+            ≥ 1e-4 (``gpu_backend.decoding.temperature.check_temperature``'s message, naming
             ``temperatures[b]``: at T = 1e-40 softmax(logits / T) was NaN).
     """
     counts = check_num_draft_tokens(num_draft_tokens)

@@ -27,7 +27,7 @@ from spectr_gbv.gpu_backend.engine.result import GenerationResult, kept_tau
 from spectr_gbv.gpu_backend.engine.inputs import check_positive
 from spectr_gbv.reference.seeds import resolve_seed
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
 
 class IterationLog:

@@ -78,7 +78,7 @@ class BenchConfig:
             check_positive(k, "K")
         for v in self.L_values:
             check_positive(v, "L")
-        from spectr_gbv.gpu_backend.engine.temperature import check_temperature
+        from spectr_gbv.gpu_backend.decoding.temperature import check_temperature
 
         for t in (self.temperature, *self.T_values):
             # the benchmark samples (its CLI refuses --temperature 0 too): greedy is not a point
@@ -92,7 +92,7 @@ class BenchConfig:
 
     def sampling(self, temperature: float):
         """``sampling.SamplingConfig`` at ``temperature`` with this config's top-k and top-p."""
-        from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+        from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
         return SamplingConfig(temperature, self.top_k, self.top_p)
 

@@ -26,7 +26,7 @@ class DefaultMethod:
         target, draft: the loaded models (``SpeculativeEngine``'s).
         sampling: ``sampling.SamplingConfig``; eos: the EOS token ids.
         rule: the speculative rule (default ``defaults.DEFAULT_RULE``, generate's).
-        backend: the models' ``engine.backend.Backend`` (None: torch; ``ModelPair.backend``).
+        backend: the models' ``decoding.backend.Backend`` (None: torch; ``ModelPair.backend``).
     Attributes:
         decisions: Counter of "plain" and "K=k L=l" over the calls so far.
     """

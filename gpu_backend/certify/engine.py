@@ -319,7 +319,7 @@ def certify_engine(target, draft, prompt_ids, rules, planted=None, *, n_seeds: i
     Raises:
         ValueError: a rule of ``SKIPPED``, an unknown rule, n_seeds < 2, alpha outside (0, 1).
     """
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
     if isinstance(n_seeds, bool) or not isinstance(n_seeds, int) or n_seeds < 2:
         raise ValueError(f"n_seeds must be an integer >= 2, got {n_seeds!r}")
@@ -474,7 +474,7 @@ def quick_certification(progress: Callable[[EngineRow], None] | None = None,
         OSError / ValueError: the embedded model cannot be loaded.
     """
     from spectr_gbv.gpu_backend.models.prompts import encode_prompt
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
     if log is not None:
         log(f"loading the embedded tiny model ({backend})")

@@ -86,8 +86,8 @@ def target_first_token_law(target, prompt_ids, sampling, backend=None) -> np.nda
     """
     import torch
 
-    from spectr_gbv.gpu_backend.engine.sampling import probabilities
-    from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
+    from spectr_gbv.gpu_backend.decoding.sampling import probabilities
+    from spectr_gbv.gpu_backend.torch_backend.backend import TORCH
 
     backend = backend if backend is not None else TORCH
     ids = torch.tensor([list(prompt_ids)], dtype=torch.int64, device=backend.device(target))
@@ -143,7 +143,7 @@ def run_rule(target, draft, name: str, prompt_ids, n_seeds: int, max_new_tokens:
             bases.
         log: called with a progress line every ``LOG_EVERY`` runs or ``LOG_SECONDS`` seconds,
             whichever comes first, and after the last.
-        backend: the models' ``engine.backend.Backend`` (None: torch).
+        backend: the models' ``decoding.backend.Backend`` (None: torch).
     Raises:
         ValueError: unknown rule, or the engine's own errors.
     """

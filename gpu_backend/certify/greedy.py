@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities
 
 GREEDY = SamplingConfig(0.0)
 

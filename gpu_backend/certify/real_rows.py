@@ -7,7 +7,7 @@ rows are peaked (a top token of 0.99 is common) with a tail of 10^5 tokens of pr
 10^-6–10^-12, the shape where rounding, truncation and tail handling go wrong.  A case here is
 an ``oracle.certify.FixedCase`` like the others: K draft blocks of L tokens sampled (seeded)
 from the draft's rows after the prompt, with the draft's and the target's rows along them
-(``ModelRows``: ``engine.sampling.probabilities`` on the model's last logits, float32 as the
+(``ModelRows``: ``decoding.sampling.probabilities`` on the model's last logits, float32 as the
 engine computes them, renormalised in float64 for the exact law), and
 ``oracle.certify.certify_case`` runs the usual family (joint G-test, τ, token given (τ, prefix),
 mean τ, the coarsened law and the identity test, each at α/6); ``CaseResult.resolved`` says
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities
 from spectr_gbv.oracle.certify import FixedCase
 from spectr_gbv.reference.models import ToyModel
 
@@ -32,7 +32,7 @@ class ModelRows(ToyModel):
     Args:
         model: a transformers causal LM (``model(ids).logits`` [1, T, V]).
         prompt: token ids (ints in [0, V)), at least one.
-        sampling: temperature / top-k / top-p (``engine.sampling.SamplingConfig``); not greedy.
+        sampling: temperature / top-k / top-p (``decoding.sampling.SamplingConfig``); not greedy.
     ``conditional(prefix)`` (cached per prefix by ToyModel) is float64 [V]:
     ``probabilities(logits[-1], sampling)`` in float32, divided by its float64 sum.
 

@@ -1,5 +1,5 @@
 """Plain sampling from the target, one token per forward call (the autoregressive baseline of
-the engine, on any backend: ``engine.backend.Backend``)."""
+the engine, on any backend: ``decoding.backend.Backend``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import torch
 
 from spectr_gbv.reference.seeds import resolve_seed
 
-from spectr_gbv.gpu_backend.engine.backend import Backend
+from spectr_gbv.gpu_backend.decoding.backend import Backend
 from spectr_gbv.gpu_backend.engine.inputs import NonFiniteError, check_positive, prompt_tensor, seeded_generator
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
 from spectr_gbv.gpu_backend.engine.result import GenerationResult
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities, sampleable
-from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.torch_backend.backend import TORCH
 
 
 @torch.inference_mode()
@@ -34,7 +34,7 @@ def autoregressive_generate(target, prompt_ids, max_new_tokens: int = 64,
             fresh 64-bit seed from the operating system, reported as ``result.seed``.
         eos_token_ids: ids that stop the generation (kept in the output).
         streamer: optional transformers-style streamer, ``put`` once per new token, ``end``.
-        backend: the ``engine.backend.Backend`` running ``target`` (default: torch); its
+        backend: the ``decoding.backend.Backend`` running ``target`` (default: torch); its
             ``draw`` samples each token.
     Returns:
         GenerationResult with method "ar", K = 1, L = 0, block efficiency 1, ``seed`` the seed

@@ -1,8 +1,8 @@
 """Speculative decoding on real models: ``SpeculativeEngine`` (plain sampling, its baseline, is
 ``engine.plain``; a generation's metrics ``engine.result``).
 
-The models run on a backend the engine is handed (``engine.backend.Backend``: transformers on
-torch by default, ``engine.torch_backend``; llama.cpp, ``llamacpp.backend``).
+The models run on a backend the engine is handed (``decoding.backend.Backend``: transformers on
+torch by default, ``torch_backend.backend``; llama.cpp, ``llamacpp.backend``).
 
 One iteration of ``SpeculativeEngine`` (Leviathan et al. 2023; SpecTr, Sun et al. 2023;
 SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
@@ -22,8 +22,8 @@ SpecTr-GBV, Lin et al. 2026 — docs/rules.md §1–§3):
 5. **Cut back.** Both caches keep the selected draft's accepted tokens on top of the context;
    the stack continues its windows over the emitted tokens.
 
-The backend's layout (``engine.backend.Layout``) does steps 1–2 and 5.  The torch backend has
-two cache layouts (``gpu_backend.engine.layouts``) that give the same rows.
+The backend's layout (``decoding.backend.Layout``) does steps 1–2 and 5.  The torch backend has
+two cache layouts (``gpu_backend.torch_backend.layouts``) that give the same rows.
 ``"batched"``: the caches are repeated into K rows, the K drafts are a batch of K rows, and
 afterwards one row is kept and cropped.  ``"packed"`` (default, faster on CPU): the caches
 stay one row; the drafts are fed as a token tree with a 4-D attention mask (drafts with a
@@ -66,14 +66,14 @@ from spectr_gbv.reference.draft_stopping import block_cap
 from spectr_gbv.reference.rules import registry
 from spectr_gbv.reference.seeds import resolve_seed
 
-from spectr_gbv.gpu_backend.engine.backend import Backend, DraftState
+from spectr_gbv.gpu_backend.decoding.backend import Backend, DraftState
 from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
 from spectr_gbv.gpu_backend.engine.inputs import NonFiniteError, check_positive, prompt_tensor, seeded_generator
 from spectr_gbv.gpu_backend.engine.memory import peak_rss_bytes
 from spectr_gbv.gpu_backend.engine.result import GenerationResult, kept_tau
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, finite_rows
 from spectr_gbv.gpu_backend.engine.stack import ModificationStack
-from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
+from spectr_gbv.gpu_backend.torch_backend.backend import TORCH
 from spectr_gbv.reference.draft_stopping import check_policy
 from spectr_gbv.reference.rules import policy
 
@@ -168,7 +168,7 @@ class SpeculativeEngine:
         verifier: a callable with the verifier contract (default ``load_verifier(rule)``).
         validate: passed to the verifier (input checks on every call).
         layout: "packed" (default): one cache row, the drafts fed as a token tree with a
-            4-D attention mask (``gpu_backend.engine.tree``); "batched": K cache rows, the caches
+            4-D attention mask (``gpu_backend.decoding.tree``); "batched": K cache rows, the caches
             repeated K times (simpler, slower on CPU: every row re-reads the context's KV).
             Both hand the verifier the same rows (up to float rounding).
         share_prefixes: with "packed", drafts with a common prefix share its nodes.
@@ -184,8 +184,8 @@ class SpeculativeEngine:
             None (default): on for a registered lossless rule (each is checked exactly to keep
             its law under the cap, proofs_check/BLOCK_CAP.md), off for a lossy rule and for a
             custom ``verifier``.
-        backend: the ``engine.backend.Backend`` that runs the models (default: the torch
-            backend, ``engine.torch_backend.TORCH``; a pair's own is ``ModelPair.backend``, e.g.
+        backend: the ``decoding.backend.Backend`` that runs the models (default: the torch
+            backend, ``torch_backend.backend.TORCH``; a pair's own is ``ModelPair.backend``, e.g.
             ``llamacpp.backend.LLAMACPP``: llama.cpp's kernels on the GGUF files, the drafts fed
             as llama.cpp sequences; ``layout`` and ``share_prefixes`` are then not used, the
             tree always shares prefixes).

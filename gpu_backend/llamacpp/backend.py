@@ -1,5 +1,5 @@
 """The llama.cpp backend: two ``LlamaCppModel``s (the GGUF files as they are, on llama.cpp's
-kernels) behind ``engine.backend.Backend``, and the check that two of them fit together
+kernels) behind ``decoding.backend.Backend``, and the check that two of them fit together
 (``check_llamacpp_pair``): the draft tree fed as llama.cpp sequences
 (``llamacpp.layout``), plain sampling by inverse CDF, and the auto-configuration's
 measurements (``llamacpp.costs``).  Handed to the engine by the pair that loaded the models
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.backend import Backend, Layout
+from spectr_gbv.gpu_backend.decoding.backend import Backend, Layout
 from spectr_gbv.gpu_backend.llamacpp import costs
 from spectr_gbv.gpu_backend.llamacpp.layout import LlamaCppLayout, draw_inverse_cdf
 from spectr_gbv.gpu_backend.llamacpp.model import LlamaCppModel

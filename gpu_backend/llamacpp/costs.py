@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities
 from spectr_gbv.gpu_backend.llamacpp.model import Feed
 
 

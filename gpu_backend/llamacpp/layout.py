@@ -1,5 +1,5 @@
 """The speculative engine's steps 1–2 (draft, score) and 5 (cut back) on llama.cpp models
-(``LlamaCppModel``): the same rows as ``engine.layouts.PackedLayout``, with the draft tree fed
+(``LlamaCppModel``): the same rows as ``torch_backend.layouts.PackedLayout``, with the draft tree fed
 as llama.cpp sequences instead of a 4-D attention mask, and the draft tokens drawn by inverse
 CDF (``sampling.inverse_cdf_rows``: the same law as ``torch.multinomial``, cheaper) from the
 run's generator.
@@ -10,7 +10,7 @@ the order of their positions; sequences 1..K−1 are empty.  One iteration:
 
 1. sequences 1..K−1 are given the context (``seq_cp``: no data copied, the cache is unified);
 2. the draft is fed its pending tokens (on every sequence) and then, depth by depth, the
-   tree's new nodes (``engine.tree.DraftTree``), each node on the sequences of the drafts that
+   tree's new nodes (``decoding.tree.DraftTree``), each node on the sequences of the drafts that
    pass through it, at position n + d − 1 for depth d (n = context length): llama.cpp lets each
    node attend to its sequence's cells, i.e. the context, its ancestors and itself;
 3. the target scores [its pending tokens, every node] in ONE batch (the pending tokens are
@@ -25,7 +25,7 @@ the order of their positions; sequences 1..K−1 are empty.  One iteration:
    docs/upstream/llamacpp_out_of_order_kv_cells.md).  This costs both models τ more tokens at the
    next iteration (the cost model charges it: ``speed_model.iteration_seconds``).
 
-The target rows go through ``engine.sampling.probabilities`` exactly as in the torch layouts,
+The target rows go through ``decoding.sampling.probabilities`` exactly as in the torch layouts,
 so the verifier (the rule layer) is unchanged.
 """
 
@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.backend import DraftState, Layout
-from spectr_gbv.gpu_backend.engine.sampling import finite_rows, inverse_cdf_rows, probabilities, sampleable
-from spectr_gbv.gpu_backend.engine.tree import DraftTree
+from spectr_gbv.gpu_backend.decoding.backend import DraftState, Layout
+from spectr_gbv.gpu_backend.decoding.sampling import finite_rows, inverse_cdf_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.decoding.tree import DraftTree
 from spectr_gbv.gpu_backend.llamacpp.model import Feed
 
 

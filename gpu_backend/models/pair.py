@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 @dataclass
 class ModelPair:
     """Loaded target, draft (None when only the target was asked for), the target's tokenizer,
-    the EOS ids (``models.eos.eos_token_ids``), and the ``engine.backend.Backend`` that runs the
+    the EOS ids (``models.eos.eos_token_ids``), and the ``decoding.backend.Backend`` that runs the
     models: hand it to the engine (``SpeculativeEngine(..., backend=pair.backend)``); None is the
     engine's default, torch (transformers models, ``load_pair``)."""
 

@@ -40,9 +40,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.backend import Backend
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
-from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
+from spectr_gbv.gpu_backend.decoding.backend import Backend
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
+from spectr_gbv.gpu_backend.torch_backend.backend import TORCH
 from spectr_gbv.gpu_backend.tuning.cache import read_cache, write_cache
 from spectr_gbv.gpu_backend.tuning.measure import (CALIBRATION_TOKENS, acceptance_from_rows, calibration_text,
                                                    default_calibration_prompts, forward_costs, overhead_costs,
@@ -126,7 +126,7 @@ def configure(target, draft, tokenizer, spec: PairSpec, rule: str, sampling: Sam
 
     Args:
         target, draft: the loaded models (same device); tokenizer: the target's.
-        backend: the ``engine.backend.Backend`` running them (default torch; a pair's own is
+        backend: the ``decoding.backend.Backend`` running them (default torch; a pair's own is
             ``ModelPair.backend``).
         spec: the specs the user gave (cache key).
         rule: the verification rule (its verifier's cost is measured).

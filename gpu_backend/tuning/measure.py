@@ -1,16 +1,16 @@
 """What the auto-configuration measures on the loaded models: the forwards' costs, the verifier's
 and the draws' overhead, a calibration text sampled by the target, the teacher-forced rows over
 it and the acceptance they give (``tuning.autoconfig.configure`` caches and combines them).
-Every model call goes through the models' ``engine.backend.Backend``.
+Every model call goes through the models' ``decoding.backend.Backend``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.backend import Backend
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, sampleable
-from spectr_gbv.gpu_backend.engine.torch_backend import TORCH
+from spectr_gbv.gpu_backend.decoding.backend import Backend
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, finite_rows, sampleable
+from spectr_gbv.gpu_backend.torch_backend.backend import TORCH
 from spectr_gbv.gpu_backend.tuning.timing import TIMING_REPEATS, TimingQuality, timed_interleaved
 
 CALIBRATION_SOURCES = (("humaneval", 0), ("gsm8k", 0))

@@ -110,7 +110,7 @@ def choose_shape(plan: ShapePlan, rule: str, rule_given: bool, target=None, draf
     the rule's verifier, timed by the measurement (``autoconfig.configure``).  ``new_tokens``:
     the generation's ``max_new_tokens``; with it the choice counts the draft's prefill of
     ``prompt_ids`` (``speed_model.choose``), without it it is on decode speed alone.  ``backend``:
-    the models' ``engine.backend.Backend`` (None: torch)."""
+    the models' ``decoding.backend.Backend`` (None: torch)."""
     if not plan.auto:
         return ShapeChoice(rule, plan.K, plan.L)
     from spectr_gbv.gpu_backend.tuning.autoconfig import configure

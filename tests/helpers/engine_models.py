@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
 V = 96

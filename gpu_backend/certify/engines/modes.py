@@ -194,7 +194,7 @@ class _LlamaCppModelReference:
         self.model, self.T = model, float(temperature)
 
     def __call__(self, prompt_ids, tokens):
-        from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+        from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
         from spectr_gbv.gpu_backend.llamacpp.costs import teacher_forced_rows
 
         rows = teacher_forced_rows(self.model, list(prompt_ids), list(tokens), SamplingConfig(self.T))

@@ -11,7 +11,7 @@ class OursEngine:
 
     Args:
         target, draft: as ``SpeculativeEngine`` (both transformers, or both llama.cpp);
-        backend: their ``engine.backend.Backend`` (None: torch; ``ModelPair.backend``).
+        backend: their ``decoding.backend.Backend`` (None: torch; ``ModelPair.backend``).
         temperature: the target's T; draft_temperature: the draft's (default T).
         rule, K, L: the verification rule and shape.
         verifier: optional custom verifier (negative controls wrap the rule's own).
@@ -22,7 +22,7 @@ class OursEngine:
 
     def __init__(self, target, draft, temperature: float = 1.0, draft_temperature: float | None = None,
                  rule: str = "sd", K: int = 1, L: int = 4, verifier=None, eos_token_ids=(), backend=None):
-        from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+        from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
         from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
         self.engine = SpeculativeEngine(

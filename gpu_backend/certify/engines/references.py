@@ -3,7 +3,7 @@ sampled continuation, from ONE teacher-forced forward of prompt + continuation.
 
 ``TransformersReference``: a transformers causal LM (the same weights the engine runs, or the
 same model object); logits → float64 softmax at temperature T, then top-k / top-p as
-transformers' warpers apply them (``gpu_backend.engine.sampling.probabilities``' rules).
+transformers' warpers apply them (``gpu_backend.decoding.sampling.probabilities``' rules).
 ``LlamaCppReference``: a ``llama_cpp.Llama`` with ``logits_all=True`` (the engine itself,
 speculation off: one ``eval`` of the whole sequence from an empty cache).
 """

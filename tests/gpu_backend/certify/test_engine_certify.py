@@ -134,7 +134,7 @@ def test_first_token_law_is_the_engines_processing(tiny):
     differ by up to ~2e-5 relative, measured 1.6e-5 on the largest entry: to 1e-4, as
     test_engine_models.py)."""
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
     target, draft, ids, _ = tiny
     law = er.target_first_token_law(target, ids, SamplingConfig(1.0))

@@ -162,7 +162,7 @@ def test_engine_planted_rows_run_until_the_power_is_reached(monkeypatch):
 def test_run_rule_logs_every_log_seconds(monkeypatch):
     from helpers.engine_models import PROMPT, perturbed, random_lm
 
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
     torch.set_num_threads(1)
     target = random_lm(1)

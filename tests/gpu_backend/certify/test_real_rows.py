@@ -14,7 +14,7 @@ import torch
 
 from spectr_gbv.gpu_backend.certify.real_rows import ModelRows, real_rows_case
 from spectr_gbv.gpu_backend.certify.suite import suite_verifier
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities
 from spectr_gbv.gpu_backend.models.prompts import encode_prompt
 from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 from spectr_gbv.oracle.certify import certify_case

@@ -140,7 +140,7 @@ def test_run_rule_records_the_defect_laws_of_a_lossless_row():
     pytest.importorskip("transformers")
     from helpers.engine_models import PROMPT, perturbed, random_lm
 
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 
     torch.set_num_threads(1)
     target = random_lm(1)

@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from spectr_gbv.gpu_backend.engine import kv
+from spectr_gbv.gpu_backend.torch_backend import kv
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine, load_verifier  # noqa: E402
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities  # noqa: E402
 from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
 from spectr_gbv.reference.rules import registry
 
@@ -88,7 +88,7 @@ def test_packed_layout_with_eager_attention_matches_uncached():
 
 
 def test_tree_shares_prefixes_and_builds_masks():
-    from spectr_gbv.gpu_backend.engine.tree import DraftTree
+    from spectr_gbv.gpu_backend.decoding.tree import DraftTree
 
     tree = DraftTree(3)
     assert tree.add_depth([7, 7, 9]) == ([7, 9], [0, 0, 1])

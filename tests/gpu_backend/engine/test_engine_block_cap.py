@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.verifiers import get_verifier  # noqa: E402
 from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
 from helpers.engine_models import PROMPT, models, one_thread, run_recorded, uncached_row  # noqa: E402,F401
@@ -72,7 +72,7 @@ def test_buffers_and_window_check_use_the_first_block_not_L(models, monkeypatch)
     engine = SpeculativeEngine(target, draft, rule="sd", K=1, L=10_000, sampling=SamplingConfig(0.9))
     result, records = run_recorded(engine, 6, seed=1)
     assert result.new_tokens == 6 and records[0].draft_tokens.shape == (1, 5)
-    from spectr_gbv.gpu_backend.engine import torch_backend
+    from spectr_gbv.gpu_backend.torch_backend import backend as torch_backend
 
     # the target as a sliding-window model of 64 positions (the torch backend's check_length)
     monkeypatch.setattr(torch_backend, "sliding_window_limit", lambda config: 64 if config is target.config else None)

@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.reference.draft_stopping import ConfidenceStop, StopAt  # noqa: E402
 from spectr_gbv.reference.rules import registry
 # the small models and the one-thread setting of test_engine.py (pytest fixtures, imported)

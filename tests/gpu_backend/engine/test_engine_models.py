@@ -18,7 +18,7 @@ from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa:
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.gpu_backend.models.eos import eos_token_ids  # noqa: E402
 from spectr_gbv.gpu_backend.models.prompts import encode_prompt  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities  # noqa: E402
 from spectr_gbv.gpu_backend.models.weights import load_causal_lm  # noqa: E402
 from spectr_gbv.reference.draft_stopping import block_cap  # noqa: E402
 from spectr_gbv.reference.rules import registry

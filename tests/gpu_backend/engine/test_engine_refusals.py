@@ -11,14 +11,14 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from spectr_gbv.gpu_backend.engine import kv
+from spectr_gbv.gpu_backend.torch_backend import kv
 from spectr_gbv.gpu_backend.bench.assisted import assisted_generate  # noqa: E402
 from spectr_gbv.gpu_backend.engine.inputs import NonFiniteError  # noqa: E402
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
 from spectr_gbv.reference.seeds import generator_seed  # noqa: E402
-from spectr_gbv.gpu_backend.engine.torch_backend import check_model  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.torch_backend.backend import check_model  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities  # noqa: E402
 
 from helpers.engine_models import PROMPT, V, models, one_thread, perturbed, random_lm  # noqa: E402,F401  (fixtures)
 

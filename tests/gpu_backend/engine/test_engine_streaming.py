@@ -9,7 +9,7 @@ pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig  # noqa: E402
 # the small models and the one-thread setting of test_engine.py (pytest fixtures, imported)
 from helpers.engine_models import PROMPT, models, one_thread  # noqa: E402,F401
 

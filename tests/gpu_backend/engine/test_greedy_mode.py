@@ -1,4 +1,4 @@
-"""Greedy decoding, temperature 0 (gpu_backend.engine.sampling): the processed rows are the
+"""Greedy decoding, temperature 0 (gpu_backend.decoding.sampling): the processed rows are the
 one-hot of the argmax with exact ties going to the LOWEST token id, and every registered rule
 then reduces to "accept a draft token iff it is the target's argmax".
 
@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, greedy_rows, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, finite_rows, greedy_rows, probabilities  # noqa: E402
 from spectr_gbv.gpu_backend.certify.greedy import certify_greedy, lowest_argmax  # noqa: E402
 from spectr_gbv.gpu_backend.verifiers import get_verifier  # noqa: E402
 from spectr_gbv.reference.rules import registry  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from spectr_gbv.gpu_backend.engine.sampling import inverse_cdf_rows
+from spectr_gbv.gpu_backend.decoding.sampling import inverse_cdf_rows
 from spectr_gbv.oracle.stats import gtest
 
 

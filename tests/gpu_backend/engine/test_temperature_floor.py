@@ -1,4 +1,4 @@
-"""The temperature floor (gpu_backend.engine.temperature): every entry point refuses 0 < T < 1e-4
+"""The temperature floor (gpu_backend.decoding.temperature): every entry point refuses 0 < T < 1e-4
 with one message naming its temperature argument, and accepts T = 0 (greedy) where greedy is
 offered; the floor's derivation (float32 overflow of logits / T below it, float32 underflow of
 exp making smaller T pointless above it) checked in numbers."""
@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, probabilities  # noqa: E402
-from spectr_gbv.gpu_backend.engine.temperature import (MIN_TEMPERATURE, check_temperature,  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, finite_rows, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.temperature import (MIN_TEMPERATURE, check_temperature,  # noqa: E402
                                                        temperature_problem)
 
 FLOOR = "must be >= 0.0001 (float32 logits / T overflow below it; 0 is greedy decoding), got 1e-05"

@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install.sh installs it)")
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities  # noqa: E402
 from spectr_gbv.gpu_backend.engine.inputs import NonFiniteError  # noqa: E402
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
 from spectr_gbv.gpu_backend.engine.plain import autoregressive_generate  # noqa: E402
@@ -123,7 +123,7 @@ def test_plain_sampling_is_seeded_and_matches_the_rows(pair):
     assert a.tokens == b.tokens and len(a.tokens) == 8
     from spectr_gbv.gpu_backend.engine.inputs import seeded_generator
 
-    from spectr_gbv.gpu_backend.engine.sampling import inverse_cdf_rows
+    from spectr_gbv.gpu_backend.decoding.sampling import inverse_cdf_rows
 
     row = _uncached_rows(pair.target, PROMPT, s)
     u = torch.rand(1, generator=seeded_generator(11, "cpu"), dtype=torch.float64)

@@ -53,7 +53,7 @@ def test_first_token_law_is_llamacpps_uncached_row(tiny):
     """The law (a) tests against is llama.cpp's row after the prompt from an empty cache, and
     equals the first target row the engine hands its verifier (llama.cpp's CPU kernels gave
     identical logits here; 1e-7 allows a different batch split's rounding)."""
-    from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig
+    from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
 
     target, draft, ids, _ = tiny

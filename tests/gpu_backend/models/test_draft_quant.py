@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from spectr_gbv.gpu_backend.models.draft_quant import quantize_draft, resolve_mode  # noqa: E402
 from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine  # noqa: E402
 from spectr_gbv.gpu_backend.models.pair import load_pair  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.models.weights import vocab_size  # noqa: E402
 from helpers.engine_models import (V, assert_one_hot_target_reproduces_greedy, perturbed, random_lm,  # noqa: E402
                          run_recorded, uncached_row)

@@ -15,7 +15,7 @@ from spectr_gbv.gpu_backend.tuning import cache as tuning_cache
 from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.measure import acceptance_from_rows  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.machine import auto_dtype, cpu_flags, describe_flags, native_bf16  # noqa: E402
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.speed_model import MARGIN, Acceptance, choose, expected_tokens  # noqa: E402
 from spectr_gbv.reference.exact import expected_tau  # noqa: E402
 from spectr_gbv.reference.kseq import beta, rho_star  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig  # noqa: E402
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig  # noqa: E402
 from spectr_gbv.gpu_backend.tuning import autoconfig  # noqa: E402
 from spectr_gbv.gpu_backend.tuning import cache as tuning_cache  # noqa: E402
 from spectr_gbv.gpu_backend.tuning.autoconfig import PairSpec, configure  # noqa: E402

@@ -15,7 +15,7 @@ the draft token is the target's argmax" (certified exactly over the registry by
 ``gpu_backend.certify.greedy``, run in tests/gpu_backend/engine/test_greedy_mode.py).  top_k = 1 is not greedy: it keeps every token
 tied with the largest logit ([1, 1, 0] → [.5, .5, 0]), as transformers' ``TopKLogitsWarper``
 does.  Positive temperatures below ``temperature.MIN_TEMPERATURE`` = 1e-4 are refused where the
-configuration is built (the floor and its derivation: ``gpu_backend.engine.temperature``).
+configuration is built (the floor and its derivation: ``gpu_backend.decoding.temperature``).
 
 Non-finite logits are never sampled: a NaN or +inf logit (or a row of −inf) makes the whole
 softmax row non-finite, ``finite_rows`` flags such rows with one reduction per row (on the
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.temperature import GREEDY_TEMPERATURE, check_temperature
+from spectr_gbv.gpu_backend.decoding.temperature import GREEDY_TEMPERATURE, check_temperature
 
 
 @dataclass(frozen=True)

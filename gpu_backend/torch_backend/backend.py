@@ -1,6 +1,6 @@
-"""The torch backend: transformers causal LMs with transformers' KV caches (``engine.kv``) and
-the two cache layouts ``engine.layouts`` (packed token tree, or K batched rows).  The engine's
-default backend (``engine.backend.Backend``).
+"""The torch backend: transformers causal LMs with transformers' KV caches (``torch_backend.kv``) and
+the two cache layouts ``torch_backend.layouts`` (packed token tree, or K batched rows).  The engine's
+default backend (``decoding.backend.Backend``).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import torch
 
 from spectr_gbv.reference.rules import policy
 
-from spectr_gbv.gpu_backend.engine.backend import Backend, Layout
-from spectr_gbv.gpu_backend.engine.kv import (cache_length, new_cache, rollback_problem,
+from spectr_gbv.gpu_backend.decoding.backend import Backend, Layout
+from spectr_gbv.gpu_backend.torch_backend.kv import (cache_length, new_cache, rollback_problem,
                                               sliding_window_limit)
-from spectr_gbv.gpu_backend.engine.layouts import BatchedLayout, PackedLayout, sample_rows
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, probabilities
+from spectr_gbv.gpu_backend.torch_backend.layouts import BatchedLayout, PackedLayout, sample_rows
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, probabilities
 from spectr_gbv.gpu_backend.models.draft_quant import is_dynamically_quantised
 from spectr_gbv.gpu_backend.models.weights import check_same_vocabulary, vocab_size
 

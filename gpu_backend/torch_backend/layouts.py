@@ -9,11 +9,11 @@ from the same generator.
   is kept (``batch_select_indices``) and cropped.  No host read while drafting.
 - ``PackedLayout`` (``"packed"``, the engine's default, faster on CPU): the caches stay one
   row; the drafts are fed as a token tree with a 4-D attention mask and per-node position
-  ids (``gpu_backend.engine.tree``), drafts with a common prefix share its nodes, and the selected
+  ids (``gpu_backend.decoding.tree``), drafts with a common prefix share its nodes, and the selected
   path is gathered back (``kv.keep_positions``).  Each depth's K draft tokens are read on the
   host to build the tree (free on CPU; on a GPU the batched layout avoids these reads).
 
-Interface (``engine.backend.Layout``): ``start(ids, gen, L)``, ``draft_and_score(state)`` fills the state's draft buffers and returns
+Interface (``decoding.backend.Layout``): ``start(ids, gen, L)``, ``draft_and_score(state)`` fills the state's draft buffers and returns
 the target rows; ``cut_back(state, row, tau)`` keeps the selected draft's accepted tokens in
 both caches.  A layout holds no per-generation data: that lives in ``DraftState``.
 """
@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import torch
 
-from spectr_gbv.gpu_backend.engine.backend import DraftState, Layout
-from spectr_gbv.gpu_backend.engine.kv import cache_length, keep_positions, keep_row, new_cache, widen
-from spectr_gbv.gpu_backend.engine.sampling import finite_rows, probabilities, sampleable
-from spectr_gbv.gpu_backend.engine.tree import DraftTree, attention_mask_for
+from spectr_gbv.gpu_backend.decoding.backend import DraftState, Layout
+from spectr_gbv.gpu_backend.torch_backend.kv import cache_length, keep_positions, keep_row, new_cache, widen
+from spectr_gbv.gpu_backend.decoding.sampling import finite_rows, probabilities, sampleable
+from spectr_gbv.gpu_backend.decoding.tree import DraftTree, attention_mask_for
 from spectr_gbv.gpu_backend.models.weights import vocab_size
 
 
@@ -48,7 +48,7 @@ def _draw_draft(state: DraftState, i: int) -> torch.Tensor:
 
 class TorchLayout(Layout):
     """What both torch layouts share: the start of a generation and the first draft row
-    (``engine.backend.Layout``'s arguments; ``target``, ``draft``: transformers causal LMs)."""
+    (``decoding.backend.Layout``'s arguments; ``target``, ``draft``: transformers causal LMs)."""
 
     def __init__(self, *args):
         super().__init__(*args)
@@ -113,7 +113,7 @@ class BatchedLayout(TorchLayout):
 
 
 class PackedLayout(TorchLayout):
-    """One cache row: the drafts fed as a token tree (``gpu_backend.engine.tree``).
+    """One cache row: the drafts fed as a token tree (``gpu_backend.decoding.tree``).
 
     Args:
         share_prefixes: drafts with a common prefix share its nodes (default True); the other

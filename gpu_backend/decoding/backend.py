@@ -4,15 +4,15 @@ A backend runs the two models of a pair on its own kernels and hands the engine 
 rows; the engine (``engine.speculative``), the plain-sampling baseline and the
 auto-configuration (``tuning.autoconfig``) only call the methods below, so a new backend is one
 folder that implements ``Backend`` and its ``Layout`` (docs/howto/add_a_backend.md).  Two
-exist: transformers on torch (``engine.torch_backend.TorchBackend``, the engine's default, with
-its layouts ``engine.layouts`` and cache surgery ``engine.kv``) and llama.cpp
+exist: transformers on torch (``torch_backend.backend.TorchBackend``, the engine's default, with
+its layouts ``torch_backend.layouts`` and cache surgery ``torch_backend.kv``) and llama.cpp
 (``llamacpp.backend.LlamaCppBackend``, the GGUF files on llama.cpp's kernels).  A backend is
 handed to the engine (``SpeculativeEngine(..., backend=)``, ``models.pair.ModelPair.backend``);
 nothing in the engine asks which backend it runs on.
 
 Terms: a *layout* does the engine's steps 1–2 (draft K blocks, score them with ONE target
 call) and 5 (cut both caches back to the selected draft's accepted tokens) over one
-generation's ``DraftState``; the rows it returns go through ``engine.sampling.probabilities``
+generation's ``DraftState``; the rows it returns go through ``decoding.sampling.probabilities``
 on every backend, so the verifier (the rule layer) never sees a backend.
 """
 
@@ -25,8 +25,8 @@ import torch
 
 from spectr_gbv.reference.draft_stopping import ConfidenceStop, decision
 
-from spectr_gbv.gpu_backend.engine.sampling import SamplingConfig, finite_rows, sampleable
-from spectr_gbv.gpu_backend.engine.tree import DraftTree
+from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, finite_rows, sampleable
+from spectr_gbv.gpu_backend.decoding.tree import DraftTree
 
 
 @dataclass

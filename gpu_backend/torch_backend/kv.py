@@ -120,7 +120,7 @@ def keep_positions(cache, positions: list[int]) -> None:
     """Keep only the given positions of a batch-1 cache, in the given order (in place).
 
     A leading run 0..m−1 is a crop (no copy); otherwise every layer's keys and values are
-    gathered along the sequence axis.  Used by the packed tree layout (``gpu_backend.engine.tree``),
+    gathered along the sequence axis.  Used by the packed tree layout (``gpu_backend.decoding.tree``),
     whose kept path is the context plus scattered node positions.
 
     Args:
