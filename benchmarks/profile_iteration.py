@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     parser.add_argument("--md", default=None, help="also write the table to this file")
     args = parser.parse_args(argv)
 
-    from spectr_gbv.gpu_backend.engine import layouts
+    from spectr_gbv.gpu_backend.torch_backend import layouts
     from spectr_gbv.gpu_backend.bench.run import machine_description
     from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
     from spectr_gbv.gpu_backend.engine.speculative import SpeculativeEngine
