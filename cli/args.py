@@ -184,19 +184,6 @@ def positive_temperature_value(text: str) -> float:
     return value
 
 
-def check_utf8_text(flag: str, text: str) -> None:
-    """Refuse text that does not encode as UTF-8 (e.g. lone surrogates from invalid bytes in argv).
-
-    Raises:
-        UsageError: ``FLAG must be valid UTF-8 text`` with the position.
-    """
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise UsageError(f"{flag} must be valid UTF-8 text (character {err.start} is "
-                         f"{text[err.start]!r}, not encodable)") from None
-
-
 def json_safe(obj):
     """``obj`` with every non-finite float (NaN, ±inf) replaced by None, for strict JSON."""
     if isinstance(obj, float):

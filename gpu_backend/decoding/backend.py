@@ -108,13 +108,21 @@ class Layout:
         run's generator (the backend's own sampler, ``Backend.draw``'s law)."""
         raise NotImplementedError
 
+    def draw_depth(self, state: DraftState, i: int) -> None:
+        """Flag the K draft rows of depth ``i`` (``state.draft_ok``) and draw each draft's token
+        into ``state.draft_tokens[:, i]`` (``draw``); a non-finite row is replaced by a
+        placeholder (``sampling.sampleable``), never sampled."""
+        ok = finite_rows(state.draft_probs[:, i])
+        state.draft_ok[:, i] = ok
+        state.draft_tokens[:, i] = self.draw(sampleable(state.draft_probs[:, i], ok), state.gen)
+
     def grow_tree(self, state: DraftState, tree: DraftTree, depth_rows) -> list[int]:
         """Depths 2..S of the K drafts as a token tree (S = L unless the stopping policy or
         ``state.limit`` ends them; sets ``state.S``), the first depth already drawn into
         ``state.draft_tokens[:, 0]``.  Each depth: ``depth_rows(i, new, first, last)`` feeds the
         draft the ``new`` node tokens of depth i (node ids first..last−1) and returns their
-        processed rows float32 [last − first, V]; each draft's row is the one of its node, its
-        finite flag is recorded and its token drawn (``draw``).
+        processed rows float32 [last − first, V]; each draft's row is the one of its node, and
+        its token is drawn (``draw_depth``).
 
         Returns:
             every node's token in creation order (the tree's nodes).
@@ -129,9 +137,7 @@ class Layout:
             first, last = tree.depth_start[i - 1], tree.depth_start[i]
             rows = depth_rows(i, new, first, last)
             probs[:, i] = rows[torch.tensor(nodes, device=rows.device) - first]
-            ok = finite_rows(probs[:, i])
-            state.draft_ok[:, i] = ok
-            tokens[:, i] = self.draw(sampleable(probs[:, i], ok), state.gen)
+            self.draw_depth(state, i)
             new, nodes = tree.add_depth(tokens[:, i].tolist())
             node_tokens += new
         return node_tokens

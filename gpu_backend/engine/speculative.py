@@ -41,7 +41,8 @@ batched layout avoids these reads).
 
 What the engine refuses or raises (all ``ValueError``, one line, naming the model):
 - at construction, a draft or target whose cache cannot be cut back exactly (the backend's
-  ``check_pair``; torch: ``torch_backend.check_model``: sliding-window layers whose window can bind, recurrent / convolution /
+  ``check_pair``; torch: ``torch_backend.backend.check_model``: sliding-window layers whose window
+  can bind, recurrent / convolution /
   hybrid states, any other cache layer than transformers' full ``DynamicLayer``);
 - during a generation, a non-finite probability row (NaN / inf logits) of either model
   (``NonFiniteError``, naming the iteration, draft and depth or row), raised after the

@@ -35,7 +35,7 @@ def check_model(model, role: str) -> None:
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"{role} model ({type(model).__name__}) is not a transformers model: hand "
                          "the engine its backend (backend=pair.backend, e.g. "
-                         "llamacpp.backend.LlamaCppBackend() for a LlamaCppModel)")
+                         "llamacpp.backend.LLAMACPP for a LlamaCppModel)")
     problem = rollback_problem(model.config, bool(getattr(model, "_is_stateful", False)))
     if problem is not None:
         raise ValueError(f"{role} model ({type(model).__name__}) cannot be used by the "
@@ -50,13 +50,10 @@ class TorchBackend(Backend):
     name = "torch"
 
     def check_pair(self, target, draft, rule: str, custom_verifier: bool) -> int:
-        for role, model in (("target", target), ("draft", draft)):
-            if not isinstance(model, torch.nn.Module):
-                check_model(model, role)  # raises: another backend's model
-        if not custom_verifier and is_dynamically_quantised(draft):
-            policy.check_varying_draft_rows(rule, "draft")
         check_model(target, "target")
         check_model(draft, "draft")
+        if not custom_verifier and is_dynamically_quantised(draft):
+            policy.check_varying_draft_rows(rule, "draft")
         return check_same_vocabulary(draft, target)
 
     def device(self, model) -> torch.device:

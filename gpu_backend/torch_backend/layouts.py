@@ -38,14 +38,6 @@ def sample_rows(probs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return torch.multinomial(probs, 1, replacement=True, generator=gen)[:, 0]
 
 
-def _draw_draft(state: DraftState, i: int) -> torch.Tensor:
-    """Flag the K draft rows of depth ``i`` (finite or not) and draw one token from each;
-    a non-finite row is replaced by a placeholder (``sampling.sampleable``), never sampled."""
-    ok = finite_rows(state.draft_probs[:, i])
-    state.draft_ok[:, i] = ok
-    return sample_rows(sampleable(state.draft_probs[:, i], ok), state.gen)
-
-
 class TorchLayout(Layout):
     """What both torch layouts share: the start of a generation and the first draft row
     (``decoding.backend.Layout``'s arguments; ``target``, ``draft``: transformers causal LMs)."""
@@ -96,7 +88,7 @@ class BatchedLayout(TorchLayout):
             i = state.S
             logits = self.draft(tokens[:, i - 1:i], cache=state.d_cache, use_cache=True).logits
             probs[:, i] = probabilities(logits[:, -1], self.draft_sampling)
-            tokens[:, i] = _draw_draft(state, i)
+            self.draw_depth(state, i)
             state.S += 1
         widen(state.t_cache, K)
         last = torch.full((K, 1), state.context[-1], dtype=torch.int64, device=self.device)
