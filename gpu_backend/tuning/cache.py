@@ -73,15 +73,23 @@ def read_cache() -> dict:
 
 
 def write_cache(data: dict, log) -> None:
-    """Write the cache; a path that cannot be written is reported and skipped (the measurement
-    is still used for this run)."""
+    """Write the cache, merged with what another process wrote since ``data`` was read (under
+    the file's lock, ``<path>.lock``); a path that cannot be written is reported and skipped
+    (the measurement is still used for this run)."""
     from spectr_gbv.gpu_backend.models.weights import atomic_write_text
+
+    from filelock import FileLock
 
     data["version"] = CACHE_VERSION
     try:
         path = check_cache_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(data))
+        # another process may have filed its own measurements since ``data`` was read: merge
+        # under the file's lock (ours win for the keys we wrote), so that neither is lost
+        with FileLock(str(path) + ".lock"):
+            entries = {**read_cache().get("entries", {}), **data.get("entries", {})}
+            data["entries"] = entries
+            atomic_write_text(path, json.dumps(data))
     except (OSError, ValueError) as err:
         log(f"auto-configuration: not cached ({err})")
 

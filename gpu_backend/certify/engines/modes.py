@@ -55,22 +55,11 @@ class Models:
         return self._get(("hf", dtype), lambda: load_causal_lm("tiny", dtype=dtype))
 
     def gguf(self):
-        """A private copy of the tiny GGUF (the shared joined file is deleted whenever a
-        transformers copy of the model is made, ``weights.load_causal_lm``, possibly by another
-        process while llama.cpp reopens it)."""
-        import shutil
-        import tempfile
-        from pathlib import Path
-
+        """The tiny model's joined GGUF in the model cache (``llamacpp.pair.gguf_path``; the
+        cache keeps it while other processes read it, ``models.weights``)."""
         from spectr_gbv.gpu_backend.llamacpp.pair import gguf_path
 
-        def copy():
-            import atexit
-
-            folder = Path(tempfile.mkdtemp(prefix="spectr-gbv-certify-"))
-            atexit.register(shutil.rmtree, folder, True)
-            return Path(shutil.copy(gguf_path("tiny"), folder / "tiny.gguf"))
-        return self._get("gguf", copy)
+        return self._get("gguf", lambda: gguf_path("tiny"))
 
     def llama(self, draft=None, cls=None, key="plain"):
         from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import load_llama

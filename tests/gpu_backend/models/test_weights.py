@@ -153,7 +153,7 @@ def test_touched_but_intact_cache_is_rehashed_not_rebuilt(fake_site, monkeypatch
     assert (len(hashed), len(joined)) == (1, 0)
 
 
-def test_the_joined_gguf_is_dropped_once_the_safetensors_copy_exists(fake_site, monkeypatch, tmp_path):
+def test_the_joined_gguf_is_kept_beside_the_safetensors_copy(fake_site, monkeypatch, tmp_path):
     # the dequantising load is replaced by a small model: what is tested is the cache's files
     _register(monkeypatch)
     toy = _toy_lm(40)
@@ -170,12 +170,15 @@ def test_the_joined_gguf_is_dropped_once_the_safetensors_copy_exists(fake_site, 
     folder = weights._safetensors_copy(resolve_embedded("fake-model"), torch.float32)
     assert (folder / "tokenizer.json").is_file() and (folder / "config.json").is_file()
     gguf = tmp_path / "cache" / "gguf"
-    assert sorted(p.name for p in gguf.iterdir()) == []  # neither the GGUF nor its stamp
-    # the same dtype again reads the copy; another dtype joins the parts again
+    # the GGUF and its stamp stay: another process (llama.cpp) may be reading the file
+    assert sorted(p.name for p in gguf.iterdir()) == ["fake-model.gguf", "fake-model.gguf.verified.json"]
+    # the same dtype again reads the copy; another dtype starts from the kept GGUF (no join)
     assert weights._safetensors_copy(resolve_embedded("fake-model"), torch.float32) == folder
-    assert len(joined) == 1
     weights._safetensors_copy(resolve_embedded("fake-model"), torch.float64)
-    assert len(joined) == 2 and sorted(p.name for p in gguf.iterdir()) == []
+    assert len(joined) == 1 and (gguf / "fake-model.gguf").read_bytes() == PART1 + PART2
+    # nothing half-built is left: the two copies, and no temporary sibling
+    assert sorted(p.name for p in (tmp_path / "cache" / "hf").iterdir()) == [
+        f"fake-model-{JOINED_SHA[:12]}-float32", f"fake-model-{JOINED_SHA[:12]}-float64"]
 
 
 def test_cache_dir_follows_env_then_home(monkeypatch, tmp_path):

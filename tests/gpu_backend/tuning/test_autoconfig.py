@@ -249,3 +249,19 @@ def test_configure_checks_rule_and_margin_before_measuring(tiny_pair):
         configure(target, draft, None, PairSpec("t", "d", "float32"), "sd", SamplingConfig(0.7), (1.5,), (1,),
                   fallback_prompt=PROMPT, log=lambda line: None)
     assert not path.exists()  # nothing was measured, nothing written
+
+
+def test_a_cache_write_keeps_what_another_process_wrote_since_it_read(tmp_path, monkeypatch):
+    # two processes read the empty cache, each measures its own pair and writes: both entries stay
+    monkeypatch.setenv("SPECTR_GBV_AUTOCONFIG", str(tmp_path / "autoconfig.json"))
+    first, second = tuning_cache.read_cache(), tuning_cache.read_cache()
+    first.setdefault("entries", {})["pair-a"] = {"cost": 1.0}
+    second.setdefault("entries", {})["pair-b"] = {"cost": 2.0}
+    lines = []
+    tuning_cache.write_cache(first, lines.append)
+    tuning_cache.write_cache(second, lines.append)
+    assert lines == []
+    assert tuning_cache.read_cache()["entries"] == {"pair-a": {"cost": 1.0}, "pair-b": {"cost": 2.0}}
+    # a key written again is the newer measurement
+    tuning_cache.write_cache({"entries": {"pair-a": {"cost": 3.0}}}, lines.append)
+    assert tuning_cache.read_cache()["entries"]["pair-a"] == {"cost": 3.0}
