@@ -1,4 +1,14 @@
-"""``spectr-gbv certify``: the torch verifiers certified against the reference's exact laws.
+"""``spectr-gbv certify WHAT``: certification, one sub-command per thing certified.
+
+    spectr-gbv certify verifiers [--rules R,…] [--quick] [--samples N] [--alpha A] [--seed S] …
+    spectr-gbv certify samplers vllm [--samples N] [--families F,…] [--workers W] …
+    spectr-gbv certify engine NAME [--modes M,…] [--quick] [--samples N] [--temperature T] …
+    spectr-gbv certify our-engine [--rules R,…] [--quick] [--target T] [--draft D] [--backend B] …
+    spectr-gbv certify endpoint URL [--reference self|hf:…|gguf:…|endpoint:URL] … (cli/certify_endpoint.py)
+
+Each has its own ``--help``.  The flags of the one-command form below (``certify --quick``,
+``--third-party vllm``, ``--engine [NAME]``, ``--engine-endpoint URL``) keep working for one release
+and print a one-line deprecation notice naming the sub-command to use.
 
     spectr-gbv certify [--rules R,…] [--quick] [--json FILE] [--markdown FILE]
                        [--samples N] [--alpha A] [--seed S] [--device D] [--threads T]
@@ -110,16 +120,135 @@ ENGINE_MAX_NEW_TOKENS = 16
 ENGINE_DRAFT_T = 1.5
 
 
+# the legacy one-command flags and their defaults: a sub-command sets those it does not take
+LEGACY_DEFAULTS = dict(rules=None, quick=False, samples=None, alpha=None, seed=0, device="cpu", threads=1,
+                       third_party=None, families=None, workers=2, engine=False, modes=None, max_new_tokens=None,
+                       backend=None, target=None, draft=None, draft_temperature=None, engine_endpoint=None,
+                       endpoint_model=None, allow_remote=False, temperature=None, json_file=None, markdown=None)
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "certify",
-        help="certify the torch verifiers against the reference's exact laws",
-        description="Runs every registered torch verifier on fixed-draft and law-level cases, "
-        "compares its outcomes with the reference's exact law (G-tests and the mean of tau), and "
-        "checks that planted wrong rules are caught.  Prints per rule and case: N, alpha, the "
-        "detectable TV, the p-value and the verdict.  Exit status 0 only when every lossless rule "
-        "passes and every planted wrong rule is caught.",
+        help="certify verifiers, vLLM's samplers, an engine's generate, our engine, or a deployment "
+        "(certify verifiers|samplers vllm|engine NAME|our-engine|endpoint URL)",
+        description="Certification, one sub-command per thing certified: verifiers (the torch "
+        "verifiers against the reference's exact laws), samplers vllm (vLLM's own rejection "
+        "samplers), engine NAME (another engine's generate, black box), our-engine (our engine, white "
+        "box), endpoint URL (a deployment through its own API).  The flags below are the one-command "
+        "form, kept for one release (each prints a deprecation notice).",
     )
+    _legacy_flags(p)
+    p.set_defaults(func=run, check=check, certify_what=None)
+    sub = p.add_subparsers(dest="certify_what", metavar="WHAT")
+    _register_verifiers(sub)
+    _register_samplers(sub)
+    _register_engine(sub)
+    _register_our_engine(sub)
+    from spectr_gbv.cli import certify_endpoint
+
+    certify_endpoint.register(sub)
+
+
+def _sub(sub, name: str, help: str, description: str, **fixed):
+    """A sub-command parser whose namespace also holds the legacy attributes it does not take."""
+    q = sub.add_parser(name, help=help, description=description)
+    q.set_defaults(**{**LEGACY_DEFAULTS, **fixed}, func=run, check=check)
+    return q
+
+
+def _register_verifiers(sub) -> None:
+    from spectr_gbv.cli.args import add_json_flag, int_at_least, output_file, positive_int, seed_int, unit_interval_open
+
+    q = _sub(sub, "verifiers", "the torch verifiers against the reference's exact laws",
+             "Runs every registered torch verifier on fixed-draft and law-level cases, compares its outcomes "
+             "with the reference's exact law (G-tests and the mean of tau), and checks that planted wrong "
+             "rules are caught.  Exit 0 only when every lossless rule passes and every planted rule is caught.")
+    q.add_argument("--rules", default=None, help="comma-separated registered rules (default: all)")
+    q.add_argument("--quick", action="store_true", help="smaller N and fewer cases (every rule and planted "
+                   "defect still covered; under 5 minutes on 2 CPU cores)")
+    q.add_argument("--samples", type=int_at_least(2, " (the mean test needs 2 samples)"), default=None,
+                   help=f"N for every case (default {FULL_N}; V = 4,096 rows {FULL_N_ROWS['rows']})")
+    q.add_argument("--alpha", type=unit_interval_open, default=None, help=f"false-alarm rate per case "
+                   f"(default {DEFAULT_ALPHA:g})")
+    q.add_argument("--seed", type=seed_int, default=0, help="base seed of the verifiers' noise")
+    q.add_argument("--device", default="cpu", help="torch device of the verifiers (default cpu)")
+    q.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)")
+    add_json_flag(q, "the rows")
+    q.add_argument("--markdown", type=output_file, default=None, help="write the report as markdown to FILE")
+
+
+def _register_samplers(sub) -> None:
+    from spectr_gbv.cli.args import add_json_flag, output_file, positive_int, seed_int, unit_interval_open
+
+    q = _sub(sub, "samplers", "a library's own rejection samplers (vllm) on the case families",
+             "Certifies vLLM's installed rejection samplers (Model Runner V2 and v1) on the built-in case "
+             "families against the rule each claims; runs in the vLLM environment of scripts/install.sh "
+             "--vllm when vLLM is not importable here.")
+    q.add_argument("third_party", metavar="LIBRARY", choices=["vllm"], help="vllm")
+    q.add_argument("--samples", type=positive_int, default=None, help="N per case (default 2,000 on a CPU)")
+    q.add_argument("--alpha", type=unit_interval_open, default=None, help="false-alarm rate per case")
+    q.add_argument("--seed", type=seed_int, default=0, help="base seed")
+    q.add_argument("--families", default=None, help="comma-separated case families (default: all)")
+    q.add_argument("--workers", type=positive_int, default=2, help="processes running cases (default 2)")
+    add_json_flag(q, "the rows")
+    q.add_argument("--markdown", type=output_file, default=None, help="write the report as markdown to FILE")
+
+
+def _register_engine(sub) -> None:
+    from spectr_gbv.cli.args import (add_json_flag, positive_int, positive_temperature_value, seed_int,
+                                    unit_interval_open)
+
+    q = _sub(sub, "engine", "another engine's generate with speculation on, black box (on the embedded tiny model)",
+             "Samples N continuations of the engine's own generate on the embedded tiny SmolLM2 with "
+             "speculation on and tests them against a reference copy of the target (omnibus randomized-PIT "
+             "tests and directional tests); its lossless control must pass and its negative controls fail.  "
+             f"Engines: {', '.join(GENERATE_ENGINES)} (vllm runs in the vLLM environment of "
+             "scripts/install.sh --vllm).")
+    q.add_argument("engine", metavar="NAME", choices=GENERATE_ENGINES, help=", ".join(GENERATE_ENGINES))
+    q.add_argument("--modes", default=None, help="comma-separated substrings of the mode names (default all)")
+    q.add_argument("--quick", action="store_true", help=f"N = {GENERATE_QUICK_SAMPLES} per mode")
+    q.add_argument("--samples", type=positive_int, default=None, help="N per mode")
+    q.add_argument("--alpha", type=unit_interval_open, default=None, help=f"per mode (default {ENGINE_ALPHA:g})")
+    q.add_argument("--max-new-tokens", dest="max_new_tokens", type=positive_int, default=None,
+                   help=f"tokens per sample (default {ENGINE_MAX_NEW_TOKENS})")
+    q.add_argument("--temperature", type=positive_temperature_value, default=None, help="T of every mode (default 1)")
+    q.add_argument("--seed", type=seed_int, default=0, help="base seed")
+    q.add_argument("--threads", type=positive_int, default=1, help="CPU threads of every model (default 1)")
+    add_json_flag(q, "the rows")
+
+
+def _register_our_engine(sub) -> None:
+    from spectr_gbv.cli.args import (add_json_flag, int_at_least, positive_int, positive_temperature_value,
+                                    seed_int, unit_interval_open)
+
+    q = _sub(sub, "our-engine", "our speculative-decoding engine end to end, white box", _ENGINE_DESCRIPTION,
+             engine=True)
+    q.add_argument("--rules", default=None, help="comma-separated rules (default: every lossless rule but mdbv)")
+    q.add_argument("--quick", action="store_true", help="the default rule, sd and gbv, N = 60")
+    q.add_argument("--samples", type=int_at_least(2, " (the mean test needs 2 samples)"), default=None,
+                   help="runs per rule")
+    q.add_argument("--alpha", type=unit_interval_open, default=None, help=f"per rule (default {ENGINE_ALPHA:g})")
+    q.add_argument("--max-new-tokens", dest="max_new_tokens", type=positive_int, default=None,
+                   help=f"tokens per generation (default {ENGINE_MAX_NEW_TOKENS})")
+    q.add_argument("--backend", choices=("torch", "llama.cpp"), default=None, help="torch (default) or llama.cpp")
+    q.add_argument("--target", default=None, help="target model (default: the embedded 'tiny' SmolLM2, float32)")
+    q.add_argument("--draft", default=None, help="draft model (default: the target itself, tempered)")
+    q.add_argument("--draft-temperature", type=positive_temperature_value, default=None,
+                   help=f"the draft's temperature (default {ENGINE_DRAFT_T:g} for the tempered copy)")
+    q.add_argument("--seed", type=seed_int, default=0, help="base seed")
+    q.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    q.add_argument("--threads", type=positive_int, default=1, help="torch intra-op threads (default 1)")
+    add_json_flag(q, "the rows")
+
+
+_ENGINE_DESCRIPTION = ("Certifies our speculative-decoding engine on a real model: N seeded generations per rule "
+                       "from one fixed prompt; the first emitted token G-tested against the target's exact law, "
+                       "every iteration's tau against the reference rule's exact law of tau given the rows the "
+                       "verifier got; planted wrong rules run through the engine must be caught.")
+
+
+def _legacy_flags(p) -> None:
     from spectr_gbv.cli.args import (add_json_flag, int_at_least, output_file, positive_int, seed_int,
                                     positive_temperature_value, unit_interval_open)
 
@@ -181,13 +310,31 @@ def register(subparsers) -> None:
                    "reference alike (default 1)")
     add_json_flag(p, "the rows")
     p.add_argument("--markdown", type=output_file, default=None, help="write the report as markdown to FILE")
-    p.set_defaults(func=run, check=check)
+
+
+def deprecated_form(args: argparse.Namespace) -> str | None:
+    """The sub-command a one-command invocation stands for (None for a sub-command)."""
+    if getattr(args, "certify_what", None) is not None:
+        return None
+    if getattr(args, "engine_endpoint", None):
+        return f"certify endpoint {args.engine_endpoint} --reference hf:tiny"
+    if getattr(args, "third_party", None):
+        return "certify samplers vllm"
+    engine = getattr(args, "engine", False)
+    if isinstance(engine, str):
+        return f"certify engine {engine}"
+    return "certify our-engine" if engine else "certify verifiers"
 
 
 def check(args: argparse.Namespace) -> None:
     """The rule names against the registry, the engine-only flags and the device (ranges are
     checked by the parser)."""
+    import os
+
     import torch
+
+    os.environ["OMP_NUM_THREADS"] = str(getattr(args, "threads", 1) or 1)
+    torch.set_num_threads(getattr(args, "threads", 1) or 1)
 
     from spectr_gbv.cli.args import UsageError, first_line
 
@@ -283,9 +430,16 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Dispatch to the part asked; a one-command invocation first prints its deprecation notice
+    (after the checks: a bad invocation stays one line)."""
     import torch
 
     from spectr_gbv.cli.args import text_stream, write_json
+
+    instead = deprecated_form(args)
+    if instead is not None:
+        print(f"spectr-gbv certify: the one-command form is deprecated (kept for one release); use "
+              f"`spectr-gbv {instead}`", file=sys.stderr, flush=True)
 
     if getattr(args, "third_party", None):
         return run_third_party(args)

@@ -85,6 +85,10 @@ def run(path: str) -> tuple[float, float]:
     _quiet = quiet  # keep the callback alive
     lib.llama_log_set(_quiet, ctypes.c_void_p(0))
     mp = lib.llama_model_default_params()
+    # no extra buffer types: llama.cpp 0.3.36's AMX weight buffer crashes multi-token batches on
+    # some AMX machines (SIGSEGV or SIGILL; llamacpp_amx_segfault.md beside this file); the defect
+    # shown here does not depend on it
+    mp.use_extra_bufts = False
     model = lib.llama_model_load_from_file(path.encode(), mp)
     if not model:
         raise OSError(f"cannot load {path}")

@@ -1,0 +1,153 @@
+"""``spectr-gbv certify endpoint URL``: certify a deployment through its own API.
+
+    spectr-gbv certify endpoint URL [--model NAME] [--server openai|sglang|tgi|llama.cpp]
+        [--reference self|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
+        [--samples N] [--max-new-tokens n] [--temperature T] [--top-k k] [--concurrency C]
+        [--alpha A] [--tolerance ETA] [--logprob-tolerance NATS] [--seed S]
+        [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--allow-remote]
+        [--timeout S] [--threads T]
+
+The library is gpu_backend/certify/deployment/ (``endpoint.certify_endpoint``); this module only
+parses and prints.  Exit status: 0 PASS, 1 FAIL, 2 bad input, an unreachable server, or a run that
+could not finish (INCOMPLETE, REFUSED), 130 stopped by Ctrl-C or SIGTERM (the samples so far are
+kept in the run file and the partial result printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+DEFAULTS = dict(samples=60, max_new_tokens=16, top_k=20, concurrency=8, alpha=1e-3, tolerance=1e-3,
+                logprob_tolerance=0.1)
+
+
+def register(sub) -> None:
+    """Add ``endpoint`` to the ``certify`` sub-commands (``sub``: their subparsers action)."""
+    from spectr_gbv.cli.args import (add_json_flag, existing_file, output_file, positive_float,
+                                    positive_int, positive_temperature_value, seed_int, unit_interval_open)
+
+    p = sub.add_parser(
+        "endpoint", help="certify a deployment (an OpenAI-compatible, SGLang, TGI or llama.cpp server) "
+        "through its own API, against its own prompt log-probabilities or another reference",
+        description="Samples N continuations from the server with speculation as deployed, asks the "
+        "reference for the target's law of every sampled token, and tests the samples (omnibus "
+        "randomized-PIT tests and directional tests for temperature, truncation and stale logits; "
+        "Bonferroni over the family) and the server's reported log-probabilities.  The reference "
+        "'self' is the server's own prompt log-probabilities (no local weights; top-k laws).  Every "
+        "sample is appended to a run file as it arrives; --resume continues a stopped run.  Exit "
+        "0 PASS, 1 FAIL, 2 bad input / unreachable server / incomplete run, 130 stopped.")
+    p.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000 (an OpenAI base URL "
+                   "ending in /v1 is accepted); loopback unless --allow-remote")
+    p.add_argument("--model", default=None, help="the request's model field (default: the server's first "
+                   "model at /v1/models)")
+    p.add_argument("--server", default="openai", choices=("openai", "sglang", "tgi", "llama.cpp"),
+                   help="the server's API: openai (vLLM and OpenAI-compatible completions; default), sglang "
+                   "(native /generate), tgi (text-generation-inference), llama.cpp (llama-server's /completion)")
+    p.add_argument("--reference", default="self", help="where the target's law comes from: self (the server's "
+                   "own prompt log-probabilities; default), endpoint:URL (a second deployment, speculation off), "
+                   "hf:NAME_OR_PATH (a local transformers model: an embedded name, a folder, a .gguf), "
+                   "gguf:PATH (a local GGUF on llama.cpp)")
+    p.add_argument("--prompts", type=existing_file, default=None, help="JSONL prompts, one object per line "
+                   "with text (text/prompt/instruction) or token ids (ids/token_ids/input_ids); default: a "
+                   "shipped set of 8 varied prompts")
+    p.add_argument("--samples", type=positive_int, default=DEFAULTS["samples"],
+                   help=f"N samples (default {DEFAULTS['samples']})")
+    p.add_argument("--max-new-tokens", dest="max_new_tokens", type=positive_int, default=DEFAULTS["max_new_tokens"],
+                   help=f"tokens per sample (default {DEFAULTS['max_new_tokens']})")
+    p.add_argument("--temperature", type=positive_temperature_value, default=1.0,
+                   help="the sampling temperature T (default 1; T != 1 needs --reference hf: or gguf:)")
+    p.add_argument("--top-k", dest="top_k", type=positive_int, default=DEFAULTS["top_k"],
+                   help=f"alternatives per position asked of a server reference (default {DEFAULTS['top_k']}; "
+                   "vLLM caps it at its --max-logprobs, 20 by default)")
+    p.add_argument("--concurrency", type=positive_int, default=DEFAULTS["concurrency"],
+                   help=f"requests in flight (default {DEFAULTS['concurrency']}; the server batches them)")
+    p.add_argument("--alpha", type=unit_interval_open, default=DEFAULTS["alpha"],
+                   help=f"the test family's false-alarm rate (default {DEFAULTS['alpha']:g})")
+    p.add_argument("--tolerance", type=float, default=DEFAULTS["tolerance"],
+                   help=f"eta: per-token TV put down to float rounding (default {DEFAULTS['tolerance']:g})")
+    p.add_argument("--logprob-tolerance", dest="logprob_tolerance", type=positive_float,
+                   default=DEFAULTS["logprob_tolerance"], help="the largest gap in nats allowed between a "
+                   f"reported and a reference log-probability (default {DEFAULTS['logprob_tolerance']:g})")
+    p.add_argument("--seed", type=seed_int, default=0, help="the run's seed (engine seeds and the test's uniforms)")
+    p.add_argument("--record", type=output_file, default=None, help="the run file the samples are appended to "
+                   "(default: spectr-gbv-certify-HOST-PORT-DATE.jsonl here)")
+    p.add_argument("--resume", type=existing_file, default=None, help="continue the run in this run file "
+                   "(same plan), asking only for the samples it lacks")
+    add_json_flag(p, "the certificate")
+    p.add_argument("--api-key-env", dest="api_key_env", default="OPENAI_API_KEY",
+                   help="the environment variable holding the API key, sent as a bearer token, never printed "
+                   "(default OPENAI_API_KEY)")
+    p.add_argument("--allow-remote", dest="allow_remote", action="store_true",
+                   help="allow a server that is not on this machine")
+    p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request (default 120)")
+    p.add_argument("--threads", type=positive_int, default=1,
+                   help="CPU threads of a local reference (torch, llama.cpp; default 1)")
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Cross-flag checks before anything is contacted; threads set before any model loads."""
+    import os
+
+    from spectr_gbv.cli.args import UsageError
+
+    if args.record and args.resume:
+        raise UsageError("--record and --resume: give one (--resume appends to the file it continues)")
+    if not 0 <= args.tolerance < 1:
+        raise UsageError(f"--tolerance must lie in [0, 1), got {args.tolerance:g}")
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    try:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    except ImportError:
+        pass
+
+
+def request_from(args: argparse.Namespace):
+    from spectr_gbv.gpu_backend.certify.deployment.endpoint import EndpointRequest
+    from spectr_gbv.gpu_backend.certify.deployment.run import Plan
+
+    plan = Plan(n_samples=args.samples, n_new=args.max_new_tokens, temperature=args.temperature, k=args.top_k,
+                alpha=args.alpha, tolerance=args.tolerance, logprob_tolerance=args.logprob_tolerance,
+                seed=args.seed, concurrency=args.concurrency)
+    return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,
+                           prompts=args.prompts, plan=plan, record=args.record, resume=args.resume,
+                           api_key_env=args.api_key_env, allow_remote=args.allow_remote, timeout_s=args.timeout)
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+
+    from tqdm.auto import tqdm
+
+    from spectr_gbv.cli.args import UsageError, text_stream, write_json
+    from spectr_gbv.gpu_backend.certify.deployment.endpoint import DeploymentInputError, certify_endpoint
+    from spectr_gbv.gpu_backend.certify.deployment.report import text_report
+
+    def log(line):
+        tqdm.write(f"certify endpoint: {line}", file=sys.stderr)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    def bar(total):
+        return tqdm(total=total, desc="certify endpoint", unit="sample", file=sys.stderr, dynamic_ncols=True,
+                    mininterval=0.5 if sys.stderr.isatty() else 10.0)
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        cert = certify_endpoint(request_from(args), progress=bar, log=log)
+    except DeploymentInputError as err:
+        raise UsageError(str(err)) from None
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    print(text_report(cert), file=text_stream(args))
+    write_json(args.json_file, cert.to_json())
+    stopped = any(n.startswith("stopped by the user") for n in cert.notes)
+    if cert.verdict == "PASS":
+        return 0
+    if cert.verdict == "FAIL":
+        return 1
+    return 130 if stopped else 2

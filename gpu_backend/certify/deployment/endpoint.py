@@ -1,0 +1,212 @@
+"""``certify_endpoint``: certify any OpenAI-compatible (or SGLang, TGI, llama.cpp) server through
+its own API — every check of the inputs before anything slow, then ``run.certify_deployment``.
+
+Order of the checks (each failure is one ``DeploymentInputError`` line; the CLI exits 2):
+
+1. the plan's numbers and the URL (loopback unless allowed; ``/v1`` base URLs taken with a note);
+2. the reference's form (``references.parse_reference``) and what it can do: a top-k reference
+   (``self``, ``endpoint:``) gives log-probabilities before temperature (vLLM's prompt
+   log-probabilities are the raw log-softmax), whose top k do not determine the law at T ≠ 1, so
+   T ≠ 1 needs a whole-law reference (``hf:``, ``gguf:``);
+3. the server answers (one short probe, within seconds, before any model loads), and its model
+   name (``--model`` or the server's first listed model);
+4. the prompts (the shipped set or ``--prompts``), text tokenized by the server's ``/tokenize``
+   (else by the local reference's tokenizer);
+5. the run file (a new one, or ``--resume`` of one made with the same plan);
+6. only then a local reference's weights load.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from spectr_gbv.gpu_backend.certify.deployment.client import Endpoint, EndpointError, EndpointUnreachable
+from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS, load_prompts
+from spectr_gbv.gpu_backend.certify.deployment.references import (GGUFReference, HFReference, ServerReference,
+                                                                  parse_reference)
+from spectr_gbv.gpu_backend.certify.deployment.run import Plan, ServerEngine, certify_deployment, plan_dict
+from spectr_gbv.gpu_backend.certify.deployment.servers import ProtocolError, dialect
+from spectr_gbv.gpu_backend.certify.deployment.store import RunFile
+
+
+class DeploymentInputError(ValueError):
+    """A bad input or an unreachable server: one line, exit 2."""
+
+
+@dataclass
+class EndpointRequest:
+    """What ``certify endpoint`` was asked (the CLI's flags; see ``cli/certify.py``)."""
+
+    url: str
+    model: str | None = None
+    server: str = "openai"
+    reference: str = "self"
+    prompts: str | None = None
+    plan: Plan = field(default_factory=Plan)
+    record: str | None = None
+    resume: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    allow_remote: bool = False
+    timeout_s: float = 120.0
+    retries: int = 4
+
+
+@dataclass
+class Prepared:
+    """Everything ``certify_deployment`` needs, checked (``prepare``)."""
+
+    engine: object
+    reference: object
+    prompts: list
+    plan: Plan
+    run_file: RunFile
+    server: str
+    model: str
+    reference_name: str
+    vocab: int | None
+    notes: list
+
+
+def _endpoint(url: str, req: EndpointRequest, flag: str) -> Endpoint:
+    try:
+        return Endpoint(url, api_key_env=req.api_key_env, timeout_s=req.timeout_s, retries=req.retries,
+                        allow_remote=req.allow_remote)
+    except ValueError as err:
+        raise DeploymentInputError(f"{flag}: {err}") from None
+
+
+def _probe(ep: Endpoint, dia, flag: str):
+    """The first probe path's answer (None when the server answers none of them with JSON)."""
+    for path in dia.probe_paths:
+        try:
+            answer = ep.probe(path)
+        except EndpointUnreachable as err:
+            raise DeploymentInputError(f"{flag}: {err}") from None
+        if answer is not None:
+            return answer
+    return None
+
+
+def default_record_path(root: str) -> str:
+    host = root.split("://", 1)[-1].replace(":", "-").replace("/", "_")
+    return f"spectr-gbv-certify-{host}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+
+
+def prepare(req: EndpointRequest, log=None) -> Prepared:
+    """Check everything in the module doc's order and build the run.
+
+    Raises:
+        DeploymentInputError: the first problem found, one line naming the flag.
+    """
+    say = log or (lambda line: None)
+    try:
+        req.plan.check()
+    except ValueError as err:
+        raise DeploymentInputError(str(err)) from None
+    try:
+        dia = dialect(req.server)
+    except ValueError as err:
+        raise DeploymentInputError(f"--server: {err}") from None
+    try:
+        ref_kind, ref_arg = parse_reference(req.reference)
+    except ValueError as err:
+        raise DeploymentInputError(str(err)) from None
+    if ref_kind in ("self", "endpoint") and req.plan.temperature != 1.0:
+        raise DeploymentInputError(
+            f"--temperature {req.plan.temperature:g} needs a whole-law reference (--reference hf:… or gguf:…): a "
+            "server's prompt log-probabilities are before temperature and its top k do not give the law at T ≠ 1")
+    ep = _endpoint(req.url, req, "URL")
+    notes = list(ep.notes)
+    answer = _probe(ep, dia, "URL")
+    model = req.model or dia.model_name(answer)
+    if not model and req.server == "openai":
+        raise DeploymentInputError("--model: the server lists no model at /v1/models; give --model NAME")
+    model = model or "model"
+    ref_ep = None
+    if ref_kind == "endpoint":
+        ref_ep = _endpoint(ref_arg, req, "--reference endpoint:")
+        ref_answer = _probe(ref_ep, dia, "--reference endpoint:")
+        ref_model = dia.model_name(ref_answer) or model
+    prompts_raw = list(DEFAULT_PROMPTS) if req.prompts is None else None
+    if prompts_raw is None:
+        try:
+            prompts_raw = load_prompts(req.prompts)
+        except ValueError as err:
+            raise DeploymentInputError(str(err)) from None
+    local = None
+
+    def load_local():
+        nonlocal local
+        if local is None and ref_kind in ("hf", "gguf"):
+            say(f"loading the reference {req.reference} …")
+            try:
+                local = (HFReference(ref_arg, req.plan.temperature) if ref_kind == "hf"
+                         else GGUFReference(ref_arg, req.plan.temperature))
+            except (OSError, ValueError, RuntimeError, ImportError) as err:
+                raise DeploymentInputError(f"--reference {req.reference}: cannot load it: "
+                                           f"{' '.join(str(err).split())[:300]}") from None
+        return local
+
+    if hasattr(dia, "prompt_texts") and any(isinstance(p, list) for p in prompts_raw):
+        raise DeploymentInputError(f"--prompts: --server {req.server} takes text prompts; the file gives token ids")
+    prompts = []
+    for n, p in enumerate(prompts_raw):
+        if isinstance(p, list):
+            prompts.append(p)
+            continue
+        try:
+            path, body = dia.tokenize_request(model, p)
+            ids = dia.parse_tokens(ep.post(path, body))
+        except (EndpointError, ProtocolError) as err:
+            ref = load_local()
+            if ref is None:
+                raise DeploymentInputError(f"--prompts: prompt {n} is text and the server did not tokenize it "
+                                           f"({err}); give token ids, or a local reference (hf:, gguf:)") from None
+            ids = ref.tokenize(p)
+        if hasattr(dia, "prompt_texts"):
+            dia.prompt_texts[tuple(ids)] = p
+        prompts.append(ids)
+    root = ep.root
+    plan_header = plan_dict(req.plan, model=model, prompts=prompts, reference=req.reference, server=req.server,
+                            url=root)
+    path = req.resume or req.record or default_record_path(root)
+    try:
+        run_file = RunFile(path, plan_header, resume=bool(req.resume))
+    except (ValueError, OSError) as err:
+        raise DeploymentInputError(str(err)) from None
+    if ref_kind == "self":
+        reference, vocab = ServerReference(ep, dia, model, req.plan.k), None
+    elif ref_kind == "endpoint":
+        reference, vocab = ServerReference(ref_ep, dia, ref_model, req.plan.k), None
+    else:
+        reference = load_local()
+        vocab = reference.vocab
+    notes.append(f"samples are appended to {Path(path)}; `--resume {Path(path)}` continues this run")
+    return Prepared(ServerEngine(ep, dia, model, req.plan.temperature), reference, prompts, req.plan, run_file,
+                    root, model, req.reference, vocab, notes)
+
+
+def certify_endpoint(req: EndpointRequest, progress=None, log=None):
+    """``prepare`` then ``run.certify_deployment``; returns its ``DeploymentCertificate`` with the
+    preparation's notes first.
+
+    Args:
+        req: the ``EndpointRequest``.
+        progress: optional ``progress(total) -> bar`` (an object with ``update(n)``), called once the
+            checks have passed (a tqdm factory); log: optional line callback.
+    Raises:
+        DeploymentInputError: as ``prepare``.
+    """
+    prep = prepare(req, log)
+    bar = progress(prep.plan.n_samples) if progress is not None else None
+    try:
+        cert = certify_deployment(prep.engine, prep.reference, prep.prompts, prep.plan, prep.run_file,
+                                  server=prep.server, model=prep.model, reference_name=prep.reference_name,
+                                  vocab=prep.vocab, progress=bar, log=log)
+    finally:
+        if bar is not None and hasattr(bar, "close"):
+            bar.close()
+    cert.notes[:0] = prep.notes
+    return cert

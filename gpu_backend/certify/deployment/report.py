@@ -1,0 +1,99 @@
+"""A deployment certificate as text (the CLI's report) and as JSON."""
+
+from __future__ import annotations
+
+import math
+
+SEE = "docs/guarantees.md#certify-a-deployment"
+
+
+def _p(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+
+
+def text_report(cert) -> str:
+    """The certificate as a few aligned lines: the verdict and why, the plan, each test's p-value
+    and detectable deviation, the reported log-probabilities, seeds, errors and notes."""
+    plan, fam = cert.plan, cert.family
+    lines = [f"verdict: {cert.verdict}" + (f" — {cert.refused}" if cert.refused else ""),
+             f"server {cert.server}  model {cert.model or '-'}  reference {cert.reference}",
+             f"plan: N = {plan.n_samples} samples × {plan.n_new} tokens, T = {plan.temperature:g}, "
+             f"alpha = {plan.alpha:g} (family), eta = {plan.tolerance:g}, concurrency {plan.concurrency}; "
+             f"tested {cert.samples} samples" + ("" if cert.complete else " (INCOMPLETE: the run stopped early)")]
+    if fam is not None:
+        coarse = ("whole laws" if fam.coarsened > plan.k else
+                  f"top-{fam.coarsened} laws + 'other' (mass moved inside 'other' is not seen)")
+        lines.append(f"tokens {fam.n_tokens} ({fam.early_stops} samples stopped early), reference {coarse}")
+        for o in ("probability", "id"):
+            r = fam.pooled(o)
+            lines.append(f"  omnibus PIT KS, {o} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g}); "
+                         f"catches a PIT deviation d >= {r.detectable:.3f} (per-token TV, power 0.99)")
+        pos = [r for r in fam.rows if r.scope.startswith("position")]
+        if pos:
+            w = min(pos, key=lambda r: r.pvalue)
+            lines.append(f"  per position: smallest p {_p(w.pvalue)} ({w.scope}, {w.order}; alpha {w.alpha:.2g} each)")
+        for d in fam.directional:
+            det = (f"catches {d.unit} >= {d.detectable:.3g}" if d.unit.startswith(("|", "weight"))
+                   else ("this level's truncation would be caught" if d.detectable >= 1 else
+                         "a truncation at this level is not resolved at this N"))
+            lines.append(f"  {d.name}: z {_p(d.statistic)}, p {_p(d.pvalue)} (alpha {d.alpha:.2g}); "
+                         f"observed {d.observed:.4g} vs expected {d.expected:.4g}; {det}"
+                         + ("" if d.passed else "  <- FAIL"))
+        if fam.impossible:
+            lines.append(f"  {fam.impossible} tokens the reference gives probability 0")
+    if cert.logprobs is not None:
+        lp = cert.logprobs
+        lines.append(f"reported log-probs vs reference: {lp.n} tokens, median gap {lp.median:.2g}, largest "
+                     f"{lp.largest:.3g} nats (bound {lp.bound:g}): " + ("ok" if lp.passed else f"{lp.over} over the bound  <- FAIL"))
+    for i, reason in cert.impossible[:5]:
+        lines.append(f"impossible sample {i}: {reason}  <- FAIL")
+    if len(cert.impossible) > 5:
+        lines.append(f"... {len(cert.impossible) - 5} more impossible samples")
+    n, same = cert.replays
+    if n:
+        lines.append(f"seeds: {same} of {n} replayed seeds gave the same sample"
+                     + (" (the deployment reproduces a sample from its seed)" if same == n else
+                        " (the deployment does not reproduce a sample from its seed; the test does not need it)"))
+    pairs, expected = cert.duplicates
+    lines.append(f"independence: {pairs} identical pairs for different seeds (at most {expected:.2g} expected)")
+    if cert.short:
+        lines.append(f"the reference gave fewer than k = {plan.k} alternatives at {cert.short} positions (those "
+                     "laws are coarsened further)")
+    if cert.errors:
+        lines.append(f"failed requests: {sum(cert.errors.values())} ("
+                     + "; ".join(f"{v} × {k}" for k, v in cert.errors.most_common(3)) + ")")
+        lines.extend(f"  {e}" for e in cert.first_errors)
+    lines.extend(f"note: {n}" for n in cert.notes)
+    lines.append(f"{cert.samples} samples in {cert.wall_s:.1f} s ({cert.samples_per_second:.2f} samples/s)")
+    lines.append(f"what each test sees and misses: {SEE}")
+    return "\n".join(lines)
+
+
+def certificate_json(cert) -> dict:
+    """The certificate as a JSON-ready dict (every test row)."""
+    from dataclasses import asdict
+
+    fam = cert.family
+    return {
+        "verdict": cert.verdict, "server": cert.server, "model": cert.model, "reference": cert.reference,
+        "plan": asdict(cert.plan), "samples": cert.samples, "complete": cert.complete, "refused": cert.refused,
+        "wall_s": cert.wall_s, "samples_per_second": cert.samples_per_second,
+        "impossible": [{"i": i, "reason": r} for i, r in cert.impossible],
+        "replays": {"asked": cert.replays[0], "identical": cert.replays[1]},
+        "duplicates": {"pairs": cert.duplicates[0], "expected_at_most": cert.duplicates[1]},
+        "errors": dict(cert.errors), "short": cert.short, "notes": cert.notes,
+        "logprobs": None if cert.logprobs is None else {
+            "n": cert.logprobs.n, "median": cert.logprobs.median, "largest": cert.logprobs.largest,
+            "bound": cert.logprobs.bound, "over": cert.logprobs.over, "passed": cert.logprobs.passed},
+        "family": None if fam is None else {
+            "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,
+            "n_sequences": fam.n_sequences, "early_stops": fam.early_stops, "impossible": fam.impossible,
+            "coarsened_k": fam.coarsened, "detectable": fam.detectable,
+            "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
+                      "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
+                      "passed": r.passed} for r in fam.rows],
+            "directional": [{"name": d.name, "statistic": d.statistic, "pvalue": d.pvalue, "n": d.n,
+                             "observed": d.observed, "expected": d.expected, "variance": d.variance,
+                             "bias": d.bias, "alpha": d.alpha, "sided": d.sided, "detectable": d.detectable,
+                             "unit": d.unit, "passed": d.passed} for d in fam.directional]},
+    }

@@ -1,0 +1,118 @@
+"""The run file of a deployment certification: one JSON object per line, appended as each sample
+arrives, so that a stopped run loses nothing and ``--resume FILE`` continues it.
+
+Line 1 is the header: ``{"kind": "header", "version": …, "plan": {…}}`` — what must not change
+between the run and its resumption (model, temperature, tokens per sample, k, the prompts' ids,
+the seed, the reference, the number of samples asked).  Then one line per event:
+
+- ``{"kind": "sample", "i": …, "seed": …, "prompt": …, "tokens": […], "reported": […] | null,
+  "raw": […] | null, "short": …, "records": […]}``: sample i, its engine seed, its prompt's index,
+  the engine's tokens and reported log-probabilities, the reference's raw log-probabilities and
+  per-token records (``oracle.sequence_records``);
+- ``{"kind": "impossible", "i": …, …, "reason": …}``: a sample the reference refused (a token
+  outside the vocabulary, a token its own prefill will not take);
+- ``{"kind": "error", "i": …, "reason": …}``: a request that failed (the sample is asked again on
+  resumption);
+- ``{"kind": "replay", "i": …, "identical": true|false}``: a seed replayed.
+
+A line cut short by a crash (the last one) is ignored on reading, with a note.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+VERSION = 1
+# the plan's fields that must agree between a run and its resumption
+PLAN_KEYS = ("model", "temperature", "n_new", "k", "prompts", "seed", "reference", "server")
+
+
+class RunFile:
+    """A run file opened for appending (module doc).
+
+    Args:
+        path: the file; plan: the plan's dict (``PLAN_KEYS`` and anything else worth keeping).
+        resume: continue the run in ``path`` (its header must match ``plan``) instead of
+            starting a new file (which must not exist yet).
+    Attributes:
+        samples: {i: sample line} read back; impossible: {i: line}; replays: [line];
+        errors: error lines read back; notes: lines about the reading.
+    Raises:
+        ValueError: a new run onto an existing file, a resumption of a missing or foreign file,
+            or a header that disagrees with ``plan`` (the first differing field named).
+    """
+
+    def __init__(self, path, plan: dict, resume: bool = False):
+        self.path = Path(path)
+        self.samples: dict = {}
+        self.impossible: dict = {}
+        self.replays: list = []
+        self.errors: list = []
+        self.notes: list = []
+        if resume:
+            self._read(plan)
+            self._fh = open(self.path, "a", encoding="utf-8")
+        else:
+            if self.path.exists():
+                raise ValueError(f"{self.path} exists: pass --resume {self.path} to continue that run, or "
+                                 "another file")
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "x", encoding="utf-8")
+            self.write({"kind": "header", "version": VERSION, "plan": plan})
+
+    def _read(self, plan: dict) -> None:
+        if not self.path.is_file():
+            raise ValueError(f"--resume {self.path}: no such file")
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        if not lines:
+            raise ValueError(f"--resume {self.path}: the file is empty")
+        try:
+            header = json.loads(lines[0])
+        except ValueError:
+            header = None
+        if not isinstance(header, dict) or header.get("kind") != "header":
+            raise ValueError(f"--resume {self.path}: not a certification run file (no header line)")
+        if header.get("version") != VERSION:
+            raise ValueError(f"--resume {self.path}: run file version {header.get('version')}, this "
+                             f"program writes {VERSION}")
+        old = header.get("plan") or {}
+        for key in PLAN_KEYS:
+            if old.get(key) != plan.get(key):
+                raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key)!r}, "
+                                 f"this command asks {plan.get(key)!r}")
+        for n, line in enumerate(lines[1:], start=2):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                if n == len(lines):
+                    self.notes.append(f"{self.path}: its last line was cut short (a stopped run); ignored")
+                    continue
+                raise ValueError(f"--resume {self.path}: line {n} is not JSON") from None
+            kind = event.get("kind")
+            if kind == "sample":
+                self.samples[int(event["i"])] = event
+                self.impossible.pop(int(event["i"]), None)
+            elif kind == "impossible":
+                self.impossible[int(event["i"])] = event
+            elif kind == "replay":
+                self.replays.append(event)
+            elif kind == "error":
+                self.errors.append(event)
+        if self.samples or self.impossible:
+            self.notes.append(f"resumed {self.path}: {len(self.samples) + len(self.impossible)} samples read back")
+        self._header = header
+
+    def write(self, event: dict) -> None:
+        """Append one event and flush it to the operating system (a killed process keeps it)."""
+        self._fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        try:
+            self._fh.flush()
+            os.fsync(self._fh.fileno())
+        except (OSError, ValueError):
+            pass
+        self._fh.close()

@@ -1,0 +1,262 @@
+"""Per-token records: what the sequence tests need from the reference's law of each sampled token.
+
+A black-box certificate samples N continuations from an engine and, for every sampled token x_t,
+asks a reference for the target's law p_t given the prompt and the sampled prefix.  A reference
+gives either the **whole law** (a local copy of the model: float64 [V]) or only its **k most
+probable tokens** with their log-probabilities (a server's prompt log-probs, ``logprobs: k``).
+This module reduces each token to one small record, from either kind, so that every test
+(``oracle.sequence_test``'s omnibus PIT test, ``oracle.sequence_scores``' directional tests)
+runs on records alone and a run can be stored and resumed (one JSON object per token).
+
+The coarsened law
+-----------------
+With the top k of a law, its **cells** are the k tokens (in the reference's probability order:
+probability descending, ties by id) and one cell "other" holding the rest, of mass
+o = 1 − Σ top.  A token is mapped to its cell; every test below is a test of the law of the
+cells, which the reference gives exactly.  So every test keeps its exact null law for any k, and
+a deviation that only moves mass *inside* "other" is not seen (stated in every verdict).  A whole
+law is the case k = V (no "other").
+
+Record fields (JSON keys)
+-------------------------
+- ``x``: the token id; ``imp``: the reference gives its cell probability 0 (an impossible token;
+  the record then carries no PIT or score).
+- ``lp``: log p_t(x) when the reference knows it (whole law, a top-k token, or a server that
+  reports the log-probability of the prompt token itself), else None.
+- ``c``: the probability of x's cell; ``lo``: the mass of the cells before it in probability
+  order; ``li``: the mass of the cells before it in id order (top cells by id, "other" last).
+  The randomized PIT in each order is ``lo + U·c`` / ``li + U·c`` (``oracle.sequence_test``).
+- ``k``: cells other than "other" (V for a whole law); ``o``: the mass of "other".
+- ``tg, tm, tv``: the temperature score: g(cell) = log p(cell) (clipped below at
+  ``LOG_FLOOR``; "other" takes the smallest top cell's value), its value at x, its mean and its
+  variance under the cells' law; ``tr``: the range of g over the cells (for the float tolerance).
+- ``sg, sm, sv, sr, sq``: the position-shift score (positions t ≥ 1): g(y) = log(1 − λ + λ·r(y)),
+  r = p_{t−1}(y) / p_t(y), λ = ``MIX`` — the log-likelihood ratio of the mixture
+  (1 − λ)·p_t + λ·p_{t−1} — its value at x, mean and variance under p_t, range, and its mean under
+  p_{t−1} (``sq``: what a sampler reading the previous position's law would average).
+- ``dg, dm, dv, dr, dq``: the same with r = q_t(y) / p_t(y), q_t the draft model's law (when the
+  draft's law is known): the draft-leak score.
+- ``nu``: for each top-p level ρ of ``NUCLEI``, ``[m, out]``: m = 1 − M_ρ, M_ρ the mass of the
+  nucleus (the fewest most probable cells reaching mass ρ), and out = 1 when x lies outside it
+  (decided by rank, not by comparing sums); ``[0, 0]`` when the top cells do not reach ρ (the
+  nucleus is not resolved by the coarsened law).  Then one more entry for the top-k set
+  itself: the record's k top cells of a top-k law (m = the "other" mass), the ``TOP_SET`` most
+  probable tokens of a whole law.
+
+With top-k laws, p_{t−1}(y) is known for y in p_{t−1}'s top k; elsewhere the smallest of its top
+probabilities and its "other" mass stands in (an upper bound).  Any function of the cell chosen
+before x_t is drawn keeps the score's exact null mean and variance; the stand-in only costs power.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+# log-probabilities below this are clipped in the scores (keeps their range, hence the float
+# tolerance's bias bound, finite: oracle.sequence_scores)
+LOG_FLOOR = math.log(1e-8)
+# λ of the mixture scores (shift and draft leak): log(1 − λ + λ r) is bounded below by log(1 − λ)
+MIX = 0.5
+# a top-k list whose probabilities sum above 1 by less than this is renormalised (float32 softmax)
+TOPK_SUM_ATOL = 1e-3
+# the top-p levels whose nuclei the truncation test counts tokens outside of
+NUCLEI = (0.9, 0.95, 0.99)
+# a whole law's top set for the truncation test's last level (the top-k list a server returns
+# is that level for a top-k law)
+TOP_SET = 20
+
+
+def _nuclei(sorted_probs: np.ndarray, rank: int, resolved_mass: float) -> list:
+    """``[[1 − M_ρ, out], …]`` for ``NUCLEI`` from probabilities sorted descending, the rank of the
+    token's cell, and the mass the sorted cells resolve (1 for a whole law, Σ top for top-k)."""
+    cum = np.cumsum(sorted_probs)
+    out = []
+    for rho in NUCLEI:
+        if resolved_mass + 1e-12 < rho or cum[-1] < rho:
+            out.append([0.0, 0])
+            continue
+        size = int(np.searchsorted(cum, rho - 1e-12)) + 1  # cells in the nucleus
+        out.append([max(0.0, 1.0 - float(cum[size - 1])), int(rank >= size)])
+    return out
+
+
+def _top_set(sorted_probs: np.ndarray, rank: int, size: int, other: float | None = None) -> list:
+    """``[mass outside the top ``size`` cells, out]`` (``other`` when the law is top-k)."""
+    size = min(size, sorted_probs.size)
+    m = other if other is not None else max(0.0, 1.0 - float(sorted_probs[:size].sum()))
+    return [float(m), int(rank >= size)]
+
+
+def _moments(p: np.ndarray, g: np.ndarray) -> tuple[float, float, float]:
+    """Mean, variance and range of g under the law p (over cells of positive mass)."""
+    live = p > 0
+    m = float(np.dot(p[live], g[live]))
+    v = float(np.dot(p[live], (g[live] - m) ** 2))
+    return m, max(v, 0.0), float(g[live].max() - g[live].min()) if live.any() else 0.0
+
+
+def _mixture_score(r: np.ndarray) -> np.ndarray:
+    return np.log((1.0 - MIX) + MIX * np.minimum(r, 1e12))
+
+
+def _check_full(laws, n: int, name: str) -> np.ndarray:
+    p = np.asarray(laws, dtype=np.float64)
+    if p.ndim != 2 or p.shape[0] != n:
+        raise ValueError(f"{name} must be [n, V] with n = {n} tokens, got shape {p.shape}")
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise ValueError(f"{name} has negative or non-finite entries")
+    sums = p.sum(axis=1)
+    if np.any(np.abs(sums - 1.0) > 1e-6):
+        bad = int(np.argmax(np.abs(sums - 1.0)))
+        raise ValueError(f"{name} row {bad} sums to {sums[bad]:.9g}, not 1 (within 1e-6)")
+    return p / sums[:, None]
+
+
+def records_from_laws(tokens, laws, draft_laws=None) -> list[dict]:
+    """Records of one sampled sequence from the reference's whole laws (module doc; k = V).
+
+    Args:
+        tokens: n sampled token ids.
+        laws: float64 [n, V], row t the reference law of token t given the prompt and tokens[:t]
+            (rows summing to 1 within 1e-6).
+        draft_laws: optional float64 [n, V]: the draft model's law at the same prefixes (adds
+            the draft-leak score).
+    Returns:
+        n records (dicts, JSON-ready).
+    Raises:
+        ValueError: shapes disagree, rows not laws, a token outside [0, V).
+    Source: the randomized PIT (Brockwell 2007); the scores are the log-likelihood ratios of
+        the alternatives (oracle.sequence_scores' module doc).
+    """
+    toks = [int(t) for t in tokens]
+    p = _check_full(laws, len(toks), "laws")
+    q = _check_full(draft_laws, len(toks), "draft_laws") if draft_laws is not None else None
+    if q is not None and q.shape != p.shape:
+        raise ValueError(f"draft_laws has shape {q.shape}, laws {p.shape}")
+    V = p.shape[1] if p.ndim == 2 else 0
+    out = []
+    for t, x in enumerate(toks):
+        if not 0 <= x < V:
+            raise ValueError(f"token {x} at position {t} is outside the vocabulary [0, {V})")
+        row = p[t]
+        px = float(row[x])
+        rec = {"x": x, "k": V, "o": 0.0, "lp": math.log(px) if px > 0 else None}
+        if px <= 0:
+            rec["imp"] = True
+            out.append(rec)
+            continue
+        lo_id = float(row[:x].sum())
+        higher = row > px
+        lo_prob = float(row[higher].sum() + row[:x][row[:x] == px].sum())
+        g = np.maximum(np.log(np.where(row > 0, row, 1.0)), LOG_FLOOR)
+        m, v, rng = _moments(row, g)
+        rec.update(c=px, lo=lo_prob, li=lo_id, tg=float(g[x]), tm=m, tv=v, tr=rng)
+        desc = -np.sort(-row)
+        rank = int(np.count_nonzero(higher)) + int(np.count_nonzero(row[:x] == px))
+        rec["nu"] = _nuclei(desc, rank, 1.0) + [_top_set(desc, rank, TOP_SET)]
+        if t >= 1:
+            _add_mixture(rec, "s", row, p[t - 1], x)
+        if q is not None:
+            _add_mixture(rec, "d", row, q[t], x)
+        out.append(rec)
+    return out
+
+
+def _add_mixture(rec: dict, key: str, p: np.ndarray, other: np.ndarray, x: int) -> None:
+    """Fields ``{key}g, {key}m, {key}v, {key}r, {key}q`` of the mixture score against ``other``."""
+    live = p > 0
+    r = np.where(live, other / np.where(live, p, 1.0), 0.0)
+    g = _mixture_score(r)
+    m, v, rng = _moments(p, g)
+    rec.update({f"{key}g": float(g[x]), f"{key}m": m, f"{key}v": v, f"{key}r": rng,
+                f"{key}q": float(np.dot(other, g))})
+
+
+def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list[dict]:
+    """Records of one sampled sequence from top-k log-probabilities (module doc: the coarsened law).
+
+    Args:
+        tokens: n sampled token ids.
+        top_ids: n lists of token ids (distinct within a list; at most k each, any order).
+        top_logprobs: n lists of their log-probabilities (natural log, finite).
+        token_logprobs: optional n values: log p_t(tokens[t]) as the reference reports it
+            (None where not given); kept in ``lp`` (the cells do not use it).
+    Returns:
+        n records (dicts).
+    Raises:
+        ValueError: lengths disagree, duplicated ids in one list, a non-finite log-probability,
+            or top probabilities summing above 1 + ``TOPK_SUM_ATOL``.
+    """
+    toks = [int(t) for t in tokens]
+    if len(top_ids) != len(toks) or len(top_logprobs) != len(toks):
+        raise ValueError(f"top_ids and top_logprobs need one entry per token ({len(toks)}), got "
+                         f"{len(top_ids)} and {len(top_logprobs)}")
+    if token_logprobs is not None and len(token_logprobs) != len(toks):
+        raise ValueError(f"token_logprobs needs one entry per token ({len(toks)}), got {len(token_logprobs)}")
+    out, prev = [], None
+    for t, x in enumerate(toks):
+        ids = np.asarray([int(i) for i in top_ids[t]], dtype=np.int64)
+        lps = np.asarray([float(v) for v in top_logprobs[t]], dtype=np.float64)
+        if ids.shape != lps.shape or ids.size == 0:
+            raise ValueError(f"position {t}: {ids.size} top ids for {lps.size} log-probabilities (need ≥ 1 each)")
+        if np.unique(ids).size != ids.size:
+            raise ValueError(f"position {t}: a token id appears twice in the top list")
+        if not np.all(np.isfinite(lps)) or np.any(lps > 1e-6):
+            raise ValueError(f"position {t}: top log-probabilities must be finite and ≤ 0")
+        order = np.lexsort((ids, -lps))  # probability descending, ties by id
+        ids, probs = ids[order], np.exp(np.minimum(lps[order], 0.0))
+        total = float(probs.sum())
+        if total > 1.0 + TOPK_SUM_ATOL:
+            raise ValueError(f"position {t}: the top probabilities sum to {total:.6f} > 1")
+        if total > 1.0:
+            probs = probs / total
+            total = 1.0
+        other = max(0.0, 1.0 - total)
+        cells = np.append(probs, other)  # the cells' law: top tokens, then "other"
+        g_top = np.maximum(np.log(probs), LOG_FLOOR)
+        g = np.append(g_top, g_top[-1])
+        m, v, rng = _moments(cells, g)
+        hit = np.flatnonzero(ids == x)
+        lp_given = None if token_logprobs is None or token_logprobs[t] is None else float(token_logprobs[t])
+        rec = {"x": x, "k": int(ids.size), "o": other}
+        if hit.size:
+            j = int(hit[0])
+            rec["lp"] = float(np.log(probs[j]))
+            c, lo, li = float(probs[j]), float(probs[:j].sum()), float(probs[ids < x].sum())
+            gx = float(g[j])
+        else:
+            rec["lp"] = lp_given if lp_given is not None and math.isfinite(lp_given) else None
+            c, lo, li, gx = other, total, total, float(g[-1])
+        if c <= 0 or (lp_given is not None and lp_given == -math.inf):
+            rec["imp"] = True
+            out.append(rec)
+            prev = (ids, probs, other)
+            continue
+        rec.update(c=c, lo=lo, li=li, tg=gx, tm=m, tv=v, tr=rng)
+        rank = int(hit[0]) if hit.size else ids.size
+        rec["nu"] = _nuclei(probs, rank, total) + [_top_set(probs, rank, ids.size, other)]
+        if prev is not None:
+            _add_top_shift(rec, ids, probs, other, prev, hit)
+        out.append(rec)
+        prev = (ids, probs, other)
+    return out
+
+
+def _add_top_shift(rec, ids, probs, other, prev, hit) -> None:
+    """The shift score on the cells of p_t against p_{t−1} known on its own top list only."""
+    p_ids, p_probs, p_other = prev
+    stand_in = min(float(p_probs.min()), p_other) if p_other > 0 else 0.0
+    known = dict(zip(p_ids.tolist(), p_probs.tolist()))
+    prev_top = np.array([known.get(int(i), stand_in) for i in ids])
+    prev_other = max(0.0, 1.0 - float(prev_top.sum()))
+    cells = np.append(probs, other)
+    prev_cells = np.append(prev_top, prev_other)
+    prev_cells = prev_cells / prev_cells.sum() if prev_cells.sum() > 0 else prev_cells
+    live = cells > 0
+    r = np.where(live, prev_cells / np.where(live, cells, 1.0), 0.0)
+    g = _mixture_score(r)
+    m, v, rng = _moments(cells, g)
+    j = int(hit[0]) if hit.size else len(ids)
+    rec.update(sg=float(g[j]), sm=m, sv=v, sr=rng, sq=float(np.dot(prev_cells, g)))

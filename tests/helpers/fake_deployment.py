@@ -1,0 +1,196 @@
+"""A loopback test server speaking vLLM's OpenAI completions dialect, with planted defects.
+
+Standard library HTTP (``ThreadingHTTPServer`` on 127.0.0.1, an OS-chosen port), bounded in
+requests (``max_requests``: then it answers 503) and in time (``time_limit_s``: then it shuts
+itself down), and stopped by the ``serve`` context manager.  Its model is an exact Markov chain
+(``oracle.sequence_simulation.MarkovChain``) or any ``model`` object with ``.V``, ``.laws(prompt,
+tokens)`` and ``.sample(prompt, n, rng, defect)``.
+
+Endpoints: ``GET /v1/models``; ``POST /tokenize`` (text → ids: each UTF-8 byte b → 1 + b mod
+(V − 1)); ``POST /v1/completions`` (sampling with ``seed``, ``logprobs``, ``return_tokens_as_token_ids``;
+or ``echo: true`` with ``logprobs: k``: the prompt's top-k log-probabilities, as vLLM returns them).
+
+Defects (``defect=``): "temperature-0.9" (samples at 0.9·T), "top-p-0.95", "stale-0.1" (10 % of
+tokens from the previous position's law), "wrong-logprobs" (reported log-probabilities of the
+previous position's law), "seed-ignored" (one shared generator: every request differs, the same
+seed included), "cached" (the first sample of a prompt returned for every seed), "malformed-once"
+(every request's first answer is not JSON), "malformed" (no answer is JSON), "out-of-vocab" (the
+last token of every sample is V), "fewer-top" (the echo returns half the top-k asked), "http-500"
+(every third request fails with 500 once).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+
+from spectr_gbv.oracle.sequence_simulation import MarkovChain
+
+DEFECTS = ("temperature-0.9", "top-p-0.95", "stale-0.1", "wrong-logprobs", "seed-ignored", "cached",
+           "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500")
+
+
+def default_chain() -> MarkovChain:
+    """V = 64, row entropies 1–2.5 nats: the top 20 of a row hold most of its mass."""
+    return MarkovChain(64, seed=7, entropy=(1.0, 2.5))
+
+
+class FakeDeployment:
+    """The server's state (module doc)."""
+
+    def __init__(self, model=None, defect: str | None = None, max_requests: int = 20_000,
+                 time_limit_s: float = 300.0, name: str = "fake-chain", api_key: str | None = None):
+        if defect is not None and defect not in DEFECTS:
+            raise ValueError(f"defect must be one of {DEFECTS}, got {defect!r}")
+        self.model = model or default_chain()
+        self.defect, self.name, self.api_key = defect, name, api_key
+        self.max_requests, self.time_limit_s = max_requests, time_limit_s
+        self.requests = 0
+        self.seen_keys: list = []
+        self.lock = threading.Lock()
+        self.shared_rng = np.random.default_rng(12345)
+        self.cache: dict = {}
+        self.failed_once: set = set()
+
+    # -- the model ---------------------------------------------------------------------------
+    def _defect_tuple(self):
+        return {"temperature-0.9": ("temperature", 0.9), "top-p-0.95": ("top_p", 0.95),
+                "stale-0.1": ("stale", 0.1)}.get(self.defect)
+
+    def sample(self, prompt, n, seed, temperature):
+        if self.defect == "cached" and tuple(prompt) in self.cache:
+            return self.cache[tuple(prompt)]
+        if self.defect == "seed-ignored":
+            with self.lock:
+                rng = np.random.default_rng(int(self.shared_rng.integers(2**62)))
+        else:
+            rng = np.random.default_rng(seed)
+        defect = self._defect_tuple()
+        if temperature != 1.0:
+            defect = ("temperature", temperature * (defect[1] if defect and defect[0] == "temperature" else 1.0))
+        toks = self.model.sample(prompt, n, rng, defect)
+        if self.defect == "out-of-vocab":
+            toks = toks[:-1] + [self.model.V]
+        self.cache.setdefault(tuple(prompt), toks)
+        return toks
+
+    def logprob_rows(self, prompt, tokens):
+        """log-probabilities [n, V] of each token's law (T = 1, raw)."""
+        with np.errstate(divide="ignore"):
+            return np.log(self.model.laws(prompt, tokens))
+
+
+def _handler(state: FakeDeployment):
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def _send(self, code, obj=None, raw=None):
+            data = raw if raw is not None else json.dumps(obj).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _count(self) -> bool:
+            with state.lock:
+                state.requests += 1
+                over = state.requests > state.max_requests
+                state.seen_keys.append(self.headers.get("Authorization"))
+            if over:
+                self._send(503, {"error": {"message": "request budget of the test server spent"}})
+            return not over
+
+        def do_GET(self):
+            if not self._count():
+                return
+            if self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": state.name, "object": "model"}]})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self):
+            if not self._count():
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            except ValueError:
+                return self._send(400, {"error": {"message": "the request body is not JSON"}})
+            if state.api_key and self.headers.get("Authorization") != f"Bearer {state.api_key}":
+                return self._send(401, {"error": {"message": "invalid API key"}})
+            if self.path == "/tokenize":
+                V = state.model.V
+                ids = [1 + b % (V - 1) for b in str(body.get("prompt", "")).encode()][:48]
+                return self._send(200, {"tokens": ids, "count": len(ids)})
+            if self.path != "/v1/completions":
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            key = json.dumps(body, sort_keys=True)
+            if state.defect == "malformed" or (state.defect == "malformed-once" and key not in state.failed_once):
+                state.failed_once.add(key)
+                return self._send(200, raw=b"{not json")
+            if state.defect == "http-500" and state.requests % 3 == 0 and key not in state.failed_once:
+                state.failed_once.add(key)
+                return self._send(500, {"error": {"message": "planted failure"}})
+            prompt = [int(t) for t in body["prompt"]]
+            V = state.model.V
+            if any(not 0 <= t < V for t in prompt):
+                return self._send(400, {"error": {"message": f"token id out of range [0, {V})"}})
+            if body.get("echo"):
+                return self._send(200, self._echo(prompt, int(body.get("logprobs") or 0)))
+            toks = state.sample(prompt, int(body["max_tokens"]), int(body.get("seed", 0)),
+                                float(body.get("temperature", 1.0)))
+            rows = state.logprob_rows(prompt, [t if t < V else 0 for t in toks])
+            if state.defect == "wrong-logprobs":
+                reported = [float(rows[t - 1, x]) if t >= 1 and x < V else float(rows[t, x]) + 0.5
+                            for t, x in enumerate(toks)]
+            else:
+                reported = [float(rows[t, x]) if x < V else 0.0 for t, x in enumerate(toks)]
+            return self._send(200, {"id": "cmpl-test", "object": "text_completion", "model": state.name,
+                                    "choices": [{"index": 0, "text": "", "finish_reason": "length",
+                                                 "logprobs": {"tokens": [f"token_id:{t}" for t in toks],
+                                                              "token_logprobs": reported,
+                                                              "top_logprobs": None, "text_offset": None}}]})
+
+        def _echo(self, ids, k):
+            V = state.model.V
+            rows = state.logprob_rows(ids[:1], ids[1:]) if len(ids) > 1 else np.zeros((0, V))
+            want = max(1, k // 2) if state.defect == "fewer-top" else k
+            tops, own = [None], [None]
+            for j in range(1, len(ids)):
+                row = rows[j - 1]
+                order = np.lexsort((np.arange(V), -row))[:want]
+                top = {f"token_id:{int(i)}": float(row[i]) for i in order}
+                top[f"token_id:{ids[j]}"] = float(row[ids[j]])
+                tops.append(top)
+                own.append(float(row[ids[j]]) if math.isfinite(row[ids[j]]) else -9999.0)
+            return {"id": "cmpl-echo", "object": "text_completion", "model": state.name,
+                    "choices": [{"index": 0, "text": "", "finish_reason": "length",
+                                 "logprobs": {"tokens": [f"token_id:{t}" for t in ids] + ["token_id:0"],
+                                              "token_logprobs": own + [0.0], "top_logprobs": tops + [{}]}}]}
+
+    return Handler
+
+
+@contextlib.contextmanager
+def serve(defect: str | None = None, **kwargs):
+    """Run a ``FakeDeployment`` on 127.0.0.1 for the ``with`` block; yields ``(url, state)``."""
+    state = FakeDeployment(defect=defect, **kwargs)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    timer = threading.Timer(state.time_limit_s, server.shutdown)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", state
+    finally:
+        timer.cancel()
+        server.shutdown()
+        server.server_close()
