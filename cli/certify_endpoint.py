@@ -5,7 +5,7 @@
         [--samples N] [--max-new-tokens n] [--temperature T] [--top-k k] [--concurrency C]
         [--alpha A] [--tolerance ETA] [--logprob-tolerance NATS] [--seed S]
         [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--allow-remote]
-        [--timeout S] [--threads T]
+        [--timeout S] [--retries R] [--threads T]
 
 The library is gpu_backend/certify/deployment/ (``endpoint.certify_endpoint``); this module only
 parses and prints.  Exit status: 0 PASS, 1 FAIL, 2 bad input, an unreachable server, or a run that
@@ -24,7 +24,7 @@ DEFAULTS = dict(samples=60, max_new_tokens=16, top_k=20, concurrency=8, alpha=1e
 
 def register(sub) -> None:
     """Add ``endpoint`` to the ``certify`` sub-commands (``sub``: their subparsers action)."""
-    from spectr_gbv.cli.args import (add_json_flag, existing_file, output_file, positive_float,
+    from spectr_gbv.cli.args import (add_json_flag, existing_file, nonneg_int, output_file, positive_float,
                                     positive_int, positive_temperature_value, seed_int, unit_interval_open)
 
     p = sub.add_parser(
@@ -81,6 +81,8 @@ def register(sub) -> None:
     p.add_argument("--allow-remote", dest="allow_remote", action="store_true",
                    help="allow a server that is not on this machine")
     p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request (default 120)")
+    p.add_argument("--retries", type=nonneg_int, default=4, help="further tries of a request that fails with "
+                   "HTTP 429 or 5xx, a timeout or a body that is not JSON (default 4, backing off 1, 2, 4, 8 s)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="CPU threads of a local reference (torch, llama.cpp; default 1)")
     p.set_defaults(func=run, check=check)
@@ -114,7 +116,8 @@ def request_from(args: argparse.Namespace):
                 seed=args.seed, concurrency=args.concurrency)
     return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,
                            prompts=args.prompts, plan=plan, record=args.record, resume=args.resume,
-                           api_key_env=args.api_key_env, allow_remote=args.allow_remote, timeout_s=args.timeout)
+                           api_key_env=args.api_key_env, allow_remote=args.allow_remote, timeout_s=args.timeout,
+                           retries=args.retries)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -89,11 +89,17 @@ def _top_set(sorted_probs: np.ndarray, rank: int, size: int, other: float | None
     return [float(m), int(rank >= size)]
 
 
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a·b, by elementwise product: ``np.dot`` goes through BLAS, which costs milliseconds per
+    call on some machines' OpenBLAS settings (measured 16 ms for V = 49,152 here, 26 µs this way)."""
+    return float((a * b).sum())
+
+
 def _moments(p: np.ndarray, g: np.ndarray) -> tuple[float, float, float]:
     """Mean, variance and range of g under the law p (over cells of positive mass)."""
     live = p > 0
-    m = float(np.dot(p[live], g[live]))
-    v = float(np.dot(p[live], (g[live] - m) ** 2))
+    m = _dot(p[live], g[live])
+    v = _dot(p[live], (g[live] - m) ** 2)
     return m, max(v, 0.0), float(g[live].max() - g[live].min()) if live.any() else 0.0
 
 
@@ -171,7 +177,7 @@ def _add_mixture(rec: dict, key: str, p: np.ndarray, other: np.ndarray, x: int) 
     g = _mixture_score(r)
     m, v, rng = _moments(p, g)
     rec.update({f"{key}g": float(g[x]), f"{key}m": m, f"{key}v": v, f"{key}r": rng,
-                f"{key}q": float(np.dot(other, g))})
+                f"{key}q": _dot(other, g)})
 
 
 def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list[dict]:
@@ -259,4 +265,4 @@ def _add_top_shift(rec, ids, probs, other, prev, hit) -> None:
     g = _mixture_score(r)
     m, v, rng = _moments(cells, g)
     j = int(hit[0]) if hit.size else len(ids)
-    rec.update(sg=float(g[j]), sm=m, sv=v, sr=rng, sq=float(np.dot(prev_cells, g)))
+    rec.update(sg=float(g[j]), sm=m, sv=v, sr=rng, sq=_dot(prev_cells, g))

@@ -1,0 +1,143 @@
+"""oracle/sequence_family.py and oracle/sequence_scores.py, measured by simulation from exact laws
+(oracle/sequence_simulation.py: order-1 Markov chains).
+
+- Size: the family at α = 0.05 on exact samples (200 runs of 20 sequences × 8 tokens, V = 128,
+  whole and top-20 laws) rejects at most 0.10 of the runs (a true rate of 0.05 exceeds 0.10 in 200
+  runs with probability 0.002); each directional score on its own, at its nominal 0.05 and its
+  own sidedness, also at most 0.10 (the normal approximation of a self-normalised sum of 140
+  martingale differences).
+- Power: on V = 512 (row entropies 2–4 nats), N = 60 sequences × 16 tokens, α = 1e-3, the planted
+  samplers T = 0.9, top-p 0.95 and 10 % stale logits are caught in every one of 10 runs, each by
+  the test that knows its direction (their sample counts against the oracle likelihood-ratio test
+  and MMD: benchmarks/SEQUENCE_POWER.md).
+"""
+
+import numpy as np
+import pytest
+
+from spectr_gbv.oracle.sequence_family import DIRECTIONAL, family_test, planned_directional, record_pits
+from spectr_gbv.oracle.sequence_records import records_from_laws, records_from_top
+from spectr_gbv.oracle.sequence_scores import nucleus_test, score_test
+from spectr_gbv.oracle.sequence_simulation import MarkovChain
+
+
+def _samples(chain, N, n, rng, defect=None, draft=None, top=None):
+    out = []
+    for _ in range(N):
+        prompt = [int(rng.integers(chain.V))]
+        toks = chain.sample(prompt, n, rng, defect, draft)
+        laws = chain.laws(prompt, toks)
+        if top:
+            ids = np.argsort(-laws, axis=1, kind="stable")[:, :top]
+            out.append(records_from_top(toks, ids, np.log(np.take_along_axis(laws, ids, 1))))
+        else:
+            out.append(records_from_laws(toks, laws, draft.laws(prompt, toks) if draft is not None else None))
+    return out
+
+
+@pytest.fixture(scope="module")
+def small():
+    return MarkovChain(128, seed=3)
+
+
+@pytest.mark.parametrize("top", [None, 20])
+def test_the_family_keeps_its_false_alarm_rate(small, top):
+    rng = np.random.default_rng(11)
+    runs, rejected = 200, 0
+    alone = {"temperature": 0, "position shift": 0, "truncation": 0}
+    for run in range(runs):
+        samples = _samples(small, 20, 8, rng, top=top)
+        rejected += not family_test(samples, alpha=0.05, seed=run).passed
+        flat = [r for s in samples for r in s]
+        alone["temperature"] += not score_test(flat, "temperature", 0.05).passed
+        alone["position shift"] += not score_test(flat, "position shift", 0.05).passed
+        alone["truncation"] += not nucleus_test(flat, 0.05).passed
+    assert rejected / runs <= 0.10
+    assert all(v / runs <= 0.10 for v in alone.values()), alone
+
+
+@pytest.fixture(scope="module")
+def chain():
+    return MarkovChain(512, seed=0)
+
+
+@pytest.mark.parametrize("defect,test", [
+    (("temperature", 0.9), "temperature"),
+    (("top_p", 0.95), "truncation"),
+    (("stale", 0.1), "position shift"),
+])
+def test_planted_samplers_are_caught_by_their_directional_test(chain, defect, test):
+    rng = np.random.default_rng(5)
+    caught = 0
+    for run in range(10):
+        res = family_test(_samples(chain, 60, 16, rng, defect), alpha=1e-3, seed=run)
+        caught += (not res.passed) and not res.test(test).passed
+    assert caught == 10
+
+
+def test_a_draft_leak_needs_the_drafts_law_and_is_then_tested(chain):
+    draft = chain.draft(noise=1.0)
+    rng = np.random.default_rng(9)
+    samples = _samples(chain, 20, 8, rng, ("leak", 0.5), draft)
+    assert planned_directional(True) == DIRECTIONAL and "draft leak" not in planned_directional(False)
+    res = family_test(samples, alpha=1e-3)
+    leak = res.test("draft leak")
+    assert leak is not None and not leak.passed and leak.statistic > 5
+    assert 0 < leak.detectable < 0.5  # the weight ε caught with power 0.99 at this size
+
+
+def test_pits_depend_on_the_sample_index_only():
+    law = np.full((3, 4), 0.25)
+    recs = records_from_laws([0, 1, 2], law)
+    a = record_pits(recs, 7, 1, "id")
+    assert np.array_equal(a, record_pits(recs, 7, 1, "id"))
+    assert not np.array_equal(a, record_pits(recs, 8, 1, "id"))
+    u = np.random.default_rng([1, 7]).random(3)
+    assert a == pytest.approx([0.0 + 0.25 * u[0], 0.25 + 0.25 * u[1], 0.5 + 0.25 * u[2]], abs=1e-15)
+
+
+def test_the_bonferroni_shares():
+    law = np.full((4, 8), 1 / 8)
+    samples = [records_from_laws([1, 2, 3, 4], law)] * 3
+    res = family_test(samples, alpha=0.01)
+    pooled = [r for r in res.rows if r.scope == "all"]
+    positions = [r for r in res.rows if r.scope != "all"]
+    assert {r.alpha for r in pooled} == {0.01 / 2 / 2 / 2} and len(positions) == 8
+    assert {r.alpha for r in positions} == {0.01 / 2 / 2 / 8}
+    assert {d.alpha for d in res.directional} == {0.01 / 2 / 3}
+    assert res.n_tokens == 12 and res.coarsened == 8
+
+
+def test_an_impossible_token_fails_the_family():
+    law = np.array([[0.5, 0.5, 0.0]] * 2)
+    res = family_test([records_from_laws([0, 2], law)], alpha=0.01)
+    assert res.impossible == 1 and not res.passed
+
+
+def test_tolerance_absorbs_a_bias_no_larger_than_it():
+    # every token one step hotter than its law: the temperature test fails at η = 0 and passes when
+    # η covers the shift (bias η·range per token)
+    rng = np.random.default_rng(2)
+    chain = MarkovChain(64, seed=1)
+    samples = _samples(chain, 100, 8, rng, ("temperature", 0.97))
+    flat = [r for s in samples for r in s]
+    exact = score_test(flat, "temperature", 1e-3, tolerance=0.0)
+    loose = score_test(flat, "temperature", 1e-3, tolerance=0.05)
+    assert loose.pvalue >= exact.pvalue and loose.bias == pytest.approx(0.05 * sum(r["tr"] for r in flat))
+    nt = nucleus_test(flat, 1e-3, tolerance=0.5)
+    assert nt.passed and nt.pvalue == 1.0
+
+
+def test_bad_arguments():
+    law = np.full((1, 2), 0.5)
+    recs = [records_from_laws([0], law)]
+    with pytest.raises(ValueError, match="alpha"):
+        family_test(recs, alpha=0)
+    with pytest.raises(ValueError, match="unknown test"):
+        family_test(recs, directional=("nonsense",))
+    with pytest.raises(ValueError, match="indices"):
+        family_test(recs, indices=[1, 2])
+    with pytest.raises(ValueError, match="at least one"):
+        family_test([])
+    with pytest.raises(ValueError, match="name must be"):
+        score_test(recs[0], "colour", 1e-3)

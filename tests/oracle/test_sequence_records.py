@@ -1,0 +1,103 @@
+"""oracle/sequence_records.py: per-token records from whole and top-k laws, exact on small laws."""
+
+import math
+
+import numpy as np
+import pytest
+
+from spectr_gbv.oracle.sequence_records import LOG_FLOOR, MIX, NUCLEI, records_from_laws, records_from_top
+
+LAW = np.array([0.1, 0.4, 0.2, 0.3])  # probability order: 1, 3, 2, 0
+
+
+def test_whole_law_record_values_are_exact():
+    (r,) = records_from_laws([2], LAW[None, :])
+    assert r["x"] == 2 and r["k"] == 4 and r["o"] == 0.0
+    assert r["c"] == 0.2
+    assert r["li"] == pytest.approx(0.1 + 0.4, abs=1e-15)  # ids 0, 1 before 2
+    assert r["lo"] == pytest.approx(0.4 + 0.3, abs=1e-15)  # tokens 1, 3 more probable
+    g = np.log(LAW)
+    m = float((LAW * g).sum())
+    assert r["tg"] == pytest.approx(math.log(0.2), abs=1e-15) and r["tm"] == pytest.approx(m, abs=1e-15)
+    assert r["tv"] == pytest.approx(float((LAW * (g - m) ** 2).sum()), abs=1e-15)
+    assert r["tr"] == pytest.approx(math.log(0.4) - math.log(0.1), abs=1e-15)
+    # nuclei (rank of token 2 is 2): 0.9 → {1, 3, 2}: mass 0.9, out 0; 0.95 and 0.99 → all four
+    assert [o for _, o in r["nu"]] == [0, 0, 0, 0]
+    assert [m for m, _ in r["nu"]] == pytest.approx([0.1, 0.0, 0.0, 0.0], abs=1e-15)  # the top set (20): all
+    (r3,) = records_from_laws([0], LAW[None, :])  # the least probable token: outside the 0.9 nucleus only
+    assert [o for _, o in r3["nu"]] == [1, 0, 0, 0]
+
+
+def test_ties_are_ordered_by_id():
+    law = np.array([0.25, 0.25, 0.5])
+    r0, = records_from_laws([0], law[None, :])
+    r1, = records_from_laws([1], law[None, :])
+    assert (r0["lo"], r1["lo"]) == (0.5, 0.75)
+
+
+def test_mixture_scores_against_the_previous_law_and_a_draft():
+    laws = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
+    draft = np.array([[1 / 3] * 3, [0.6, 0.2, 0.2]])
+    r0, r1 = records_from_laws([0, 2], laws, draft)
+    assert "sg" not in r0 and "sg" in r1
+    r = np.array([0.5 / 0.2, 0.5 / 0.3, 0.0])
+    g = np.log((1 - MIX) + MIX * r)
+    m = float((laws[1] * g).sum())
+    assert r1["sg"] == pytest.approx(g[2], abs=1e-15) and r1["sm"] == pytest.approx(m, abs=1e-15)
+    assert r1["sq"] == pytest.approx(float((laws[0] * g).sum()), abs=1e-15)
+    gd = np.log((1 - MIX) + MIX * draft[1] / laws[1])
+    assert r1["dg"] == pytest.approx(gd[2], abs=1e-15)
+    assert r1["dq"] == pytest.approx(float((draft[1] * gd).sum()), abs=1e-15)
+
+
+def test_impossible_token_and_bad_laws():
+    (r,) = records_from_laws([2], np.array([[0.5, 0.5, 0.0]]))
+    assert r["imp"] and r["lp"] is None and "lo" not in r
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        records_from_laws([3], np.array([[0.5, 0.5, 0.0]]))
+    with pytest.raises(ValueError, match="sums to"):
+        records_from_laws([0], np.array([[0.5, 0.4]]))
+    with pytest.raises(ValueError, match=r"\[n, V\]"):
+        records_from_laws([0, 1], np.array([[0.5, 0.5]]))
+
+
+def test_topk_cells_and_the_other_cell():
+    ids, lps = [[7, 3, 9]], [[math.log(0.5), math.log(0.2), math.log(0.1)]]
+    (inside,) = records_from_top([3], ids, lps)
+    assert inside["k"] == 3 and inside["o"] == pytest.approx(0.2, abs=1e-15)
+    assert inside["c"] == pytest.approx(0.2, abs=1e-15) and inside["lo"] == pytest.approx(0.5, abs=1e-15)
+    assert inside["li"] == 0.0  # 3 is the smallest top id
+    (outside,) = records_from_top([1], ids, lps, token_logprobs=[math.log(0.05)])
+    assert outside["c"] == pytest.approx(0.2, abs=1e-15) and outside["lo"] == pytest.approx(0.8, abs=1e-15)
+    assert outside["li"] == pytest.approx(0.8, abs=1e-15) and outside["lp"] == pytest.approx(math.log(0.05))
+    # the temperature score's "other" cell takes the smallest top cell's log-probability
+    assert outside["tg"] == pytest.approx(math.log(0.1), abs=1e-15)
+    cells = np.array([0.5, 0.2, 0.1, 0.2])
+    g = np.log([0.5, 0.2, 0.1, 0.1])
+    assert outside["tm"] == pytest.approx(float((cells * g).sum()), abs=1e-15)
+    # the top set's count: "other" is outside it, with mass o
+    assert outside["nu"][len(NUCLEI)] == [pytest.approx(0.2, abs=1e-15), 1]
+    assert inside["nu"][len(NUCLEI)][1] == 0
+
+
+def test_topk_order_of_the_input_does_not_matter_and_ties_go_by_id():
+    a = records_from_top([5], [[5, 4]], [[math.log(0.3), math.log(0.3)]])[0]
+    b = records_from_top([5], [[4, 5]], [[math.log(0.3), math.log(0.3)]])[0]
+    assert a == b and a["lo"] == pytest.approx(0.3, abs=1e-15)
+
+
+def test_topk_inputs_refused():
+    with pytest.raises(ValueError, match="twice"):
+        records_from_top([1], [[1, 1]], [[-1.0, -2.0]])
+    with pytest.raises(ValueError, match="sum to"):
+        records_from_top([1], [[1, 2]], [[math.log(0.7), math.log(0.7)]])
+    with pytest.raises(ValueError, match="finite"):
+        records_from_top([1], [[1]], [[math.nan]])
+    with pytest.raises(ValueError, match="one entry per token"):
+        records_from_top([1, 2], [[1]], [[-1.0]])
+
+
+def test_a_log_floor_bounds_the_score_range():
+    law = np.array([1 - 1e-12, 1e-12])
+    (r,) = records_from_laws([0], law[None, :])
+    assert r["tr"] == pytest.approx(-LOG_FLOOR + math.log(1 - 1e-12), abs=1e-9)
