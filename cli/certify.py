@@ -40,8 +40,8 @@ SmolLM2, each token's randomized PIT under the target's law given its sampled pr
 a reference copy: transformers on the same weights, or the engine without speculation), tested
 for uniformity per position and pooled, in token-id and probability order; the engine's
 lossless control (speculation off) must pass and its negative controls (wrapped engines with one
-defect each) must fail.  Table and measurements: docs/engines.md.  vLLM's engine is not run by
-this command.
+defect each) must fail.  Table and measurements: docs/engines.md.  vLLM's engine runs in the
+vLLM environment (``scripts/install.sh --vllm``).
 
 ``--third-party vllm`` certifies vLLM's own rejection samplers instead (Model Runner V2
 standard, block verification and synthetic; the v1 RejectionSampler; with draft logits and with
@@ -282,7 +282,8 @@ def _legacy_flags(p) -> None:
                    "about 3 s per 16-token generation on 1 CPU thread; --quick ~13 minutes).  "
                    f"With NAME ({', '.join(GENERATE_ENGINES)}): certify what that engine's own "
                    "generate emits with speculation on, black box (gpu_backend/certify/generate.py), "
-                   "its lossless control and its negative controls; vLLM's engine is not run here")
+                   "its lossless control and its negative controls (vllm runs in the vLLM environment of "
+                   "scripts/install.sh --vllm)")
     p.add_argument("--modes", default=None,
                    help="--engine NAME: comma-separated substrings of the mode names to run (default all)")
     p.add_argument("--max-new-tokens", type=positive_int, default=None,
@@ -612,7 +613,7 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"{time.strftime('%H:%M:%S')} certify --engine: {message}", file=sys.stderr, flush=True)
 
     results = gm.run_modes(args.engine, n, tokens, args.alpha, args.seed, names, progress, log, temperature=T,
-                           mode_list=mode_list)
+                           mode_list=mode_list, threads=args.threads)
     out = text_stream(args)
     certs = [r.cert for r in results if r.cert is not None]
     print(gc.text_table(certs), file=out)

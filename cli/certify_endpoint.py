@@ -3,7 +3,7 @@
     spectr-gbv certify endpoint URL [--model NAME] [--server openai|sglang|tgi|llama.cpp]
         [--reference self|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
         [--samples N] [--max-new-tokens n] [--temperature T] [--top-k k] [--concurrency C]
-        [--alpha A] [--tolerance ETA] [--logprob-tolerance NATS] [--seed S]
+        [--alpha A] [--tolerance ETA|auto] [--logprob-tolerance NATS] [--seed S] [--power]
         [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--allow-remote]
         [--timeout S] [--retries R] [--threads T]
 
@@ -64,8 +64,14 @@ def register(sub) -> None:
                    help=f"requests in flight (default {DEFAULTS['concurrency']}; the server batches them)")
     p.add_argument("--alpha", type=unit_interval_open, default=DEFAULTS["alpha"],
                    help=f"the test family's false-alarm rate (default {DEFAULTS['alpha']:g})")
-    p.add_argument("--tolerance", type=float, default=DEFAULTS["tolerance"],
-                   help=f"eta: per-token TV put down to float rounding (default {DEFAULTS['tolerance']:g})")
+    p.add_argument("--tolerance", type=tolerance_value, default=DEFAULTS["tolerance"],
+                   help=f"eta: per-token TV put down to float rounding (default {DEFAULTS['tolerance']:g}), or "
+                   "'auto': measured from the gaps between the engine's reported log-probabilities and the "
+                   "reference's (the verdict then says whether a deviation is within this deployment's numerics)")
+    p.add_argument("--power", action="store_true",
+                   help="print what this plan (N x n) detects with power 0.99, scaled from a pilot of its first 16 "
+                   "samples (kept in the run file: --resume continues), and the samples an omnibus per-token TV "
+                   "of 0.02 needs with their expected time; no verdict")
     p.add_argument("--logprob-tolerance", dest="logprob_tolerance", type=positive_float,
                    default=DEFAULTS["logprob_tolerance"], help="the largest gap in nats allowed between a "
                    f"reported and a reference log-probability (default {DEFAULTS['logprob_tolerance']:g})")
@@ -88,6 +94,19 @@ def register(sub) -> None:
     p.set_defaults(func=run, check=check)
 
 
+def tolerance_value(text: str):
+    """``--tolerance``: a number in [0, 1) or "auto"."""
+    if text == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1) or 'auto', got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1) or 'auto', got {text!r}")
+    return value
+
+
 def check(args: argparse.Namespace) -> None:
     """Cross-flag checks before anything is contacted; threads set before any model loads."""
     import os
@@ -96,8 +115,6 @@ def check(args: argparse.Namespace) -> None:
 
     if args.record and args.resume:
         raise UsageError("--record and --resume: give one (--resume appends to the file it continues)")
-    if not 0 <= args.tolerance < 1:
-        raise UsageError(f"--tolerance must lie in [0, 1), got {args.tolerance:g}")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     try:
         import torch
@@ -111,9 +128,10 @@ def request_from(args: argparse.Namespace):
     from spectr_gbv.gpu_backend.certify.deployment.endpoint import EndpointRequest
     from spectr_gbv.gpu_backend.certify.deployment.run import Plan
 
+    auto = args.tolerance == "auto"
     plan = Plan(n_samples=args.samples, n_new=args.max_new_tokens, temperature=args.temperature, k=args.top_k,
-                alpha=args.alpha, tolerance=args.tolerance, logprob_tolerance=args.logprob_tolerance,
-                seed=args.seed, concurrency=args.concurrency)
+                alpha=args.alpha, tolerance=DEFAULTS["tolerance"] if auto else args.tolerance, auto_tolerance=auto,
+                logprob_tolerance=args.logprob_tolerance, seed=args.seed, concurrency=args.concurrency)
     return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,
                            prompts=args.prompts, plan=plan, record=args.record, resume=args.resume,
                            api_key_env=args.api_key_env, allow_remote=args.allow_remote, timeout_s=args.timeout,
@@ -126,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from spectr_gbv.cli.args import UsageError, text_stream, write_json
-    from spectr_gbv.gpu_backend.certify.deployment.endpoint import DeploymentInputError, certify_endpoint
+    from spectr_gbv.gpu_backend.certify.deployment.endpoint import (DeploymentInputError, certify_endpoint,
+                                                                    power_endpoint)
     from spectr_gbv.gpu_backend.certify.deployment.report import text_report
 
     def log(line):
@@ -141,6 +160,9 @@ def run(args: argparse.Namespace) -> int:
 
     old = signal.signal(signal.SIGTERM, on_term)
     try:
+        if args.power:
+            print(power_endpoint(request_from(args), progress=bar, log=log), file=text_stream(args))
+            return 0
         cert = certify_endpoint(request_from(args), progress=bar, log=log)
     except DeploymentInputError as err:
         raise UsageError(str(err)) from None

@@ -161,3 +161,102 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
     return FamilyResult(tuple(rows), dirs, alpha, eta, len(samples), int(sum(lengths)),
                         sum(n < max(lengths) for n in lengths), impossible, coarsened, passed,
                         next(r.detectable for r in rows if r.scope == "all" and r.order == "probability"))
+
+
+@dataclass(frozen=True)
+class PlanPower:
+    """What a plan of ``n_tokens`` tokens detects with power 0.99 (``plan_power``).
+
+    Attributes:
+        n_tokens: tokens of the plan; alpha, tolerance: the family's.
+        omnibus: the pooled PIT deviation d (per-token TV of a monotone deviation).
+        temperature: |Δβ| (≈ |ΔT|/T), inf when the pilot carries no temperature score.
+        position_shift, draft_leak: the weight ε of a stale-law or draft-law mixture (inf when not
+            resolved or not planned).
+        truncation: {level: caught (bool)}: a sampler truncating at that level (no token outside)
+            is caught with certainty at this size.
+        tokens_for_tv: the tokens at which the omnibus d reaches ``target_tv`` (None if above 10^8).
+        target_tv: that target.
+    """
+
+    n_tokens: int
+    alpha: float
+    tolerance: float
+    omnibus: float
+    temperature: float
+    position_shift: float
+    draft_leak: float
+    truncation: dict
+    tokens_for_tv: int | None
+    target_tv: float
+
+
+def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft_known: bool = False,
+               positions: bool = True, n_positions: int = 16, target_tv: float = 0.02,
+               power: float = 0.99) -> PlanPower:
+    """The deviations a plan of ``n_tokens`` tokens detects, from a pilot's records.
+
+    The pilot's per-token averages of each score's null variance, range and drift are scaled to
+    ``n_tokens`` tokens (the statistics are sums over tokens), and each test's share of α is the
+    family's (module doc).  The formulas are oracle.sequence_scores' (normal approximation, linear
+    in the defect's size) and oracle.sequence_test.detectable_deviation (the omnibus test).
+
+    Args:
+        pilot: per-token records of a pilot run (any number of sequences, flattened).
+        n_tokens: the plan's tokens (N × n); alpha, tolerance: the family's α and η.
+        draft_known: the plan runs the draft-leak test; positions, n_positions: the per-position
+            rows and their number (their share of α).
+        target_tv: the omnibus resolution whose token count ``tokens_for_tv`` reports.
+    Raises:
+        ValueError: an empty pilot or n_tokens < 1.
+    """
+    from scipy import stats as sps
+
+    from spectr_gbv.oracle.sequence_scores import LEVELS
+    from spectr_gbv.oracle.sequence_test import detectable_deviation
+
+    recs = [r for r in pilot if not r.get("imp")]
+    if not recs:
+        raise ValueError("pilot: no record to scale from")
+    if n_tokens < 1:
+        raise ValueError(f"n_tokens must be ≥ 1, got {n_tokens}")
+    directional = planned_directional(draft_known)
+    a_omni = alpha / 2
+    a_pooled = a_omni / 2 / len(ORDERS) if positions else a_omni / len(ORDERS)
+    a_dir = alpha / 2 / len(directional)
+    scale = n_tokens / len(recs)
+    zb = float(sps.norm.ppf(power))
+
+    def score(key, two_sided):
+        have = [r for r in recs if f"{key}g" in r]
+        if not have:
+            return math.inf
+        v = sum(r[f"{key}v"] for r in have) * n_tokens / len(have)
+        bias = tolerance * sum(r[f"{key}r"] for r in have) * n_tokens / len(have)
+        za = float(sps.norm.isf(a_dir / 2 if two_sided else a_dir))
+        need = (za + zb) * math.sqrt(v) + bias
+        if key == "t":
+            return need / v if v > 0 else math.inf
+        drift = sum(r[f"{key}q"] - r[f"{key}m"] for r in have) * n_tokens / len(have)
+        return need / drift if drift > 0 else math.inf
+
+    truncation = {}
+    for i, level in enumerate(LEVELS):
+        mean = sum(r["nu"][i][0] for r in recs if "nu" in r) * scale
+        var = sum(r["nu"][i][0] * (1 - r["nu"][i][0]) for r in recs if "nu" in r) * scale
+        z_a = float(sps.norm.isf(a_dir / len(LEVELS)))
+        truncation[level] = var > 0 and (mean - tolerance * n_tokens) / math.sqrt(var) >= z_a
+    omnibus = detectable_deviation(int(n_tokens), a_pooled, tolerance)
+    need = None
+    lo, hi = 1, 10**8
+    if detectable_deviation(hi, a_pooled, tolerance) <= target_tv:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if detectable_deviation(mid, a_pooled, tolerance) <= target_tv:
+                hi = mid
+            else:
+                lo = mid + 1
+        need = lo
+    return PlanPower(int(n_tokens), alpha, tolerance, omnibus, score("t", True),
+                     score("s", False) if "position shift" in directional else math.inf,
+                     score("d", False) if draft_known else math.inf, truncation, need, target_tv)

@@ -132,3 +132,42 @@ def temperature_tv(chain: MarkovChain, T: float) -> float:
 def stationary_entropy(chain: MarkovChain) -> float:
     """The mean row entropy in nats (rows weighted equally)."""
     return float(np.mean([_entropy(r) for r in chain.probs]))
+
+
+def defect_matrix(chain: MarkovChain, defect, draft: MarkovChain | None = None) -> np.ndarray:
+    """The row-stochastic matrix a planted sampler draws from, row i after token i (the "stale"
+    defect draws from the chain's own rows, one position earlier: ``sample_many`` handles it)."""
+    if defect is None or defect[0] == "stale":
+        return chain.probs
+    kind, size = defect
+    if kind == "temperature":
+        return _softmax(chain.logits / float(size))
+    if kind == "top_p":
+        return np.stack([top_p(row, float(size)) for row in chain.probs])
+    if kind == "leak":
+        if draft is None:
+            raise ValueError("a leak needs the draft chain (draft=)")
+        return (1.0 - size) * chain.probs + size * draft.probs
+    raise ValueError(f"defect must be one of {DEFECTS} (with its size), got {defect!r}")
+
+
+def sample_many(chain: MarkovChain, first, n: int, rng: np.random.Generator, defect=None,
+                draft: MarkovChain | None = None) -> np.ndarray:
+    """int64 [N, n]: one continuation of n tokens after each prompt's last token ``first[i]``,
+    all N drawn position by position (inverse CDF), with ``defect`` as ``MarkovChain.sample``."""
+    first = np.asarray(first, dtype=np.int64)
+    rows = defect_matrix(chain, defect, draft)
+    cdf = np.cumsum(rows, axis=1)
+    plain = np.cumsum(chain.probs, axis=1)
+    out = np.empty((first.size, n), dtype=np.int64)
+    prev, prev2 = first, first.copy()
+    for t in range(n):
+        table = cdf[prev]
+        if defect is not None and defect[0] == "stale" and t >= 1:
+            stale = rng.random(first.size) < defect[1]
+            table = np.where(stale[:, None], plain[prev2], table)
+        u = rng.random(first.size) * table[:, -1]
+        x = np.minimum((table < u[:, None]).sum(axis=1), chain.V - 1)
+        out[:, t] = x
+        prev2, prev = prev, x
+    return out

@@ -6,8 +6,10 @@ fewer on an early stop), run with speculation on; the reference is a callable
 (temperature, top-k, top-p as the engine applies them) before each token, along the sampled
 prefix — one teacher-forced forward of prompt + tokens on a reference copy of the target
 (transformers on the same weights, or the same engine with speculation off).  The samples are
-tested by ``oracle.sequence_test`` (randomized PIT in token-id and probability order, KS with a
-float tolerance η, per position and pooled; the first token G-tested when one prompt is used).
+reduced to per-token records (``oracle.sequence_records``) and tested by the family of
+``oracle.sequence_family``: the omnibus randomized-PIT tests (token-id and probability order, KS
+with a float tolerance η, per position and pooled) and the directional tests (temperature,
+truncation, position shift, and the draft leak when the draft's law is given).
 
 Adapters for the engines: ``gpu_backend/certify/engines/`` (transformers, llama-cpp-python,
 ours, an OpenAI-compatible endpoint) and the negative controls built by wrapping them
@@ -25,7 +27,8 @@ import numpy as np
 
 from spectr_gbv.oracle.acceptance_test import AcceptanceTestResult, acceptance_test
 from spectr_gbv.oracle.outcome import verdict_word
-from spectr_gbv.oracle.sequence_test import SequenceTestResult, sequence_test
+from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
+from spectr_gbv.oracle.sequence_records import records_from_laws
 
 DEFAULT_ALPHA = 1e-3
 # per-token TV put down to float rounding between the engine's kernels and the reference's
@@ -59,7 +62,8 @@ class GenerateCertificate:
 
     Attributes:
         name: the engine mode certified.
-        test: the ``SequenceTestResult`` (rows, p-values, N, α, detectable deviations).
+        test: the ``oracle.sequence_family.FamilyResult`` (omnibus rows, directional tests,
+            p-values, N, α, detectable deviations).
         n_samples, n_new: sequences and tokens asked per sequence.
         samples_per_second: sequences sampled and tested per second (engine + reference).
         engine_seconds, reference_seconds: time in the engine and in the reference.
@@ -71,7 +75,7 @@ class GenerateCertificate:
     """
 
     name: str
-    test: SequenceTestResult
+    test: FamilyResult
     n_samples: int
     n_new: int
     samples_per_second: float
@@ -89,15 +93,15 @@ class GenerateCertificate:
         return verdict_word(self.passed)
 
     def worst(self):
-        """The row with the smallest p-value."""
-        return min(self.test.rows, key=lambda r: r.pvalue)
+        """The row or directional test with the smallest p-value relative to its α."""
+        return self.test.worst()
 
 
 def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Callable,
                      prompts: Sequence[Sequence[int]], n_new: int, n_samples: int, *,
                      alpha: float = DEFAULT_ALPHA, tolerance: float = DEFAULT_TOLERANCE,
                      seed: int = 0, name: str = "engine", stats: Callable[[], dict] | None = None,
-                     drafts: Callable[[], list] | None = None,
+                     drafts: Callable[[], list] | None = None, draft_laws: Callable | None = None,
                      log: Callable[[str], None] | None = None) -> GenerateCertificate:
     """Sample ``n_samples`` continuations and test them against the reference's laws.
 
@@ -126,6 +130,8 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
             (``acceptance_test``, α/2; the token test gets the other α/2).  Only for engines
             that keep a draft token exactly when it equals their sample (or with probability
             p(draft)): n-gram / prompt-lookup drafts.
+        draft_laws: optional ``draft_laws(prompt_ids, tokens) -> float64 [n, V]``: the draft
+            model's law along the sample (adds the draft-leak score test).
         log: optional progress callable (one line per ~10 % of the samples).
     Returns:
         ``GenerateCertificate``.
@@ -156,6 +162,14 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
             draft_logs = list(drafts())
             if len(draft_logs) != n_samples:
                 raise ValueError(f"{name}: drafts() gave {len(draft_logs)} draft lists for {n_samples} samples")
+    batched_laws = None
+    if batch is not None and hasattr(laws, "many"):  # the reference batches its forwards too
+        for i, out in enumerate(batch):
+            if len(out) > n_new:
+                raise ValueError(f"{name}: the engine returned {len(out)} tokens for n_new = {n_new}")
+        t0 = time.perf_counter()
+        batched_laws = laws.many([(prompts[i % len(prompts)], [int(t) for t in batch[i]]) for i in range(n_samples)])
+        t_ref += time.perf_counter() - t0
     for i in range(n_samples):
         prompt = prompts[i % len(prompts)]
         t0 = time.perf_counter()
@@ -165,7 +179,10 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
             draft_logs.append(list(drafts()))
         if len(out) > n_new:
             raise ValueError(f"{name}: the engine returned {len(out)} tokens for n_new = {n_new}")
-        law = np.asarray(laws(prompt, out), dtype=np.float64) if out else np.zeros((0, 1))
+        if batched_laws is not None:
+            law = np.asarray(batched_laws[i], dtype=np.float64) if out else np.zeros((0, 1))
+        else:
+            law = np.asarray(laws(prompt, out), dtype=np.float64) if out else np.zeros((0, 1))
         t_ref += time.perf_counter() - t1
         t_engine += t1 - t0
         if out and (law.ndim != 2 or law.shape[0] != len(out)):
@@ -177,12 +194,11 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
                 totals[k] = totals.get(k, 0.0) + float(v)
         if log is not None and (i + 1) % every == 0:
             log(f"{name}: {i + 1}/{n_samples} samples ({t_engine:.0f} s engine, {t_ref:.0f} s reference)")
-    first = None
-    if len(prompts) == 1 and any(tokens):
-        first = rows[next(i for i, t in enumerate(tokens) if t)][0]
+    records = [records_from_laws(t, law, draft_laws(prompts[i % len(prompts)], t) if draft_laws and t else None)
+               if t else [] for i, (t, law) in enumerate(zip(tokens, rows))]
     pit_seed = int(np.random.SeedSequence([seed, PIT_STREAM]).generate_state(1)[0])
     a_tokens = alpha / 2 if drafts is not None else alpha
-    test = sequence_test(tokens, rows, alpha=a_tokens, tolerance=tolerance, seed=pit_seed, first_law=first)
+    test = family_test(records, alpha=a_tokens, tolerance=tolerance, seed=pit_seed)
     acc = (acceptance_test(tokens, rows, draft_logs, alpha=alpha / 2, tolerance=tolerance)
            if drafts is not None else None)
     spent = t_engine + t_ref
@@ -193,8 +209,8 @@ def certify_generate(sample: Callable[[Sequence[int], int, int], list], laws: Ca
 
 # -- reporting ---------------------------------------------------------------------------------
 
-HEADER = ("engine mode", "N", "tokens", "alpha", "eta", "p (id)", "p (prob)", "p (first)",
-          "worst position p", "d (0.99)", "accepted / expected (p, δ 0.99)", "spec", "samples/s", "verdict")
+HEADER = ("engine mode", "N", "tokens", "alpha", "eta", "p (id)", "p (prob)", "worst position p",
+          "d (0.99)", "directional: worst p", "accepted / expected (p, δ 0.99)", "spec", "samples/s", "verdict")
 
 
 def _p(x: float) -> str:
@@ -202,22 +218,22 @@ def _p(x: float) -> str:
 
 
 def row_cells(cert: GenerateCertificate) -> tuple[str, ...]:
-    """One certificate as table cells: pooled p-values (id and probability order), the first
-    token's G-test p, the smallest per-position p, the pooled detectable PIT deviation d at
-    power 0.99, the engine's speculation statistics and the verdict."""
+    """One certificate as table cells: pooled p-values (id and probability order), the smallest
+    per-position p, the pooled detectable PIT deviation d at power 0.99, the directional test
+    with the smallest p, the engine's speculation statistics and the verdict."""
     t = cert.test
-    first = next((r for r in t.rows if r.scope == "first token"), None)
     pos = [r for r in t.rows if r.scope.startswith("position")]
     worst = min(pos, key=lambda r: r.pvalue) if pos else None
     spec = ", ".join(f"{k} {v:.2f}" for k, v in cert.spec_stats.items()) or "-"
     a = cert.acceptance
     acc = (f"{a.accepted} / {a.expected:.1f} of {a.n} (p {_p(a.pvalue)}, δ {a.detectable:.3f})"
            if a is not None else "-")
+    d = min(t.directional, key=lambda r: r.pvalue / r.alpha) if t.directional else None
     return (cert.name, str(cert.n_samples), str(t.n_tokens), f"{t.alpha:g}", f"{t.tolerance:g}",
             _p(t.pooled("id").pvalue), _p(t.pooled("probability").pvalue),
-            _p(first.pvalue) if first else "-",
             f"{_p(worst.pvalue)} ({worst.scope}, {worst.order})" if worst else "-",
-            f"{t.detectable:.3f}", acc, spec, f"{cert.samples_per_second:.2f}",
+            f"{t.detectable:.3f}", f"{_p(d.pvalue)} ({d.name})" if d else "-", acc, spec,
+            f"{cert.samples_per_second:.2f}",
             cert.verdict + (f" ({t.impossible} impossible tokens)" if t.impossible else ""))
 
 
@@ -232,8 +248,11 @@ POWER_NOTE = (
     "Tests: randomized PIT of every token under the reference's law given its sampled prefix "
     "(Rosenblatt 1952; Brockwell 2007; Czado, Gneiting & Held 2009), in token-id and in probability "
     "order; KS against Uniform(0,1) with the exact kstwo law and threshold moved by eta (float "
-    "rounding), pooled and per position; the first token G-tested (one prompt); Bonferroni within "
-    "each mode (alpha/2 pooled + first token, alpha/2 positions).  d (0.99): the pooled test catches "
+    "rounding), pooled and per position; and the directional tests (temperature score, tokens "
+    "outside the top-p nuclei, position-shift score, draft-leak score where the draft's law is "
+    "known: oracle/sequence_scores.py).  Bonferroni within each mode (alpha/2 the omnibus tests: "
+    "alpha/4 pooled, alpha/4 positions; alpha/2 the directional tests, split equally).  d (0.99): "
+    "the pooled test catches "
     "with power >= 0.99 any defect whose PIT CDF is off by d at its median (e.g. mass d moved "
     "monotonically in one order: per-token TV d); a smaller or finely interleaved deviation may "
     "pass.  accepted / expected: the draft tokens the engine kept against their expected number "
@@ -257,4 +276,7 @@ def to_json(cert: GenerateCertificate) -> dict:
                                "variance", "alpha", "tolerance", "impossible", "detectable", "passed")}),
             "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
                       "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
-                      "passed": r.passed} for r in t.rows]}
+                      "passed": r.passed} for r in t.rows],
+            "directional": [{"name": d.name, "statistic": d.statistic, "pvalue": d.pvalue, "n": d.n,
+                             "alpha": d.alpha, "detectable": d.detectable, "unit": d.unit, "passed": d.passed}
+                            for d in t.directional]}

@@ -188,6 +188,38 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
                     root, model, req.reference, vocab, notes)
 
 
+def power_endpoint(req: EndpointRequest, pilot: int = 16, progress=None, log=None) -> str:
+    """``--power``: run the plan's first ``pilot`` samples (kept in the run file: ``--resume``
+    continues the run from them) and return what the whole plan detects (``report.power_report``).
+
+    Raises:
+        DeploymentInputError: as ``prepare``; a pilot that yields no sample.
+    """
+    from dataclasses import replace
+
+    from spectr_gbv.gpu_backend.certify.deployment.report import power_report
+    from spectr_gbv.oracle.sequence_family import plan_power
+
+    prep = prepare(req, log)
+    small = replace(prep.plan, n_samples=min(pilot, prep.plan.n_samples), replays=0)
+    bar = progress(small.n_samples) if progress is not None else None
+    try:
+        cert = certify_deployment(prep.engine, prep.reference, prep.prompts, small, prep.run_file,
+                                  server=prep.server, model=prep.model, reference_name=prep.reference_name,
+                                  vocab=prep.vocab, progress=bar, log=log)
+    finally:
+        if bar is not None and hasattr(bar, "close"):
+            bar.close()
+    records = [r for sample in cert.records for r in sample]
+    if cert.samples == 0 or not records:
+        raise DeploymentInputError("--power: the pilot gave no sample (" + "; ".join(cert.first_errors[:1] or
+                                                                              cert.notes[:1] or ["?"]) + ")")
+    pp = plan_power(records, prep.plan.n_samples * prep.plan.n_new, prep.plan.alpha, prep.plan.tolerance,
+                    n_positions=prep.plan.n_new)
+    return power_report(pp, prep.plan, cert.samples, cert.samples_per_second) + "\n" + "\n".join(
+        f"note: {n}" for n in prep.notes)
+
+
 def certify_endpoint(req: EndpointRequest, progress=None, log=None):
     """``prepare`` then ``run.certify_deployment``; returns its ``DeploymentCertificate`` with the
     preparation's notes first.

@@ -18,7 +18,8 @@ def text_report(cert) -> str:
     lines = [f"verdict: {cert.verdict}" + (f" — {cert.refused}" if cert.refused else ""),
              f"server {cert.server}  model {cert.model or '-'}  reference {cert.reference}",
              f"plan: N = {plan.n_samples} samples × {plan.n_new} tokens, T = {plan.temperature:g}, "
-             f"alpha = {plan.alpha:g} (family), eta = {plan.tolerance:g}, concurrency {plan.concurrency}; "
+             f"alpha = {plan.alpha:g} (family), eta = {fam.tolerance if fam is not None else plan.tolerance:g}"
+             f"{' (auto)' if plan.auto_tolerance else ''}, concurrency {plan.concurrency}; "
              f"tested {cert.samples} samples" + ("" if cert.complete else " (INCOMPLETE: the run stopped early)")]
     if fam is not None:
         coarse = ("whole laws" if fam.coarsened > plan.k else
@@ -41,6 +42,16 @@ def text_report(cert) -> str:
                          + ("" if d.passed else "  <- FAIL"))
         if fam.impossible:
             lines.append(f"  {fam.impossible} tokens the reference gives probability 0")
+    if cert.numerics is not None:
+        eta, q99, exact_passed = cert.numerics
+        lines.append(f"numerics: the engine's reported log-probs differ from the reference's by {q99:.2g} nats at "
+                     f"the 99th percentile: eta = {eta:.2g} per token (--tolerance auto)")
+        if fam is not None and fam.passed and not exact_passed:
+            lines.append("  the exact test (eta = 0) fails and the tolerant one passes: the deviation is within this "
+                         "deployment's numerical drift from the reference (rounding, a quantized copy), not a change "
+                         "of law beyond it")
+        elif fam is not None and not fam.passed:
+            lines.append("  the law differs from the reference by more than this deployment's numerical drift")
     if cert.logprobs is not None:
         lp = cert.logprobs
         lines.append(f"reported log-probs vs reference: {lp.n} tokens, median gap {lp.median:.2g}, largest "
@@ -69,6 +80,30 @@ def text_report(cert) -> str:
     return "\n".join(lines)
 
 
+def power_report(pp, plan, pilot_samples: int, rate: float) -> str:
+    """A plan's power (``oracle.sequence_family.PlanPower``) as lines: what N × n detects with
+    power 0.99, and the samples (and time at the pilot's rate) for the omnibus target."""
+    T = plan.temperature
+    lines = [f"plan: N = {plan.n_samples} samples × {plan.n_new} tokens = {pp.n_tokens} tokens, alpha = "
+             f"{pp.alpha:g}, eta = {pp.tolerance:g} (scaled from a pilot of {pilot_samples} samples)",
+             "detected with power 0.99:",
+             f"  omnibus PIT tests: a per-token TV d >= {pp.omnibus:.3f} (monotone deviation)",
+             f"  temperature: |ΔT| >= {pp.temperature * T:.3g} at T = {T:g} (|Δβ| >= {pp.temperature:.3g})",
+             f"  position shift (stale logits): weight >= {pp.position_shift:.3g}"]
+    if math.isfinite(pp.draft_leak):
+        lines.append(f"  draft leak: weight >= {pp.draft_leak:.3g}")
+    caught = [k for k, v in pp.truncation.items() if v]
+    lines.append("  truncation: a sampler truncating at " + (", ".join(caught) if caught else "no level")
+                 + " is caught for sure" + (f"; not resolved: {', '.join(k for k, v in pp.truncation.items() if not v)}"
+                                            if len(caught) < len(pp.truncation) else ""))
+    if pp.tokens_for_tv is not None:
+        need = math.ceil(pp.tokens_for_tv / plan.n_new)
+        eta_s = need / rate if rate > 0 else math.nan
+        lines.append(f"omnibus per-token TV <= {pp.target_tv:g}: --samples {need} (about {eta_s / 60:.0f} min at the "
+                     f"pilot's {rate:.2f} samples/s)")
+    return "\n".join(lines)
+
+
 def certificate_json(cert) -> dict:
     """The certificate as a JSON-ready dict (every test row)."""
     from dataclasses import asdict
@@ -82,6 +117,8 @@ def certificate_json(cert) -> dict:
         "replays": {"asked": cert.replays[0], "identical": cert.replays[1]},
         "duplicates": {"pairs": cert.duplicates[0], "expected_at_most": cert.duplicates[1]},
         "errors": dict(cert.errors), "short": cert.short, "notes": cert.notes,
+        "numerics": None if cert.numerics is None else {
+            "eta": cert.numerics[0], "gap_q99": cert.numerics[1], "exact_test_passed": cert.numerics[2]},
         "logprobs": None if cert.logprobs is None else {
             "n": cert.logprobs.n, "median": cert.logprobs.median, "largest": cert.logprobs.largest,
             "bound": cert.logprobs.bound, "over": cert.logprobs.over, "passed": cert.logprobs.passed},

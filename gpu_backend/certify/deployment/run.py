@@ -68,6 +68,7 @@ class Plan:
     k: int = 20
     alpha: float = 1e-3
     tolerance: float = 1e-3
+    auto_tolerance: bool = False
     logprob_tolerance: float = 0.1
     seed: int = 0
     concurrency: int = 8
@@ -136,8 +137,12 @@ class DeploymentCertificate:
         duplicates: (identical pairs for different seeds, their expected number bound).
         errors: Counter of failed requests by reason; first_errors: their first lines.
         short: positions where the reference gave fewer than k alternatives.
+        numerics: with ``Plan.auto_tolerance``, ``(η used, 99th percentile gap, family at η = 0)``:
+            the drift measured and whether the exact test (η = 0) passes, which separates "the
+            law changed" from "this deployment's numerics differ from the reference"; else None.
         notes: lines for the report; refused: why the run was refused (samples not independent),
         else "".  complete: every planned sample collected.  wall_s: seconds.
+        records: the tested samples' per-token records, in sample order (not in the JSON).
     """
 
     plan: Plan
@@ -153,6 +158,8 @@ class DeploymentCertificate:
     errors: Counter = field(default_factory=Counter)
     first_errors: list = field(default_factory=list)
     short: int = 0
+    numerics: tuple | None = None
+    records: list = field(default_factory=list, repr=False)
     notes: list = field(default_factory=list)
     refused: str = ""
     complete: bool = False
@@ -358,13 +365,24 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             cert.refused = _refusal(cert.duplicates)
     order = sorted(done)
     cert.short = sum(int(done[i].get("short") or 0) for i in order)
-    if order and not cert.refused:
-        cert.family = family_test([done[i]["records"] for i in order], plan.alpha, plan.tolerance,
-                                  seed=pit_seed(plan.seed), indices=order)
     gaps = [g for i in order for g in raw_logprob_gap(done[i].get("reported"), done[i].get("raw"))]
     if gaps:
         cert.logprobs = LogprobCheck(len(gaps), float(np.median(gaps)), float(max(gaps)), plan.logprob_tolerance,
                                      sum(g > plan.logprob_tolerance for g in gaps))
+    eta = plan.tolerance
+    if plan.auto_tolerance:
+        if gaps:
+            q99 = float(np.quantile(gaps, 0.99))
+            eta = min(0.5, math.expm1(q99) / 2)
+        else:
+            cert.notes.append(f"--tolerance auto: the engine reports no log-probabilities; eta = {plan.tolerance:g}")
+    cert.records = [done[i]["records"] for i in order]
+    if order and not cert.refused:
+        samples = cert.records
+        cert.family = family_test(samples, plan.alpha, eta, seed=pit_seed(plan.seed), indices=order)
+        if plan.auto_tolerance and gaps:
+            exact = family_test(samples, plan.alpha, 0.0, seed=pit_seed(plan.seed), indices=order)
+            cert.numerics = (eta, q99, exact.passed)
     cert.wall_s = time.perf_counter() - started
     return cert
 

@@ -39,8 +39,9 @@ class Mode:
 class Models:
     """The models of one engine's modes, loaded on first use (quiet, CPU, 2 threads)."""
 
-    def __init__(self, temperature: float = DEFAULT_TEMPERATURE):
+    def __init__(self, temperature: float = DEFAULT_TEMPERATURE, threads: int = 1, log=None):
         self.T = float(temperature)
+        self.threads, self.log = int(threads), log
         self._cache: dict = {}
 
     def _get(self, key, make):
@@ -64,14 +65,15 @@ class Models:
     def llama(self, draft=None, cls=None, key="plain"):
         from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import load_llama
 
-        return self._get(("llama", key), lambda: load_llama(self.gguf(), draft=draft, cls=cls))
+        return self._get(("llama", key), lambda: load_llama(self.gguf(), draft=draft, cls=cls,
+                                                                       threads=self.threads))
 
     def llama_reference(self):
         from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import load_llama
         from spectr_gbv.gpu_backend.certify.engines.references import LlamaCppReference
 
         return self._get("llama-ref", lambda: LlamaCppReference(
-            load_llama(self.gguf(), logits_all=True), self.T))
+            load_llama(self.gguf(), logits_all=True, threads=self.threads), self.T))
 
     def hf_assistant(self):
         """The assistant of the transformers modes: the tiny model in bfloat16 with its logits
@@ -151,7 +153,8 @@ def _vllm(models: Models, *, spec=None, draft_model=False, control=None, T=None)
     folder = models.hf_folder()
     if draft_model:
         spec = {"model": folder, "num_speculative_tokens": 4}
-    eng = VllmGenerateEngine(folder, T or models.T, speculative_config=spec, control=control)
+    eng = VllmGenerateEngine(folder, T or models.T, speculative_config=spec, control=control,
+                             threads=models.threads, log=models.log)
     return eng, models.hf_reference(), eng.stats
 
 
@@ -292,11 +295,12 @@ class ModeResult:
 
 def run_modes(engine: str, n_samples: int = 200, n_new: int = DEFAULT_NEW_TOKENS,
               alpha: float = 1e-3, seed: int = 0, names=None, progress=None, log=None,
-              temperature: float = DEFAULT_TEMPERATURE, mode_list=None) -> list[ModeResult]:
+              temperature: float = DEFAULT_TEMPERATURE, mode_list=None, threads: int = 1) -> list[ModeResult]:
     """Certify every mode of ``engine`` (or those whose name contains one of ``names``).
 
     Args:
         mode_list: the modes to run instead of ``modes(engine)`` (e.g. ``[endpoint_mode(url)]``).
+        threads: CPU threads of every model (llama.cpp, vLLM's worker; torch's are the caller's).
         n_samples, n_new, alpha, seed: as ``certify_generate`` (one α per mode).
         progress: optional callable receiving each ``ModeResult`` when done.
         log: optional callable receiving progress lines.
@@ -306,7 +310,7 @@ def run_modes(engine: str, n_samples: int = 200, n_new: int = DEFAULT_NEW_TOKENS
     """
     from spectr_gbv.gpu_backend.certify.generate import certify_generate
 
-    models = Models(temperature)
+    models = Models(temperature, threads=threads, log=log)
     prompt = models.prompt_ids()
     out = []
     for mode in (mode_list if mode_list is not None else modes(engine)):

@@ -87,6 +87,9 @@ class VllmGenerateEngine:
         dtype: the engine's weights ("float32" by default, as the reference).
         python: the vLLM interpreter (default ``vllm_python()``).
         timeout_s: seconds for the whole batch, engine start included.
+        threads: CPU threads of the worker (``OMP_NUM_THREADS``; vLLM's CPU backend also binds
+            its OpenMP threads to the first ``threads`` cores, ``VLLM_CPU_OMP_THREADS_BIND``).
+        log: optional line callback: the worker's progress (vLLM's own bar), relayed every ~10 s.
     Raises:
         RuntimeError: no vLLM environment; the worker failing (its last output lines).
         ValueError: T ≤ 0, an unknown control.
@@ -94,13 +97,14 @@ class VllmGenerateEngine:
 
     def __init__(self, model, temperature: float = 1.0, speculative_config: dict | None = None,
                  control: str | None = None, dtype: str = "float32", python: str | None = None,
-                 timeout_s: float = 3600.0):
+                 timeout_s: float = 3600.0, threads: int | None = None, log=None):
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         if control not in (None, "draft-kept"):
             raise ValueError(f"control must be None or 'draft-kept', got {control!r}")
         self.model, self.T, self.spec, self.control = str(model), float(temperature), speculative_config, control
         self.dtype, self.timeout_s = dtype, float(timeout_s)
+        self.threads, self.log = threads, log
         self.python = python or vllm_python()
         self.gives_drafts = bool(speculative_config) and speculative_config.get("method") == "ngram"
         self.last: dict = {}
@@ -118,16 +122,18 @@ class VllmGenerateEngine:
             with open(req, "w") as fh:
                 json.dump(self.request(prompts, n_new, seeds), fh)
             env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0")
+            if self.threads:
+                env["OMP_NUM_THREADS"] = str(self.threads)
+                env["VLLM_CPU_OMP_THREADS_BIND"] = f"0-{self.threads - 1}"
             from spectr_gbv.gpu_backend.certify.vllm import checkout_root
 
             root = checkout_root()
             if root:
                 env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-            run = subprocess.run([self.python, "-m", "spectr_gbv.gpu_backend.certify.engines.vllm_worker", req, res],
-                                 capture_output=True, text=True, timeout=self.timeout_s, env=env)
-            if run.returncode != 0 or not os.path.exists(res):
-                tail = "\n".join((run.stderr or run.stdout).strip().splitlines()[-5:])
-                raise RuntimeError(f"vLLM's worker failed (exit {run.returncode}): {tail}")
+            code, tail = _run_relaying([self.python, "-m", "spectr_gbv.gpu_backend.certify.engines.vllm_worker",
+                                        req, res], env, self.timeout_s, self.log)
+            if code != 0 or not os.path.exists(res):
+                raise RuntimeError(f"vLLM's worker failed (exit {code}): {tail}")
             with open(res) as fh:
                 self.last = json.load(fh)
         tokens = self.last["tokens"]
@@ -162,6 +168,47 @@ class VllmGenerateEngine:
             out["accepted recomputed"] = float(acc)
             out["overlapping proposals"] = float(self.last.get("overlapping_proposals", 0))
         return out
+
+
+def _run_relaying(argv, env, timeout_s: float, log) -> tuple[int, str]:
+    """Run the worker; relay its progress lines (vLLM's bar: "Processed prompts") to ``log`` at
+    most every 10 s; return (exit code, its last five output lines)."""
+    import threading
+    import time
+
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace")
+    tail: list = []
+    last = [0.0]
+
+    def read():
+        buf = ""
+        while True:
+            chunk = proc.stdout.read(256)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.replace("\r", "\n").split("\n")
+            for line in lines:
+                line = line.strip()
+                if not line:
+                    continue
+                tail.append(line)
+                del tail[:-5]
+                if log is not None and "Processed prompts" in line and time.monotonic() - last[0] >= 10:
+                    last[0] = time.monotonic()
+                    log(f"vLLM worker: {line[:160]}")
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+        tail.append(f"timed out after {timeout_s:.0f} s")
+    reader.join(timeout=5)
+    return code, "\n".join(tail)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -151,7 +151,7 @@ def main(argv) -> int:
                              presence_penalty=0.0, frequency_penalty=0.0)
               for s, T in zip(req["seeds"], req["temperatures"])]
     prompts = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in req["prompts"]]
-    outs = llm.generate(prompts, params, use_tqdm=False)
+    outs = llm.generate(prompts, params, use_tqdm=True)  # its progress bar on stderr: the parent relays it
     t2 = time.perf_counter()
     tokens = [[int(t) for t in o.outputs[0].token_ids] for o in outs]
     result = {"tokens": tokens, "metrics": _counters(llm), "version": vllm.__version__,
