@@ -40,6 +40,42 @@ def default_chain() -> MarkovChain:
     return MarkovChain(64, seed=7, entropy=(1.0, 2.5))
 
 
+class TinyModel:
+    """The embedded tiny SmolLM2 (transformers, float32) as the server's model: exact laws by an
+    uncached forward, sampling token by token from them (``temperature`` defects only)."""
+
+    def __init__(self):
+        import torch
+
+        from spectr_gbv.gpu_backend.models.weights import load_causal_lm, vocab_size
+
+        self.torch = torch
+        self.model, self.tokenizer = load_causal_lm("tiny", dtype="float32")
+        self.V = vocab_size(self.model)
+
+    def tokenize(self, text: str) -> list:
+        return [int(t) for t in self.tokenizer(text).input_ids]
+
+    def _logits(self, ids):
+        with self.torch.inference_mode():
+            return self.model(self.torch.tensor([ids])).logits[0].double().numpy()
+
+    def laws(self, prompt, tokens):
+        z = self._logits(list(prompt) + list(tokens))[len(prompt) - 1:len(prompt) - 1 + len(tokens)]
+        z = z - z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        return p / p.sum(axis=1, keepdims=True)
+
+    def sample(self, prompt, n, rng, defect=None):
+        T = defect[1] if defect and defect[0] == "temperature" else 1.0
+        seq = list(prompt)
+        for _ in range(n):
+            z = self._logits(seq)[-1] / T
+            p = np.exp(z - z.max())
+            seq.append(int(rng.choice(self.V, p=p / p.sum())))
+        return seq[len(prompt):]
+
+
 class FakeDeployment:
     """The server's state (module doc)."""
 
@@ -126,7 +162,11 @@ def _handler(state: FakeDeployment):
                 return self._send(401, {"error": {"message": "invalid API key"}})
             if self.path == "/tokenize":
                 V = state.model.V
-                ids = [1 + b % (V - 1) for b in str(body.get("prompt", "")).encode()][:48]
+                text = str(body.get("prompt", ""))
+                if hasattr(state.model, "tokenize"):
+                    ids = state.model.tokenize(text)
+                else:
+                    ids = [1 + b % (V - 1) for b in text.encode()][:48]
                 return self._send(200, {"tokens": ids, "count": len(ids)})
             if self.path != "/v1/completions":
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})

@@ -13,7 +13,10 @@ Order of the checks (each failure is one ``DeploymentInputError`` line; the CLI 
 4. the prompts (the shipped set or ``--prompts``), text tokenized by the server's ``/tokenize``
    (else by the local reference's tokenizer);
 5. the run file (a new one, or ``--resume`` of one made with the same plan);
-6. only then a local reference's weights load.
+6. only then a local reference's weights load; a reference other than ``self`` must agree with
+   the server on the log-probabilities of the first prompt's own tokens (mean gap ≤
+   ``AGREEMENT_NATS``): a reference of another model or vocabulary is refused in one line
+   instead of failing the test.
 """
 
 from __future__ import annotations
@@ -31,8 +34,30 @@ from spectr_gbv.gpu_backend.certify.deployment.servers import ProtocolError, dia
 from spectr_gbv.gpu_backend.certify.deployment.store import RunFile
 
 
+# the largest mean gap (nats) between the server's and the reference's log-probabilities of the
+# first prompt's tokens: a quantized or bfloat16 copy of the same model stays far below (0.05-0.2),
+# another model or vocabulary far above
+AGREEMENT_NATS = 1.0
+
+
 class DeploymentInputError(ValueError):
     """A bad input or an unreachable server: one line, exit 2."""
+
+
+def prompt_gap(ep, dia, model: str, reference, prompt) -> float | None:
+    """Mean |server − reference| log-probability of the prompt's tokens 1..P−1 (nats), from the
+    server's own prompt log-probabilities; None when the server gives none or the prompt has one
+    token."""
+    if len(prompt) < 2:
+        return None
+    try:
+        answers = [ep.post(path, body) for path, body in dia.reference_requests(model, prompt[:1], prompt[1:], 1)]
+        server = dia.parse_reference(answers, prompt[:1], prompt[1:], 1).token_logprobs
+    except (EndpointError, ProtocolError):
+        return None
+    local = reference.rows(prompt[:1], prompt[1:]).raw
+    gaps = [abs(a - b) for a, b in zip(server, local) if a is not None and b is not None]
+    return sum(gaps) / len(gaps) if gaps else None
 
 
 @dataclass
@@ -168,6 +193,28 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
         if hasattr(dia, "prompt_texts"):
             dia.prompt_texts[tuple(ids)] = p
         prompts.append(ids)
+    if ref_kind == "self":
+        reference, vocab = ServerReference(ep, dia, model, req.plan.k), None
+    elif ref_kind == "endpoint":
+        reference, vocab = ServerReference(ref_ep, dia, ref_model, req.plan.k), None
+    else:
+        reference = load_local()
+        vocab = reference.vocab
+        beyond = [t for p in prompts for t in p if t >= vocab]
+        if beyond:
+            raise DeploymentInputError(f"--reference {req.reference}: the server's prompt holds token id {beyond[0]}, "
+                                       f"outside the reference's vocabulary of {vocab:,}: not the same vocabulary")
+    if ref_kind != "self":
+        gap = prompt_gap(ep, dia, model, reference, prompts[0])
+        if gap is None:
+            notes.append("the reference's agreement with the server was not checked (no prompt log-probabilities)")
+        elif gap > AGREEMENT_NATS:
+            raise DeploymentInputError(
+                f"--reference {req.reference} disagrees with the server on the first prompt's own tokens (mean "
+                f"log-probability gap {gap:.2f} nats > {AGREEMENT_NATS:g}): not the same model or vocabulary")
+        else:
+            notes.append(f"the reference agrees with the server on the first prompt's tokens (mean log-probability "
+                         f"gap {gap:.2g} nats)")
     root = ep.root
     plan_header = plan_dict(req.plan, model=model, prompts=prompts, reference=req.reference, server=req.server,
                             url=root)
@@ -176,13 +223,6 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
         run_file = RunFile(path, plan_header, resume=bool(req.resume))
     except (ValueError, OSError) as err:
         raise DeploymentInputError(str(err)) from None
-    if ref_kind == "self":
-        reference, vocab = ServerReference(ep, dia, model, req.plan.k), None
-    elif ref_kind == "endpoint":
-        reference, vocab = ServerReference(ref_ep, dia, ref_model, req.plan.k), None
-    else:
-        reference = load_local()
-        vocab = reference.vocab
     notes.append(f"samples are appended to {Path(path)}; `--resume {Path(path)}` continues this run")
     return Prepared(ServerEngine(ep, dia, model, req.plan.temperature), reference, prompts, req.plan, run_file,
                     root, model, req.reference, vocab, notes)

@@ -307,9 +307,6 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                 record_sample(i, *payload)
             elif kind == "sampled":
                 buffer.append((i, payload))
-                if len(buffer) >= getattr(reference, "batch", 8) or len(buffer) >= pending:
-                    pending -= len(buffer)
-                    flush_local()
             elif kind == "impossible":
                 pending -= 1
                 event = {"kind": "impossible", "i": i, "seed": sample_seed(plan.seed, i),
@@ -334,6 +331,9 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                 if errors > plan.max_errors:
                     cert.notes.append(f"stopped: more than {plan.max_errors} requests failed")
                     raise _Stop
+            if buffer and (len(buffer) >= getattr(reference, "batch", 8) or len(buffer) >= pending):
+                pending -= len(buffer)  # a local reference: one batched forward for the buffered samples
+                flush_local()
             if kind in ("sample", "sampled") and len(done) in _CHECKPOINTS:
                 dup = _duplicates(done, len(prompts))
                 if dup[0] >= 3 and _dup_pvalue(*dup) < 1e-9:

@@ -216,3 +216,38 @@ def test_prompts_file_with_text_and_ids(capsys, tmp_path):
     header = _lines(record)[0]["plan"]
     assert len(header["prompts"]) == 3 and header["prompts"][1] == [3, 4, 5]
     assert {e["prompt"] for e in _lines(record) if e["kind"] == "sample"} == {0, 1, 2}
+
+
+@pytest.mark.models
+def test_a_local_whole_law_reference_against_a_server_of_the_tiny_model(capsys, tmp_path):
+    """The server samples the embedded tiny SmolLM2 exactly (transformers, float32); the reference
+    hf:tiny computes its whole law locally: PASS at T = 1 and at T = 0.8 (which a top-k reference
+    refuses), N = 12 × 8 tokens (a smoke test of the local path; its power is the family's)."""
+    pytest.importorskip("transformers")
+    from helpers.fake_deployment import TinyModel
+
+    model = TinyModel()
+    with serve(model=model) as (url, _):
+        code, out, err, cert, _ = _run(capsys, url, tmp_path, "--reference", "hf:tiny", "--samples", "12",
+                                       "--max-new-tokens", "8", name="t1")
+        assert code == 0, out + err
+        assert cert["family"]["coarsened_k"] == model.V and "agrees with the server" in out
+        assert cert["logprobs"]["largest"] < 1e-3
+        code, out, err, cert, _ = _run(capsys, url, tmp_path, "--reference", "hf:tiny", "--samples", "12",
+                                       "--max-new-tokens", "8", "--temperature", "0.8", name="t08")
+        assert code == 0 and cert["plan"]["temperature"] == 0.8, out + err
+
+
+@pytest.mark.models
+def test_a_reference_of_another_model_is_refused_in_one_line(capsys, tmp_path):
+    pytest.importorskip("transformers")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"ids": [1, 2, 3, 4, 5, 6, 7, 8]}\n')
+    with serve() as (url, _):  # the V = 64 chain, against the tiny model's laws
+        code = cli_main.main(["certify", "endpoint", url, "--reference", "hf:tiny", "--prompts", str(prompts),
+                              "--record", str(tmp_path / "r.jsonl")])
+    err = capsys.readouterr().err
+    errors = [x for x in err.splitlines() if x.startswith("spectr-gbv certify:")]
+    assert code == 2 and len(errors) == 1 and "Traceback" not in err, err  # (loading lines before it)
+    assert "disagrees with the server" in errors[0] and "not the same model or vocabulary" in errors[0]
+    assert not (tmp_path / "r.jsonl").exists()  # refused before the run file is made

@@ -1,0 +1,77 @@
+"""The deployment certifier's cost against the server's own: certification wall time divided by the
+time the same server needs to generate the same samples alone.
+
+Against a running server (``URL``), alternately ``--reps`` times:
+
+* **generate alone**: the N sampling requests ``certify endpoint`` sends (same prompts, seeds,
+  lengths; ``--concurrency`` C in flight), nothing else;
+* **certify**: ``certify endpoint URL --reference self`` at the same N and C (samples, the
+  reference's prompt log-probabilities, replays, the tests), into a fresh run file.
+
+Prints each pair's seconds, the medians and their ratio (the goal: ≤ 1.3), with the CPU's flags.
+
+Run: ``python benchmarks/deployment_throughput.py http://127.0.0.1:8011 [--samples 60]
+[--concurrency 8] [--reps 3]``; the numbers are recorded in benchmarks/DEPLOYMENT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from spectr_gbv.gpu_backend.certify.deployment.endpoint import EndpointRequest, certify_endpoint, prepare
+from spectr_gbv.gpu_backend.certify.deployment.run import Plan, sample_seed
+
+
+def cpu_flags() -> str:
+    from spectr_gbv.gpu_backend.tuning.machine import describe_flags
+
+    return describe_flags()
+
+
+def generate_alone(url: str, plan: Plan) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        prep = prepare(EndpointRequest(url=url, plan=plan, record=str(Path(tmp) / "x.jsonl")))
+        prep.run_file.close()
+    engine, prompts = prep.engine, prep.prompts
+    start = time.perf_counter()
+    with ThreadPoolExecutor(plan.concurrency) as pool:
+        list(pool.map(lambda i: engine.sample(prompts[i % len(prompts)], plan.n_new, sample_seed(plan.seed, i)),
+                      range(plan.n_samples)))
+    return time.perf_counter() - start
+
+
+def certify(url: str, plan: Plan) -> tuple[float, str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        cert = certify_endpoint(EndpointRequest(url=url, plan=plan, record=str(Path(tmp) / "run.jsonl")))
+        return time.perf_counter() - start, cert.verdict
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("url")
+    ap.add_argument("--samples", type=int, default=60)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--reps", type=int, default=3)
+    args = ap.parse_args()
+    print(cpu_flags())
+    alone, cert = [], []
+    for rep in range(args.reps):
+        plan = Plan(n_samples=args.samples, concurrency=args.concurrency, seed=100 + rep)
+        a = generate_alone(args.url, plan)
+        c, verdict = certify(args.url, plan)
+        alone.append(a)
+        cert.append(c)
+        print(f"rep {rep}: generate alone {a:.1f} s, certify {c:.1f} s ({verdict}), ratio {c / a:.2f}", flush=True)
+    ma, mc = statistics.median(alone), statistics.median(cert)
+    print(f"median: generate alone {ma:.1f} s, certify {mc:.1f} s, ratio {mc / ma:.2f} "
+          f"(N = {args.samples}, C = {args.concurrency})")
+
+
+if __name__ == "__main__":
+    main()
