@@ -87,7 +87,8 @@ class ServerReference:
 
 
 class HFReference:
-    """Whole laws from a local transformers model at temperature T (``hf:``).
+    """Whole laws from a local transformers model at temperature T (``hf:``), many continuations
+    per forward (``engines.references.TransformersReference.logits_many``).
 
     Args:
         spec: an embedded model name or alias, a folder, a ``.gguf`` file or a hub id.
@@ -103,11 +104,13 @@ class HFReference:
     whole = True
 
     def __init__(self, spec: str, temperature: float, dtype: str = "float32", batch: int = 8):
+        from spectr_gbv.gpu_backend.certify.engines.references import TransformersReference
         from spectr_gbv.gpu_backend.models.weights import load_causal_lm, vocab_size
 
-        self.model, self.tokenizer = load_causal_lm(spec, dtype=dtype)
+        model, self.tokenizer = load_causal_lm(spec, dtype=dtype)
+        self.inner = TransformersReference(model, temperature)
         self.T, self.batch = float(temperature), int(batch)
-        self.vocab = vocab_size(self.model)
+        self.vocab = vocab_size(model)
 
     def tokenize(self, text: str) -> list[int]:
         return [int(t) for t in self.tokenizer(text).input_ids]
@@ -116,39 +119,19 @@ class HFReference:
         return self.rows_many([(prompt_ids, tokens)])[0]
 
     def rows_many(self, items) -> list[ReferenceRows]:
-        """Whole laws of many continuations: those of one prompt length share a forward (right
-        padding: a causal model's rows before the padding do not see it)."""
-        import torch
+        return [_whole_rows(z, tokens, self.T) for z, (_, tokens) in zip(self.inner.logits_many(items, self.batch), items)]
 
-        from spectr_gbv.gpu_backend.certify.generate import softmax64
 
-        out: list = [None] * len(items)
-        groups: dict = {}
-        for i, (prompt, toks) in enumerate(items):
-            groups.setdefault(len(prompt), []).append(i)
-        device = next(self.model.parameters()).device
-        for P, idx in groups.items():
-            for start in range(0, len(idx), self.batch):
-                chunk = idx[start:start + self.batch]
-                width = max(P + len(items[i][1]) for i in chunk)
-                ids = torch.zeros((len(chunk), width), dtype=torch.long)
-                mask = torch.zeros((len(chunk), width), dtype=torch.long)
-                for r, i in enumerate(chunk):
-                    seq = list(items[i][0]) + list(items[i][1])
-                    ids[r, :len(seq)] = torch.tensor(seq)
-                    mask[r, :len(seq)] = 1
-                with torch.inference_mode():
-                    logits = self.model(ids.to(device), attention_mask=mask.to(device)).logits
-                for r, i in enumerate(chunk):
-                    toks = [int(t) for t in items[i][1]]
-                    n = len(toks)
-                    z = logits[r, P - 1:P - 1 + n].double().cpu().numpy()
-                    laws = softmax64(z, self.T)
-                    raw = z - z.max(axis=-1, keepdims=True)
-                    raw = raw - np.log(np.exp(raw).sum(axis=-1, keepdims=True))
-                    out[i] = ReferenceRows(laws=laws, raw=[float(raw[t, x]) if 0 <= x < raw.shape[1] else None
-                                                           for t, x in enumerate(toks)])
-        return out
+def _whole_rows(z: np.ndarray, tokens, temperature: float) -> ReferenceRows:
+    """``ReferenceRows`` of whole laws from float64 logits [n, V]: the law at T, and each sampled
+    token's raw (T = 1) log-probability."""
+    from spectr_gbv.gpu_backend.certify.generate import softmax64
+
+    raw = z - z.max(axis=-1, keepdims=True)
+    raw = raw - np.log(np.exp(raw).sum(axis=-1, keepdims=True))
+    V = z.shape[1]
+    return ReferenceRows(laws=softmax64(z, temperature),
+                         raw=[float(raw[t, int(x)]) if 0 <= int(x) < V else None for t, x in enumerate(tokens)])
 
 
 class GGUFReference:
@@ -168,13 +151,7 @@ class GGUFReference:
         return [int(t) for t in self.inner.llama.tokenize(text.encode(), add_bos=True)]
 
     def rows(self, prompt_ids, tokens, texts=None) -> ReferenceRows:
-        z = self.inner.logits(prompt_ids, tokens).astype(np.float64)
-        from spectr_gbv.gpu_backend.certify.generate import softmax64
-
-        laws = softmax64(z, self.inner.temperature)
-        raw = z - z.max(axis=-1, keepdims=True)
-        raw = raw - np.log(np.exp(raw).sum(axis=-1, keepdims=True))
-        return ReferenceRows(laws=laws, raw=[float(raw[t, int(x)]) for t, x in enumerate(tokens)])
+        return _whole_rows(self.inner.logits(prompt_ids, tokens).astype(np.float64), tokens, self.inner.temperature)
 
     def rows_many(self, items) -> list[ReferenceRows]:
         return [self.rows(p, t) for p, t in items]

@@ -122,11 +122,15 @@ class Models:
 def _tf(models: Models, *, assistant=False, lookup=None, T=None, hook=None):
     from spectr_gbv.gpu_backend.certify.engines.transformers_generate import TransformersGenerateEngine
 
+    from spectr_gbv.gpu_backend.certify.engines.references import TransformersReference
+
     model = models.hf()[0]
     draft = models.hf_assistant() if assistant else None
     eng = TransformersGenerateEngine(model, T or models.T, assistant_model=draft,
                                      prompt_lookup_num_tokens=lookup,
                                      hook=(lambda: hook(model)) if hook else None)
+    if draft is not None:  # the assistant's law (its hook included) at the engine's T: the leak test
+        eng.draft_laws = TransformersReference(draft, T or models.T)
     return eng, models.hf_reference(), eng.stats
 
 
@@ -175,6 +179,10 @@ def _ours(models: Models, *, backend="torch", rule="sd", K=1, L=4, planted=None,
         ref = models._get("lcpp-ref", lambda: _LlamaCppModelReference(pair.target, models.T))
     eng = OursEngine(target, draft, T or models.T, draft_temperature=1.5 * models.T, rule=rule, K=K, L=L,
                      verifier=verifier, backend=engine_backend)
+    if backend == "torch":  # the draft: the target at 1.5 T, its law known (the leak test)
+        from spectr_gbv.gpu_backend.certify.engines.references import TransformersReference
+
+        eng.draft_laws = TransformersReference(target, 1.5 * models.T)
     return eng, ref, eng.stats
 
 
@@ -320,7 +328,8 @@ def run_modes(engine: str, n_samples: int = 200, n_new: int = DEFAULT_NEW_TOKENS
             sample, laws, stats = mode.build(models)
             drafts = sample.drafts if getattr(sample, "gives_drafts", False) else None
             cert = certify_generate(sample, laws, [prompt], n_new, n_samples, alpha=alpha, seed=seed,
-                                    name=mode.name, stats=stats, drafts=drafts, log=log)
+                                    name=mode.name, stats=stats, drafts=drafts,
+                                    draft_laws=getattr(sample, "draft_laws", None), log=log)
             res = ModeResult(mode, cert)
         except (ValueError, RuntimeError, OSError, ImportError, TypeError, AttributeError) as err:
             res = ModeResult(mode, None, f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}")

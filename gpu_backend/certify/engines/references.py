@@ -62,37 +62,47 @@ class TransformersReference:
             p = _truncate(p, self.top_k, self.top_p)
         return p
 
-    def many(self, items, batch: int = 8) -> list[np.ndarray]:
-        """``[self(prompt, tokens) for prompt, tokens in items]``, continuations of one prompt length
-        sharing a forward (right padding, which a causal model's earlier rows do not see)."""
+    def logits_many(self, items, batch: int = 8) -> list[np.ndarray]:
+        """float64 logits [n, V] before each token of each ``(prompt_ids, tokens)`` of ``items``;
+        continuations of one prompt length share a forward (right padding, which a causal model's
+        earlier rows do not see).  An empty continuation gives a [0, 1] array."""
         import torch
 
-        out: list = [None] * len(items)
+        out: list = [np.zeros((0, 1))] * len(items)
         groups: dict = {}
-        for i, (prompt, _) in enumerate(items):
-            groups.setdefault(len(prompt), []).append(i)
+        for i, (prompt, toks) in enumerate(items):
+            if len(toks):
+                groups.setdefault(len(prompt), []).append(i)
         device = next(self.model.parameters()).device
         for P, idx in groups.items():
             for start in range(0, len(idx), batch):
-                chunk = [i for i in idx[start:start + batch] if len(items[i][1])]
-                if not chunk:
-                    continue
+                chunk = idx[start:start + batch]
                 width = max(P + len(items[i][1]) for i in chunk)
                 ids = torch.zeros((len(chunk), width), dtype=torch.long)
                 mask = torch.zeros((len(chunk), width), dtype=torch.long)
                 for r, i in enumerate(chunk):
-                    seq = list(items[i][0]) + list(items[i][1])
+                    seq = [int(t) for t in items[i][0]] + [int(t) for t in items[i][1]]
                     ids[r, :len(seq)] = torch.tensor(seq)
                     mask[r, :len(seq)] = 1
                 with torch.inference_mode():
                     logits = self.model(ids.to(device), attention_mask=mask.to(device)).logits
                 for r, i in enumerate(chunk):
                     n = len(items[i][1])
-                    p = softmax64(logits[r, P - 1:P - 1 + n].float().cpu().numpy(), self.temperature)
-                    if self.top_k or (self.top_p is not None and self.top_p < 1.0):
-                        p = _truncate(p, self.top_k, self.top_p)
-                    out[i] = p
-        return [o if o is not None else np.zeros((0, 1)) for o in out]
+                    out[i] = logits[r, P - 1:P - 1 + n].double().cpu().numpy()
+        return out
+
+    def many(self, items, batch: int = 8) -> list[np.ndarray]:
+        """``[self(prompt, tokens) for prompt, tokens in items]``, batched (``logits_many``)."""
+        out = []
+        for z in self.logits_many(items, batch):
+            if z.shape[0] == 0:
+                out.append(z)
+                continue
+            p = softmax64(z, self.temperature)
+            if self.top_k or (self.top_p is not None and self.top_p < 1.0):
+                p = _truncate(p, self.top_k, self.top_p)
+            out.append(p)
+        return out
 
 
 class LlamaCppReference:
