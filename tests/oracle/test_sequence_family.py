@@ -141,3 +141,23 @@ def test_bad_arguments():
         family_test([])
     with pytest.raises(ValueError, match="name must be"):
         score_test(recs[0], "colour", 1e-3)
+
+
+def test_plan_power_scales_a_pilot_and_matches_the_detectable_of_a_run(chain):
+    from spectr_gbv.oracle.sequence_family import plan_power
+
+    rng = np.random.default_rng(4)
+    pilot = [r for s in _samples(chain, 16, 16, rng) for r in s]
+    run = family_test(_samples(chain, 60, 16, rng), alpha=1e-3)
+    pp = plan_power(pilot, 960, 1e-3)
+    # the omnibus figure is exact (it depends on N, alpha, eta only); the temperature figure is the
+    # run's own detectable up to the pilot's sampling error
+    assert pp.omnibus == pytest.approx(run.detectable, rel=1e-12)
+    assert pp.temperature == pytest.approx(run.test("temperature").detectable, rel=0.25)
+    # more tokens detect smaller deviations; the TV target's token count is consistent
+    bigger = plan_power(pilot, 9600, 1e-3)
+    assert bigger.omnibus < pp.omnibus and bigger.temperature < pp.temperature
+    assert bigger.tokens_for_tv == pp.tokens_for_tv and 20_000 < pp.tokens_for_tv < 40_000
+    assert set(pp.truncation) == {"top-p 0.9", "top-p 0.95", "top-p 0.99", "top set"}
+    with pytest.raises(ValueError, match="pilot"):
+        plan_power([], 960, 1e-3)

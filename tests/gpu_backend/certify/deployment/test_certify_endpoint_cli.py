@@ -251,3 +251,25 @@ def test_a_reference_of_another_model_is_refused_in_one_line(capsys, tmp_path):
     assert code == 2 and len(errors) == 1 and "Traceback" not in err, err  # (loading lines before it)
     assert "disagrees with the server" in errors[0] and "not the same model or vocabulary" in errors[0]
     assert not (tmp_path / "r.jsonl").exists()  # refused before the run file is made
+
+
+def test_power_prints_the_plan_and_keeps_its_pilot(capsys, tmp_path):
+    with serve() as (url, _):
+        record = tmp_path / "p.jsonl"
+        code = cli_main.main(["certify", "endpoint", url, "--power", "--record", str(record)])
+        out = capsys.readouterr().out
+        assert code == 0 and "detected with power 0.99" in out and "temperature: |ΔT| >=" in out
+        assert "omnibus per-token TV <= 0.02: --samples" in out
+        assert sum(e["kind"] == "sample" for e in _lines(record)) == 16
+        # the pilot is the run's start: resuming asks the 44 others
+        code, out, err, cert, _ = _run(capsys, url, tmp_path, "--resume", str(record), name="after")
+    assert code == 0 and cert["samples"] == 60
+
+
+def test_tolerance_auto_measures_the_drift_and_separates_it(capsys, tmp_path):
+    with serve() as (url, _):
+        code, out, err, cert, _ = _run(capsys, url, tmp_path, "--tolerance", "auto", "--samples", "20")
+    assert code == 0 and cert["numerics"]["eta"] == 0.0 and cert["family"]["tolerance"] == 0.0
+    assert "--tolerance auto" in out
+    assert "must be a number in [0, 1) or 'auto'" in _one_line_error(
+        capsys, ["certify", "endpoint", "http://127.0.0.1:1", "--tolerance", "loose"])

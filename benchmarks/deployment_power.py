@@ -1,0 +1,171 @@
+"""Power of ``certify endpoint``'s default plan on the embedded tiny model, against planted servers.
+
+The default plan: N = 60 samples × 16 tokens over the 8 shipped prompts, α = 10^-3 for the
+family, η = 10^-3, the reference's top 20 per position (what ``--reference self`` gives).  Each
+planted server is run ``--runs`` times (50: disjoint samples, fresh seeds), each run's 60 samples
+tested by ``oracle.sequence_family.family_test``; the table gives the runs failed, the power with
+its 95 % Clopper–Pearson interval, and which test fired.
+
+Samples come from two sources:
+
+* ``--from FILE`` (a JSON written by a run against a real server: prompts, and per sample its
+  tokens and the server's top-20 log-probabilities along it, as ``collect`` makes it): vLLM's
+  OpenAI server sampling exactly, at T = 0.9 when asked 1.0 (``temperature`` in the request), or
+  with top-p 0.95 (``top_p``), its own prompt log-probabilities as the reference;
+* ``--planted NAME``: transformers' ``generate`` on the tiny model (float32, batches of 30, KV
+  cache) with a logits processor that plants the defect: "stale" (with probability 0.1 a token is
+  drawn from the previous step's logits), "leak" (the law (1 − 0.01)·p + 0.01·q, q the tiny model's
+  bfloat16 copy with its logits divided by 1.5, the transformers assistant of ``certify engine``),
+  "exact"; the reference is the tiny model's whole law, coarsened to its top 20 as a server's
+  would be.
+
+Run (the vLLM server as in docs/engines.md, on 127.0.0.1:8011):
+``python benchmarks/deployment_power.py collect --mode exact|t09|topp --samples 3000 --out FILE``,
+then ``python benchmarks/deployment_power.py test --from FILE`` or ``test --planted stale``.
+Results: benchmarks/DEPLOYMENT.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+from scipy import stats as sps
+
+from spectr_gbv.oracle.sequence_family import family_test
+from spectr_gbv.oracle.sequence_records import records_from_top
+
+N_PLAN, N_NEW, K, ALPHA, ETA = 60, 16, 20, 1e-3, 1e-3
+
+
+def collect(url: str, mode: str, samples: int, out: str, seed: int) -> None:
+    """Samples and the server's top-20 along them, from a running vLLM server (module doc)."""
+    from spectr_gbv.gpu_backend.certify.deployment.client import Endpoint
+    from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS
+    from spectr_gbv.gpu_backend.certify.deployment.references import ServerReference
+    from spectr_gbv.gpu_backend.certify.deployment.run import sample_seed
+    from spectr_gbv.gpu_backend.certify.deployment.servers import dialect
+
+    ep, d = Endpoint(url), dialect("openai")
+    model = ep.get("/v1/models")["data"][0]["id"]
+    prompts = [d.parse_tokens(ep.post(*d.tokenize_request(model, p))) for p in DEFAULT_PROMPTS]
+    ref = ServerReference(ep, d, model, K)
+
+    def one(i):
+        p = prompts[i % len(prompts)]
+        path, body = d.sample_request(model, p, N_NEW, sample_seed(seed, i), 1.0)
+        body.update({"t09": {"temperature": 0.9}, "topp": {"top_p": 0.95}}.get(mode, {}))
+        s = d.parse_sample(ep.post(path, body), N_NEW)
+        top = ref.rows(p, s.tokens).top
+        return {"tokens": s.tokens, "ids": top.top_ids, "lps": top.top_logprobs, "own": top.token_logprobs}
+
+    with ThreadPoolExecutor(8) as pool:
+        data = list(pool.map(one, range(samples)))
+    with open(out, "w") as fh:
+        json.dump({"mode": mode, "prompts": prompts, "samples": data}, fh)
+
+
+def planted(name: str, samples: int, seed: int) -> list:
+    """Records of ``samples`` continuations of the tiny model with a planted defect (module doc)."""
+    import torch
+    from transformers import LogitsProcessor, LogitsProcessorList
+
+    from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS
+    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
+
+    torch.manual_seed(seed)
+    model, tok = load_causal_lm("tiny", dtype="float32")
+    draft = None
+    if name == "leak":
+        draft = load_causal_lm("tiny", dtype="bfloat16")[0]
+
+    class Plant(LogitsProcessor):
+        def __init__(self):
+            self.previous = None
+
+        def __call__(self, input_ids, scores):
+            logp = torch.log_softmax(scores.double(), -1)
+            out = logp
+            if name == "stale" and self.previous is not None:
+                use = torch.rand(scores.shape[0]) < 0.1
+                out = torch.where(use[:, None], self.previous, logp)
+            if name == "leak":
+                with torch.inference_mode():
+                    q = torch.log_softmax(draft(input_ids).logits[:, -1].double() / 1.5, -1)
+                out = torch.logsumexp(torch.stack([logp + math.log(0.99), q + math.log(0.01)]), 0)
+            self.previous = logp
+            return out.float()
+
+    records = []
+    prompts = [tok(p).input_ids for p in DEFAULT_PROMPTS]
+    for start in range(0, samples, 30):
+        p = prompts[(start // 30) % len(prompts)]
+        ids = torch.tensor([p] * min(30, samples - start))
+        with torch.inference_mode():
+            out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                 top_k=0, top_p=1.0, max_new_tokens=N_NEW, min_new_tokens=N_NEW,
+                                 logits_processor=LogitsProcessorList([Plant()]), pad_token_id=0)
+            logits = model(out).logits.double()
+        for r in range(out.shape[0]):
+            toks = out[r, len(p):].tolist()
+            z = torch.log_softmax(logits[r, len(p) - 1:len(p) - 1 + N_NEW], -1)
+            top = torch.topk(z, K, dim=-1)
+            records.append(records_from_top(toks, top.indices.tolist(), top.values.tolist(),
+                                            [float(z[t, x]) for t, x in enumerate(toks)]))
+    return records
+
+
+def test(records: list, runs: int) -> dict:
+    fired: dict = {}
+    failed = 0
+    for r in range(runs):
+        part = records[r * N_PLAN:(r + 1) * N_PLAN]
+        res = family_test(part, ALPHA, ETA, seed=r, indices=range(r * N_PLAN, (r + 1) * N_PLAN))
+        failed += not res.passed
+        for d in res.directional:
+            if not d.passed:
+                fired[d.name] = fired.get(d.name, 0) + 1
+        if not all(x.passed for x in res.rows):
+            fired["omnibus"] = fired.get("omnibus", 0) + 1
+    lo = sps.beta.ppf(0.025, failed, runs - failed + 1) if failed else 0.0
+    hi = sps.beta.ppf(0.975, failed + 1, runs - failed) if failed < runs else 1.0
+    return {"runs": runs, "failed": failed, "ci95": [float(lo), float(hi)], "fired": fired}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("collect")
+    c.add_argument("--url", default="http://127.0.0.1:8011")
+    c.add_argument("--mode", choices=("exact", "t09", "topp"), required=True)
+    c.add_argument("--samples", type=int, default=3000)
+    c.add_argument("--seed", type=int, default=5000)
+    c.add_argument("--out", required=True)
+    t = sub.add_parser("test")
+    src = t.add_mutually_exclusive_group(required=True)
+    src.add_argument("--from", dest="source")
+    src.add_argument("--planted", choices=("exact", "stale", "leak"))
+    t.add_argument("--runs", type=int, default=50)
+    args = ap.parse_args()
+    if args.what == "collect":
+        collect(args.url, args.mode, args.samples, args.out, args.seed)
+        return
+    started = time.time()
+    if args.source:
+        data = json.load(open(args.source))
+        records = [records_from_top(e["tokens"], e["ids"], e["lps"], e["own"]) for e in data["samples"]]
+        name = data.get("mode", args.source)
+    else:
+        records = planted(args.planted, args.runs * N_PLAN, seed=7)
+        name = f"planted {args.planted}"
+    result = test(records, min(args.runs, len(records) // N_PLAN))
+    result["name"], result["seconds"] = name, time.time() - started
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
