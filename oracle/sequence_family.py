@@ -3,13 +3,17 @@
 Input: N sampled sequences reduced to per-token records (``oracle.sequence_records``: from the
 reference's whole laws or its top-k log-probabilities).  The family:
 
-- **omnibus** (α/2): the randomized PIT of every token (``lo + U·c`` in probability order,
-  ``li + U·c`` in id order, over the record's cells) tested for uniformity by Kolmogorov–Smirnov
-  (``oracle.sequence_test.ks_uniform_test``, exact ``kstwo`` law, threshold raised by η) pooled
-  over every token (α/4, shared by the two orders) and at each position (α/4, shared by the
-  positions × orders), as ``oracle.sequence_test`` does;
-- **directional** (α/2, split equally among the planned tests): temperature, truncation, position
-  shift, and draft leak when the draft's law is known (``oracle.sequence_scores``).
+- **omnibus** (``OMNIBUS_SHARE`` = α/4): the randomized PIT of every token (``lo + U·c`` in
+  probability order, ``li + U·c`` in id order, over the record's cells) tested for uniformity by
+  Kolmogorov–Smirnov (``oracle.sequence_test.ks_uniform_test``, exact ``kstwo`` law, threshold
+  raised by η) pooled over every token (α/8, shared by the two orders) and at each position (α/8,
+  shared by the positions × orders);
+- **directional** (3α/4, split equally among the planned tests): temperature, truncation,
+  position shift, and draft leak when the draft's law is known (``oracle.sequence_scores``).
+
+The directional tests get the larger share because at the sample sizes a user affords they carry
+the power against the defects engines ship (benchmarks/SEQUENCE_POWER.md); the omnibus test stays,
+at a quarter of α, for deviations no directional test knows.
 
 Bonferroni over the whole family: its false-alarm rate is at most α (each test's own rate is
 measured by simulation: tests/oracle/test_sequence_family.py, benchmarks/SEQUENCE_POWER.md).
@@ -35,6 +39,7 @@ from spectr_gbv.oracle.sequence_scores import DirectionalResult, nucleus_test, s
 from spectr_gbv.oracle.sequence_test import ORDERS, SequenceRow, ks_uniform_test
 
 DIRECTIONAL = ("temperature", "truncation", "position shift", "draft leak")
+OMNIBUS_SHARE = 0.25  # of α; the directional tests share the rest
 
 
 @dataclass(frozen=True)
@@ -112,7 +117,7 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
         seed: the PIT uniforms' seed (module doc).
         indices: the samples' indices (default 0..N−1): sample i's uniforms depend on it alone.
         directional: the directional tests to run (default: ``planned_directional`` of whether
-            any record carries the draft-leak score).  Their share α/2 is split among them.
+            any record carries the draft-leak score).  Their share 3α/4 is split among them.
         positions: also run the per-position KS rows.
     Returns:
         ``FamilyResult``.
@@ -135,7 +140,7 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
     unknown = [d for d in directional if d not in DIRECTIONAL]
     if unknown:
         raise ValueError(f"directional: unknown test(s) {unknown}; known: {DIRECTIONAL}")
-    a_omni = alpha / 2 if directional else alpha
+    a_omni = alpha * OMNIBUS_SHARE if directional else alpha
     lengths = [len(s) for s in samples]
     n_pos = max(lengths) if positions and lengths else 0
     a_pooled = a_omni / 2 / len(ORDERS) if n_pos else a_omni / len(ORDERS)
@@ -153,7 +158,7 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
             r = ks_uniform_test(u[~np.isnan(u)], a_pos, eta)
             rows.append(SequenceRow(f"position {j}", o, "KS", r.statistic, r.pvalue, r.n, a_pos,
                                     r.detectable, r.passed))
-    a_dir = alpha / 2 / len(directional) if directional else 0.0
+    a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional) if directional else 0.0
     dirs = tuple(nucleus_test(flat, a_dir, eta) if d == "truncation" else score_test(flat, d, a_dir, eta)
                  for d in directional)
     coarsened = min((int(r["k"]) for r in flat), default=0)
@@ -221,9 +226,9 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
     if n_tokens < 1:
         raise ValueError(f"n_tokens must be ≥ 1, got {n_tokens}")
     directional = planned_directional(draft_known)
-    a_omni = alpha / 2
+    a_omni = alpha * OMNIBUS_SHARE
     a_pooled = a_omni / 2 / len(ORDERS) if positions else a_omni / len(ORDERS)
-    a_dir = alpha / 2 / len(directional)
+    a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional)
     scale = n_tokens / len(recs)
     zb = float(sps.norm.ppf(power))
 

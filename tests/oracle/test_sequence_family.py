@@ -102,9 +102,9 @@ def test_the_bonferroni_shares():
     res = family_test(samples, alpha=0.01)
     pooled = [r for r in res.rows if r.scope == "all"]
     positions = [r for r in res.rows if r.scope != "all"]
-    assert {r.alpha for r in pooled} == {0.01 / 2 / 2 / 2} and len(positions) == 8
-    assert {r.alpha for r in positions} == {0.01 / 2 / 2 / 8}
-    assert {d.alpha for d in res.directional} == {0.01 / 2 / 3}
+    assert {r.alpha for r in pooled} == {0.01 / 4 / 2 / 2} and len(positions) == 8
+    assert {r.alpha for r in positions} == {0.01 / 4 / 2 / 8}
+    assert {d.alpha for d in res.directional} == {0.01 * 3 / 4 / 3}
     assert res.n_tokens == 12 and res.coarsened == 8
 
 
