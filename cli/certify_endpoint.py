@@ -19,7 +19,7 @@ import argparse
 import sys
 
 DEFAULTS = dict(samples=60, max_new_tokens=16, top_k=20, concurrency=8, alpha=1e-3, tolerance=1e-3,
-                logprob_tolerance=0.1)
+                logprob_tolerance=1.0)
 
 
 def register(sub) -> None:

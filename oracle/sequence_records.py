@@ -58,7 +58,7 @@ import numpy as np
 # tolerance's bias bound, finite: oracle.sequence_scores)
 LOG_FLOOR = math.log(1e-8)
 # λ of the mixture scores (shift and draft leak): log(1 − λ + λ r) is bounded below by log(1 − λ)
-MIX = 0.5
+MIX = 0.1
 # a top-k list whose probabilities sum above 1 by less than this is renormalised (float32 softmax)
 TOPK_SUM_ATOL = 1e-3
 # the top-p levels whose nuclei the truncation test counts tokens outside of

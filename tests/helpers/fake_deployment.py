@@ -12,7 +12,8 @@ or ``echo: true`` with ``logprobs: k``: the prompt's top-k log-probabilities, as
 
 Defects (``defect=``): "temperature-0.9" (samples at 0.9·T), "top-p-0.95", "stale-0.1" (10 % of
 tokens from the previous position's law), "wrong-logprobs" (reported log-probabilities of the
-previous position's law), "seed-ignored" (one shared generator: every request differs, the same
+previous position's law), "zero-logprobs" (every token's log-probability but the first reported
+as 0, as llama-server reports its draft-model speculation's tokens: docs/upstream/), "seed-ignored" (one shared generator: every request differs, the same
 seed included), "cached" (the first sample of a prompt returned for every seed), "malformed-once"
 (every request's first answer is not JSON), "malformed" (no answer is JSON), "out-of-vocab" (the
 last token of every sample is V), "fewer-top" (the echo returns half the top-k asked), "http-500"
@@ -31,7 +32,7 @@ import numpy as np
 
 from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
-DEFECTS = ("temperature-0.9", "top-p-0.95", "stale-0.1", "wrong-logprobs", "seed-ignored", "cached",
+DEFECTS = ("temperature-0.9", "top-p-0.95", "stale-0.1", "wrong-logprobs", "zero-logprobs", "seed-ignored", "cached",
            "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500")
 
 
@@ -191,6 +192,8 @@ def _handler(state: FakeDeployment):
                             for t, x in enumerate(toks)]
             else:
                 reported = [float(rows[t, x]) if x < V else 0.0 for t, x in enumerate(toks)]
+            if state.defect == "zero-logprobs":
+                reported = reported[:1] + [0.0] * (len(reported) - 1)
             return self._send(200, {"id": "cmpl-test", "object": "text_completion", "model": state.name,
                                     "choices": [{"index": 0, "text": "", "finish_reason": "length",
                                                  "logprobs": {"tokens": [f"token_id:{t}" for t in toks],

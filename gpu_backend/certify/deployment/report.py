@@ -75,7 +75,8 @@ def text_report(cert) -> str:
                      + "; ".join(f"{v} × {k}" for k, v in cert.errors.most_common(3)) + ")")
         lines.extend(f"  {e}" for e in cert.first_errors)
     lines.extend(f"note: {n}" for n in cert.notes)
-    lines.append(f"{cert.samples} samples in {cert.wall_s:.1f} s ({cert.samples_per_second:.2f} samples/s)")
+    lines.append(f"{cert.new_samples} samples drawn in {cert.wall_s:.1f} s ({cert.samples_per_second:.2f} samples/s)"
+                 + (f"; {cert.samples - cert.new_samples} read back from the run file" if cert.samples > cert.new_samples else ""))
     lines.append(f"what each test sees and misses: {SEE}")
     return "\n".join(lines)
 
@@ -98,9 +99,9 @@ def power_report(pp, plan, pilot_samples: int, rate: float) -> str:
                                             if len(caught) < len(pp.truncation) else ""))
     if pp.tokens_for_tv is not None:
         need = math.ceil(pp.tokens_for_tv / plan.n_new)
-        eta_s = need / rate if rate > 0 else math.nan
-        lines.append(f"omnibus per-token TV <= {pp.target_tv:g}: --samples {need} (about {eta_s / 60:.0f} min at the "
-                     f"pilot's {rate:.2f} samples/s)")
+        when = (f" (about {need / rate / 60:.0f} min at the pilot's {rate:.2f} samples/s)"
+                if math.isfinite(rate) and rate > 0 else "")
+        lines.append(f"omnibus per-token TV <= {pp.target_tv:g}: --samples {need}{when}")
     return "\n".join(lines)
 
 
@@ -112,7 +113,7 @@ def certificate_json(cert) -> dict:
     return {
         "verdict": cert.verdict, "server": cert.server, "model": cert.model, "reference": cert.reference,
         "plan": asdict(cert.plan), "samples": cert.samples, "complete": cert.complete, "refused": cert.refused,
-        "wall_s": cert.wall_s, "samples_per_second": cert.samples_per_second,
+        "wall_s": cert.wall_s, "new_samples": cert.new_samples, "samples_per_second": cert.samples_per_second,
         "impossible": [{"i": i, "reason": r} for i, r in cert.impossible],
         "replays": {"asked": cert.replays[0], "identical": cert.replays[1]},
         "duplicates": {"pairs": cert.duplicates[0], "expected_at_most": cert.duplicates[1]},

@@ -26,12 +26,14 @@ of the token that is there and of its k most probable alternatives.  That is the
 - ``llama.cpp`` — llama.cpp's ``llama-server`` native ``POST /completion``: ``prompt`` as ids,
   ``n_predict``, ``seed``, ``n_probs``, ``return_tokens``; the reference one request per position
   (``n_predict: 1, n_probs: k``; the server keeps the shared prefix in its cache), since it
-  returns no prompt log-probabilities.
+  returns no prompt log-probabilities.  No ``ignore_eos``: llama-server implements it as a logit
+  bias of −∞ on the end-of-generation tokens, which changes the law; a sample that stops at its
+  end-of-generation token keeps that token (an early stop, counted in the report).
 
 Every parse raises ``ProtocolError`` (one line naming the field) on an answer that does not
-have the documented shape.  The openai dialect is tested on answers recorded from vLLM's server
-(tests/gpu_backend/certify/deployment/fixtures/); the others on answers written from their
-documented schemas (said so in the fixtures' names).
+have the documented shape.  The openai and llama.cpp dialects are tested on answers recorded from
+vLLM's server and llama-server (tests/gpu_backend/certify/deployment/fixtures/); sglang and tgi
+on answers written from their documented schemas.
 """
 
 from __future__ import annotations
@@ -320,7 +322,7 @@ class LlamaCppDialect(Dialect):
             "prompt": [int(t) for t in prompt_ids], "n_predict": int(n), "temperature": float(temperature),
             "top_k": 0, "top_p": 1.0, "min_p": 0.0, "typical_p": 1.0, "repeat_penalty": 1.0,
             "presence_penalty": 0.0, "frequency_penalty": 0.0, "seed": _seed(seed), "n_probs": 1,
-            "ignore_eos": True, "return_tokens": True, "cache_prompt": True}
+            "return_tokens": True, "cache_prompt": True}
 
     def parse_sample(self, answer, n):
         probs = answer.get("completion_probabilities")

@@ -31,12 +31,34 @@ def load_llama(path, draft=None, logits_all: bool = False, n_ctx: int = 512, thr
         threads: CPU threads (default 1: llama.cpp's threads spin while they wait, which on a
             shared machine costs more than a second thread gains).
         cls: a subclass of ``Llama`` (negative controls), default ``Llama``.
+    Where llama.cpp was built with AMX kernels the weights load without extra buffer types
+    (``llamacpp.model.default_extra_buffers``).
     """
+    from unittest import mock
+
+    import llama_cpp.llama_cpp as lib
     from llama_cpp import Llama
 
+    from spectr_gbv.gpu_backend.llamacpp.model import default_extra_buffers
+
     cls = cls or Llama
-    return cls(model_path=str(path), n_ctx=n_ctx, n_threads=threads or 1, n_threads_batch=threads or 1,
-               logits_all=logits_all, draft_model=draft, verbose=False, seed=0)
+    make = lambda: cls(model_path=str(path), n_ctx=n_ctx, n_threads=threads or 1,  # noqa: E731
+                       n_threads_batch=threads or 1, logits_all=logits_all, draft_model=draft, verbose=False,
+                       seed=0)
+    if default_extra_buffers():
+        return make()
+    # Llama takes no use_extra_bufts: its model parameters come from llama_model_default_params,
+    # patched for the call so that the weights stay out of the AMX buffer that crashes multi-token
+    # batches (docs/upstream/llamacpp_amx_segfault.md; the project's own backend does the same)
+    original = lib.llama_model_default_params
+
+    def without_extra_buffers():
+        params = original()
+        params.use_extra_bufts = False
+        return params
+
+    with mock.patch.object(lib, "llama_model_default_params", without_extra_buffers):
+        return make()
 
 
 def prompt_lookup(max_ngram_size: int = 2, num_pred_tokens: int = 10):

@@ -1,10 +1,11 @@
 """gpu_backend/certify/deployment/servers.py: each dialect's requests and its parse of answers.
 
 The openai dialect is checked on answers recorded from vLLM 0.32.0's OpenAI server (CPU build,
-SmolLM2-135M float32, 2026-12-05: fixtures/vllm_0.32.0_*.json).  The sglang, tgi and llama.cpp
-answers below are written from those servers' documented schemas (SGLang's GenerateReqInput and
-meta_info; TGI's /generate details with prefill and top_tokens; llama-server's /completion with
-n_probs), not recorded: no such server runs here.
+SmolLM2-135M float32, 2026-12-05: fixtures/vllm_0.32.0_*.json), the llama.cpp dialect on answers
+recorded from llama-server built from the llama.cpp vendored in llama-cpp-python 0.3.36's sdist
+(the tiny GGUF, 2026-12-05: fixtures/llamacpp_0.3.36_*.json).  The sglang and tgi answers below
+are written from those servers' documented schemas (SGLang's GenerateReqInput and meta_info;
+TGI's /generate details with prefill and top_tokens), not recorded: no such server runs here.
 """
 
 import json
@@ -18,8 +19,23 @@ from spectr_gbv.gpu_backend.certify.deployment.servers import ProtocolError, dia
 FIX = Path(__file__).parent / "fixtures"
 
 
-def _fix(name):
-    return json.loads((FIX / f"vllm_0.32.0_{name}.json").read_text())
+def _fix(name, server="vllm_0.32.0"):
+    return json.loads((FIX / f"{server}_{name}.json").read_text())
+
+
+def test_llamacpp_parses_llama_servers_recorded_answers():
+    d = dialect("llama.cpp")
+    assert d.parse_tokens(_fix("tokenize", "llamacpp_0.3.36")) == [504, 2644, 2643, 335, 260, 1171, 30]
+    s = d.parse_sample(_fix("sample", "llamacpp_0.3.36"), 4)
+    assert s.tokens == [198, 10591, 357, 31645]
+    assert s.reported[:2] == pytest.approx([-1.5407066345214844, -10.909453392028809], abs=1e-12)
+    prompt = [504, 2644, 3290, 335, 260, 2644, 30]
+    top = d.parse_reference([_fix("reference_position0", "llamacpp_0.3.36"),
+                             _fix("reference_position1", "llamacpp_0.3.36")], prompt, [198, 10591], 3)
+    assert top.top_ids[0] == [198, 378, 216] and top.token_logprobs[0] == pytest.approx(-1.5407066345214844)
+    assert top.token_logprobs[1] is None or top.token_logprobs[1] < -5  # outside the top 3 (own log-prob unknown)
+    # the sampled token's log-prob at position 0 agrees with the reference's (same kernels, exact)
+    assert s.reported[0] == top.token_logprobs[0]
 
 
 def test_openai_sample_request_asks_ids_seed_and_plain_sampling():
