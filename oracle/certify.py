@@ -40,7 +40,7 @@ deviation of the joint outcome law detected with power 0.99.  The guarantee that
 joint G-test pools the outcomes of expected count < 5 (at V = 4,096 about 3 % of the mass at
 N = 5·10^4, 0.7 % at 2·10^5) and cannot see mass moved inside a pooled group, so δ is the
 G-test's power bound on the pooled cells plus the pooled mass
-(``oracle.stats.GTestResult.detectable_tv_law``): every backend whose outcome law is at TV ≥ δ
+(``oracle.gtest.GTestResult.detectable_tv_law``): every backend whose outcome law is at TV ≥ δ
 from the reference's fails the case with probability ≥ 0.99.  ``pooled_mass`` is reported.
 """
 
@@ -69,8 +69,10 @@ from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.seed_contract import (REPLAY_ROWS, UNKNOWN_LAW_ROWS, SeedCheck, check_seed_contract,
                                              collision_probability, rows_needed)
 from spectr_gbv.oracle.seeding import CaseSeeds
-from spectr_gbv.oracle.stats import (GTestPower, conditional_gtests, counts_from_samples, gtest, gtest_power,
-                                     law_of, mean_within_ci)
+from spectr_gbv.oracle.conditional_gtest import conditional_gtests
+from spectr_gbv.oracle.gtest import counts_from_samples, gtest, law_of
+from spectr_gbv.oracle.gtest_power import GTestPower, gtest_power
+from spectr_gbv.oracle.mean_tests import mean_within_ci
 
 Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
 
@@ -464,7 +466,7 @@ def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, 
 class CasePower:
     """What a fixed case states at N before sampling (``case_power``).
 
-    Attributes: n_tests (4 or 6), alpha_per_test, joint (``oracle.stats.GTestPower`` of the
+    Attributes: n_tests (4 or 6), alpha_per_test, joint (``oracle.gtest_power.GTestPower`` of the
     joint G-test: cells, pooled mass; ``joint.detectable_tv_law`` is ``CaseResult.detectable_tv``
     with no count on the rare cells), coarse (the coarsened test's, None with 4 tests;
     ``coarse.detectable_tv_law`` is ``CaseResult.detectable_tv_coarse``), identity

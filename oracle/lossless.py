@@ -25,7 +25,7 @@ is below the L asked.  Then, each test at α/m (Bonferroni over the m = 3 + L_pa
 pair, so a lossless verifier fails a pair with probability ≤ α):
 
 1. first token: the law of the first emitted token against the target's q(· | ()) (G-test,
-   ``oracle.stats.gtest``);
+   ``oracle.gtest.gtest``);
 2. joint: the law of the first L + 1 emitted tokens against the target's exact law of
    sequences (V^(L+1) cells; small cells are pooled, the pooled mass is reported and included
    in δ, as ``oracle.certify.CaseResult`` does);
@@ -35,7 +35,7 @@ pair, so a lossless verifier fails a pair with probability ≤ α):
    (≤ ``OT_MAX_VARIABLES`` variables), else the prefix-match ceiling U
    (``oracle.prefix_match.prefix_match_bound``, docs/bounds.md §6, which is ≥ the OT; at K = 1
    both equal B(1, L)).  If the lower end of the one-sided (1 − α/m) interval of E[τ]
-   (``oracle.stats.mean_ci``, normal approximation) is above the ceiling, the verifier accepts
+   (``oracle.mean_tests.mean_ci``, normal approximation) is above the ceiling, the verifier accepts
    more than a lossless rule can: a proof of loss on its own, whatever the law tests say;
 4. positions d = 1..L_pair ("position d", ``_position_test``): the law of the d-th emitted token
    (0-based) given the d tokens before it, against q(· | prefix): one G-test per eligible prefix
@@ -96,7 +96,9 @@ from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.defaults import DEFAULT_SAMPLES
 from spectr_gbv.oracle.lossless_pairs import ENGINE_MAX_L, ToyPair, default_pairs
-from spectr_gbv.oracle.stats import detectable_tv, gtest, mean_ci
+from spectr_gbv.oracle.gtest import gtest
+from spectr_gbv.oracle.gtest_power import detectable_tv
+from spectr_gbv.oracle.mean_tests import mean_ci
 from spectr_gbv.reference.contract import MODIFICATION_KINDS, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
 from spectr_gbv.reference.models import ToyModel
@@ -125,7 +127,7 @@ TESTS = ("first token", "joint", "acceptance ceiling")
 # The only drafting the harness does: K i.i.d. blocks per call (module doc, "Drafting").
 DRAFTING = ("iid",)
 # A prefix enters a position test when its expected count N·q(prefix) reaches this (decided from
-# the law and N, not from the counts: oracle.stats.conditional_gtests' default 10 × 5).
+# the law and N, not from the counts: oracle.conditional_gtest.conditional_gtests' default 10 × 5).
 MIN_KEY_EXPECTED = 50.0
 
 
@@ -661,8 +663,8 @@ def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyMo
 
     A lossless verifier emits x_d after the prefix c with probability q(x_d | c), whatever the
     law of c.  For every prefix c whose expected count N·q(c) reaches ``MIN_KEY_EXPECTED``
-    (eligibility from the law and N, as ``oracle.stats.conditional_gtests``) the n_c samples
-    with prefix c are G-tested against q(· | c) (``oracle.stats.gtest``, its pooling); given the
+    (eligibility from the law and N, as ``oracle.conditional_gtest.conditional_gtests``) the n_c samples
+    with prefix c are G-tested against q(· | c) (``oracle.gtest.gtest``, its pooling); given the
     prefix counts these tests are independent, so G = Σ_c G_c is χ² with Σ_c dof_c degrees of
     freedom under the null (the decomposition of the joint G-test by position: Sokal & Rohlf,
     *Biometry*, §17; one test per position instead of one Bonferroni share per prefix, so the
@@ -671,7 +673,7 @@ def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyMo
 
     δ (``detectable``): the smallest mean conditional TV Σ_c (n_c/n_e)·TV(law(x_d | c), q(· | c))
     over the n_e samples on eligible prefixes detected with power 0.99 (non-central χ² with
-    λ ≥ 4·n_e·δ², Jensen over the prefixes: ``oracle.stats.detectable_tv`` at n_e and dof + 1
+    λ ≥ 4·n_e·δ², Jensen over the prefixes: ``oracle.gtest_power.detectable_tv`` at n_e and dof + 1
     cells), plus the share of samples on ineligible prefixes and the pooled mass (each weighted
     by its prefix's share): a bound on the mean conditional TV over all N samples.
 
@@ -735,7 +737,7 @@ def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyMo
 def _ceiling_test(taus: np.ndarray, ceiling: float, a: float) -> tuple[LosslessTest, float]:
     """One-sided test of E[τ] ≤ ceiling: (the LosslessTest, the lower end of the (1 − a) interval).
 
-    The interval is ``oracle.stats.mean_ci`` at confidence 1 − 2a (two-sided, so each side
+    The interval is ``oracle.mean_tests.mean_ci`` at confidence 1 − 2a (two-sided, so each side
     1 − a), normal approximation with the sample variance; p = P(Z ≥ (mean − c)/se).  With a
     zero sample variance (all N values of τ equal to t) the normal approximation says nothing;
     then p = (c/t)^N when t > c, exact: by Markov's inequality a lossless rule has
@@ -850,7 +852,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             20,000, the plugin's).
         alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 + L_pair tests runs
             at α/m (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
-            G-tests' χ² and the mean's normal approximations, oracle/stats.py).
+            G-tests' χ² and the mean's normal approximations, oracle/gtest.py, oracle/mean_tests.py).
         seed: base seed; pair j draws its drafts from ``CaseSeeds(seed, j).draft_rng()`` and
             gives call c the row seeds ``CaseSeeds(seed, j).row_seeds(c, B)`` (oracle/seeding.py:
             hashed 63-bit seeds, unrelated across rows, calls, pairs and base seeds).
@@ -877,7 +879,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             record of an unknown kind, of fields not of shape [B], or with an active row whose
             ρ is not finite and ≥ 0 or whose log joints are NaN or +inf).
         TypeError: ``verifier`` is not callable.
-    Sources: G-test and its power, oracle/stats.py (Sokal & Rohlf; Mitra 1958; Cohen 1988);
+    Sources: G-test and its power, oracle/gtest.py and oracle/gtest_power.py (Sokal & Rohlf; Mitra 1958; Cohen 1988);
         the ceilings, docs/bounds.md §4.3 (global OT) and §6 (prefix-match U).
     """
     K, L, N, alpha, chunk, seed = _check_args(K, L, n_samples, alpha, chunk, dtype, seed)

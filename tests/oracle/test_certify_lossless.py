@@ -4,7 +4,7 @@ describes, checked on the target's own law and on the lossless acceptance ceilin
 Statistics of every run here: α = 1e-6 per (draft, target) pair, each of its 3 + L tests
 (first token, joint, acceptance ceiling, one per position 1..L) at α/(3 + L) (Bonferroni), so a
 lossless verifier fails a pair with probability ≤ 1e-6 (nominal: χ² and normal approximations,
-oracle/stats.py).  The runs here use the three pairs they were written for ("toy", "prefix",
+oracle/gtest.py, oracle/mean_tests.py).  The runs here use the three pairs they were written for ("toy", "prefix",
 "far": ``OLD_PAIRS``) unless they call the defaults; the later default pairs are
 tests/oracle/test_lossless_pairs.py's.  Smallest deviation detected with power 0.99, stated by
 each result and asserted below: at N = 20,000 the first-token law's δ is ≤ 0.03 and the joint

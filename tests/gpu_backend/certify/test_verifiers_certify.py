@@ -103,7 +103,7 @@ def test_certify_random_rows_V4096(rule, dtype):
     assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
     # the G-test's bound on its pooled cells; the whole-law guarantee adds the pooled mass
     # (outcomes of expected count < 5: measured 0.7-4.3 % of the mass at V = 4,096, N = 2e5).
-    # 0.031: the calibrated G-test (oracle.stats.gtest, G/s with the exact null mean) at α/6 states
+    # 0.031: the calibrated G-test (oracle.gtest.gtest, G/s with the exact null mean) at α/6 states
     # a δ 3-18 % above the old χ² one (benchmarks/GTEST_SIZE.md); largest here spectr_gbv_fixed
     # bfloat16, 0.0303 (it was < 0.03 only under the anti-conservative χ² p-value)
     assert r.detectable_tv_pooled < 0.031 and r.zero_cell_violations == 0
