@@ -50,6 +50,15 @@ import numpy as np
 MODIFICATION_KINDS = ("excess", "spectr_gbv")
 
 
+class ContractViolation(ValueError):
+    """A verifier's output breaks this contract, or a consistency check of its outputs saw a
+    defect (a token id outside [0, V), τ outside [0, L], accepted tokens that are not the drafts,
+    an adapter's filler request answered wrongly).  The certification harness (oracle/) turns it
+    — and any other exception a verifier raises on the valid rows it is handed — into a failed
+    row whose reason is this message: a detected defect is a verdict.  A ValueError, so callers
+    outside certification see the usual error."""
+
+
 @runtime_checkable
 class VerdictBatch(Protocol):
     """What a batched verifier returns (see the module doc for shapes)."""

@@ -136,8 +136,9 @@ def test_sampler_match_passes():
     assert abs(toy.mean_tau - 532 / 729) < 5 * se and ceiling.pvalue == 1.0
     assert report.failed == {}
     assert json.loads(json.dumps(report.to_json()))[0]["verdict"] == "PASS"
-    assert report.table().count("| PASS |") == sum(len(r.tests) for r in report.results) + 2  # + the 2 seed checks
-    assert [c.name for c in report.seed_checks if c.passed] == ["seed replay", "seed dependence"]
+    assert report.table().count("| PASS |") == sum(len(r.tests) for r in report.results) + 3  # + the 3 seed checks
+    assert [c.name for c in report.seed_checks if c.passed] == ["seed replay", "seed dependence",
+                                                                 "batch independence"]
 
 
 @pytest.mark.parametrize("rule", registry.names(lossless=True))
