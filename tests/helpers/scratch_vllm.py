@@ -5,7 +5,8 @@ defect of a class docs/guarantees.md lists, and their correct twin (``layout_sd`
     output_token_ids = fn(num_draft_tokens, draft_token_ids, draft_probs, target_logits,
                           temperatures, *, generators)
 
-Token-level speculative sampling (Leviathan et al. 2023, Alg. 1) per request: q = softmax(logits
+Inputs are checked as the contract says (``check_layout_rows``).  Token-level speculative sampling
+(Leviathan et al. 2023, Alg. 1) per request: q = softmax(logits
 / T) (greedy at T = 0: accept while the draft is the argmax, then emit the argmax, ties to the
 lowest id as torch.argmax); accept draft x when u < q(x)/p(x) with u = torch.rand from the
 request's generator (p the one-hot of x when draft_probs is None); at the first rejection draw
@@ -24,10 +25,27 @@ from __future__ import annotations
 import torch
 
 
+def check_layout_rows(draft_token_ids, draft_probs, target_logits) -> None:
+    """The contract's refusals (reference/contract.py) in this layout: ValueError naming the
+    argument for NaN target logits, and for draft_probs rows with a NaN, infinite or negative
+    entry, a sum off 1 by more than 1e-5, or a drafted token of draft probability 0."""
+    if torch.isnan(torch.as_tensor(target_logits)).any():
+        raise ValueError("target_logits: contains NaN")
+    if draft_probs is None:
+        return
+    dp = torch.as_tensor(draft_probs, dtype=torch.float64)
+    if not torch.isfinite(dp).all() or (dp < 0).any() or ((dp.sum(-1) - 1).abs() > 1e-5).any():
+        raise ValueError("draft_probs: a row is not a probability vector (NaN, inf, negative or unnormalised)")
+    ids = torch.as_tensor(draft_token_ids, dtype=torch.int64)
+    if len(ids) and (dp[torch.arange(len(ids)), ids] <= 0).any():
+        raise ValueError("draft_token_ids: a drafted token has draft probability 0")
+
+
 def _sampler(defect: str | None = None):
     def fn(num_draft_tokens, draft_token_ids, draft_probs, target_logits, temperatures, *, generators=None):
         counts = [int(n) for n in num_draft_tokens]
         B, V = len(counts), target_logits.shape[1]
+        check_layout_rows(draft_token_ids, draft_probs, target_logits)
         T = (torch.ones(B, dtype=torch.float64) if temperatures is None
              else torch.as_tensor(temperatures, dtype=torch.float64))
         generators = generators or {}
