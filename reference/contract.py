@@ -46,8 +46,9 @@ raises ValueError, naming the argument, on each of these — it never returns a 
 * a drafted token of draft probability 0 (draft_probs[b, k, i, draft_tokens[b, k, i]] = 0: it
   cannot have been drawn, and q/p is undefined there).
 
-``reference.validation.check_iteration_inputs`` refuses all of them for one row; the torch
-verifiers' ``validate=True`` (the default) does for a batch.  Certification probes each
+``reference.validation.check_iteration_inputs`` refuses all of them for one row,
+``check_batch_inputs`` for a batch (numpy); the torch verifiers' ``validate=True`` (the default)
+does in their own calls.  Certification probes each
 (oracle/input_probes.py) and fails a verifier that returns a verdict, or raises anything but
 ValueError, on one.
 
