@@ -123,3 +123,22 @@ def test_certify_law_level_planted_case():
     assert caught.verdict == "CAUGHT" and caught.pvalue_joint < ALPHA
     assert lossless.verdict == "PASS"
     assert report.ok
+
+
+def test_a_verifier_that_raises_is_a_failed_row_with_its_reason():
+    """certify_case turns a verifier's error into a failed "verifier output" check (a verdict,
+    oracle/certify.py); the plan's row keeps its reason and is FAIL, not ERROR."""
+    from spectr_gbv.gpu_backend.certify.verifiers import Entry, _row
+    from spectr_gbv.oracle.certify import certify_case
+    from spectr_gbv.oracle.certify_cases import case_family
+
+    def raises(draft_tokens, draft_probs, target_probs, *, seeds):
+        raise RuntimeError("kernel failed")
+
+    case = case_family("toy", "sd", 1, 3)
+    row = _row(Entry("rule", "sd", "sd", "toy", None), case, certify_case(raises, case, 100, 1e-6))
+    assert row.verdict == "FAIL" and row.error is None and not row.ok
+    assert row.statistic == "verifier output" and row.pvalues == {}
+    assert row.failed_checks == ("verifier output: the verifier raised on call 0 (after 0 of 100 rows): "
+                                 "RuntimeError: kernel failed",)
+    assert row.to_json()["failed_checks"] == list(row.failed_checks)
