@@ -10,7 +10,12 @@ along B: one row, B times) and reads ``verdict.tau`` and ``verdict.tokens`` (num
 tensors of any device).  Row b must draw its randomness from seeds[b] alone; each row's seed
 is a 63-bit hash of (base seed, case, call, row) (oracle/seeding.py), and every ``certify``
 checks that the verifier keeps this seed contract: the same seeds replay the same outputs, and
-fresh seeds change them (oracle/seed_contract.py; ``CertificationReport.seed_checks``).
+fresh seeds change them, and a row's outputs do not depend on its batch (oracle/seed_contract.py;
+``CertificationReport.seed_checks``).  A defect the harness detects is a verdict, never an
+exception: a verifier that raises or returns outputs that break the contract fails its case's
+"verifier output" check with the error as the reason (``certify_case``), and for a rule that
+modifies later targets every sampled row's Algorithm 2 record is checked against the
+reference's ("Algorithm 2 record", oracle/record_check.py); both are ``CaseResult.checks``.
 
 Two kinds of case:
 
@@ -748,8 +753,8 @@ def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: 
     """Certify ``verifier`` (one object with the batched contract, or a mapping rule name →
     verifier) on ``cases`` (see ``certify_case``; case j runs with ``case_index=j``, so its seeds
     are unrelated to every other case's and run's); ``progress`` is called after each case.
-    After the cases, each verifier's seed contract is checked (replay, seed dependence:
-    ``certification_seed_checks``) into ``report.seed_checks``."""
+    After the cases, each verifier's seed contract is checked (replay, seed dependence, batch
+    independence: ``certification_seed_checks``) into ``report.seed_checks``."""
     cases = list(cases)
     report = CertificationReport()
     for j, case in enumerate(cases):
@@ -763,7 +768,7 @@ def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: 
 
 def certification_seed_checks(verifier, cases, seed: int) -> list[SeedCheck]:
     """The seed checks of ``certify(verifier, cases, seed=seed)`` (``oracle.seed_contract``): per distinct
-    verifier (one, or one per rule of a mapping), two checks (``oracle.seed_contract``'s module doc) on the rows of one of
+    verifier (one, or one per rule of a mapping), three checks (``oracle.seed_contract``'s module doc) on the rows of one of
     its cases: the expected-pass ``FixedCase`` of smallest V (first in order among equals) whose
     exact law allows a batch of ≤ ``MAX_CHECK_ROWS`` rows, broadcast to B rows as the
     certification sends them; else the first case's rows (B = ``UNKNOWN_LAW_ROWS``; a
