@@ -270,7 +270,9 @@ def test_our_sd_passes_every_family():
     assert [r.name.split()[1] for r in report.results] == [f for f in FAMILIES if f not in ("branches", "distinctive")]
     assert len(report.skipped) == 2
     assert all(r.failed_tests == [] for r in report.results)
-    assert all(r.detectable_tv < (0.15 if r.V == 4096 else 0.034) for r in report.results)
+    # V = 151,936 ("vocab", 5,000 rows): resolved by the coarsened test; the others by the joint one
+    assert all((r.detectable_tv_coarse < 0.08) if r.V == 151_936 else r.detectable_tv < (0.15 if r.V == 4096 else 0.034)
+               for r in report.results)
 
 
 def test_one_hot_draft_case_law():
