@@ -1,5 +1,5 @@
 """The null size of the certification tests on the real plan's V = 4,096 cases, before and after
-the null-mean correction of ``oracle.stats.gtest`` (benchmarks/GTEST_SIZE.md).
+the null-mean correction of ``oracle.gtest.gtest`` (benchmarks/GTEST_SIZE.md).
 
     python benchmarks/gtest_size.py [--reps 20000] [--family-reps 3000] [--rules sd,spectr]
                                     [--json benchmarks/raw/gtest_size.json]
@@ -13,15 +13,15 @@ null hypothesis holds exactly) and each test of ``oracle.certify._family`` is co
 * the joint G-test (``--reps`` replicates, drawn directly on its pooled cells: the pooling
   depends on the law and N only): G − dof, Var G / (2 dof), and the false-alarm rate at
   α = 10^-2, 10^-3 of the χ² p-value of G (the code before the correction) and of G/s (after:
-  s = ``oracle.stats.gtest_null_mean_scale``);
+  s = ``oracle.gtest_cells.gtest_null_mean_scale``);
 * the family (``--family-reps`` replicates of N outcomes): the law of τ, the token given
   (τ, prefix) (``conditional_gtests``: the key marginal and every eligible key), the mean of τ
   and the coarsened law, each test's false-alarm rate at α = 10^-2 and the family's at α = 10^-2
   (each test at α/n_tests, as ``certify_case``), before and after.
 
 Replicas: the G statistics are computed here in vectorised form with the pooling of
-``oracle.stats.pool_cells``; for each case the first replicates are checked against
-``oracle.stats.gtest`` itself (the p-values agree to 1e-9).  The conditional tests pool at
+``oracle.gtest_cells.pool_cells``; for each case the first replicates are checked against
+``oracle.gtest.gtest`` itself (the p-values agree to 1e-9).  The conditional tests pool at
 the key's expected count N·P(k) (the real test pools at the observed count, within ~0.1 % of
 it; the check reports the largest p-value difference this makes).
 
@@ -42,8 +42,9 @@ from scipy import stats
 
 from spectr_gbv.oracle.certify import COARSE_BINS, outcome_tau, exact_verdict_law, family_size
 from spectr_gbv.oracle.coarsen import equal_mass_bins
-from spectr_gbv.oracle.stats import (gtest_null_mean_ratio, gtest_null_mean_scale, pool_cells, conditional_gtests, gtest,
-                                     law_of)
+from spectr_gbv.oracle.conditional_gtest import conditional_gtests
+from spectr_gbv.oracle.gtest import gtest, law_of
+from spectr_gbv.oracle.gtest_cells import gtest_null_mean_ratio, gtest_null_mean_scale, pool_cells
 from spectr_gbv.reference.rules import get_rule
 
 ALPHAS = (1e-2, 1e-3)
@@ -141,7 +142,7 @@ def joint_null(law: dict, N: int, reps: int, seed: int) -> dict:
         gs.append(g), before.append(b), after.append(a)
         mean_only.append(pooled.pvalues(counts, mean_only=True)[2])
     G, before, after, mean_only = map(np.concatenate, (gs, before, after, mean_only))
-    # check the replica against oracle.stats.gtest on a few full samples
+    # check the replica against oracle.gtest.gtest on a few full samples
     check = []
     for _ in range(3):
         full = rng.multinomial(N, probs)
@@ -238,7 +239,7 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
             minb, mina = np.minimum(minb, b), np.minimum(mina, a)
             cond_dev.append((G - pool.dof, pool.dof, pool.scale))
         res["conditional"] = (np.minimum(1, n_cond * minb), np.minimum(1, n_cond * mina))
-        if done == 0:  # check the conditional replica against oracle.stats on one sample
+        if done == 0:  # check the conditional replica against oracle.conditional_gtest on one sample
             counts = {o: int(c) for o, c in zip(outcomes, C[0]) if c}
             real = conditional_gtests(counts, law, lambda o: (o[0], o[1]), 0.01)
             check_dp = abs(real.pvalue - float(res["conditional"][1][0]))
@@ -266,7 +267,7 @@ def family_null(law: dict, N: int, reps: int, seed: int) -> dict:
 def delta_before_after(law: dict, N: int, alpha: float = 1e-6) -> dict:
     """The case's stated δ (``oracle.certify.case_power``'s joint δ on the whole law, at
     α/n_tests) with the plain χ² critical value (before) and with gtest's scale (after)."""
-    from spectr_gbv.oracle.stats import pooled_detectable_tv, gtest_power
+    from spectr_gbv.oracle.gtest_power import pooled_detectable_tv, gtest_power
 
     a = alpha / family_size(law)
     after = gtest_power(law, N, a)

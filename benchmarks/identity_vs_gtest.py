@@ -36,7 +36,7 @@ from scipy import optimize
 from spectr_gbv.oracle.coarsen import QWEN_V, branch_law, coarse_power, llm_row
 from spectr_gbv.oracle.identity import (detection_rate, identity_power, identity_test,
                                         instance_optimal_samples, least_favourable)
-from spectr_gbv.oracle.stats import gtest_power
+from spectr_gbv.oracle.gtest_power import gtest_power
 
 HERE = Path(__file__).resolve().parent
 NS = (10**5, 3 * 10**5, 10**6, 3 * 10**6, 10**7)

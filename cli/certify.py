@@ -80,7 +80,7 @@ gpu_backend/certify/suite.py.  Three kinds of row:
 
 Each row reports N, α, the smallest total-variation deviation of the whole outcome law detected
 with power 0.99 (``detectable δ``: the joint G-test's bound on its pooled cells plus the pooled
-mass, oracle.stats.GTestResult.detectable_tv_law), the deciding test and the case's p-value
+mass, oracle.gtest.GTestResult.detectable_tv_law), the deciding test and the case's p-value
 (Bonferroni: the number of tests × the smallest of its p-values, the single first-token test's
 own p-value), mean τ with its confidence interval against the exact E[τ], and the verdict
 (``--json`` adds the pooled mass and the coarsened test's δ on its 64 bins).

@@ -6,10 +6,12 @@ import numpy as np
 
 from spectr_gbv.oracle.harness import certify_lossless
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.validation import check_batch_inputs
 
 
 def sampler_match(draft_tokens, draft_probs, target_probs, *, seeds):
     B, _, L = draft_tokens.shape  # K = 1: one draft block per row
+    check_batch_inputs(draft_tokens, draft_probs, target_probs)  # refuses impossible rows (NaN, p(x) = 0, ...)
     # row b's randomness from seeds[b] alone: L + 1 uniforms, one target draw per position
     u = np.stack([np.random.default_rng(int(s) % 2**64).random(L + 1) for s in seeds])
     cdf = np.cumsum(target_probs[:, 0], axis=-1)  # [B, L+1, V]

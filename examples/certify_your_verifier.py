@@ -4,10 +4,12 @@ import numpy as np
 
 from spectr_gbv.oracle.harness import certify_verifier
 from spectr_gbv.reference.contract import BatchVerdict
+from spectr_gbv.reference.validation import check_batch_inputs
 
 
 def my_sd(draft_tokens, draft_probs, target_probs, *, seeds):
     B, _, L = draft_tokens.shape  # K = 1: one draft block per row
+    check_batch_inputs(draft_tokens, draft_probs, target_probs)  # refuses impossible rows (NaN, p(x) = 0, ...)
     tau, tokens = np.zeros(B, dtype=np.int64), np.full((B, L + 1), -1)
     for b in range(B):
         rng = np.random.default_rng(int(seeds[b]) % 2**64)  # row b's randomness from seeds[b] alone

@@ -10,7 +10,12 @@ along B: one row, B times) and reads ``verdict.tau`` and ``verdict.tokens`` (num
 tensors of any device).  Row b must draw its randomness from seeds[b] alone; each row's seed
 is a 63-bit hash of (base seed, case, call, row) (oracle/seeding.py), and every ``certify``
 checks that the verifier keeps this seed contract: the same seeds replay the same outputs, and
-fresh seeds change them (oracle/seed_contract.py; ``CertificationReport.seed_checks``).
+fresh seeds change them, and a row's outputs do not depend on its batch (oracle/seed_contract.py;
+``CertificationReport.seed_checks``).  A defect the harness detects is a verdict, never an
+exception: a verifier that raises or returns outputs that break the contract fails its case's
+"verifier output" check with the error as the reason (``certify_case``), and for a rule that
+modifies later targets every sampled row's Algorithm 2 record is checked against the
+reference's ("Algorithm 2 record", oracle/record_check.py); both are ``CaseResult.checks``.
 
 Two kinds of case:
 
@@ -40,7 +45,7 @@ deviation of the joint outcome law detected with power 0.99.  The guarantee that
 joint G-test pools the outcomes of expected count < 5 (at V = 4,096 about 3 % of the mass at
 N = 5·10^4, 0.7 % at 2·10^5) and cannot see mass moved inside a pooled group, so δ is the
 G-test's power bound on the pooled cells plus the pooled mass
-(``oracle.stats.GTestResult.detectable_tv_law``): every backend whose outcome law is at TV ≥ δ
+(``oracle.gtest.GTestResult.detectable_tv_law``): every backend whose outcome law is at TV ≥ δ
 from the reference's fails the case with probability ≥ 0.99.  ``pooled_mass`` is reported.
 """
 
@@ -54,7 +59,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from spectr_gbv.reference.contract import to_numpy
+from spectr_gbv.reference.contract import ContractViolation, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
 from spectr_gbv.reference.exact import draft_paths
 from spectr_gbv.reference.models import ToyModel
@@ -66,11 +71,14 @@ from spectr_gbv.oracle.coarsen import COARSE_BINS, coarse_gtest, coarse_power
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from spectr_gbv.oracle.identity import IdentityPower, identity_power, identity_test
 from spectr_gbv.oracle.outcome import verdict_word
+from spectr_gbv.oracle.record_check import RecordCheck, modifies_targets
 from spectr_gbv.oracle.seed_contract import (REPLAY_ROWS, UNKNOWN_LAW_ROWS, SeedCheck, check_seed_contract,
                                              collision_probability, rows_needed)
 from spectr_gbv.oracle.seeding import CaseSeeds
-from spectr_gbv.oracle.stats import (GTestPower, conditional_gtests, counts_from_samples, gtest, gtest_power,
-                                     law_of, mean_within_ci)
+from spectr_gbv.oracle.conditional_gtest import conditional_gtests
+from spectr_gbv.oracle.gtest import counts_from_samples, gtest, law_of
+from spectr_gbv.oracle.gtest_power import GTestPower, gtest_power
+from spectr_gbv.oracle.mean_tests import mean_within_ci
 
 Outcome = tuple  # (tau, accepted prefix tuple, emitted correction/bonus token)
 
@@ -139,6 +147,10 @@ class FixedCase:
         backend_dtype: "float64", "float32" or "bfloat16": the rows are rounded to it
         (``backend_draft_probs``/``backend_target_probs``, float32 arrays for the two narrow
         dtypes; bfloat16 values are exact in float32, the adapter converts without rounding).
+        samples_cap: None, or the most samples the case is run at (``certify_case`` runs
+            min(N, samples_cap)): a case of a real vocabulary hands the verifier K·(2L + 1)·V
+            probabilities per row, and its tests resolve its law with fewer rows
+            (``oracle.certify_cases.vocab_case``).
     """
 
     name: str
@@ -149,8 +161,12 @@ class FixedCase:
     target_probs: np.ndarray
     expect_pass: bool = True
     backend_dtype: str = "float32"
+    samples_cap: int | None = None
 
     def __post_init__(self):
+        if self.samples_cap is not None and (isinstance(self.samples_cap, bool) or int(self.samples_cap)
+                                             != self.samples_cap or self.samples_cap < 2):
+            raise ValueError(f"samples_cap must be None or an integer >= 2, got {self.samples_cap!r}")
         tokens, dp, tp = check_iteration_inputs(self.draft_tokens, self.draft_probs, self.target_probs)
         # The backend sees the rows rounded to its dtype; the expected law is that of the
         # rounded rows (renormalised), so rounding is not mistaken for a wrong rule.
@@ -218,6 +234,12 @@ class CaseResult:
     ``detectable_tv_coarse`` and number of bins ``coarse_bins`` are NaN, NaN and 0 when it did
     not run; the identity test's p-value ``pvalue_identity``, δ on the whole law
     ``detectable_tv_identity`` and tail mass ``identity_tail_mass`` are NaN when it did not run.
+    ``checks``: the case's deterministic checks, each (name, passed, detail): "verifier output"
+    (failed when the verifier raised, or returned outputs that break the contract — τ outside
+    [0, L], a token id outside [0, V), wrong shapes —; sampling stopped there, the statistical
+    tests did not run and their fields are NaN) and "Algorithm 2 record" (rules that modify
+    later targets: ``oracle.record_check``).  ``passed`` includes them; ``failed_tests`` names
+    the failed ones after the failed statistical tests.
     """
 
     name: str
@@ -254,6 +276,7 @@ class CaseResult:
     pvalue_identity: float = math.nan
     detectable_tv_identity: float = math.nan
     identity_tail_mass: float = math.nan
+    checks: tuple = ()
 
     @property
     def resolved(self) -> dict[str, tuple[float, str]]:
@@ -278,12 +301,20 @@ class CaseResult:
         """Names of the tests that failed (``TEST_NAMES``: joint outcome, law of τ, token given
         (τ, prefix), mean τ, and the coarsened law and the identity test on cases of six tests; a FirstTokenCase has the one first-token law test), from the
         decisions ``certify_case`` took (``tests_passed``): [] for a passing case."""
-        return [name for name, ok in zip(self.test_names, self.tests_passed) if not ok]
+        return ([name for name, ok in zip(self.test_names, self.tests_passed) if not ok]
+                + [name for name, ok, _ in self.checks if not ok])
+
+    @property
+    def failed_checks(self) -> list[tuple[str, str]]:
+        """(name, detail) of each failed deterministic check (``checks``)."""
+        return [(name, detail) for name, ok, detail in self.checks if not ok]
 
     @property
     def pvalues(self) -> tuple[float, ...]:
         """The p-values of the family's tests, in ``TEST_NAMES`` order (``n_tests`` of them;
         the first-token law's alone for a FirstTokenCase)."""
+        if not self.tests_passed:  # the tests did not run (a failed "verifier output" check)
+            return ()
         if len(self.tests_passed) == 1:
             return (self.pvalue_joint,)
         return (self.pvalue_joint, self.pvalue_tau, self.pvalue_conditional, self.pvalue_mean,
@@ -291,7 +322,10 @@ class CaseResult:
 
     @property
     def case_pvalue(self) -> float:
-        """The case's Bonferroni p-value: min(1, number of tests × the smallest p-value)."""
+        """The case's Bonferroni p-value: min(1, number of tests × the smallest p-value); NaN when
+        the tests did not run."""
+        if not self.pvalues:
+            return math.nan
         return min(1.0, len(self.pvalues) * min(self.pvalues))
 
     @property
@@ -305,16 +339,20 @@ class CaseResult:
 
 @dataclass
 class CertificationReport:
-    """All case results and the seed-contract checks (``oracle.seed_contract.SeedCheck``:
-    "seed replay", "seed dependence"); ``ok`` when every expected-pass case passes, every
-    planted wrong case fails and every seed check passes."""
+    """All case results, the seed-contract checks (``oracle.seed_contract.SeedCheck``: "seed
+    replay", "seed dependence", "batch independence") and the input probes
+    (``oracle.input_probes.Probe``: impossible inputs refused; empty when not run); ``ok`` when
+    every expected-pass case passes, every planted wrong case fails and every check and probe
+    passes."""
 
     results: list[CaseResult] = field(default_factory=list)
     seed_checks: list = field(default_factory=list)
+    probes: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.results) and all(c.passed for c in self.seed_checks)
+        return (all(r.ok for r in self.results) and all(c.passed for c in self.seed_checks)
+                and all(p.passed for p in self.probes))
 
     def to_json(self) -> list[dict]:
         rows = []
@@ -323,33 +361,44 @@ class CertificationReport:
             d["verdict"] = r.verdict
             d["failed_tests"] = r.failed_tests
             d["tests_passed"] = list(r.tests_passed)
+            d["checks"] = [{"check": n, "passed": ok, "detail": det} for n, ok, det in r.checks]
             d["mean_ci"] = list(r.mean_ci)
             d["worst_cells"] = [{"outcome": repr(o), "observed": obs, "expected": exp}
                                 for o, obs, exp in r.worst_cells]
             rows.append(d)
-        return rows + [c.to_json() for c in self.seed_checks]
+        return (rows + [c.to_json() for c in self.seed_checks]
+                + [{"probe": p.name, "kind": "input probe", "passed": p.passed, "detail": p.detail,
+                    "verdict": verdict_word(p.passed)} for p in self.probes])
 
     def table(self) -> str:
         """A fixed-width table (markdown-compatible): per case its sizes, N, α, the detectable
         TV δ and the measured TV (``CaseResult.empirical_tv``), the smallest of its p-values, the
         tests that failed (``CaseResult.failed_tests``; "—" when none), mean τ against the exact
-        E[τ], and the verdict; then the seed checks' table (``oracle.seed_contract.seed_table``).
-        ``to_json`` lists the cases, then the seed checks (their ``check`` key names them)."""
+        E[τ], and the verdict; the failed deterministic checks with their reasons; then the seed
+        checks' table (``oracle.seed_contract.seed_table``) and the input probes'.  ``to_json``
+        lists the cases, then the seed checks (their ``check`` key names them), then the probes
+        (``probe``)."""
         head = ("| case | rule | V | K | L | dtype | N | α | detectable TV | measured TV | min p | failed tests "
                 "| mean τ | exact E[τ] | verdict |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         lines = [head]
         for r in self.results:
-            pmin = min(r.pvalues)
+            pmin = min(r.pvalues) if r.pvalues else math.nan
             failed = ", ".join(r.failed_tests) or "—"
             lines.append(
                 f"| {r.name} | {r.rule} | {r.V} | {r.K} | {r.L} | {r.dtype} | {r.n} | {r.alpha:g} | "
                 f"{r.detectable_tv:.4f} | {r.empirical_tv:.4f} | {pmin:.3g} | {failed} | {r.mean_tau:.4f} | "
                 f"{r.exact_mean_tau:.4f} | {r.verdict} |")
+        details = [f"- {r.name}: {name}: {detail}" for r in self.results for name, detail in r.failed_checks]
+        if details:
+            lines += ["", "Failed checks:"] + details
         if self.seed_checks:
             from spectr_gbv.oracle.seed_contract import seed_table
 
             lines += ["", seed_table(self.seed_checks)]
+        if self.probes:
+            lines += ["", "| input probe | verdict | detail |", "|---|---|---|"]
+            lines += [f"| {p.name} | {verdict_word(p.passed)} | {p.detail} |" for p in self.probes]
         return "\n".join(lines)
 
 
@@ -383,15 +432,27 @@ def empirical_tv(samples, law: dict) -> float:
 
 
 def _outcomes(tau: np.ndarray, tokens: np.ndarray, L: int, V: int) -> list[Outcome]:
-    tau = np.asarray(tau, dtype=np.int64)
-    tokens = np.asarray(tokens, dtype=np.int64)
-    if tokens.ndim != 2 or tokens.shape[1] != L + 1:
-        raise ValueError(f"backend returned tokens of shape {tokens.shape}, expected [B, {L + 1}]")
+    """(τ, accepted prefix, emitted token) of each row of one call.
+
+    Raises:
+        ContractViolation: tokens not [B, L+1], τ not [B] or outside [0, L], an emitted token id
+            (accepted or last) outside [0, V).
+    """
+    tau = np.asarray(tau).astype(np.int64, casting="unsafe").reshape(-1)
+    tokens = np.asarray(tokens).astype(np.int64, casting="unsafe")
+    if tokens.ndim != 2 or tokens.shape != (len(tau), L + 1):
+        raise ContractViolation(f"verifier returned tokens of shape {tokens.shape} with tau of shape {tau.shape}, "
+                                f"expected [B, {L + 1}] and [B]")
     if np.any((tau < 0) | (tau > L)):
-        raise ValueError(f"backend returned tau outside [0, {L}]")
+        b = int(np.flatnonzero((tau < 0) | (tau > L))[0])
+        raise ContractViolation(f"verifier returned tau = {int(tau[b])} outside [0, {L}] (batch row {b})")
+    emitted = np.arange(L + 1)[None, :] <= tau[:, None]
+    bad = emitted & ((tokens < 0) | (tokens >= V))
+    if bad.any():
+        b = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise ContractViolation(f"verifier emitted a token id outside [0, {V}) (batch row {b}: tau {int(tau[b])}, "
+                                f"tokens {tokens[b].tolist()})")
     emitted = tokens[np.arange(len(tau)), tau]
-    if np.any((emitted < 0) | (emitted >= V)):
-        raise ValueError(f"backend emitted a token id outside [0, {V})")
     return [(int(t), tuple(int(x) for x in row[:t]), int(e)) for t, row, e in zip(tau, tokens, emitted)]
 
 
@@ -464,7 +525,7 @@ def _family(samples: list[Outcome], law: dict, alpha: float, exact_mean: float, 
 class CasePower:
     """What a fixed case states at N before sampling (``case_power``).
 
-    Attributes: n_tests (4 or 6), alpha_per_test, joint (``oracle.stats.GTestPower`` of the
+    Attributes: n_tests (4 or 6), alpha_per_test, joint (``oracle.gtest_power.GTestPower`` of the
     joint G-test: cells, pooled mass; ``joint.detectable_tv_law`` is ``CaseResult.detectable_tv``
     with no count on the rare cells), coarse (the coarsened test's, None with 4 tests;
     ``coarse.detectable_tv_law`` is ``CaseResult.detectable_tv_coarse``), identity
@@ -486,13 +547,16 @@ class CasePower:
 def case_power(case: FixedCase, n_samples: int, alpha: float = 1e-6) -> CasePower:
     """The δ's ``certify_case(…, case, n_samples, alpha)`` states, from the case's exact law
     and the pooling rule alone (no sampling): the same family size, α per test, pooling
-    (``gtest_power``) and bins (``coarse_power``) as ``certify_case``.
+    (``gtest_power``) and bins (``coarse_power``) as ``certify_case``, at its N
+    (min(n_samples, case.samples_cap)).
 
     Raises:
         TypeError: not a FixedCase.  ValueError: as ``gtest_power``.
     """
     if not isinstance(case, FixedCase):
         raise TypeError(f"case must be a FixedCase, got {type(case).__name__}")
+    if case.samples_cap is not None:
+        n_samples = min(int(n_samples), int(case.samples_cap))
     law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
                             case.target_probs)
     n_tests = family_size(law)
@@ -546,16 +610,21 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         verifier: any object with the batched contract (module doc), or a mapping from rule
             names to such objects (``case.rule`` is looked up).
         case: FixedCase or FirstTokenCase.
-        n_samples: N ≥ 2 (default ``oracle.defaults.DEFAULT_SAMPLES``).  alpha: case-level
-            false-alarm rate in (0, 1).  chunk: rows per call, ≥ 1.
+        n_samples: N ≥ 2 (default ``oracle.defaults.DEFAULT_SAMPLES``); a FixedCase with a
+            ``samples_cap`` runs at min(N, samples_cap).  alpha: case-level false-alarm rate in
+            (0, 1).  chunk: rows per call, ≥ 1 (capped by ``rows_per_call``).
         seed: base seed.  case_index: the case's index in its run (≥ 0).  Call c gets the row
             seeds ``chunk_seeds(seed, c, B, case_index)`` and a fresh-draft case draws its drafts
             from ``CaseSeeds(seed, case_index).draft_rng()`` (oracle/seeding.py).
     Returns:
-        CaseResult.
+        CaseResult.  A verifier that raises, or returns outputs that break the contract (τ
+        outside [0, L], token ids outside [0, V), wrong shapes), ends the case's sampling: the
+        result fails its "verifier output" check with the error as its detail (a verdict, not
+        an exception).  For a rule that modifies later targets, every sampled row's Algorithm 2
+        record is checked (``oracle.record_check``: the "Algorithm 2 record" check).
     Raises:
-        ValueError: n_samples < 2 or chunk < 1; malformed backend output (τ outside [0, L],
-            token ids outside [0, V)).
+        ValueError: n_samples < 2 or chunk < 1 (the caller's arguments).
+        TypeError: not a FixedCase or FirstTokenCase.
     """
     if isinstance(n_samples, bool) or int(n_samples) != n_samples or n_samples < 2:
         raise ValueError(f"n_samples must be an integer >= 2 (the mean test needs two), got {n_samples!r}")
@@ -568,22 +637,35 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
     samples: list[Outcome] = []
     done, c = 0, 0
     if isinstance(case, FixedCase):
-        law = exact_verdict_law(get_rule(case.reference_rule), case.draft_tokens, case.draft_probs,
-                                case.target_probs)
+        if case.samples_cap is not None:
+            n_samples = min(int(n_samples), int(case.samples_cap))
+        rule = get_rule(case.reference_rule)
+        law = exact_verdict_law(rule, case.draft_tokens, case.draft_probs, case.target_probs)
+        records = RecordCheck(rule, case) if modifies_targets(rule) else None
         kind = "fixed drafts vs exact law"
         K, L = case.K, case.L
         arrays = (case.draft_tokens, case.backend_draft_probs, case.backend_target_probs)
+        chunk = rows_per_call(chunk, K, L, case.V)
         while done < n_samples:
             B = min(chunk, n_samples - done)
             batch = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
-            tau, tokens = call_verifier(verifier, *batch, seeds.row_seeds(c, B))
-            samples.extend(_outcomes(tau, tokens, L, case.V))
+            try:
+                out = verifier(*batch, seeds=seeds.row_seeds(c, B))
+                outs = _outcomes(to_numpy(out.tau), to_numpy(out.tokens), L, case.V)
+            except Exception as err:  # a defect of the verifier: its verdict, not an exception
+                return _stopped(case, kind, n_samples, alpha, done, c, err, start)
+            if records is not None:
+                records.add(getattr(out, "modification", None), outs)
+            samples.extend(outs)
             done, c = done + B, c + 1
+        checks = (("verifier output", True, f"{n_samples} rows in {c} calls, each within the contract"),)
+        if records is not None:
+            checks += (records.result(),)
         exact_mean = sum(pr * o[0] for o, pr in law.items())
         exact_var = sum(pr * (o[0] - exact_mean) ** 2 for o, pr in law.items())
         joint, tau_law, cond, mean, coarse, n_tests = _family(samples, law, alpha, exact_mean, exact_var)
         passed = (joint.passed and tau_law.passed and cond.passed and mean.passed
-                  and (coarse is None or coarse.passed))
+                  and (coarse is None or coarse.passed) and all(ok for _, ok, _ in checks))
         return CaseResult(
             case.name, case.rule, kind, case.expect_pass, n_samples, alpha, joint.detectable_tv_law,
             joint.pvalue, tau_law.pvalue, cond.pvalue, mean.pvalue, mean.mean, exact_mean,
@@ -592,7 +674,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
             detectable_tv_pooled=joint.detectable_tv, worst_cells=worst_cells(samples, law),
             empirical_tv=empirical_tv(samples, law), **_coarse_fields(coarse, n_tests),
             tests_passed=(joint.passed, tau_law.passed, cond.passed, mean.passed)
-            + (() if coarse is None else coarse.decisions))
+            + (() if coarse is None else coarse.decisions), checks=checks)
 
     if isinstance(case, FirstTokenCase):
         kind = "fresh drafts, first token vs target"
@@ -604,8 +686,11 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
         while done < n_samples:
             B = min(chunk, n_samples - done)
             idx = rng.choice(len(probs), size=(B, case.K), p=probs)
-            tau, tokens = call_verifier(verifier, toks[idx], dps[idx], tps[idx], seeds.row_seeds(c, B))
-            outs = _outcomes(tau, tokens, case.L, case.V)
+            try:
+                tau, tokens = call_verifier(verifier, toks[idx], dps[idx], tps[idx], seeds.row_seeds(c, B))
+                outs = _outcomes(tau, tokens, case.L, case.V)
+            except Exception as err:  # a defect of the verifier: its verdict, not an exception
+                return _stopped(case, kind, n_samples, alpha, done, c, err, start)
             firsts.extend(o[1][0] if o[0] > 0 else o[2] for o in outs)
             taus.extend(o[0] for o in outs)
             done, c = done + B, c + 1
@@ -618,8 +703,37 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
             case.V, case.K, case.L, case.backend_dtype, notes="law of the first emitted token only",
             pooled_mass=test.merged_mass, detectable_tv_pooled=test.detectable_tv,
             worst_cells=worst_cells(firsts, target_first), empirical_tv=empirical_tv(firsts, target_first),
-            tests_passed=(test.passed,))
+            tests_passed=(test.passed,),
+            checks=(("verifier output", True, f"{n_samples} rows in {c} calls, each within the contract"),))
     raise TypeError(f"case must be a FixedCase or FirstTokenCase, got {type(case).__name__}")
+
+
+# A call hands the verifier at most this many probabilities (B·K·(2L + 1)·V, the draft and target
+# rows): 2^27 (1 GiB of float64), so a case of a real vocabulary (V = 151,936) is sent in calls of
+# 126 rows at K = 1, L = 3 instead of ``chunk`` rows a verifier would copy into 35 GB.  At V = 4,096
+# the cap binds above K·(2L + 1) = 8 (K = 2, L = 3: calls of 2,340 rows instead of 4,096).
+CALL_PROBABILITIES = 2**27
+
+
+def rows_per_call(chunk: int, K: int, L: int, V: int) -> int:
+    """``chunk``, capped so that one call's rows hold at most ``CALL_PROBABILITIES``
+    probabilities (K·(2L + 1)·V per row); at least 1."""
+    return max(1, min(int(chunk), CALL_PROBABILITIES // (K * (2 * L + 1) * V)))
+
+
+def _stopped(case, kind: str, n_samples: int, alpha: float, done: int, call: int, err: Exception,
+             start: float) -> CaseResult:
+    """The CaseResult of a case whose verifier raised, or broke the contract's outputs, on call
+    ``call`` after ``done`` rows: its "verifier output" check failed with the error; the
+    statistical tests did not run (their fields NaN)."""
+    why = "broke the contract" if isinstance(err, ContractViolation) else "raised"
+    detail = (f"the verifier {why} on call {call} (after {done} of {n_samples} rows): "
+              f"{type(err).__name__}: {err}")
+    nan = math.nan
+    return CaseResult(case.name, case.rule, kind, case.expect_pass, n_samples, alpha, nan, nan, nan, nan, nan,
+                      nan, nan, (nan, nan), 0, False, time.perf_counter() - start, case.V, case.K, case.L,
+                      case.backend_dtype, notes=f"sampling stopped after {done} of {n_samples} rows",
+                      n_tests=0, checks=(("verifier output", False, detail),))
 
 
 def _coarse_fields(large, n_tests: int) -> dict:
@@ -639,8 +753,8 @@ def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: 
     """Certify ``verifier`` (one object with the batched contract, or a mapping rule name →
     verifier) on ``cases`` (see ``certify_case``; case j runs with ``case_index=j``, so its seeds
     are unrelated to every other case's and run's); ``progress`` is called after each case.
-    After the cases, each verifier's seed contract is checked (replay, seed dependence:
-    ``certification_seed_checks``) into ``report.seed_checks``."""
+    After the cases, each verifier's seed contract is checked (replay, seed dependence, batch
+    independence: ``certification_seed_checks``) into ``report.seed_checks``."""
     cases = list(cases)
     report = CertificationReport()
     for j, case in enumerate(cases):
@@ -654,7 +768,7 @@ def certify(verifier, cases: Sequence, n_samples: int = DEFAULT_SAMPLES, alpha: 
 
 def certification_seed_checks(verifier, cases, seed: int) -> list[SeedCheck]:
     """The seed checks of ``certify(verifier, cases, seed=seed)`` (``oracle.seed_contract``): per distinct
-    verifier (one, or one per rule of a mapping), two checks (``oracle.seed_contract``'s module doc) on the rows of one of
+    verifier (one, or one per rule of a mapping), three checks (``oracle.seed_contract``'s module doc) on the rows of one of
     its cases: the expected-pass ``FixedCase`` of smallest V (first in order among equals) whose
     exact law allows a batch of ≤ ``MAX_CHECK_ROWS`` rows, broadcast to B rows as the
     certification sends them; else the first case's rows (B = ``UNKNOWN_LAW_ROWS``; a

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from spectr_gbv.reference.decode import Decoder, DecodeState
-from spectr_gbv.reference.models import ContextFree, Mixture, RandomModel, ToyModel
+from spectr_gbv.reference.models import ContextFree, Mixture, PermutedZipf, RandomModel, ToyModel
 from spectr_gbv.reference.randomness import SamplingSource
 from spectr_gbv.reference.rules import registry
 
@@ -93,8 +93,26 @@ def lossless_against_target(rule: str, K: int = 2, L: int = 2) -> FirstTokenCase
 
 # -- the built-in case families of the public API (oracle.harness.certify_verifier) -------------
 
-FAMILIES = ("toy", "prefix", "large", "zeros", "disjoint", "equal", "coverage", "distinctive", "onehot", "branches",
-            "deep")
+FAMILIES = ("toy", "prefix", "large", "vocab", "zeros", "disjoint", "equal", "coverage", "distinctive", "onehot",
+            "branches", "deep")
+
+# What each family sees that the others do not (docs/guarantees.md, "What each certification can
+# and cannot see"): the line a report prints for a family the caller left out of ``families=``.
+FAMILY_SEES = {
+    "toy": "V = 3 prefix-dependent rows, draft close to the target (long acceptances)",
+    "prefix": "V = 5 rows depending on the whole prefix, draft far from the target",
+    "large": "V = 4,096 peaked rows: corrections or bonus draws truncated to the top k, narrow-dtype CDFs",
+    "vocab": "V = 151,936 (Qwen2.5's vocabulary) rows of a language model's rank profile: draws at a real "
+             "vocabulary (top-k, narrow-dtype CDFs, tokens below a probability floor)",
+    "zeros": "target probability 0 on drafted tokens (a zero-probability token accepted)",
+    "disjoint": "near-disjoint rows (the residual carries almost everything)",
+    "equal": "p = q (every draft accepted by a lossless single-path rule)",
+    "coverage": "every outcome class of the rule's code ≥ 0.02 (weighted corrections, the Algorithm 2 record)",
+    "distinctive": "the rule's toy case at TV ≥ 0.05 from the other multi-draft rules",
+    "onehot": "one-hot draft rows (n-gram, prompt-lookup and greedy drafters)",
+    "branches": "two drafts sharing their first token (multi-draft branches)",
+    "deep": "blocks of L = 8 (defects at depth ≥ 3)",
+}
 
 # The largest block length the engine's auto-configuration chooses: the last of
 # gpu_backend.engine.defaults.L_CANDIDATES (oracle/ does not import gpu_backend/, so the value is
@@ -129,6 +147,47 @@ BRANCHES_CASES = {
 }
 
 
+# The "vocab" family: Qwen2.5's vocabulary, blocks of one token (the cost of a case is the rows it
+# hands over, N·K·(2L + 1)·V probabilities: at L = 1, 3·151,936 per row and draft).
+VOCAB_V = 151_936
+VOCAB_L = 1
+VOCAB_SEED = 31
+# The "vocab" case runs at min(N, VOCAB_SAMPLES): 5,000 rows hand over 2.3·10^9 probabilities,
+# four times the V = 4,096 case at N = 20,000, and its coarsened test then states δ = 0.079 (0.039
+# at 20,000), its identity test 0.31 (tests/oracle/test_vocab_family.py).
+VOCAB_SAMPLES = 5_000
+
+
+def vocab_models(V: int = VOCAB_V, seed: int = VOCAB_SEED) -> tuple[ToyModel, ToyModel]:
+    """(draft, target) at a real vocabulary: the target ``reference.models.PermutedZipf(V,
+    seed)`` (Zipf(1.1) by rank in a random order per prefix: 29 % of each row's mass on tokens
+    below 10^-4 at V = 151,936), the draft an even mixture of it and ``PermutedZipf(V, seed +
+    7919)``."""
+    target = PermutedZipf(V, seed)
+    return Mixture(target, PermutedZipf(V, seed + 7919), 0.5), target
+
+
+def vocab_case(rule: str, K: int, backend_dtype: str = "float64") -> FixedCase:
+    """The "vocab" case, run at min(N, ``VOCAB_SAMPLES``) = 5,000 rows: ``vocab_models()``,
+    blocks of ``VOCAB_L`` = 1 token, the K drafts the K
+    most likely target tokens among those whose token-level acceptance q/p = 2q/(q + o) lies in
+    [0.4, 0.6] (o the mixture's other row: SD accepts about half the time, so the correction row
+    and the bonus rows both carry mass; E[τ] = 0.46 for "sd", 0.56 for K-SEQ at K = 2).
+
+    Raises:
+        ValueError: unknown rule, K ≠ 1 for a single-draft rule.
+    """
+    draft, target = vocab_models()
+    q, p = target.conditional(()), draft.conditional(())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(p > 0, q / p, 0.0)
+    candidates = np.flatnonzero((ratio >= 0.4) & (ratio <= 0.6))
+    chosen = candidates[np.argsort(-q[candidates], kind="stable")][:K]
+    tokens, dp, tp = Decoder(draft, target, K, VOCAB_L).block_inputs(DecodeState(), [(int(x),) for x in chosen])
+    return FixedCase(f"{rule} vocab V={VOCAB_V} K={K} L={VOCAB_L} {backend_dtype}", rule, rule, tokens, dp, tp,
+                     backend_dtype=backend_dtype, samples_cap=VOCAB_SAMPLES)
+
+
 class FamilyNotApplicable(ValueError):
     """A built-in family has no case for this rule and K (e.g. "branches" for a single-draft
     rule, "coverage" for a rule without ``coverage_seeds``): ``case_family`` raises it,
@@ -158,10 +217,11 @@ def one_hot_draft_case(case: FixedCase) -> FixedCase:
     K = case.draft_tokens.shape[0]
     tokens = np.repeat(case.draft_tokens[:1], K, axis=0)  # [K, L]: K copies of draft 0
     target = np.repeat(case.backend_target_probs[:1], K, axis=0)  # [K, L + 1, V]
-    one_hot = np.eye(case.V)[tokens]  # [K, L, V]
+    one_hot = np.zeros(tokens.shape + (case.V,))  # [K, L, V] (np.eye(V) would be V² at a real V)
+    np.put_along_axis(one_hot, tokens[..., None], 1.0, axis=-1)
     name = case.name if case.name.endswith(" one-hot drafts") else case.name + " one-hot drafts"
     return FixedCase(name, case.rule, case.reference_rule, tokens, one_hot,
-                     target, case.expect_pass, case.backend_dtype)
+                     target, case.expect_pass, case.backend_dtype, case.samples_cap)
 
 
 def _zero_target_mass(case: FixedCase) -> FixedCase:
@@ -261,12 +321,16 @@ def distinctive_case(rule: str, backend_dtype: str = "float32") -> FixedCase:
 def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", seed: int = 0) -> FixedCase:
     """One built-in fixed case of ``family`` for a verifier expected to follow ``rule``'s law.
 
-    Families (the first six at the caller's K and L; the last five at their own pinned shapes,
-    the same for every caller, named in the case):
+    Families (toy, prefix, large, zeros, disjoint, equal at the caller's K and L; vocab at the
+    caller's K and L = 1; the last five at their own pinned shapes, the same for every caller,
+    named in the case):
       * "toy": V = 3 prefix-dependent toy models, draft close to target;
       * "prefix": V = 5, rows depending on the whole prefix, draft far from target;
       * "large": V = 4,096 peaked rows (a correction or bonus truncated to the top k tokens
         moves this law);
+      * "vocab": V = 151,936 (Qwen2.5's vocabulary), rows of a language model's rank profile,
+        blocks of one token (``vocab_case``); rules whose registry spec has ``bench`` False
+        (a host plan too slow at a real vocabulary) are skipped;
       * "zeros": toy rows, V = max(3, K + 1), target probability 0 on the tokens drafted at
         the last depth and on other drafts' first tokens (``_zero_target_mass``);
       * "disjoint": V = 8, target rows nearly disjoint from the draft's;
@@ -285,14 +349,15 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
         family: one of ``FAMILIES``.  rule: registered rule name whose exact law is expected.
         K, L: drafts and block length (K = 1 for a single-draft rule).  dtype: "float64",
         "float32" or "bfloat16" (the rows are rounded to it, the law is that of the rounded rows).
-        seed: seeds the models and the drafts of the first six families (the last five are pinned).
+        seed: seeds the models and the drafts of toy, prefix, large, zeros, disjoint and equal (the
+            others are pinned).
     Returns:
         FixedCase named "<rule> <family> V=… K=… L=…".
     Raises:
         ValueError: unknown family or rule, K or L < 1, K ≠ 1 for a single-draft rule.
         FamilyNotApplicable (a ValueError): "coverage" for a rule without ``coverage_seeds``,
             "distinctive" for one without ``distinctive_seeds``, "branches" for a single-draft
-            rule or one without a pinned case.
+            rule or one without a pinned case, "vocab" for a rule too slow at a real vocabulary.
     """
     registry.spec(rule)
     if family not in FAMILIES:
@@ -318,6 +383,11 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
         return distinctive_case(rule, dtype)
     if family == "deep":
         return deep_case(rule, dtype)
+    if family == "vocab":
+        if not registry.spec(rule).bench:
+            raise FamilyNotApplicable(f"family 'vocab': rule {rule!r} is too slow at a real vocabulary "
+                                      "(RuleSpec.bench False: its host plan)")
+        return vocab_case(rule, K, dtype)
     if family == "toy":
         draft, target = toy_models(3, 100 + seed)
     elif family == "zeros":  # a vocabulary the K drafts cannot cover

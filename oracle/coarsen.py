@@ -1,6 +1,6 @@
 """A coarsened G-test: the outcomes grouped into bins of nearly equal exact mass.
 
-At a realistic vocabulary the joint G-test (oracle.stats.gtest) has little to say about the
+At a realistic vocabulary the joint G-test (oracle.gtest.gtest) has little to say about the
 whole outcome law: most outcomes have an expected count below 5 and are pooled, and its
 guarantee δ on the whole law is its bound on the pooled cells plus the pooled mass
 (``GTestResult.detectable_tv_law``), 0.2-0.65 for rows of V = 151,936 at N = 2·10^5
@@ -12,7 +12,7 @@ counts against the bins' exact masses.
 
 What it guarantees.  Its δ (``CoarseGTestResult.detectable_tv``) is a bound on the
 *coarsened* law: every sampling law P' whose bin masses are at TV ≥ δ from the exact bin
-masses is detected with power 0.99 (oracle.stats module doc, the non-central χ² bound; with
+masses is detected with power 0.99 (oracle.gtest_power module doc, the non-central χ² bound; with
 equal bins the law-free constant 4 is attained, so δ is tight).  Since
 TV(P', P) ≥ TV(P'(bins), P(bins)), a deviation of coarsened TV ≥ δ has TV ≥ δ on the whole
 law too; δ ≈ sqrt(λ*(α, 0.99, m − 1) / (4N)) does not depend on V: 0.0127 at N = 2·10^5,
@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spectr_gbv.oracle.inputs import LAW_SUM_ATOL, as_counts, as_law, check_alpha
-from spectr_gbv.oracle.stats import GTestPower, GTestResult, gtest, gtest_power
+from spectr_gbv.oracle.gtest import GTestResult, gtest
+from spectr_gbv.oracle.gtest_power import GTestPower, gtest_power
 
 __all__ = [
     "COARSE_BINS",
@@ -193,7 +194,7 @@ class CoarseGTestResult:
     """Result of :func:`coarse_gtest`.
 
     Attributes:
-        test: ``oracle.stats.GTestResult`` of the bin counts against the bin masses (a zero
+        test: ``oracle.gtest.GTestResult`` of the bin counts against the bin masses (a zero
             cell "outside" holds counts on outcomes of probability 0 or absent from the law).
         bins: the :class:`EqualMassBins` used.
         zero_cell_violations: the outcomes of probability 0 (or absent) that were observed.
@@ -256,7 +257,7 @@ def coarse_gtest(counts, law, alpha: float, m: int = COARSE_BINS, group=None,
     Returns:
         :class:`CoarseGTestResult`.  A count on an outcome of probability 0 fails it (p = 0).
     Raises:
-        ValueError: as :func:`equal_mass_bins` and ``oracle.stats.gtest``.
+        ValueError: as :func:`equal_mass_bins` and ``oracle.gtest.gtest``.
     """
     alpha = check_alpha(alpha)
     if bins is None:
@@ -275,7 +276,7 @@ def coarse_gtest(counts, law, alpha: float, m: int = COARSE_BINS, group=None,
 def coarse_power(law, n: int, alpha: float, m: int = COARSE_BINS, group=None,
                  bins: EqualMassBins | None = None, min_expected: float = 5.0) -> GTestPower:
     """What :func:`coarse_gtest` states for ``law`` and ``n`` before sampling:
-    ``oracle.stats.gtest_power`` of the coarsened law (its ``detectable_tv_law`` is
+    ``oracle.gtest_power.gtest_power`` of the coarsened law (its ``detectable_tv_law`` is
     ``CoarseGTestResult.detectable_tv``; ``support`` is the number of bins)."""
     if bins is None:
         bins = equal_mass_bins(law, m, group)
@@ -337,7 +338,7 @@ class VocabularyResolution:
 
     Attributes:
         V, shape, branches, n: the case.  alpha_per_test: each test's false-alarm rate.
-        joint: ``oracle.stats.GTestPower`` of the joint G-test on the whole outcome law
+        joint: ``oracle.gtest_power.GTestPower`` of the joint G-test on the whole outcome law
             (``support``, ``n_large`` cells of expected count ≥ 5, ``n_cells`` after pooling,
             ``merged_mass``, ``detectable_tv`` on the pooled cells, ``detectable_tv_law``).
         coarse: the same for the coarsened test (its ``detectable_tv_law`` is its δ on the

@@ -6,15 +6,21 @@
 
 ``my_verifier`` is any object with the batched contract of reference/contract.py (numpy or
 torch; it gets numpy arrays and per-row seeds).  It is run on the built-in case families of
-``oracle.certify_cases.case_family`` (toy, prefix-dependent, V = 4,096 rows, zero target mass
-where drafts land, near-disjoint rows, p = q, the rule's branch-coverage case that the
-project's own plan runs, one-hot draft rows, multi-draft branches, blocks of L = 8; families
-without a case for the rule are skipped with a note) and on the caller's own ``FixedCase`` rows, and
-each case's outcomes are tested against the reference rule's exact law given the drafts
-(oracle/certify.py: per case N, α, the detectable δ, four (five on large cases) p-values and the names of the failed
-tests, the measured TV, mean τ with its interval against the exact E[τ], the worst outcome
-cells).  ``one_hot_drafts=True`` certifies on one-hot drafts (``one_hot_draft_case``: n-gram
-speculation, vLLM's ``draft_probs=None``).  N defaults to ``oracle.defaults.DEFAULT_SAMPLES``.
+``oracle.certify_cases.case_family`` (toy, prefix-dependent, V = 4,096 rows, V = 151,936 rows
+of a language model's rank profile, zero target mass where drafts land, near-disjoint rows,
+p = q, the rule's branch-coverage case that the project's own plan runs, one-hot draft rows,
+multi-draft branches, blocks of L = 8; families without a case for the rule are skipped with a
+note) and on the caller's own ``FixedCase`` rows, and each case's outcomes are tested against
+the reference rule's exact law given the drafts (oracle/certify.py: per case N, α, the
+detectable δ, four (six on large cases) p-values and the names of the failed tests, the measured
+TV, mean τ with its interval against the exact E[τ], the worst outcome cells, and the case's
+deterministic checks: the verifier's output within the contract and, for a rule that modifies
+later targets, its Algorithm 2 record, oracle/record_check.py).  Then the seed contract's three
+checks (oracle/seed_contract.py) and the input probes (oracle/input_probes.py).  Every defect it
+detects is a failed row or check with its reason, never an exception; the report's
+``not_seen`` names what it did not look at.  ``one_hot_drafts=True`` certifies on one-hot drafts
+(``one_hot_draft_case``: n-gram speculation, vLLM's ``draft_probs=None``).  N defaults to
+``oracle.defaults.DEFAULT_SAMPLES``.
 
 ``boundary_probes`` runs deterministic probes at the uniforms' extremes on a verifier that
 takes ``noise=``; through an adapter that converts the rows, coins within a few ulps of their
@@ -39,27 +45,70 @@ from spectr_gbv.reference.rules import registry
 from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
 from spectr_gbv.oracle.certify_cases import FAMILIES, FamilyNotApplicable, case_family, one_hot_draft_case  # noqa: F401 (one_hot_draft_case: public here)
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
+from spectr_gbv.oracle.input_probes import INPUT_PROBES, Probe, input_probes  # noqa: F401 (Probe, INPUT_PROBES: public here)
 from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, ToyPair, certify_lossless  # noqa: F401 (re-exported)
 
 
 @dataclass
 class HarnessReport(CertificationReport):
-    """``certify_verifier``'s report: the CertificationReport of the cases run, and ``skipped``,
-    one note per family asked for (by default or by name) that has no case for this rule and K
-    (why, e.g. "branches" for a single-draft rule); the notes are printed under ``table()``."""
+    """``certify_verifier``'s report: the CertificationReport of the cases run (with its seed
+    checks and input probes), ``skipped``, one note per family asked for (by default or by name)
+    that has no case for this rule and K (why, e.g. "branches" for a single-draft rule), and
+    ``not_seen``, one line per thing this certification did not look at (``not_seen_by``: the
+    families the caller left out, per-request temperatures, the drafter, the boundary probes, the
+    input probes when turned off; and how the Algorithm 2 record was checked); the notes are
+    printed under ``table()``, so a PASS names what it did not see."""
 
     skipped: list = field(default_factory=list)
+    not_seen: list = field(default_factory=list)
 
     def table(self) -> str:
         notes = "".join(f"\nskipped: {note}" for note in self.skipped)
+        notes += "".join(f"\nnot seen: {note}" for note in self.not_seen)
         return super().table() + notes
+
+
+def not_seen_by(verifier, rule: str, families, input_checks: bool) -> list[str]:
+    """What ``certify_verifier(verifier, rule, families=families, input_checks=...)`` does not
+    look at, one line each (``HarnessReport.not_seen``).
+
+    Args:
+        verifier: the verifier (a ``certifies_temperatures`` attribute that is True says its
+            calls carry per-request temperatures: ``VLLMLayoutAdapter``'s realistic batches).
+        rule: the registered rule.  families: the families asked for (None: every family).
+        input_checks: whether the input probes ran.
+    """
+    from spectr_gbv.oracle.certify_cases import FAMILY_SEES
+    from spectr_gbv.reference.rules import get_rule
+
+    out = []
+    left = [f for f in FAMILIES if families is not None and f not in families]
+    if left:
+        out.append("families left out by the caller (families=): "
+                   + "; ".join(f"{f} ({FAMILY_SEES.get(f, 'a built-in family')})" for f in left))
+    if not getattr(verifier, "certifies_temperatures", False):
+        out.append("per-request temperatures: the plain contract hands probabilities, no temperature (a sampler "
+                   "that tempers, or reads another request's temperature, is certified through "
+                   "gpu_backend.adapters.vllm_adapter.from_vllm_layout)")
+    if get_rule(rule).modifies_targets:
+        out.append("Algorithm 2 record: checked on every sampled row against the reference's record for its "
+                   "outcome (oracle/record_check.py); its use by later iterations (the modified targets the caller "
+                   "builds) is certify_lossless's, which carries it")
+    out.append("the drafter: drafts here are fixed blocks the harness hands over; a drafter sharing noise with the "
+               "verifier is certify_lossless(..., drafter=)'s")
+    out.append("coins at their extremes and ties (u = 2^-53, u = 1): oracle.harness.boundary_probes, for a verifier "
+               "that takes noise=")
+    if not input_checks:
+        out.append("impossible inputs (non-finite, negative, unnormalised rows; drafts of draft probability 0): "
+                   "input_checks=False, the input probes did not run")
+    return out
 
 
 def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
                      families: Sequence[str] | None = None, cases: Sequence[FixedCase] = (),
                      n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, dtype: str = "float64",
                      seed: int = 0, chunk: int = 4096, progress=None,
-                     one_hot_drafts: bool = False) -> HarnessReport:
+                     one_hot_drafts: bool = False, input_checks: bool = True) -> HarnessReport:
     """Certify ``verifier`` against the exact law of the registered rule ``rule``.
 
     Args:
@@ -72,7 +121,7 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         K: drafts (default: 1 for a single-draft rule, else 2).  L: block length ≥ 1.
         families: built-in families to run (``oracle.certify_cases.case_family``); None (the
             default): every family of ``oracle.certify_cases.FAMILIES`` — toy, prefix, large,
-            zeros, disjoint, equal, coverage (the rule's branch-coverage case, which the
+            vocab (V = 151,936, L = 1, at min(N, 5,000) rows), zeros, disjoint, equal, coverage (the rule's branch-coverage case, which the
             project's own plan runs), distinctive (the plan's toy distinctive case), onehot,
             branches (multi-draft), deep (L = 8) — where a family with no case for this rule
             and K is skipped with a note
@@ -88,13 +137,20 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
             ``draft_probs=None``): every case, built-in and the caller's, goes through
             ``one_hot_draft_case`` (draft rows = indicators of the drafted tokens), and the
             expected law is the rule's with those rows.
+        input_checks: run the input probes (``oracle.input_probes``: NaN, ±inf, negative and
+            unnormalised draft rows, a drafted token of draft probability 0, NaN in a target row
+            must each raise ValueError, reference/contract.py) into ``report.probes``; default True.
     Returns:
         HarnessReport (a CertificationReport): ``ok``, ``table()``, ``to_json()``, per case a
-        CaseResult named "<rule> <family> …", and ``skipped`` (the notes of the families
-        without a case).
+        CaseResult named "<rule> <family> …" (its deterministic ``checks``: the verifier's
+        output within the contract, and for a rule that modifies later targets its Algorithm 2
+        record, ``oracle.record_check``), the seed checks, the input probes, ``skipped`` (the
+        notes of the families without a case) and ``not_seen`` (``not_seen_by``).  A defect it
+        detects — a wrong law, a malformed output, a raised error, a wrong record, a broken seed
+        contract, an impossible input accepted — is a failed row or check with its reason.
     Raises:
-        ValueError: unknown rule or family, bad K, L, n_samples, chunk or dtype; malformed
-            verifier output (τ outside [0, L], token ids outside [0, V)).
+        ValueError: unknown rule or family, bad K, L, n_samples, chunk or dtype (the caller's
+            arguments; never for a defect of the verifier).
         FamilyNotApplicable (a ValueError): every family asked for was skipped and no ``cases``
             were given (nothing would be certified).
     """
@@ -114,7 +170,9 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
     if one_hot_drafts:
         all_cases = [one_hot_draft_case(c) for c in all_cases]
     report = certify(verifier, all_cases, n_samples, alpha, chunk, seed, progress)
-    return HarnessReport(report.results, report.seed_checks, skipped)
+    probes = input_probes(verifier, K, L) if input_checks else []
+    return HarnessReport(report.results, report.seed_checks, probes, skipped,
+                         not_seen_by(verifier, rule, families, input_checks))
 
 
 def accepts_zero_target(case: FixedCase, tokens, tau: int) -> bool:
@@ -128,15 +186,6 @@ def accepts_zero_target(case: FixedCase, tokens, tau: int) -> bool:
                     return True
                 break
     return False
-
-
-@dataclass
-class Probe:
-    """One deterministic boundary probe: ``passed`` and what was seen (``detail``)."""
-
-    name: str
-    passed: bool
-    detail: str
 
 
 # (family, uniform): u → 0 makes every coin with h > 0 succeed and must still refuse a token of
@@ -211,8 +260,10 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3,
     (k, i) succeeds iff u[k, i] ≤ h; the draw is the exponential race), as this project's
     verifiers do.  With every uniform at 2^-53 and at 1 on the families of ``PROBES``, its
     verdict (τ and tokens) must equal the reference rule's under the same noise, and a drafted
-    token of target probability 0 must never be accepted.  A row holding NaN must raise
-    ValueError.
+    token of target probability 0 must never be accepted.  Then the input probes
+    (``oracle.input_probes.input_probes``: NaN, ±inf, negative and unnormalised draft rows, a
+    drafted token of draft probability 0, NaN in a target row) must each raise ValueError, as
+    reference/contract.py says.
 
     Ties (``tie_ulps``): a verifier behind an adapter that converts the rows does not see the
     case's rows exactly: ``VLLMLayoutAdapter`` hands its function logits T·log q, and
@@ -231,7 +282,7 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3,
         K: drafts (default 1 for a single-draft rule, else 2).  L: block length.
         tie_ulps: the tie tolerance in units of 2^-53 (see above); None for the verifier's own.
     Returns:
-        list of Probe, one per (family, uniform) and one for NaN rows.
+        list of Probe, one per (family, uniform) of ``PROBES``, then one per ``INPUT_PROBES``.
     Raises:
         TypeError: the verifier does not take ``noise=`` (no uniforms can be injected), or an
             adapter's wrapped function does not.
@@ -270,13 +321,4 @@ def boundary_probes(verifier, rule: str, *, K: int | None = None, L: int = 3,
         probes.append(Probe(f"{family} rows, every uniform = {u:g}", ok,
                             f"τ = {tau}, tokens {tokens.tolist()}; reference τ = {int(want.tau[0])}, "
                             f"tokens {want.tokens[0].tolist()}{ties}"))
-    case = case_family("toy", rule, K, L)
-    bad = case.target_probs.copy()
-    bad[0, 0, 0] = np.nan
-    try:
-        out = verifier(case.draft_tokens[None], case.draft_probs[None], bad[None], seeds=np.array([0]))
-        probes.append(Probe("NaN in target_probs", False, f"returned τ = {to_numpy(out.tau).tolist()} "
-                            "instead of raising ValueError"))
-    except ValueError as err:
-        probes.append(Probe("NaN in target_probs", True, f"ValueError: {err}"))
-    return probes
+    return probes + input_probes(verifier, K, L)

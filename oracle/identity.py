@@ -2,10 +2,9 @@
 
 One job: decide whether N samples were drawn from a known law p over many outcomes (a V =
 151,936-token row, several branches of rows, a verdict law of 10^5–10^6 outcomes) when most
-outcomes expect fewer than 5 samples — where the G-test (oracle.stats.gtest) must pool them and
-states δ = 0.2–0.65 on the whole law at N = 2·10^5.  It lives in its own module, not in
-oracle/stats.py as issue 37 first proposed: stats.py already holds the G-test family and its
-calibration (1,100 lines), and a module has one job.
+outcomes expect fewer than 5 samples — where the G-test (oracle.gtest.gtest) must pool them and
+states δ = 0.2–0.65 on the whole law at N = 2·10^5 (docs/guarantees.md, "What a case of
+V = 151,936 rows can and cannot resolve").
 
 The test (Valiant & Valiant 2014, "An automatic inequality prover and instance optimal identity
 testing", FOCS, §2; Balakrishnan & Wasserman 2019, "Hypothesis testing for densities and
@@ -52,7 +51,7 @@ not beside it.  Two D*'s are computed:
 
 * ``detectable_tv`` — D* in the *least favourable direction*, |Δ_i| ∝ p_i^{2/3} on the head,
   the deviation of smallest mean shift for its ℓ1 size (Cauchy–Schwarz equality).  This is the
-  convention of the G-test's δ (oracle.stats: the least favourable deviation and the
+  convention of the G-test's δ (oracle.gtest_power: the least favourable deviation and the
   non-central χ² approximation), and the one certification reports; it is checked by
   simulation at that deviation (:func:`least_favourable`; tests and
   benchmarks/identity_vs_gtest.py).  A law deviating in another direction has a larger mean
@@ -254,7 +253,7 @@ def _head_detectable_l1(p: np.ndarray, n: int, alpha: float, power: float = POWE
 
     Least favourable direction: Cauchy–Schwarz gives M ≥ D²/W, with equality iff
     |Δ_i| = κ p_i^{2/3}, κ = D/W — the deviation whose mean shift is smallest for its ℓ1 size
-    (the analogue of the G-test's least favourable deviation, oracle.stats module doc).  There
+    (the analogue of the G-test's least favourable deviation, oracle.gtest_power module doc).  There
     Σ p^{1/3}|Δ| = κ, Σ a²q² ≤ W + 2κ Σ p^{1/3} + κ²|H| and Σ a²qΔ² ≤ κ²(1 + D), and D_lf is
     the smallest D meeting the condition (bisection; the margin increases with D).
 
@@ -344,7 +343,7 @@ class IdentityPower:
         detectable_tv: δ = (D* + 2 p(S) + t*)/2, capped at 1, on the whole un-pooled law: every
             law at TV ≥ δ whose head deviation points in the least favourable direction (the
             one of smallest mean shift for its size), or that moves ≥ t* onto the tail, is
-            detected with ``power``.  The convention of the G-test's δ (oracle.stats).
+            detected with ``power``.  The convention of the G-test's δ (oracle.gtest_power).
         detectable_tv_worst_case: the same with head_l1_worst_case: every law at TV ≥ it,
             whatever its direction (a loose bound).
     """
@@ -465,7 +464,7 @@ def identity_power(law, n: int, alpha: float, power: float = POWER, tail_mass=No
 
 @dataclass(frozen=True)
 class IdentityTestResult:
-    """Result of :func:`identity_test` (in the style of ``oracle.stats.GTestResult``).
+    """Result of :func:`identity_test` (in the style of ``oracle.gtest.GTestResult``).
 
     Attributes:
         statistic: z = (T − E_p[T]) / sd_p[T] of the head statistic (``inf`` on a zero-cell

@@ -25,7 +25,7 @@ is below the L asked.  Then, each test at α/m (Bonferroni over the m = 3 + L_pa
 pair, so a lossless verifier fails a pair with probability ≤ α):
 
 1. first token: the law of the first emitted token against the target's q(· | ()) (G-test,
-   ``oracle.stats.gtest``);
+   ``oracle.gtest.gtest``);
 2. joint: the law of the first L + 1 emitted tokens against the target's exact law of
    sequences (V^(L+1) cells; small cells are pooled, the pooled mass is reported and included
    in δ, as ``oracle.certify.CaseResult`` does);
@@ -35,7 +35,7 @@ pair, so a lossless verifier fails a pair with probability ≤ α):
    (≤ ``OT_MAX_VARIABLES`` variables), else the prefix-match ceiling U
    (``oracle.prefix_match.prefix_match_bound``, docs/bounds.md §6, which is ≥ the OT; at K = 1
    both equal B(1, L)).  If the lower end of the one-sided (1 − α/m) interval of E[τ]
-   (``oracle.stats.mean_ci``, normal approximation) is above the ceiling, the verifier accepts
+   (``oracle.mean_tests.mean_ci``, normal approximation) is above the ceiling, the verifier accepts
    more than a lossless rule can: a proof of loss on its own, whatever the law tests say;
 4. positions d = 1..L_pair ("position d", ``_position_test``): the law of the d-th emitted token
    (0-based) given the d tokens before it, against q(· | prefix): one G-test per eligible prefix
@@ -74,6 +74,36 @@ an active record, ``carried_rows`` the rows handed a modified target, and the no
 A verifier that needs a record it does not return is certified as the memoryless rule it then
 is: GBV with its record dropped fails the joint test (the planted check of
 tests/oracle/test_certify_lossless.py).
+
+Pairs at a real vocabulary.  A ``VocabPair`` (oracle/lossless_pairs.py: "vocab" at V = 151,936,
+"vocab-32k" at V = 32,768) cannot enumerate blocks or a joint law; its rows are one draft row and
+one target row after every prefix, and each of its min(N, ``samples_cap`` = 5,000) samples is
+one first call with K drafts of one token (L = 1).  Its four tests (``VOCAB_TESTS``, α/4 each)
+are on the first emitted token's law over the V tokens — the G-test (most cells pooled: δ ≈ 0.5),
+the coarsened G-test of oracle.coarsen (64 bins of equal exact mass by rank: δ 0.077), the
+identity test of oracle.identity (δ on the whole law 0.22–0.30) — and the acceptance ceiling
+Σ_x min(q(x), 1 − (1 − p(x))^K) (the prefix-match U at L = 1, which the global OT attains).
+What only these pairs see: draws at a real vocabulary — a correction or bonus truncated to the
+top k, a CDF accumulated in float16, a floor on the probability of an emitted token; each is
+identical to the exact draw at V ≤ 64.  Records are not carried there (no later call).
+
+Drafter and verifier as one system.  ``drafter=`` replaces the harness's own i.i.d. drafts by
+the caller's drafter, called before each verifier call with the SAME row seeds the verifier then
+gets — as a serving engine hands one per-request seed (or generator) to both:
+
+    draft_tokens = drafter(next_draft_probs, K, L, *, seeds)       int [B, K, L]
+        next_draft_probs(tokens int [B, K, i]) -> float [B, K, V]  (i = 0..L−1): the draft
+            model's row after each row's context followed by tokens[b, k], as the verifier
+            will be told it (rounded to the dtype)
+        seeds  int64 [B]
+
+The law of what comes out is then that of the drafter and the verifier together: a drafter whose
+noise overlaps the verifier's (both drawing from default_rng(seed): the uniform that drew a draft
+token is the coin that decides it) makes a lossless verifier lossy, which the law tests see
+(tests/oracle/test_drafter.py), while each alone certifies.  The drafter must propose blocks of
+positive draft probability (a block of probability 0, a token outside [0, V) or output of the
+wrong shape is its pair's failed "verifier output" test).  Without a drafter the report names the
+drafter among what it did not see (``LosslessReport.not_seen``).
 """
 
 from __future__ import annotations
@@ -88,22 +118,27 @@ from typing import Callable
 import numpy as np
 from scipy import stats as scipy_stats
 
+from spectr_gbv.oracle.input_probes import input_probes
 from spectr_gbv.oracle.outcome import verdict_word
-from spectr_gbv.oracle.certify import (renormalise_rows, counts_from_samples, empirical_tv,
-                                       round_to_dtype, worst_cells)
+from spectr_gbv.oracle.certify import (renormalise_rows, counts_from_samples, empirical_tv, round_to_dtype,
+                                       rows_per_call, worst_cells)
+from spectr_gbv.oracle.coarsen import coarse_gtest
+from spectr_gbv.oracle.identity import identity_test
 from spectr_gbv.oracle.seed_contract import lossless_seed_checks, seed_table
 from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
 from spectr_gbv.oracle.defaults import DEFAULT_SAMPLES
-from spectr_gbv.oracle.lossless_pairs import ENGINE_MAX_L, ToyPair, default_pairs
-from spectr_gbv.oracle.stats import detectable_tv, gtest, mean_ci
-from spectr_gbv.reference.contract import MODIFICATION_KINDS, to_numpy
+from spectr_gbv.oracle.lossless_pairs import ENGINE_MAX_L, ToyPair, VocabPair, default_pairs
+from spectr_gbv.oracle.gtest import gtest
+from spectr_gbv.oracle.gtest_power import detectable_tv
+from spectr_gbv.oracle.mean_tests import mean_ci
+from spectr_gbv.reference.contract import MODIFICATION_KINDS, ContractViolation, to_numpy
 from spectr_gbv.reference.decode import Decoder, DecodeState
 from spectr_gbv.reference.models import ToyModel
 from spectr_gbv.reference.validation import check_positive_int
 from spectr_gbv.reference.verdict import Modification, Verdict
 
-__all__ = ["ToyPair", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
+__all__ = ["ToyPair", "VocabPair", "VOCAB_TESTS", "LosslessTest", "LosslessCaseResult", "LosslessReport", "certify_lossless",
            "default_pairs", "lossless_ceiling", "position_test_name", "OT_MAX_VARIABLES", "MAX_TABLE_BYTES",
            "MAX_JOINT_CELLS", "ENGINE_MAX_L", "DRAFTING", "MIN_KEY_EXPECTED"]
 
@@ -122,10 +157,12 @@ POWER = 0.99
 DTYPES = ("float64", "float32", "bfloat16")
 # The tests every pair runs; then one per position d = 1..L_pair (``position_test_name``).
 TESTS = ("first token", "joint", "acceptance ceiling")
+# The tests of a VocabPair (module doc, "Pairs at a real vocabulary"), each at α/4.
+VOCAB_TESTS = ("first token", "first token, coarsened", "first token, identity", "acceptance ceiling")
 # The only drafting the harness does: K i.i.d. blocks per call (module doc, "Drafting").
 DRAFTING = ("iid",)
 # A prefix enters a position test when its expected count N·q(prefix) reaches this (decided from
-# the law and N, not from the counts: oracle.stats.conditional_gtests' default 10 × 5).
+# the law and N, not from the counts: oracle.conditional_gtest.conditional_gtests' default 10 × 5).
 MIN_KEY_EXPECTED = 50.0
 
 
@@ -304,25 +341,33 @@ class LosslessCaseResult:
 
 @dataclass
 class LosslessReport:
-    """Every pair's result and the seed-contract checks (``oracle.seed_contract.SeedCheck``:
-    "seed replay", "seed dependence"); ``ok`` when every pair passed every test and every seed
-    check passed."""
+    """Every pair's result, the seed-contract checks (``oracle.seed_contract.SeedCheck``: "seed
+    replay", "seed dependence", "batch independence"), the input probes
+    (``oracle.input_probes.Probe``; empty when not run) and ``not_seen`` (one line per thing the
+    run did not look at: ``certify_lossless``'s doc); ``ok`` when every pair passed every test and
+    every check and probe passed."""
 
     results: list = field(default_factory=list)
     seed_checks: list = field(default_factory=list)
+    probes: list = field(default_factory=list)
+    not_seen: list = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(r.passed for r in self.results) and all(c.passed for c in self.seed_checks)
+        return (all(r.passed for r in self.results) and all(c.passed for c in self.seed_checks)
+                and all(p.passed for p in self.probes))
 
     @property
     def failed(self) -> dict[str, tuple[str, ...]]:
-        """pair name → the tests it failed (pairs that passed are left out), and "seed contract"
-        → the seed checks that failed, if any."""
+        """pair name → the tests it failed (pairs that passed are left out), "seed contract" →
+        the seed checks that failed, and "input probes" → the probes that failed, if any."""
         out = {r.name: r.failed for r in self.results if not r.passed}
         bad = tuple(c.name for c in self.seed_checks if not c.passed)
         if bad:
             out["seed contract"] = bad
+        bad = tuple(p.name for p in self.probes if not p.passed)
+        if bad:
+            out["input probes"] = bad
         return out
 
     def to_json(self) -> list[dict]:
@@ -336,7 +381,9 @@ class LosslessReport:
                 td["worst_cells"] = [{"cell": repr(c), "observed": o, "expected": e} for c, o, e in t.worst_cells]
                 d["tests"].append(td)
             rows.append(d)
-        return rows + [c.to_json() for c in self.seed_checks]
+        return (rows + [c.to_json() for c in self.seed_checks]
+                + [{"probe": p.name, "kind": "input probe", "passed": p.passed, "detail": p.detail,
+                    "verdict": verdict_word(p.passed)} for p in self.probes])
 
     def table(self) -> str:
         """A fixed-width table (markdown-compatible), one row per (pair, test); then the seed
@@ -355,8 +402,15 @@ class LosslessReport:
                     det = f"δ {t.detectable:.4f}"
                 lines.append(f"| {r.name} | {r.V} | {r.K} | {r.L} | {r.n} | {r.alpha:g} ({t.alpha:.3g}) | "
                              f"{t.name} | {t.pvalue:.3g} | {det} | {measured} | {'PASS' if t.passed else 'FAIL'} |")
+        stopped = [f"- {r.name}: {t.summary}" for r in self.results for t in r.tests if t.name == VERIFIER_OUTPUT]
+        if stopped:
+            lines += ["", "Stopped pairs:"] + stopped
         if self.seed_checks:
             lines += ["", seed_table(self.seed_checks)]
+        if self.probes:
+            lines += ["", "| input probe | verdict | detail |", "|---|---|---|"]
+            lines += [f"| {p.name} | {verdict_word(p.passed)} | {p.detail} |" for p in self.probes]
+        lines += [f"not seen: {note}" for note in self.not_seen]
         return "\n".join(lines)
 
 
@@ -377,6 +431,8 @@ class _PrefixTables:
         self.offset: dict[tuple, tuple[int, np.ndarray]] = {}
         self.parts: list = []
         self.arrays = None
+        self.lookup: dict[tuple, dict] = {}
+        self.part_of: dict[tuple, int] = {}
 
     def _positive_blocks(self, c: tuple) -> list[tuple]:
         """The draft blocks of L tokens after ``c`` whose every token has positive probability
@@ -417,6 +473,7 @@ class _PrefixTables:
         prob = np.prod(step, axis=1)
         keep = prob > 0
         start = sum(len(p[0]) for p in self.parts)
+        self.part_of[c] = len(self.parts)
         self.parts.append((tokens[keep], dp[keep], tp[keep]))
         self.arrays = None
         hit = self.offset[c] = (start, prob[keep] / prob[keep].sum())
@@ -434,6 +491,35 @@ class _PrefixTables:
         self.gather(np.zeros(0, dtype=np.int64))
         return self.arrays[0][index]
 
+    def block_index(self, c: tuple, block: tuple) -> int:
+        """The global index of ``block`` (L tokens of positive draft probability) after context
+        ``c``.
+
+        Raises:
+            ContractViolation: a block of draft probability 0 (a drafter's defect).
+        """
+        start, _ = self.context(c)
+        lookup = self.lookup.get(c)
+        if lookup is None:
+            part = self.parts[self.part_of[c]]
+            lookup = self.lookup[c] = {tuple(z): start + j for j, z in enumerate(part[0].tolist())}
+        hit = lookup.get(tuple(int(t) for t in block))
+        if hit is None:
+            raise ContractViolation(f"the drafter proposed the block {list(block)} after {list(c)}, of draft "
+                                    "probability 0 under the draft model it was handed")
+        return hit
+
+    def draft_rows(self, contexts: list, tokens: np.ndarray) -> np.ndarray:
+        """float [B, K, V]: the draft rows, as the verifier is told them (rounded to the dtype),
+        after each row's context followed by ``tokens`` [B, K, i] (i < L)."""
+        tokens = np.asarray(tokens)
+        out = np.empty(tokens.shape[:2] + (self.V,))
+        for b, c in enumerate(contexts):
+            for k in range(tokens.shape[1]):
+                out[b, k] = round_to_dtype(self.dec.draft.conditional(c + tuple(int(t) for t in tokens[b, k])),
+                                           self.dtype)
+        return out
+
 
 @functools.lru_cache(maxsize=16)
 def _tables(pair: ToyPair, L: int, dtype: str) -> _PrefixTables:
@@ -445,7 +531,7 @@ def _check_output(out, drafts: np.ndarray, L: int, V: int) -> tuple[np.ndarray, 
     of one call.
 
     Raises:
-        ValueError: τ or tokens of the wrong shape, τ outside [0, L], an emitted token id outside
+        ContractViolation: τ or tokens of the wrong shape, τ outside [0, L], an emitted token id outside
             [0, V), ``selected`` outside [0, K) where τ > 0, accepted tokens that are not the
             first τ tokens of the selected draft block; a malformed modification record
             (``_records``).
@@ -455,18 +541,18 @@ def _check_output(out, drafts: np.ndarray, L: int, V: int) -> tuple[np.ndarray, 
         tau = np.asarray(to_numpy(out.tau)).astype(np.int64, casting="unsafe")
         tokens = np.asarray(to_numpy(out.tokens)).astype(np.int64, casting="unsafe")
     except AttributeError as err:
-        raise ValueError(f"verifier output has no tau/tokens (the batched contract's BatchVerdict): {err}") from None
+        raise ContractViolation(f"verifier output has no tau/tokens (the batched contract's BatchVerdict): {err}") from None
     if tau.shape != (B,):
-        raise ValueError(f"verifier returned tau of shape {tau.shape}, expected [B] = [{B}]")
+        raise ContractViolation(f"verifier returned tau of shape {tau.shape}, expected [B] = [{B}]")
     if tokens.shape != (B, L + 1):
-        raise ValueError(f"verifier returned tokens of shape {tokens.shape}, expected [B, L+1] = [{B}, {L + 1}]")
+        raise ContractViolation(f"verifier returned tokens of shape {tokens.shape}, expected [B, L+1] = [{B}, {L + 1}]")
     if np.any((tau < 0) | (tau > L)):
         bad = int(np.flatnonzero((tau < 0) | (tau > L))[0])
-        raise ValueError(f"verifier returned tau = {int(tau[bad])} outside [0, {L}] (batch row {bad})")
+        raise ContractViolation(f"verifier returned tau = {int(tau[bad])} outside [0, {L}] (batch row {bad})")
     emitted = np.arange(L + 1)[None, :] <= tau[:, None]
     if np.any(emitted & ((tokens < 0) | (tokens >= V))):
         bad = int(np.flatnonzero((emitted & ((tokens < 0) | (tokens >= V))).any(1))[0])
-        raise ValueError(f"verifier emitted a token id outside [0, {V}) (batch row {bad}: "
+        raise ContractViolation(f"verifier emitted a token id outside [0, {V}) (batch row {bad}: "
                          f"tau {int(tau[bad])}, tokens {tokens[bad].tolist()})")
     accepted = np.arange(L)[None, :] < tau[:, None]
     selected = getattr(out, "selected", None)
@@ -476,16 +562,16 @@ def _check_output(out, drafts: np.ndarray, L: int, V: int) -> tuple[np.ndarray, 
     else:
         sel = np.asarray(to_numpy(selected)).astype(np.int64, casting="unsafe").reshape(-1)
         if sel.shape != (B,):
-            raise ValueError(f"verifier returned selected of shape {sel.shape}, expected [B] = [{B}]")
+            raise ContractViolation(f"verifier returned selected of shape {sel.shape}, expected [B] = [{B}]")
         bad_sel = (tau > 0) & ((sel < 0) | (sel >= K))
         if bad_sel.any():
             bad = int(np.flatnonzero(bad_sel)[0])
-            raise ValueError(f"verifier returned selected = {int(sel[bad])} outside [0, {K}) with "
+            raise ContractViolation(f"verifier returned selected = {int(sel[bad])} outside [0, {K}) with "
                              f"tau = {int(tau[bad])} > 0 (batch row {bad})")
         ok = ((drafts[rows, np.clip(sel, 0, K - 1)] == tokens[:, :L]) | ~accepted).all(1)
     if not ok.all():
         bad = int(np.flatnonzero(~ok)[0])
-        raise ValueError(f"verifier's accepted tokens {tokens[bad, :int(tau[bad])].tolist()} are not the first "
+        raise ContractViolation(f"verifier's accepted tokens {tokens[bad, :int(tau[bad])].tolist()} are not the first "
                          f"tau = {int(tau[bad])} tokens of the selected draft block (batch row {bad}: drafts "
                          f"{drafts[bad].tolist()})")
     return tau, tokens, _records(getattr(out, "modification", None), tau, B, L)
@@ -496,31 +582,31 @@ def _records(mod, tau: np.ndarray, B: int, L: int) -> list:
     joint), or None where the row opened no window (no record, ``active`` False, or τ = L).
 
     Raises:
-        ValueError: a record with an unknown kind, fields of the wrong shape, or an active row
+        ContractViolation: a record with an unknown kind, fields of the wrong shape, or an active row
             whose ρ is negative or not finite or whose log joints are NaN or +inf.
     """
     if mod is None:
         return [None] * B
     kind = getattr(mod, "kind", None)
     if kind not in MODIFICATION_KINDS:
-        raise ValueError(f"verifier returned a modification of kind {kind!r}; the batched contract's "
+        raise ContractViolation(f"verifier returned a modification of kind {kind!r}; the batched contract's "
                          f"BatchModification has kind {' or '.join(map(repr, MODIFICATION_KINDS))}")
     try:
         fields = {name: np.asarray(to_numpy(getattr(mod, name)))
                   for name in ("rho", "log_q_joint", "log_p_joint", "active")}
         mod_K = int(mod.K)
     except (AttributeError, TypeError) as err:
-        raise ValueError(f"verifier's modification is not a BatchModification (reference/contract.py): {err}") from None
+        raise ContractViolation(f"verifier's modification is not a BatchModification (reference/contract.py): {err}") from None
     for name, a in fields.items():
         if a.shape != (B,):
-            raise ValueError(f"verifier returned modification.{name} of shape {a.shape}, expected [B] = [{B}]")
+            raise ContractViolation(f"verifier returned modification.{name} of shape {a.shape}, expected [B] = [{B}]")
     active = fields["active"].astype(bool) & (tau < L)
     rho = fields["rho"].astype(np.float64)
     lq, lp = fields["log_q_joint"].astype(np.float64), fields["log_p_joint"].astype(np.float64)
     bad = active & ~(np.isfinite(rho) & (rho >= 0) & ~np.isnan(lq) & ~np.isnan(lp) & (lq < np.inf) & (lp < np.inf))
     if bad.any():
         b = int(np.flatnonzero(bad)[0])
-        raise ValueError(f"verifier returned an active modification record with rho = {rho[b]}, log joints "
+        raise ContractViolation(f"verifier returned an active modification record with rho = {rho[b]}, log joints "
                          f"({lq[b]}, {lp[b]}) (batch row {b}): rho must be finite and >= 0, the log joints "
                          "< +inf and not NaN")
     return [(kind, mod_K, float(rho[b]), float(lq[b]), float(lp[b])) if active[b] else None for b in range(B)]
@@ -578,13 +664,15 @@ class _Carrier:
         return hit
 
 
-def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: CaseSeeds):
+def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: CaseSeeds, drafter=None):
     """N generations of ≥ L + 1 tokens (module doc), Algorithm 2 records carried.
 
-    Drafts are drawn per context (the draft model is never modified), from the plain tables;
-    a generation with a live modification window (a state of ``_Carrier``) gets the effective
-    target rows of its state in place of the plain ones.  A verifier that returns no record
-    never opens a window: every call then uses the plain tables only.
+    Drafts are drawn per context (the draft model is never modified), from the plain tables —
+    or, with a ``drafter``, by it, per call, with the call's row seeds (module doc, "Drafter and
+    verifier as one system"); a generation with a live modification window (a state of
+    ``_Carrier``) gets the effective target rows of its state in place of the plain ones.  A
+    verifier that returns no record never opens a window: every call then uses the plain tables
+    only.
 
     Returns:
         (emitted int64 [N, L+1], τ of the first call int64 [N], calls, rows, rows that returned
@@ -607,16 +695,24 @@ def _decode(verifier, tables: _PrefixTables, K: int, N: int, chunk: int, seed: C
         keys, inverse = np.unique(out[live, :L], axis=0, return_inverse=True)
         inverse = inverse.reshape(-1)
         index = np.empty((live.size, K), dtype=np.int64)
-        for g, key in enumerate(keys):
-            members = np.flatnonzero(inverse == g)
-            start, prob = tables.context(tuple(int(t) for t in key if t >= 0))
-            index[members] = start + rng.choice(prob.size, size=(members.size, K), p=prob)
+        contexts = [tuple(int(t) for t in key if t >= 0) for key in keys]
+        if drafter is None:
+            for g, context in enumerate(contexts):
+                members = np.flatnonzero(inverse == g)
+                start, prob = tables.context(context)
+                index[members] = start + rng.choice(prob.size, size=(members.size, K), p=prob)
         sid = state[live]
         taus = np.empty(live.size, dtype=np.int64)
         emitted = np.empty((live.size, L + 1), dtype=np.int64)
         records: list = [None] * live.size
         for lo in range(0, live.size, chunk):
             hi = min(lo + chunk, live.size)
+            if drafter is not None:  # the caller's drafter, with the seeds the verifier then gets
+                row_contexts = [contexts[g] for g in inverse[lo:hi]]
+                drafted = _drafted(drafter, lambda t, cs=row_contexts: tables.draft_rows(cs, t), K, L, V,
+                                   seed.row_seeds(calls, hi - lo))
+                index[lo:hi] = [[tables.block_index(c, tuple(z)) for z in blocks]
+                                for c, blocks in zip(row_contexts, drafted.tolist())]
             draft_tokens, draft_probs, target_probs = tables.gather(index[lo:hi])
             carried = np.flatnonzero(sid[lo:hi] >= 0)
             if carried.size:  # the modified target rows, once per distinct (state, block)
@@ -661,8 +757,8 @@ def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyMo
 
     A lossless verifier emits x_d after the prefix c with probability q(x_d | c), whatever the
     law of c.  For every prefix c whose expected count N·q(c) reaches ``MIN_KEY_EXPECTED``
-    (eligibility from the law and N, as ``oracle.stats.conditional_gtests``) the n_c samples
-    with prefix c are G-tested against q(· | c) (``oracle.stats.gtest``, its pooling); given the
+    (eligibility from the law and N, as ``oracle.conditional_gtest.conditional_gtests``) the n_c samples
+    with prefix c are G-tested against q(· | c) (``oracle.gtest.gtest``, its pooling); given the
     prefix counts these tests are independent, so G = Σ_c G_c is χ² with Σ_c dof_c degrees of
     freedom under the null (the decomposition of the joint G-test by position: Sokal & Rohlf,
     *Biometry*, §17; one test per position instead of one Bonferroni share per prefix, so the
@@ -671,7 +767,7 @@ def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyMo
 
     δ (``detectable``): the smallest mean conditional TV Σ_c (n_c/n_e)·TV(law(x_d | c), q(· | c))
     over the n_e samples on eligible prefixes detected with power 0.99 (non-central χ² with
-    λ ≥ 4·n_e·δ², Jensen over the prefixes: ``oracle.stats.detectable_tv`` at n_e and dof + 1
+    λ ≥ 4·n_e·δ², Jensen over the prefixes: ``oracle.gtest_power.detectable_tv`` at n_e and dof + 1
     cells), plus the share of samples on ineligible prefixes and the pooled mass (each weighted
     by its prefix's share): a bound on the mean conditional TV over all N samples.
 
@@ -732,10 +828,118 @@ def _position_test(emitted: np.ndarray, d: int, block: np.ndarray, target: ToyMo
                         observed_tv / max(n_e, 1), worst, summary)
 
 
+VERIFIER_OUTPUT = "verifier output"
+
+
+def _drafted(drafter, next_probs, K: int, L: int, V: int, seeds: np.ndarray) -> np.ndarray:
+    """int64 [B, K, L]: the caller's drafter called as ``drafter(next_probs, K, L, seeds=seeds)``
+    (module doc, "Drafter and verifier as one system"), B = len(seeds).
+
+    Raises:
+        ContractViolation: the drafter's tokens are not integers of shape [B, K, L] in [0, V)
+            (a block of draft probability 0 is refused where it is looked up).
+    """
+    B = len(seeds)
+    out = np.asarray(to_numpy(drafter(next_probs, K, L, seeds=np.array(seeds, dtype=np.int64))))
+    if out.shape != (B, K, L) or not np.issubdtype(out.dtype, np.integer):
+        raise ContractViolation(f"the drafter returned {out.dtype} tokens of shape {list(out.shape)}, expected "
+                                f"integers of shape [B, K, L] = [{B}, {K}, {L}]")
+    out = out.astype(np.int64)
+    if ((out < 0) | (out >= V)).any():
+        raise ContractViolation(f"the drafter proposed a token id outside [0, {V})")
+    return out
+
+
+class _VocabRows:
+    """A ``VocabPair``'s rows as the verifier is told them (rounded to the dtype), with the
+    ``context``/``gather`` of ``_PrefixTables`` (for ``lossless_seed_checks``): block j is token j."""
+
+    def __init__(self, pair: VocabPair, dtype: str):
+        self.V, self.dtype = pair.V, dtype
+        self.dp, self.tp = round_to_dtype(pair.draft, dtype), round_to_dtype(pair.target, dtype)
+        self.law_p = renormalise_rows(self.dp)
+        self.law_q = renormalise_rows(self.tp)
+
+    def context(self, c: tuple) -> tuple[int, np.ndarray]:
+        return 0, self.law_p
+
+    def gather(self, index: np.ndarray):
+        """(draft_tokens [..., 1], draft_probs [..., 1, V], target_probs [..., 2, V]) of the
+        tokens ``index`` [B, K] (broadcast views of the pair's rows)."""
+        index = np.asarray(index, dtype=np.int64)
+        shape = index.shape
+        return (index[..., None], np.broadcast_to(self.dp, shape + (1, self.V)),
+                np.broadcast_to(self.tp, shape + (2, self.V)))
+
+
+def _vocab_run(verifier, pair: VocabPair, K: int, N: int, alpha: float, chunk: int, seed: CaseSeeds,
+               dtype: str, drafter, start: float) -> LosslessCaseResult:
+    """One ``VocabPair`` (module doc, "Pairs at a real vocabulary"): N = min(n_samples,
+    samples_cap) first calls of K drafts of one token, and its four tests at α/4."""
+    rows = _VocabRows(pair, dtype)
+    V, a = pair.V, alpha / 4
+    chunk = rows_per_call(chunk, K, 1, V)
+    rng = seed.draft_rng()
+    firsts = np.empty(N, dtype=np.int64)
+    taus = np.empty(N, dtype=np.int64)
+    done = calls = 0
+    while done < N:
+        B = min(chunk, N - done)
+        seeds = seed.row_seeds(calls, B)
+        if drafter is None:
+            index = rng.choice(V, size=(B, K), p=rows.law_p)
+        else:
+            index = _drafted(drafter, lambda t: np.broadcast_to(rows.dp, np.shape(t)[:2] + (V,)), K, 1, V, seeds)[..., 0]
+            if (rows.law_p[index] <= 0).any():
+                raise ContractViolation("the drafter proposed a token of draft probability 0 under the draft row "
+                                        "it was handed")
+        draft_tokens, draft_probs, target_probs = rows.gather(index)
+        tau, tokens, _ = _check_output(verifier(draft_tokens, draft_probs, target_probs, seeds=seeds),
+                                       draft_tokens, 1, V)
+        firsts[done:done + B], taus[done:done + B] = tokens[:, 0], tau
+        done, calls = done + B, calls + 1
+    law = {x: float(p) for x, p in enumerate(rows.law_q) if p > 0}
+    counts = counts_from_samples(firsts.tolist())
+    first = _gtest_result("first token", firsts.tolist(), law, a)
+    coarse = coarse_gtest(counts, law, a)
+    ident = identity_test(counts, law, a)
+    q, p = rows.law_q, rows.law_p
+    ceiling = float(np.minimum(q, 1.0 - (1.0 - p) ** K).sum())
+    ceil_test, low = _ceiling_test(taus, ceiling, a)
+    tests = (first,
+             LosslessTest(VOCAB_TESTS[1], a, coarse.pvalue, coarse.passed, coarse.detectable_tv,
+                          coarse.test.statistic, coarse.bins.n_bins, summary=coarse.summary()),
+             LosslessTest(VOCAB_TESTS[2], a, ident.pvalue, ident.passed, ident.detectable_tv,
+                          ident.statistic, ident.head_cells, ident.tail_mass, summary=ident.summary()),
+             ceil_test)
+    notes = (f"first call only (blocks of one token, context-free rows) at N = {N}; the first token's law over its "
+             f"{V:,} tokens by the G-test, the coarsened G-test (oracle.coarsen) and the identity test "
+             "(oracle.identity); records are not carried (no later call)")
+    return LosslessCaseResult(pair.name, f"VocabPair draft row (V = {V:,})", f"VocabPair target row (V = {V:,})",
+                              V, K, 1, dtype, N, alpha, tests, float(taus.mean()), low, ceiling,
+                              "prefix-match U = global OT at L = 1 (docs/bounds.md §6)", calls, N, 0, 0,
+                              time.perf_counter() - start, notes)
+
+
+def _stopped(pair, K: int, L: int, dtype: str, N: int, alpha: float, a: float, err: Exception,
+             seconds: float) -> LosslessCaseResult:
+    """The result of a pair whose verifier raised, or broke the contract's outputs, while
+    decoding: one failed test, ``VERIFIER_OUTPUT``, with the error as its summary; no law was
+    tested."""
+    why = "broke the contract" if isinstance(err, ContractViolation) else "raised"
+    summary = f"{VERIFIER_OUTPUT} FAIL: the verifier {why}: {type(err).__name__}: {err}"
+    test = LosslessTest(VERIFIER_OUTPUT, a, 0.0, False, math.nan, math.nan, summary=summary)
+    draft, target = ((repr(pair.draft), repr(pair.target)) if isinstance(pair, ToyPair) else
+                     (f"VocabPair draft row (V = {pair.V:,})", f"VocabPair target row (V = {pair.V:,})"))
+    return LosslessCaseResult(pair.name, draft, target, pair.V, K, L, dtype, N, alpha, (test,),
+                              math.nan, math.nan, math.nan, "", 0, 0, 0, 0, seconds,
+                              "decoding stopped: " + summary)
+
+
 def _ceiling_test(taus: np.ndarray, ceiling: float, a: float) -> tuple[LosslessTest, float]:
     """One-sided test of E[τ] ≤ ceiling: (the LosslessTest, the lower end of the (1 − a) interval).
 
-    The interval is ``oracle.stats.mean_ci`` at confidence 1 − 2a (two-sided, so each side
+    The interval is ``oracle.mean_tests.mean_ci`` at confidence 1 − 2a (two-sided, so each side
     1 − a), normal approximation with the sample variance; p = P(Z ≥ (mean − c)/se).  With a
     zero sample variance (all N values of τ equal to t) the normal approximation says nothing;
     then p = (c/t)^N when t > c, exact: by Markov's inequality a lossless rule has
@@ -794,24 +998,26 @@ def _pairs(models, K: int, L: int) -> list[tuple[ToyPair, int]]:
     if models is None:
         pairs = list(default_pairs())
     else:
-        if isinstance(models, ToyPair) or (isinstance(models, tuple) and len(models) == 2 and all(
+        if isinstance(models, (ToyPair, VocabPair)) or (isinstance(models, tuple) and len(models) == 2 and all(
                 isinstance(m, ToyModel) for m in models)):
             models = [models]
         pairs = []
         for j, m in enumerate(models):
-            if isinstance(m, ToyPair):
+            if isinstance(m, (ToyPair, VocabPair)):
                 pairs.append(m)
             elif isinstance(m, (tuple, list)) and len(m) == 2 and all(isinstance(x, ToyModel) for x in m):
                 pairs.append(ToyPair(f"pair {j}", m[0], m[1]))
             else:
-                raise ValueError(f"models must hold ToyPair objects or (draft, target) pairs of ToyModels, "
-                                 f"got {type(m).__name__} at index {j}")
+                raise ValueError(f"models must hold ToyPair or VocabPair objects or (draft, target) pairs of "
+                                 f"ToyModels, got {type(m).__name__} at index {j}")
         if not pairs:
             raise ValueError("models is empty: nothing to certify (a run with no pair would pass vacuously)")
     runs = [(pr, pr.run_L(L)) for pr in pairs if K >= pr.min_K]
     if not runs:
         raise ValueError(f"models: no pair runs at K = {K} (each has min_K > K): nothing to certify")
     for pr, L_pair in runs:
+        if isinstance(pr, VocabPair):  # validated at construction; one call per sample
+            continue
         if pr.draft.vocab_size != pr.target.vocab_size:
             raise ValueError(f"models: pair {pr.name!r} has a vocabulary mismatch, draft V = "
                              f"{pr.draft.vocab_size}, target V = {pr.target.vocab_size}")
@@ -826,7 +1032,7 @@ def _pairs(models, K: int, L: int) -> list[tuple[ToyPair, int]]:
 
 def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = DEFAULT_SAMPLES,
                      alpha: float = 1e-6, seed: int = 0, chunk: int = 4096, dtype: str = "float64",
-                     drafting: str = "iid",
+                     drafting: str = "iid", input_checks: bool = True, drafter=None,
                      progress: Callable[[LosslessCaseResult], None] | None = None) -> LosslessReport:
     """Certify that ``verifier`` is lossless, with no reference rule (module doc).
 
@@ -841,8 +1047,9 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             modifications").  Row b must draw its randomness from seeds[b] alone.
         K: drafts per call (1 for a single-draft verifier), integer ≥ 1.
         L: block length, integer ≥ 1.
-        models: None for ``default_pairs()`` (oracle/lossless_pairs.py: 7 pairs at K = 1, 8 at
-            K ≥ 2), or a sequence of ``ToyPair`` / (draft, target) ToyModel pairs (each run
+        models: None for ``default_pairs()`` (oracle/lossless_pairs.py: 9 pairs at K = 1, 10 at
+            K ≥ 2, the two ``VocabPair`` s at V = 151,936 and 32,768 among them), or a sequence of
+            ``ToyPair`` / ``VocabPair`` / (draft, target) ToyModel pairs (each run
             at min(L, its max_L) when K ≥ its min_K; toy sizes: V^(L+1) ≤ 65,536 joint cells, and the rows of every draft
             block after every context of ≤ L tokens within ``MAX_TABLE_BYTES`` = 1 GiB, e.g.
             V = 8 at L = 3, V = 5 at L = 4).
@@ -850,7 +1057,7 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             20,000, the plugin's).
         alpha: false-alarm rate per pair, in (0, 1); each of the pair's m = 3 + L_pair tests runs
             at α/m (Bonferroni), so a lossless verifier fails a pair with probability ≤ α (nominal: the
-            G-tests' χ² and the mean's normal approximations, oracle/stats.py).
+            G-tests' χ² and the mean's normal approximations, oracle/gtest.py, oracle/mean_tests.py).
         seed: base seed; pair j draws its drafts from ``CaseSeeds(seed, j).draft_rng()`` and
             gives call c the row seeds ``CaseSeeds(seed, j).row_seeds(c, B)`` (oracle/seeding.py:
             hashed 63-bit seeds, unrelated across rows, calls, pairs and base seeds).
@@ -859,25 +1066,36 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
             arrays); the drafts and the expected laws are those of the rounded rows,
             renormalised (as ``oracle.certify.FixedCase``).
         drafting: "iid" (the only value: module doc, "Drafting").
+        drafter: None (the harness draws K i.i.d. blocks from the draft model), or the caller's
+            drafter, called with the rows' seeds before each verifier call (module doc, "Drafter
+            and verifier as one system"): the pair's law is then that of the two together.
+        input_checks: run the input probes (``oracle.input_probes``: NaN, ±inf, negative and
+            unnormalised draft rows, a drafted token of draft probability 0, NaN in a target row
+            must each raise ValueError, reference/contract.py) into ``report.probes``; default True.
         progress: called with each pair's LosslessCaseResult.
     Returns:
         LosslessReport: ``ok``, ``failed`` (pair → failed tests), ``table()``, ``to_json()``,
         ``results`` (LosslessCaseResult per pair: N, α, per test α/m, p-value, detectable δ or
         excess; mean τ with its one-sided lower end; the ceiling and which one), ``seed_checks``
-        (the seed contract's "seed replay" and "seed dependence" on the first pair's first-call
-        rows: ``oracle.seed_contract.lossless_seed_checks``; a failure is "seed contract" in
-        ``failed``).
+        (the seed contract's "seed replay", "seed dependence" and "batch independence" on the
+        first toy pair's first-call rows: ``oracle.seed_contract.lossless_seed_checks``; a
+        failure is "seed contract" in ``failed``), ``probes`` (the input probes; a failure is
+        "input probes" in ``failed``) and ``not_seen`` (what the run did not look at: pairs not
+        run, blocks below the L asked, temperatures, the record when none was returned, the
+        drafter when none was given, the coin extremes, the input probes when turned off).
     Raises:
         ValueError: K or L not an integer ≥ 1, n_samples < 2, alpha outside (0, 1), chunk < 1,
             an unknown dtype, ``drafting`` other than "iid", malformed models (vocabulary
-            mismatch, V^L or V^(L+1) too large at the pair's L, no pair with min_K ≤ K);
-            malformed verifier output (τ or tokens of the wrong shape, τ outside [0, L], an
-            emitted token id outside [0, V), ``selected`` outside [0, K) where τ > 0, accepted
-            tokens that are not the first τ tokens of the selected draft block, a modification
-            record of an unknown kind, of fields not of shape [B], or with an active row whose
-            ρ is not finite and ≥ 0 or whose log joints are NaN or +inf).
+            mismatch, V^L or V^(L+1) too large at the pair's L, no pair with min_K ≤ K).
+            A verifier that raises, or returns outputs that break the contract (τ or tokens of
+            the wrong shape, τ outside [0, L], an emitted token id outside [0, V), ``selected``
+            outside [0, K) where τ > 0, accepted tokens that are not the first τ tokens of the
+            selected draft block, a modification record of an unknown kind, of fields not of
+            shape [B], or with an active row whose ρ is not finite and ≥ 0 or whose log joints
+            are NaN or +inf), fails the pair's "verifier output" test with the error as its
+            summary: a verdict, not an exception.
         TypeError: ``verifier`` is not callable.
-    Sources: G-test and its power, oracle/stats.py (Sokal & Rohlf; Mitra 1958; Cohen 1988);
+    Sources: G-test and its power, oracle/gtest.py and oracle/gtest_power.py (Sokal & Rohlf; Mitra 1958; Cohen 1988);
         the ceilings, docs/bounds.md §4.3 (global OT) and §6 (prefix-match U).
     """
     K, L, N, alpha, chunk, seed = _check_args(K, L, n_samples, alpha, chunk, dtype, seed)
@@ -893,10 +1111,28 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
     report = LosslessReport()
     for j, (pair, L_pair) in enumerate(runs):
         start = time.perf_counter()
-        a = alpha / (len(TESTS) + L_pair)
         case_seed = CaseSeeds(seed, j)
+        if isinstance(pair, VocabPair):
+            n_pair = min(N, int(pair.samples_cap))
+            try:
+                result = _vocab_run(verifier, pair, K, n_pair, alpha, chunk, case_seed, dtype, drafter, start)
+            except Exception as err:  # a defect of the verifier or drafter: the pair's verdict
+                result = _stopped(pair, K, 1, dtype, n_pair, alpha, alpha / 4, err, time.perf_counter() - start)
+            report.results.append(result)
+            if progress is not None:
+                progress(result)
+            continue
+        a = alpha / (len(TESTS) + L_pair)
         tables = _tables(pair, L_pair, dtype)
-        emitted, first_tau, calls, rows, n_mod, n_carried = _decode(verifier, tables, K, N, chunk, case_seed)
+        try:
+            emitted, first_tau, calls, rows, n_mod, n_carried = _decode(verifier, tables, K, N, chunk, case_seed,
+                                                                        drafter)
+        except Exception as err:  # a defect of the verifier: the pair's verdict, not an exception
+            result = _stopped(pair, K, L_pair, dtype, N, alpha, a, err, time.perf_counter() - start)
+            report.results.append(result)
+            if progress is not None:
+                progress(result)
+            continue
         draft_law, target_law = _law_model(pair.draft, dtype), _law_model(pair.target, dtype)
         first_law = {x: float(p) for x, p in enumerate(target_law.conditional(())) if p > 0}
         block = target_law.block_law(L_pair + 1)
@@ -921,7 +1157,44 @@ def certify_lossless(verifier, *, K: int, L: int, models=None, n_samples: int = 
         report.results.append(result)
         if progress is not None:
             progress(result)
-    first_pair, first_L = runs[0]
-    report.seed_checks = lossless_seed_checks(verifier, _tables(first_pair, first_L, dtype), K, CaseSeeds(seed, 0),
+    j, (first_pair, first_L) = next(((j, r) for j, r in enumerate(runs) if isinstance(r[0], ToyPair)),
+                                    (0, runs[0]))
+    rows_of = (_VocabRows(first_pair, dtype) if isinstance(first_pair, VocabPair)
+               else _tables(first_pair, first_L, dtype))
+    report.seed_checks = lossless_seed_checks(verifier, rows_of, K, CaseSeeds(seed, j),
                                               f"pair {first_pair.name!r}, first call")
+    if input_checks:
+        report.probes = input_probes(verifier, K, L)
+    report.not_seen = _not_seen(verifier, models, runs, K, L, report, input_checks, drafter)
     return report
+
+
+def _not_seen(verifier, models, runs, K: int, L: int, report: LosslessReport, input_checks: bool,
+              drafter) -> list[str]:
+    """``LosslessReport.not_seen``: what this run did not look at, one line each."""
+    out = []
+    ran = {pr.name for pr, _ in runs}
+    if models is None:
+        left = [pr for pr in default_pairs() if pr.name not in ran]
+        if left:
+            out.append("pairs not run at this K: " + "; ".join(f"{pr.name} (needs K ≥ {pr.min_K})" for pr in left))
+    else:
+        out.append("the default pairs (oracle.lossless_pairs.default_pairs): models= replaced them")
+    short = [f"{pr.name} at L = {L_pair}" for pr, L_pair in runs if L_pair < L]
+    if short:
+        out.append(f"blocks of the L = {L} asked on every pair: " + ", ".join(short) + " (their max_L)")
+    if not getattr(verifier, "certifies_temperatures", False):
+        out.append("per-request temperatures: the plain contract hands probabilities, no temperature (a sampler "
+                   "that tempers is certified through gpu_backend.adapters.vllm_adapter.from_vllm_layout)")
+    if not any(r.modification_rows for r in report.results):
+        out.append("Algorithm 2 record: none returned, every call was memoryless (a rule that needs its record "
+                   "fails the laws; one that keeps it to itself is certified as the memoryless rule it then is)")
+    if drafter is None:
+        out.append("the drafter: drafts are the harness's own i.i.d. draws from the draft model (drafter= certifies "
+                   "yours with the verifier, their noise as your code wires it)")
+    out.append("coins at their extremes and ties (u = 2^-53, u = 1): oracle.harness.boundary_probes, for a verifier "
+               "that takes noise=")
+    if not input_checks:
+        out.append("impossible inputs (non-finite, negative, unnormalised rows; drafts of draft probability 0): "
+                   "input_checks=False, the input probes did not run")
+    return out

@@ -17,11 +17,19 @@ wide        64    1          any     correction/bonus draws truncated to the top
 deep        2     ≤ 8        any     defects at draft depth ≥ 3 (L up to ENGINE_MAX_L)
 multi       4     ≤ 3        ≥ 2     the second draft's branch (candidates drawn without
                                      replacement, rules that assume distinct drafts)
+vocab       151,936  1       any     draws at a real vocabulary (top-k, narrow-dtype CDFs,
+                                     tokens below a probability floor): first call only
+vocab-32k   32,768   1       any     the same at V = 32,768 (a second pair for each of
+                                     those defects)
 ==========  ====  =========  ======  ====================================================
 
 A pair runs at L_pair = min(L, ``max_L``) (its tables and joint law must enumerate: V^L_pair
 draft blocks per context, V^(L_pair + 1) joint cells) and only when K ≥ ``min_K``; the
 result of a pair records the L it ran at and says so in its notes when it is below the L asked.
+A ``VocabPair`` (the last two) cannot enumerate: it is context-free, runs one call per sample
+(blocks of one token) at min(N, ``samples_cap``) samples, and tests the first emitted token's
+law over its V tokens and the acceptance ceiling (``oracle.lossless``, "Pairs at a real
+vocabulary").
 """
 
 from __future__ import annotations
@@ -33,7 +41,7 @@ import numpy as np
 
 from spectr_gbv.reference.models import ContextFree, Mixture, Prefix, RandomModel, ToyModel
 
-__all__ = ["ToyPair", "OneHot", "ZeroOnDraftMode", "default_pairs", "ENGINE_MAX_L"]
+__all__ = ["ToyPair", "VocabPair", "OneHot", "ZeroOnDraftMode", "default_pairs", "ENGINE_MAX_L", "VOCAB_SAMPLES"]
 
 # The largest L the engine's automatic configuration can choose:
 # gpu_backend.engine.defaults.L_CANDIDATES[-1] (not imported: oracle/ stays torch-free and
@@ -81,6 +89,73 @@ class ToyPair:
     def run_L(self, L: int) -> int:
         """The block length the pair runs at when ``L`` is asked: min(L, max_L)."""
         return L if self.max_L is None else min(L, int(self.max_L))
+
+
+# A VocabPair runs at min(N, VOCAB_SAMPLES) samples: at V = 151,936 one sample hands the verifier
+# K·3·V probabilities, and 5,000 samples give its coarsened first-token test δ = 0.078 (64 bins).
+VOCAB_SAMPLES = 5_000
+
+
+@dataclass(frozen=True, eq=False)
+class VocabPair:
+    """A (draft, target) pair at a real vocabulary: one draft row ``draft`` and one target row
+    ``target`` (float64 [V], each summing to 1) after every prefix, run on the first call alone
+    with blocks of one token (``oracle.lossless``, "Pairs at a real vocabulary").
+
+    Attributes:
+        name: label.  draft, target: float64 [V] rows.  sees: one line.
+        samples_cap: the most samples the pair runs at (default ``VOCAB_SAMPLES``).
+        min_K: the pair runs only when K ≥ min_K.
+    Raises:
+        ValueError: rows not 1-D of one length ≥ 2, not finite, negative or not summing to 1
+            (within 1e-9); samples_cap or min_K not an integer ≥ 1 (samples_cap ≥ 2).
+    """
+
+    name: str
+    draft: np.ndarray
+    target: np.ndarray
+    sees: str = ""
+    samples_cap: int = VOCAB_SAMPLES
+    min_K: int = 1
+
+    def __post_init__(self):
+        d, t = (np.asarray(x, dtype=np.float64) for x in (self.draft, self.target))
+        if d.ndim != 1 or d.shape != t.shape or d.size < 2:
+            raise ValueError(f"VocabPair {self.name!r}: draft and target must be 1-D rows of one length >= 2, "
+                             f"got shapes {d.shape} and {t.shape}")
+        for what, row in (("draft", d), ("target", t)):
+            if not np.isfinite(row).all() or (row < 0).any() or abs(row.sum() - 1.0) > 1e-9:
+                raise ValueError(f"VocabPair {self.name!r}: the {what} row must be finite, >= 0 and sum to 1")
+        for field_name, value, low in (("samples_cap", self.samples_cap, 2), ("min_K", self.min_K, 1)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+                raise ValueError(f"VocabPair {self.name!r}: {field_name} must be an integer >= {low}, got {value!r}")
+        d.setflags(write=False)
+        t.setflags(write=False)
+        object.__setattr__(self, "draft", d)
+        object.__setattr__(self, "target", t)
+
+    @property
+    def V(self) -> int:
+        return int(self.target.size)
+
+    @property
+    def max_L(self) -> int:
+        return 1
+
+    def run_L(self, L: int) -> int:
+        """1, whatever L is asked (one call per sample)."""
+        return 1
+
+
+def _vocab(name: str, V: int, seed: int) -> VocabPair:
+    """A VocabPair of ``oracle.certify_cases.vocab_models(V, seed)``'s empty-prefix rows: the
+    target a Zipf(1.1) row in a random order (29 % of its mass on tokens below 10^-4 at V =
+    151,936, 23 % at V = 32,768), the draft an even mixture of it with another such row."""
+    from spectr_gbv.oracle.certify_cases import vocab_models
+
+    draft, target = vocab_models(V, seed)
+    return VocabPair(name, np.array(draft.conditional(())), np.array(target.conditional(())),
+                     sees=f"draws at V = {V:,}: top-k, narrow-dtype CDFs, tokens below a probability floor")
 
 
 class OneHot(ToyModel):
@@ -214,7 +289,8 @@ def default_pairs() -> tuple[ToyPair, ...]:
       prefix-dependent, peaked rows, draft far from the target; L ≤ 3;
     - "zeros", "one-hot", "wide", "deep", "multi": ``_zeros``, ``_one_hot``, ``_wide``,
       ``_deep``, ``_multi`` (target zeros under the draft; one-hot draft rows; V = 64 at L = 1;
-      depth up to L = 8; the second draft's branch, K ≥ 2 only).
+      depth up to L = 8; the second draft's branch, K ≥ 2 only);
+    - "vocab", "vocab-32k": ``VocabPair`` s at V = 151,936 and 32,768 (``_vocab``; seeds 31, 32).
     """
     from spectr_gbv.oracle.certify_cases import toy_models
 
@@ -225,4 +301,5 @@ def default_pairs() -> tuple[ToyPair, ...]:
                       sees="prefix-dependent rows, long acceptances"),
             ToyPair("far", RandomModel(5, 200, 0.5), RandomModel(5, 300, 0.5), max_L=3,
                       sees="peaked rows, a draft far from the target"),
-            _zeros(), _one_hot(), _wide(), _deep(), _multi())
+            _zeros(), _one_hot(), _wide(), _deep(), _multi(),
+            _vocab("vocab", 151_936, 31), _vocab("vocab-32k", 32_768, 32))

@@ -10,10 +10,14 @@ Installed with the package (entry point ``pytest11: spectr_gbv``), so in any tes
     def test_my_sd_accepts_like_sd(spectr_certify):  # the fixture: same helpers, CLI defaults
         spectr_certify.assert_acceptance(my_sd, expected="sd")
 
+    def test_my_sd_keeps_the_contract(spectr_contract):  # hypothesis-driven contract properties
+        spectr_contract(my_sd, "sd")                 # a failure prints a ready-to-paste batch
+
 Options: ``--spectr-samples N`` (N per case, default 20,000) and ``--spectr-alpha A``
 (false-alarm rate per case, default 1e-6) change the defaults of both helpers for the run;
 the defaults are ``oracle.defaults.DEFAULT_SAMPLES`` / ``DEFAULT_ALPHA``, the same as
-``oracle.harness.certify_verifier``'s.
+``oracle.harness.certify_verifier``'s.  ``--spectr-examples M`` (default 50) sets the batches
+the contract suite (``assert_contract``, ``oracle.contract_suite``) tries.
 Hypothesis strategies for verifier inputs are in ``oracle.strategies``.
 
 The helpers wrap ``oracle.harness.certify_verifier`` (imported when first called: loading this
@@ -31,7 +35,8 @@ from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES  # the one
 
 # The defaults the helpers use when n_samples/alpha are not given: the constants imported above, or the
 # command-line options of the running pytest session (set in pytest_configure).
-_defaults = {"n_samples": DEFAULT_SAMPLES, "alpha": DEFAULT_ALPHA}
+CONTRACT_EXAMPLES = 50  # batches ``assert_contract`` tries by default (oracle.contract_suite)
+_defaults = {"n_samples": DEFAULT_SAMPLES, "alpha": DEFAULT_ALPHA, "examples": CONTRACT_EXAMPLES}
 _saved: list[dict] = []
 
 ALL_FAMILIES = None  # sentinel: every built-in family (oracle.certify_cases.FAMILIES)
@@ -46,7 +51,7 @@ class CertificationFailed(AssertionError):
         self.report = report
 
 
-def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk):
+def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk, input_checks=True):
     from spectr_gbv.oracle.harness import certify_verifier
 
     if families is not None and len(families) == 0 and len(cases) == 0:
@@ -54,11 +59,17 @@ def _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, see
     return certify_verifier(
         verifier, rule, K=K, L=L, families=None if families is None else tuple(families),
         cases=cases, n_samples=_defaults["n_samples"] if n_samples is None else n_samples,
-        alpha=_defaults["alpha"] if alpha is None else alpha, dtype=dtype, seed=seed, chunk=chunk)
+        alpha=_defaults["alpha"] if alpha is None else alpha, dtype=dtype, seed=seed, chunk=chunk,
+        input_checks=input_checks)
 
 
 def _case_detail(r) -> str:
-    """The lines of one failing case: p-values, δ, empirical TV, mean τ, worst cells."""
+    """The lines of one failing case: p-values, δ, empirical TV, mean τ, worst cells, and its
+    failed deterministic checks (``CaseResult.checks``: the verifier's output, the Algorithm 2
+    record)."""
+    checks = [f"  {name}: {detail}" for name, detail in r.failed_checks]
+    if not r.tests_passed:  # sampling stopped: the verifier raised or broke the contract
+        return "\n".join([f"case {r.name!r}: {r.verdict} (its tests did not run)"] + checks)
     large = r.n_tests == 6  # the coarsened and identity tests added (oracle.certify module doc)
     lines = [
         f"case {r.name!r}: {r.verdict} (N = {r.n}, α = {r.alpha:g}; each of the "
@@ -79,7 +90,7 @@ def _case_detail(r) -> str:
     if r.worst_cells:
         lines.append("  worst cells (τ, accepted prefix, emitted token): observed vs expected count")
         lines.extend(f"    {o!r}: {obs} vs {exp:.1f}" for o, obs, exp in r.worst_cells)
-    return "\n".join(lines)
+    return "\n".join(lines + checks)
 
 
 def _family_of(case_name: str, rule: str) -> str:
@@ -103,8 +114,10 @@ def _claim(rule: str) -> tuple[str, str]:
 def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
                     families: Sequence[str] | None = ALL_FAMILIES, cases: Sequence = (),
                     n_samples: int | None = None, alpha: float | None = None, dtype: str = "float64",
-                    seed: int = 0, chunk: int = 4096):
-    """Assert that ``verifier`` follows the exact law of the registered rule ``rule``.
+                    seed: int = 0, chunk: int = 4096, input_checks: bool = True):
+    """Assert that ``verifier`` follows the exact law of the registered rule ``rule``, keeps the
+    seed contract, refuses impossible inputs and, for a rule that modifies later targets,
+    returns the reference's Algorithm 2 record (``oracle.harness.certify_verifier``).
 
     For a lossless rule (``reference.rules.registry``: "sd", "bv", "spectr", …) passing means
     the verifier is lossless as that rule is; for a lossy one ("spectr_gbv", …) it means the
@@ -124,25 +137,30 @@ def assert_lossless(verifier, rule: str, *, K: int | None = None, L: int = 3,
         n_samples: N per case (default 20,000 or ``--spectr-samples``).
         alpha: false-alarm rate per case (default 1e-6 or ``--spectr-alpha``).
         dtype: "float64", "float32" or "bfloat16" rows.  seed: base seed.  chunk: rows per call.
+        input_checks: run the input probes (``oracle.input_probes``; default True).
     Returns:
-        oracle.certify.CertificationReport (``ok`` is True).
+        oracle.harness.HarnessReport (``ok`` is True; ``not_seen`` lists what it did not see).
     Raises:
-        CertificationFailed (an AssertionError): some case fails; the message has the report
-            table and, per failing case, its p-values, detectable δ, empirical TV, mean τ against
-            exact E[τ] and worst outcome cells; ``.report`` is the report.
+        CertificationFailed (an AssertionError): some case, seed check or input probe fails;
+            the message has the report table and, per failing case, its p-values, detectable δ,
+            empirical TV, mean τ against exact E[τ], worst outcome cells and failed checks (the
+            verifier's output, the Algorithm 2 record); ``.report`` is the report.
         ValueError: no cases (``families=()`` and no ``cases``); unknown rule or family, bad
             K/L/n_samples/alpha/dtype, malformed verifier output (from
             ``oracle.harness.certify_verifier``).
     """
     __tracebackhide__ = True
     failed_claim, _ = _claim(rule)
-    report = _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk)
+    report = _certify(verifier, rule, K, L, families, cases, n_samples, alpha, dtype, seed, chunk, input_checks)
     if not report.ok:
         bad = [r for r in report.results if not r.ok]
         seeds = [c for c in getattr(report, "seed_checks", ()) if not c.passed]  # oracle/seed_contract.py
+        probes = [p for p in getattr(report, "probes", ()) if not p.passed]  # oracle/input_probes.py
         head = ([f"{failed_claim}: {len(bad)} of {len(report.results)} cases fail "
                  f"({', '.join(_family_of(r.name, rule) for r in bad)})"] if bad else [])
         head += [f"verifier breaks the seed contract (reference/contract.py), {c.name}: {c.detail}" for c in seeds]
+        head += [f"verifier does not refuse an impossible input (reference/contract.py), {p.name}: {p.detail}"
+                 for p in probes]
         raise CertificationFailed("\n".join(head + [report.table(), ""] + [_case_detail(r) for r in bad]), report)
     return report
 
@@ -187,6 +205,19 @@ def assert_acceptance(verifier, expected: str = "bv", *, K: int | None = None, L
     return report
 
 
+def assert_contract(verifier, rule: str | None = None, **kwargs):
+    """``oracle.contract_suite.assert_contract``: the batched contract's properties fuzzed by
+    hypothesis (shapes, τ ≤ L, emitted ids in the target's support, seed replay, batch
+    independence, impossible inputs refused); raises ``ContractFailed`` (an AssertionError)
+    whose message holds the shrunk minimal failing batch as code.  ``max_examples`` defaults to
+    ``--spectr-examples`` (50)."""
+    __tracebackhide__ = True
+    from spectr_gbv.oracle.contract_suite import assert_contract as run
+
+    kwargs.setdefault("max_examples", _defaults["examples"])
+    return run(verifier, rule, **kwargs)
+
+
 class SpectrCertify:
     """What the ``spectr_certify`` fixture returns: the helpers with this run's defaults.
 
@@ -219,6 +250,11 @@ class SpectrCertify:
 
         return certify_verifier(verifier, rule, **self._kw(kwargs))
 
+    def assert_contract(self, verifier, rule: str | None = None, **kwargs):
+        """``assert_contract`` (the contract suite) with this run's ``--spectr-examples``."""
+        __tracebackhide__ = True
+        return assert_contract(verifier, rule, **kwargs)
+
 
 @pytest.fixture
 def spectr_certify(request) -> SpectrCertify:
@@ -227,17 +263,29 @@ def spectr_certify(request) -> SpectrCertify:
     return SpectrCertify(_defaults["n_samples"], _defaults["alpha"])
 
 
+@pytest.fixture
+def spectr_contract(request):
+    """``assert_contract`` (oracle.contract_suite) with ``--spectr-examples`` batches:
+    ``spectr_contract(verifier, rule)`` fails the test with the shrunk failing batch as code."""
+    return assert_contract
+
+
 def pytest_addoption(parser):
     group = parser.getgroup("spectr-gbv", "spectr-gbv verifier certification")
     group.addoption("--spectr-samples", type=int, default=None, metavar="N",
                     help=f"samples per certification case (default {DEFAULT_SAMPLES})")
     group.addoption("--spectr-alpha", type=float, default=None, metavar="A",
                     help=f"false-alarm rate per certification case, in (0, 1) (default {DEFAULT_ALPHA:g})")
+    group.addoption("--spectr-examples", type=int, default=None, metavar="M",
+                    help=f"batches the contract suite (spectr_contract) tries (default {CONTRACT_EXAMPLES})")
 
 
 def pytest_configure(config):
     n = config.getoption("spectr_samples", None)
     a = config.getoption("spectr_alpha", None)
+    m = config.getoption("spectr_examples", None)
+    if m is not None and m < 1:
+        raise pytest.UsageError(f"--spectr-examples must be >= 1, got {m}")
     if n is not None and n < 2:
         raise pytest.UsageError(f"--spectr-samples must be >= 2, got {n}")
     if a is not None and not 0.0 < a < 1.0:
@@ -245,6 +293,7 @@ def pytest_configure(config):
     _saved.append(dict(_defaults))
     _defaults["n_samples"] = DEFAULT_SAMPLES if n is None else n
     _defaults["alpha"] = DEFAULT_ALPHA if a is None else a
+    _defaults["examples"] = CONTRACT_EXAMPLES if m is None else m
 
 
 def pytest_unconfigure(config):

@@ -47,7 +47,7 @@ per-token TV below d may go undetected; a deviation spread thin across the order
 moved between alternate ids) has a smaller CDF deviation than its TV and needs more samples.
 
 Complement: when every sequence shares one prompt, the first tokens are N draws from one law,
-G-tested against it (``oracle.stats.gtest``; at a real vocabulary and N in the hundreds most
+G-tested against it (``oracle.gtest.gtest``; at a real vocabulary and N in the hundreds most
 cells are pooled and its δ is large: it is reported as it is).
 """
 
@@ -61,7 +61,7 @@ import numpy as np
 from scipy import stats as sps
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.stats import GTestResult, gtest
+from spectr_gbv.oracle.gtest import GTestResult, gtest
 
 ORDERS = ("id", "probability")
 DEFAULT_POWER = 0.99

@@ -22,13 +22,35 @@ a global or shared RNG, the clock or the device's scheduling), so:
 
 * replay: the same rows with the same seeds give the same verdicts (τ and tokens), row by row;
 * independence: rows with distinct seeds get independent draws, so a verifier must use all the
-  bits of its seed (a narrowing cast, e.g. to float32, merges distinct seeds into one stream).
+  bits of its seed (a narrowing cast, e.g. to float32, merges distinct seeds into one stream);
+* batch independence: row b's verdict is a function of its own rows and seeds[b]: the same row
+  with the same seed gives the same verdict alone, at another position, or in a batch of another
+  size (one generator seeded by seeds[0] for the whole batch breaks it, each row's law intact).
 
 The certification harness (oracle/certify.py, oracle/lossless.py) sends int64 seeds in
 [0, 2^63): 63-bit hashes of (base seed, case, call, row) by ``numpy.random.SeedSequence``
 (oracle/seeding.py), unrelated across rows, calls, cases and nearby base seeds, as a serving
-engine's per-request 64-bit seeds are; and it checks replay and seed dependence on every run
-(oracle/seed_contract.py).
+engine's per-request 64-bit seeds are; and it checks replay, seed dependence and batch
+independence on every run (oracle/seed_contract.py).
+
+Inputs a verifier refuses.  Rows no drafter or model produces have no law to follow; a verifier
+raises ValueError, naming the argument, on each of these — it never returns a verdict for them
+(expected behaviour: refusal; no exact law is defined):
+
+* a NaN, +inf or −inf entry in ``draft_probs`` or ``target_probs`` (min(1, q/NaN) is 1 in
+  Python and in ``numpy.fmin``: a draft of draft probability NaN would be accepted outright);
+* a negative entry in either;
+* a row of either whose sum is off 1 by more than its rounding allows (the reference: 10^-5,
+  ``reference.validation.NORMALISATION_ATOL``; a row summing to 2 is refused by every verifier
+  of this project);
+* a drafted token of draft probability 0 (draft_probs[b, k, i, draft_tokens[b, k, i]] = 0: it
+  cannot have been drawn, and q/p is undefined there).
+
+``reference.validation.check_iteration_inputs`` refuses all of them for one row,
+``check_batch_inputs`` for a batch (numpy); the torch verifiers' ``validate=True`` (the default)
+does in their own calls.  Certification probes each
+(oracle/input_probes.py) and fails a verifier that returns a verdict, or raises anything but
+ValueError, on one.
 
 Implementations: ``reference.rules.Rule.__call__`` (numpy, exact, one row at a time) and
 ``gpu_backend.verifiers.Verifier.__call__`` (torch, batched, any device).  The certification
@@ -48,6 +70,15 @@ import numpy as np
 # kind "excess":      w(z) = (q(z) − ρ·p(z))_+        GBV (ρ = 1), K-SEQ-GBV (docs/rules.md §2.4, §2.6)
 # kind "spectr_gbv":  w(z) = q(z)·(1 − m(z))^K        SpecTr-GBV, m = min(1, p/q)  (docs/rules.md §2.5)
 MODIFICATION_KINDS = ("excess", "spectr_gbv")
+
+
+class ContractViolation(ValueError):
+    """A verifier's output breaks this contract, or a consistency check of its outputs saw a
+    defect (a token id outside [0, V), τ outside [0, L], accepted tokens that are not the drafts,
+    an adapter's filler request answered wrongly).  The certification harness (oracle/) turns it
+    — and any other exception a verifier raises on the valid rows it is handed — into a failed
+    row whose reason is this message: a detected defect is a verdict.  A ValueError, so callers
+    outside certification see the usual error."""
 
 
 @runtime_checkable

@@ -331,6 +331,39 @@ def model_from_json(obj: dict, source: str = "model") -> TableModel:
     return TableModel(V, conds)
 
 
+class PermutedZipf(ToyModel):
+    """Seeded prefix-dependent model with a language model's rank profile: after each prefix the
+    row is p_k ∝ k^(−exponent) over the vocabulary in a random order determined by (seed, prefix)
+    (at V = 151,936 and exponent 1.1 the top token has 13 %, the top 100 tokens 57 %, and 29 % of
+    the mass lies on tokens of probability below 10^-4, oracle.coarsen.llm_row's row).
+
+    Args:
+        vocab_size: V ≥ 2.  seed: int ≥ 0.  exponent: > 0.
+    Raises:
+        ValueError: on a parameter out of range.
+    """
+
+    def __init__(self, vocab_size: int, seed: int, exponent: float = 1.1):
+        if int(vocab_size) != vocab_size or vocab_size < 2:
+            raise ValueError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+        if int(seed) != seed or seed < 0:
+            raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        if not np.isfinite(exponent) or exponent <= 0:
+            raise ValueError(f"exponent must be > 0, got {exponent!r}")
+        self.vocab_size, self.seed, self.exponent = int(vocab_size), int(seed), float(exponent)
+        ranks = np.arange(1, self.vocab_size + 1, dtype=np.float64) ** -self.exponent
+        self._profile = ranks / ranks.sum()
+
+    def _conditional(self, prefix: Prefix) -> np.ndarray:
+        order = np.random.default_rng([self.seed, self.vocab_size, len(prefix), *prefix]).permutation(self.vocab_size)
+        row = np.empty(self.vocab_size)
+        row[order] = self._profile
+        return row
+
+    def __repr__(self) -> str:
+        return f"PermutedZipf({self.vocab_size}, {self.seed}, {self.exponent})"
+
+
 class Mixture(ToyModel):
     """(1 − w)·a + w·b at every prefix: a draft that is close to a target (high acceptance).
 

@@ -118,3 +118,42 @@ def check_iteration_inputs(
             "it cannot have been drawn from draft_probs"
         )
     return tokens, dp, tp
+
+
+def check_batch_inputs(draft_tokens, draft_probs, target_probs) -> None:
+    """``check_iteration_inputs`` for a batch of the batched contract (reference/contract.py),
+    vectorised: the refusals a verifier owes its caller (reference/contract.py, "Inputs a
+    verifier refuses") in one call.
+
+    Args:
+        draft_tokens: int [B, K, L].  draft_probs: float [B, K, L, V].  target_probs: float
+            [B, K, L+1, V].
+    Raises:
+        ValueError: naming the argument: shapes that do not match, non-integer token ids or ids
+            outside [0, V), a NaN or infinite entry, a negative entry, a row whose sum is off 1
+            by more than ``NORMALISATION_ATOL``, a drafted token of draft probability 0.
+    """
+    tokens, dp, tp = np.asarray(draft_tokens), np.asarray(draft_probs), np.asarray(target_probs)
+    if tokens.ndim != 3 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"draft_tokens must be integers of shape [B, K, L], got {tokens.dtype} {list(tokens.shape)}")
+    B, K, L = tokens.shape
+    if dp.ndim != 4 or dp.shape[:3] != (B, K, L) or tp.shape != (B, K, L + 1, dp.shape[-1]):
+        raise ValueError(f"draft_probs {list(dp.shape)} and target_probs {list(tp.shape)} do not match draft_tokens "
+                         f"[B, K, L] = {[B, K, L]} (need [B, K, L, V] and [B, K, L+1, V])")
+    V = dp.shape[-1]
+    if ((tokens < 0) | (tokens >= V)).any():
+        raise ValueError(f"draft_tokens: a token id outside [0, V) with V = {V}")
+    for name, rows in (("draft_probs", dp), ("target_probs", tp)):
+        if not np.isfinite(rows).all():
+            raise ValueError(f"{name}: contains NaN or infinite values")
+        if (rows < 0).any():
+            raise ValueError(f"{name}: contains negative probabilities")
+        sums = rows.sum(axis=-1)
+        if (np.abs(sums - 1.0) > NORMALISATION_ATOL).any():
+            where = tuple(int(i) for i in np.argwhere(np.abs(sums - 1.0) > NORMALISATION_ATOL)[0])
+            raise ValueError(f"{name}: probabilities are not normalised (row {where} sums to {sums[where]:.6g})")
+    chosen = np.take_along_axis(dp, tokens[..., None], axis=-1)[..., 0]
+    if (chosen <= 0).any():
+        b, k, i = (int(x) for x in np.argwhere(chosen <= 0)[0])
+        raise ValueError(f"draft_tokens[{b}, {k}, {i}] = {int(tokens[b, k, i])} has draft probability 0: it cannot "
+                         "have been drawn from draft_probs")

@@ -25,6 +25,10 @@ class ThirdParty:
         factory: zero-argument constructor of the adapter.
         rule: registered rule whose exact law it is tested against.  K, L: sizes of the cases.
         expect_pass: False for a setting that is lossy by design (the certificate must catch it).
+        input_checks: run the input probes (oracle.input_probes: impossible rows must raise
+            ValueError).  False for transformers, which takes logits from a model: its adapter
+            turns the contract's rows into log-probabilities, so a row the contract refuses
+            reaches it as logits it cannot tell from a model's (the report says so: not seen).
     """
 
     name: str
@@ -34,6 +38,7 @@ class ThirdParty:
     K: int = 1
     L: int = 3
     expect_pass: bool = True
+    input_checks: bool = True
 
 
 def _transformers(weight=None):
@@ -52,10 +57,10 @@ def _vllm_layout(rule: str):
 THIRD_PARTY: list[ThirdParty] = [
     ThirdParty("transformers _speculative_sampling",
                "assisted generation's verifier at its defaults (transformers.generation.utils)",
-               _transformers(), "sd"),
+               _transformers(), "sd", input_checks=False),
     ThirdParty("transformers _speculative_sampling, assistant_ensemble_weight=0.5",
                "the relaxed acceptance v = w·q_draft + (1 − w)·p_target: lossy by design",
-               _transformers(0.5), "sd", expect_pass=False),
+               _transformers(0.5), "sd", expect_pass=False, input_checks=False),
     ThirdParty("vLLM v1 rejection-sampler layout, our bv",
                "our bv run in vLLM v1's flattened layout and read back (gpu_backend/adapters/vllm_rules.py): "
                "the layout's row order, bonus rows and padding, per-request temperatures and filler requests (greedy, "
@@ -76,7 +81,7 @@ def certify_all(n_samples: int = DEFAULT_SAMPLES, alpha: float = DEFAULT_ALPHA, 
     for entry in entries if entries is not None else THIRD_PARTY:
         report = certify_verifier(entry.factory(), entry.rule, K=entry.K, L=entry.L,
                                   families=families, n_samples=n_samples, alpha=alpha,
-                                  progress=progress)
+                                  progress=progress, input_checks=entry.input_checks)
         out.append((entry, report))
     return out
 

@@ -30,8 +30,9 @@ requests:
   positions, then a non-argmax token; the greedy-tie filler drafts the lower tied id (to be
   accepted) then the higher tied id (to be rejected: plain greedy decoding takes the first
   maximal index, as torch.argmax does); each seeded filler has its own seed from that generator.
-* checks of the fillers' output rows (ValueError naming the filler's batch index, its kind
-  and what was wrong): every row well formed (at most n + 1 tokens, no −1 before a token, ids
+* checks of the fillers' output rows (``reference.contract.ContractViolation``, a ValueError,
+  naming the filler's batch index, its kind and what was wrong; under certification a failed row
+  with that reason, never an exception): every row well formed (at most n + 1 tokens, no −1 before a token, ids
   in [0, V), the accepted tokens are the drafts); a greedy filler equals the exact greedy
   outcome (accept while the draft is the argmax of its row, ties to the lowest id, then emit
   that argmax; the bonus row's argmax when all are accepted); a sampled filler (bonus-only
@@ -73,7 +74,7 @@ import inspect
 import numpy as np
 import torch
 
-from spectr_gbv.reference.contract import BatchVerdict, to_numpy
+from spectr_gbv.reference.contract import BatchVerdict, ContractViolation, to_numpy
 from spectr_gbv.reference.seeds import generator_seed
 
 from spectr_gbv.gpu_backend.decoding.temperature import check_temperature
@@ -92,7 +93,7 @@ def parse_output(output_token_ids, drafts: np.ndarray, V: int, names=None):
     Args:
         names: optional labels of the B rows for the messages (default "request b").
     Raises:
-        ValueError: naming the problem: not an integer array of shape [B, L+1]; a row without
+        ContractViolation (a ValueError): naming the problem: not an integer array of shape [B, L+1]; a row without
             tokens; −1 before a token; a token id outside [0, V) (other than −1); an accepted
             token that is not the drafted one.
     """
@@ -100,32 +101,32 @@ def parse_output(output_token_ids, drafts: np.ndarray, V: int, names=None):
     B, L = drafts.shape
     label = (lambda b: names[b]) if names is not None else (lambda b: f"request {b}")
     if out.ndim != 2 or out.shape != (B, L + 1):
-        raise ValueError(f"output_token_ids must have shape [B, max_spec_len + 1] = [{B}, {L + 1}], "
+        raise ContractViolation(f"output_token_ids must have shape [B, max_spec_len + 1] = [{B}, {L + 1}], "
                          f"got {list(out.shape)}")
     if not np.issubdtype(out.dtype, np.integer):
-        raise ValueError(f"output_token_ids must hold integer token ids, got dtype {out.dtype}")
+        raise ContractViolation(f"output_token_ids must hold integer token ids, got dtype {out.dtype}")
     out = out.astype(np.int64)
     valid = out != PLACEHOLDER_TOKEN_ID
     n = valid.sum(axis=1)
     if (n == 0).any():
         b = int(np.flatnonzero(n == 0)[0])
-        raise ValueError(f"output_token_ids: {label(b)} emitted no token (every request emits at least "
+        raise ContractViolation(f"output_token_ids: {label(b)} emitted no token (every request emits at least "
                          f"its correction or bonus token)")
     gap = valid[:, 1:] & ~valid[:, :-1]
     if gap.any():
         b = int(np.flatnonzero(gap.any(axis=1))[0])
-        raise ValueError(f"output_token_ids: {label(b)} has the placeholder -1 before a token: {out[b].tolist()}")
+        raise ContractViolation(f"output_token_ids: {label(b)} has the placeholder -1 before a token: {out[b].tolist()}")
     bad = valid & ((out < 0) | (out >= V))
     if bad.any():
         b = int(np.flatnonzero(bad.any(axis=1))[0])
-        raise ValueError(f"output_token_ids: {label(b)} has a token id outside [0, V) = [0, {V}): "
+        raise ContractViolation(f"output_token_ids: {label(b)} has a token id outside [0, V) = [0, {V}): "
                          f"{out[b].tolist()}")
     tau = n - 1
     accepted = np.arange(L)[None, :] < tau[:, None]
     wrong = accepted & (out[:, :L] != drafts)
     if wrong.any():
         b = int(np.flatnonzero(wrong.any(axis=1))[0])
-        raise ValueError(f"output_token_ids: {label(b)} emitted {out[b].tolist()}, whose first {int(tau[b])} "
+        raise ContractViolation(f"output_token_ids: {label(b)} emitted {out[b].tolist()}, whose first {int(tau[b])} "
                          f"token(s) should be the accepted drafts {drafts[b].tolist()}")
     return tau, out
 
@@ -228,35 +229,35 @@ class _Filler:
         return f"filler request {pos} ({self.kind}: {self.n} drafts, T = {self.T:g})"
 
     def check(self, pos: int, row: np.ndarray, V: int) -> None:
-        """ValueError naming the filler when its output row is wrong (module doc)."""
+        """ContractViolation (a ValueError) naming the filler when its output row is wrong (module doc)."""
         what = self.describe(pos)
         n = self.n
         valid = row != PLACEHOLDER_TOKEN_ID
         count = int(valid.sum())
         if count == 0:
-            raise ValueError(f"{what} emitted no token: {row.tolist()}")
+            raise ContractViolation(f"{what} emitted no token: {row.tolist()}")
         if valid[count:].any():
-            raise ValueError(f"{what} has the placeholder -1 before a token: {row.tolist()}")
+            raise ContractViolation(f"{what} has the placeholder -1 before a token: {row.tolist()}")
         if count > n + 1:
-            raise ValueError(f"{what} emitted {count} tokens, more than its {n} drafts + 1: {row.tolist()}")
+            raise ContractViolation(f"{what} emitted {count} tokens, more than its {n} drafts + 1: {row.tolist()}")
         toks = row[:count]
         if ((toks < 0) | (toks >= V)).any():
-            raise ValueError(f"{what} has a token id outside [0, V) = [0, {V}): {row.tolist()}")
+            raise ContractViolation(f"{what} has a token id outside [0, V) = [0, {V}): {row.tolist()}")
         tau = count - 1
         if not np.array_equal(toks[:tau], self.drafts[:tau]):
-            raise ValueError(f"{what} emitted {row.tolist()}, whose first {tau} token(s) should be the accepted "
+            raise ContractViolation(f"{what} emitted {row.tolist()}, whose first {tau} token(s) should be the accepted "
                              f"drafts {self.drafts.tolist()}")
         if self.expected is not None:
             if toks.tolist() != self.expected:
-                raise ValueError(f"{what} emitted {toks.tolist()}, not the exact greedy outcome {self.expected} "
+                raise ContractViolation(f"{what} emitted {toks.tolist()}, not the exact greedy outcome {self.expected} "
                                  f"(drafts {self.drafts.tolist()}; accept while the draft is its row's argmax, "
                                  f"then emit that argmax, the bonus row's when all are accepted)")
         elif any(not np.isfinite(self.logits[i, int(toks[i])]) for i in range(tau)):
             i = next(i for i in range(tau) if not np.isfinite(self.logits[i, int(toks[i])]))
-            raise ValueError(f"{what} accepted draft {int(toks[i])} at position {i}, of target probability 0 "
+            raise ContractViolation(f"{what} accepted draft {int(toks[i])} at position {i}, of target probability 0 "
                              f"on its row (logit -inf): {row.tolist()}")
         elif not np.isfinite(self.logits[tau, int(toks[tau])]):
-            raise ValueError(f"{what} emitted token {int(toks[tau])} at position {tau}, of target probability 0 "
+            raise ContractViolation(f"{what} emitted token {int(toks[tau])} at position {tau}, of target probability 0 "
                              f"on its row (logit -inf): {row.tolist()}")
 
 
@@ -287,8 +288,10 @@ class VLLMLayoutAdapter:
     Raises:
         ValueError (at construction): fn not callable, a temperature not finite and > 0.
         ValueError (at call time): K ≠ 1 or malformed shapes, naming the argument; draft rows
-            not one-hot at the drafted tokens with ``one_hot_drafts``; malformed output
-            (``parse_output``) or a filler's wrong output (naming its batch index and kind).
+            not one-hot at the drafted tokens with ``one_hot_drafts``.
+        ContractViolation (a ValueError, at call time): fn's malformed output (``parse_output``)
+            or a filler's wrong output (naming its batch index and kind): a defect of fn, which
+            certification reports as a failed row with this message (oracle.certify.certify_case).
         TypeError (at call time): ``noise=`` given and fn takes no ``noise``.
     """
 
@@ -311,6 +314,12 @@ class VLLMLayoutAdapter:
         self.realistic = bool(realistic)
         self.temperatures = temps if self.realistic else (1.0,)
         self.fillers = bool(fillers) and self.realistic
+
+    @property
+    def certifies_temperatures(self) -> bool:
+        """Its calls carry per-request temperatures other than 1 (the realistic batches): the
+        public certifier then does not list temperatures as unseen (oracle.harness.not_seen_by)."""
+        return self.realistic and any(t != 1.0 for t in self.temperatures)
 
     def __repr__(self) -> str:
         return (f"from_vllm_layout({self.fn!r}, one_hot_drafts={self.one_hot_drafts}, realistic={self.realistic}, "
@@ -445,10 +454,10 @@ class VLLMLayoutAdapter:
         arr = to_numpy(out)
         width = max(counts) + 1
         if arr.ndim != 2 or arr.shape != (len(counts), width):
-            raise ValueError(f"output_token_ids must have shape [B, max_spec_len + 1] = [{len(counts)}, {width}] "
+            raise ContractViolation(f"output_token_ids must have shape [B, max_spec_len + 1] = [{len(counts)}, {width}] "
                              f"({len(counts) - len(drafts)} of the B requests are fillers), got {list(arr.shape)}")
         if not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"output_token_ids must hold integer token ids, got dtype {arr.dtype}")
+            raise ContractViolation(f"output_token_ids must hold integer token ids, got dtype {arr.dtype}")
         arr = arr.astype(np.int64)
         certified_pos = []
         for pos, (kind, x) in enumerate(order):
@@ -461,7 +470,7 @@ class VLLMLayoutAdapter:
             extra = (rows[:, L + 1:] != PLACEHOLDER_TOKEN_ID).any(axis=1)
             if extra.any():
                 b = int(np.flatnonzero(extra)[0])
-                raise ValueError(f"output_token_ids: certified request {certified_pos[b]} (contract row {b}, "
+                raise ContractViolation(f"output_token_ids: certified request {certified_pos[b]} (contract row {b}, "
                                  f"{L} drafts) has tokens past its {L + 1} entries: {arr[certified_pos[b]].tolist()}")
         names = [f"request {pos} (contract row {b})" for b, pos in enumerate(certified_pos)]
         tau, toks = parse_output(rows[:, :L + 1], drafts, V, names=names if len(order) > len(drafts) else None)

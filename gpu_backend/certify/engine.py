@@ -6,7 +6,7 @@ of the drafts, Algorithm 2's modified rows, the torch verifier) generates from o
 for N distinct seeds per rule, and two checks are made on those same runs:
 
 (a) **First-token law.**  The first emitted token of the N runs is G-tested
-    (``oracle.stats.gtest``) against the target's exact law after the prompt: ONE uncached
+    (``oracle.gtest.gtest``) against the target's exact law after the prompt: ONE uncached
     forward call of the target on the prompt, its last logits through the engine's own
     ``sampling.probabilities`` (temperature, top-k, top-p, float32 softmax), in float64,
     renormalised.  This is the losslessness claim itself, but at a real vocabulary
@@ -35,7 +35,7 @@ must be caught by (b) — one of its two τ tests rejects at α/3.
 Designed power of the planted rows: each planted defect the engine runs has a reference
 analogue whose exact τ law given an iteration's rows is known (``planted_laws``), so the shift
 of mean τ it causes on the rows run, and the mean test's power at α/3 with them
-(``planted_power``: ``oracle.stats.paired_mean_power``, normal approximation), are computed,
+(``planted_power``: ``oracle.mean_tests.paired_mean_power``, normal approximation), are computed,
 not hoped for.  A planted row runs the shape ``planted_shape`` chose for a larger effect (ρ = 1
 defects K = 3; the other defects with an exact law blocks of L = 8) and runs on past N, 10 runs at a time, until that power is ≥ ``TARGET_POWER`` = 0.99
 (at most ``PLANTED_MAX_FACTOR`` × N); the row states N, the shift, the TV of the averaged τ
@@ -78,7 +78,8 @@ from typing import Callable
 
 import numpy as np
 
-from spectr_gbv.oracle.stats import PairedMeanTestResult, gtest, paired_mean_test
+from spectr_gbv.oracle.gtest import gtest
+from spectr_gbv.oracle.mean_tests import PairedMeanTestResult, paired_mean_test
 from spectr_gbv.reference.rules import registry
 
 from spectr_gbv.gpu_backend.engine.defaults import DEFAULT_K, DEFAULT_L, DEFAULT_RULE
@@ -142,7 +143,7 @@ def planted_for(rules) -> tuple[str, ...]:
 
 def mean_test(taus, laws, alpha: float) -> PairedMeanTestResult:
     """The paired mean test of (b): observed τ's against the means and variances of their exact
-    laws (float64 [L+1] each), through ``oracle.stats.paired_mean_test``.
+    laws (float64 [L+1] each), through ``oracle.mean_tests.paired_mean_test``.
 
     Raises:
         ValueError: no iterations, or taus and laws of different lengths.
@@ -157,7 +158,7 @@ def mean_test(taus, laws, alpha: float) -> PairedMeanTestResult:
 
 def tau_gtest(taus, laws, alpha: float):
     """G-test of the τ counts against the averaged exact law Σ_i P_i / n
-    (``oracle.stats.GTestResult``)."""
+    (``oracle.gtest.GTestResult``)."""
     mix = np.mean(np.stack(laws), axis=0)
     mix = mix / mix.sum()
     counts = np.bincount(np.asarray(taus, dtype=np.int64), minlength=len(mix))

@@ -27,7 +27,7 @@ class PlantedPower:
         tv: total variation between the averaged τ laws, Σ_i P_i / n of the planted defect and
             of its base rule.
         power: probability that the paired mean test at ``alpha`` rejects, with this many
-            iterations and these rows (``oracle.stats.paired_mean_power``: shift Σ(m1 − m0),
+            iterations and these rows (``oracle.mean_tests.paired_mean_power``: shift Σ(m1 − m0),
             null variance Σ v0, alternative variance Σ v1; normal approximation).  The row is
             caught when the mean test or the τ-law G-test rejects, so this is a lower bound on
             the row's power.
@@ -54,7 +54,7 @@ def _laws_power(laws, planted_laws, alpha: float) -> PlantedPower | None:
     """``PlantedPower`` of the mean test when iteration i's τ has law ``planted_laws[i]`` and
     is tested against ``laws[i]`` (float [L+1] each); None without iterations or lengths that
     differ."""
-    from spectr_gbv.oracle.stats import paired_mean_power
+    from spectr_gbv.oracle.mean_tests import paired_mean_power
 
     if not planted_laws or len(planted_laws) != len(laws):
         return None
@@ -79,7 +79,7 @@ class DefectPower:
         defect: the planted defect (``row_defects``).  K, L, n (runs), iterations: the row's.
         shift, tv: the defect's mean τ shift per iteration and the TV of the averaged τ laws,
             on the row's own rows.  power: the row's mean test's power at α/3 against the
-            defect with these iterations (``oracle.stats.paired_mean_power``; a lower bound on
+            defect with these iterations (``oracle.mean_tests.paired_mean_power``; a lower bound on
             the row's, which also has the τ-law G-test).
         n_needed: runs at which that power reaches ``TARGET_POWER`` (iterations scale with the
             runs: ``runs_for_power``); n when it already does; 0 when the defect moves no mean.
@@ -127,7 +127,7 @@ def runs_for_power(shift_sum: float, null_variance: float, alt_variance: float, 
     """
     from scipy import stats
 
-    from spectr_gbv.oracle.stats import paired_mean_power
+    from spectr_gbv.oracle.mean_tests import paired_mean_power
 
     if n_runs < 1 or not 0 < alpha < 1 or not 0 < power < 1 or not null_variance > 0:
         raise ValueError(f"need n_runs >= 1, alpha and power in (0, 1), null_variance > 0; got "

@@ -148,7 +148,7 @@ def planted_tau_law(name: str, draft_tokens, draft_probs, target_probs) -> np.nd
 
 def gtest_power(p0, p1, n: int, alpha: float) -> float:
     """Power of a G-test of n counts against the law ``p0`` when they are drawn from ``p1``
-    (float [C] each), at level ``alpha`` (its critical value s·χ².isf(α) with ``oracle.stats.gtest``'s
+    (float [C] each), at level ``alpha`` (its critical value s·χ².isf(α) with ``oracle.gtest.gtest``'s
     calibration scale s, no pooling: the τ laws' cells have large counts): a noncentral χ² with
     C0 − 1 degrees of freedom (C0 the cells of p0 > 0) and noncentrality the smaller of Pearson's n·Σ(p1 − p0)²/p0 and the G
     statistic's 2n·KL(p1‖p0) (the two large-sample approximations; the smaller is kept).  Mass
@@ -162,7 +162,7 @@ def gtest_power(p0, p1, n: int, alpha: float) -> float:
     """
     from scipy import stats
 
-    from spectr_gbv.oracle.stats import gtest_null_mean_scale
+    from spectr_gbv.oracle.gtest_cells import gtest_null_mean_scale
 
     p0, p1 = np.asarray(p0, dtype=np.float64), np.asarray(p1, dtype=np.float64)
     if p0.shape != p1.shape or n < 1 or not 0 < alpha < 1:
@@ -178,7 +178,7 @@ def gtest_power(p0, p1, n: int, alpha: float) -> float:
     with np.errstate(divide="ignore", invalid="ignore"):
         kl = float(np.where(q > 0, q * np.log(q / p0[on]), 0.0).sum())
     lam = min(pearson, 2 * n * kl)
-    # the test rejects when G exceeds s·χ².isf(α), s its calibration scale (oracle.stats.gtest)
+    # the test rejects when G exceeds s·χ².isf(α), s its calibration scale (oracle.gtest.gtest)
     crit = gtest_null_mean_scale(n * p0[on], n) * stats.chi2.isf(alpha, df)
     power_g = float(stats.ncx2.sf(crit, df, lam)) if lam > 0 else alpha
     return 1.0 - miss_zero * (1.0 - power_g)

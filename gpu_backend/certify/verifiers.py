@@ -88,6 +88,7 @@ class Row:
     effect_tv: float = math.nan
     power: float = math.nan
     power_test: str = ""
+    failed_checks: tuple = ()  # "name: detail" of the case's failed deterministic checks (oracle.certify)
 
     @property
     def caught(self) -> bool | None:
@@ -131,6 +132,7 @@ class Row:
             "caught": self.caught, "ok": self.ok, "verdict": self.verdict,
             "seconds": round(self.seconds, 3), "description": self.description, "error": self.error,
             "effect_tv": num(self.effect_tv), "power": num(self.power), "power_test": self.power_test,
+            "failed_checks": list(self.failed_checks),
         }
 
 
@@ -224,7 +226,10 @@ STATISTIC = {"joint": "G joint", "tau": "G law of τ", "conditional": "G token |
 def _row(entry: Entry, case, result) -> Row:
     from spectr_gbv.oracle.certify import FirstTokenCase
 
-    if isinstance(case, FirstTokenCase):
+    failed_checks = tuple(f"{name}: {detail}" for name, detail in result.failed_checks)
+    if not result.tests_passed:  # the verifier raised or broke the contract: no test ran (a verdict)
+        pvals, statistic, pvalue, n_tests = {}, "verifier output", math.nan, 0
+    elif isinstance(case, FirstTokenCase):
         pvals = {"first_token": result.pvalue_joint}
         statistic, pvalue, n_tests = "G first token", result.pvalue_joint, 1
     else:
@@ -241,7 +246,7 @@ def _row(entry: Entry, case, result) -> Row:
                entry.description, detectable_delta_pooled=result.detectable_tv_pooled,
                pooled_mass=result.pooled_mass, n_tests=n_tests,
                detectable_delta_coarse=result.detectable_tv_coarse,
-               detectable_delta_identity=result.detectable_tv_identity)
+               detectable_delta_identity=result.detectable_tv_identity, failed_checks=failed_checks)
 
 
 def _error_row(entry: Entry, name: str, n: int, alpha: float, seconds: float, err: Exception) -> Row:

@@ -41,11 +41,12 @@ def plain_ratio(q_x: np.ndarray, p_x: np.ndarray) -> np.ndarray:
 
 
 def sd(draft_tokens, draft_probs, target_probs, *, seeds, ratio=plain_ratio, residual=plain_residual,
-       bonus=plain_bonus, first_depth: int = 0, uniform=None, selected_draft=None):
+       bonus=plain_bonus, first_depth: int = 0, uniform=None, selected_draft=None, draw=draw):
     """Token-level SD along one draft block per row (draft 0, or ``selected_draft`` [B]) from
     ``first_depth`` on: accept x_i when u_i < ratio(q_i(x_i), p_i(x_i)); at the first rejection
-    draw from ``residual``, after L acceptances from ``bonus``.  Uniforms: ``uniform`` [B, L+1],
-    or L + 1 from the row's seed.  Returns a BatchVerdict."""
+    draw from ``residual``, after L acceptances from ``bonus`` (by ``draw(rows [n, V], u [n])``,
+    the inverse CDF).  Uniforms: ``uniform`` [B, L+1], or L + 1 from the row's seed.  Returns a
+    BatchVerdict."""
     B, K, L = draft_tokens.shape
     k = np.zeros(B, dtype=np.int64) if selected_draft is None else selected_draft
     rows = np.arange(B)

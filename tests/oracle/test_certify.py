@@ -76,8 +76,18 @@ def test_backend_output_checked():
         return BatchVerdict(np.zeros(B, dtype=np.int64), np.zeros(B, dtype=np.int64),
                             np.full((B, 3), 7), np.ones(B, dtype=np.int64))
 
-    with pytest.raises(ValueError, match="token id outside"):
-        certify_case(bad, case, 10, ALPHA)
+    r = certify_case(bad, case, 10, ALPHA)  # a verdict, not an exception
+    assert not r.passed and r.verdict == "FAIL" and r.tests_passed == () and r.failed_tests == ["verifier output"]
+    (name, detail), = r.failed_checks
+    assert detail.startswith("the verifier broke the contract on call 0 (after 0 of 10 rows): ContractViolation: "
+                             "verifier emitted a token id outside [0, 2)")
+
+    def raises(t, d, q, *, seeds):
+        raise RuntimeError("boom")
+
+    r = certify_case(raises, case, 10, ALPHA)
+    assert not r.passed and r.failed_checks == [("verifier output", "the verifier raised on call 0 (after 0 of 10 "
+                                                                    "rows): RuntimeError: boom")]
 
 
 def test_round_to_dtype():

@@ -1,5 +1,5 @@
 """The coarsened G-test (oracle/coarsen.py), the power the G-test states before sampling
-(oracle.stats.gtest_power), and what a case of V = 151,936 rows resolves, against planted
+(oracle.gtest_power.gtest_power), and what a case of V = 151,936 rows resolves, against planted
 defects of known TV.
 
 At V = 151,936 and N = 2·10^5 (α = 10^-6 over five tests, 2·10^-7 each) the joint G-test's δ
@@ -21,7 +21,8 @@ import pytest
 from spectr_gbv.oracle.coarsen import (COARSE_BINS, QWEN_V, branch_law, coarse_gtest, coarse_power,
                                        detection_rate, equal_mass_bins, llm_row, move_mass, move_within_bins,
                                        vocabulary_resolution)
-from spectr_gbv.oracle.stats import detectable_tv, gtest, gtest_power
+from spectr_gbv.oracle.gtest import gtest
+from spectr_gbv.oracle.gtest_power import detectable_tv, gtest_power
 
 N = 200_000
 ALPHA = 1e-6 / 5  # one of the five tests of a large case at α = 1e-6
@@ -101,7 +102,7 @@ def test_coarse_gtest_states_delta_on_the_bins_and_agrees_across_input_forms():
     counts = rng.multinomial(20_000, law)
     r = coarse_gtest(counts, law, 1e-3)
     assert r.passed and r.bins.n_bins == COARSE_BINS
-    # gtest's δ: the plain G-test's at the level its calibration scale s implies (oracle.stats)
+    # gtest's δ: the plain G-test's at the level its calibration scale s implies (oracle.gtest_power.pooled_detectable_tv)
     s = r.test.null_mean_scale
     assert 1.0 < s < 1.002  # 64 bins of expected count ~312: a small correction
     level = stats.chi2.sf(s * stats.chi2.isf(1e-3, COARSE_BINS - 1), COARSE_BINS - 1)
@@ -130,7 +131,7 @@ def test_vocabulary_resolution_at_qwen_v():
     assert zipf.alpha_per_test == ALPHA and zipf.joint.support == QWEN_V
     assert zipf.joint.n_large == 2429 and zipf.joint.n_cells == 9810
     assert zipf.joint.merged_mass == pytest.approx(0.206, abs=5e-4)
-    # 0.243 before gtest's calibration scale (oracle.stats.gtest_null_mean_scale: s = 1.072 here)
+    # 0.243 before gtest's calibration scale (oracle.gtest_cells.gtest_null_mean_scale: s = 1.072 here)
     assert zipf.joint.detectable_tv_law == pytest.approx(0.254, abs=5e-4)
     assert zipf.bins == 51 and zipf.coarse.detectable_tv_law == pytest.approx(0.0122, abs=5e-5)
     dirichlet = vocabulary_resolution(QWEN_V, N, 1e-6, "dirichlet", branches=5)

@@ -28,7 +28,8 @@ import pytest
 
 from spectr_gbv.oracle.certify import exact_verdict_law
 from spectr_gbv.oracle.certify_cases import fixed_case, large_models
-from spectr_gbv.oracle.stats import pool_cells, gtest
+from spectr_gbv.oracle.gtest import gtest
+from spectr_gbv.oracle.gtest_cells import pool_cells
 from spectr_gbv.reference.rules import get_rule
 
 N = 1_000_000

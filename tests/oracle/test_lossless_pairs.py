@@ -21,8 +21,8 @@ import pytest
 
 from helpers.planted_verifiers import (rrs_without_replacement, sd, sd_accepts_zero_target, sd_deep_bug, sd_one_hot_bug,
                                sd_top_k_20, sd_top_k_40, top_k)
-from spectr_gbv.oracle.lossless import (ENGINE_MAX_L, TESTS, ToyPair, certify_lossless, default_pairs,
-                                        position_test_name)
+from spectr_gbv.oracle.lossless import (ENGINE_MAX_L, TESTS, VOCAB_TESTS, ToyPair, VocabPair, certify_lossless,
+                                        default_pairs, position_test_name)
 from spectr_gbv.oracle.lossless_pairs import OneHot, ZeroOnDraftMode
 from spectr_gbv.reference.models import RandomModel
 
@@ -42,12 +42,14 @@ def test_engine_max_L_is_the_tuning_constant():
 
 
 def test_default_pairs_order_and_caps():
-    assert list(PAIRS) == ["toy", "prefix", "far", "zeros", "one-hot", "wide", "deep", "multi"]
+    assert list(PAIRS) == ["toy", "prefix", "far", "zeros", "one-hot", "wide", "deep", "multi", "vocab", "vocab-32k"]
     assert {n: (p.max_L, p.min_K) for n, p in PAIRS.items()} == {
         "toy": (8, 1), "prefix": (4, 1), "far": (3, 1), "zeros": (2, 1), "one-hot": (4, 1), "wide": (1, 1),
-        "deep": (8, 1), "multi": (3, 2)}
+        "deep": (8, 1), "multi": (3, 2), "vocab": (1, 1), "vocab-32k": (1, 1)}
     assert all(p.sees for p in PAIRS.values())
     assert PAIRS["wide"].V == 64 and PAIRS["wide"].run_L(3) == 1
+    assert (PAIRS["vocab"].V, PAIRS["vocab-32k"].V) == (151_936, 32_768)
+    assert PAIRS["vocab"].samples_cap == PAIRS["vocab-32k"].samples_cap == 5_000
 
 
 # -- each pair is what its doc says (exact) ------------------------------------------------------
@@ -200,6 +202,12 @@ def _check_stated(report, L_asked: int, K: int):
     """N, α, the per-test α/(3 + L_pair), δ of the first-token test; the pair's L and its note."""
     for r in report.results:
         pair = PAIRS[r.name]
+        if isinstance(pair, VocabPair):  # first call only, four tests at α/4 (oracle.lossless)
+            assert r.L == 1 and r.n == min(N, pair.samples_cap) and r.alpha == ALPHA
+            assert tuple(t.name for t in r.tests) == VOCAB_TESTS
+            assert all(t.alpha == pytest.approx(ALPHA / 4) for t in r.tests)
+            assert r.test("first token, coarsened").detectable < 0.08
+            continue
         assert r.L == pair.run_L(L_asked) and r.n == N and r.alpha == ALPHA and K >= pair.min_K
         names = TESTS + tuple(position_test_name(d) for d in range(1, r.L + 1))
         assert tuple(t.name for t in r.tests) == names
@@ -213,7 +221,7 @@ def test_sd_passes_every_pair_at_L_3():
     """Batched SD (tests/helpers/planted_verifiers.py ``sd``, no defect), K = 1, L = 3, defaults: every
     pair but "multi" (K ≥ 2 only) passes every test; "wide" runs at L = 1 (about 35 s on 2 loaded
     cores)."""
-    report = certify_lossless(sd, K=1, L=3)
+    report = certify_lossless(sd, K=1, L=3, input_checks=False)  # this sd checks no input
     assert report.ok, report.table()
     assert [r.name for r in report.results] == [n for n in PAIRS if n != "multi"]
     _check_stated(report, 3, 1)
@@ -246,7 +254,7 @@ def test_planted_fails_on_its_pair(verifier, K, L, pair, tests):
     0.49, δ 0.028, p = 0 (counts on zero-probability cells); one-hot 0.25, δ 0.028; RRSw 0.66,
     δ 0.028; depth ≥ 3 (first token untouched): joint p 4e-18, positions 4 and 6 p ≤ 2e-9
     against α/11 = 9e-8."""
-    report = certify_lossless(verifier, K=K, L=L, models=[PAIRS[pair]])
+    report = certify_lossless(verifier, K=K, L=L, models=[PAIRS[pair]], input_checks=False)
     (r,) = report.results
     assert set(tests) <= set(r.failed), report.table()
     for name in tests:

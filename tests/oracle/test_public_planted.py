@@ -1,4 +1,5 @@
-"""Each blind spot of the old public defaults (issue 36), planted in a verifier written from the
+"""Each blind spot of the public defaults before the coverage, onehot, branches and deep families
+(docs/guarantees.md, "What each certification can and cannot see"), planted in a verifier written from the
 batched contract (tests/oracle/public_planted.py), FAILS oracle.harness.certify_verifier with
 its default families, and the report names the family that caught it; lossless reference
 verifiers still pass the new families.
@@ -18,8 +19,8 @@ public defaults ran before, through "large" — and it is invisible to every pai
 
 (the zero-acceptance defect also moves "large" by 0.90 and "disjoint" by 0.32: their rows have
 no exact zeros but the floor lifts tiny q; the unmerged traversal moves the K = 3 "distinctive"
-case by 0.0666, where two of its three drafts share a first token; measured with
-``exact_effects`` below.)
+case by 0.0666, where two of its three drafts share a first token; the top-k defect moves the
+V = 151,936 "vocab" case by 0.555; measured with ``exact_effects`` below.)
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def test_the_defect_is_confined_to_one_family(make, rule, K, family, tv, n):
     no other family's (but those named in the module doc)."""
     effects = exact_effects(make(), rule, K)
     assert effects[family] == pytest.approx(tv, abs=5e-5)
-    also = {ZeroAcceptSD: ("large", "disjoint"), UnmergedTraversal: ("distinctive",)}.get(make, ())
+    also = {ZeroAcceptSD: ("large", "disjoint"), UnmergedTraversal: ("distinctive",), TopKSD: ("vocab",)}.get(make, ())
     others = {f: e for f, e in effects.items() if f != family and f not in also}
     assert all(e < 1e-12 for e in others.values()), effects
 
@@ -97,7 +98,7 @@ def test_planted_defect_fails_the_public_defaults(make, rule, K, family, tv, n):
                                     ("kseq_bv", 2), ("traversal", 2), ("mdbv_kseq", 2)])
 def test_lossless_reference_verifiers_pass_the_new_families(rule, K):
     """The numpy reference of each lossless rule (the batched contract, seeded per row) passes
-    the families added for issue 36 at N = 4,000, α = 1e-6 (false-alarm rate ≤ 1e-6 per case;
+    the families added then (coverage, onehot, branches, deep, zeros) at N = 4,000, α = 1e-6 (false-alarm rate ≤ 1e-6 per case;
     δ about 0.07 on these V ≤ 5 cases)."""
     families = ("coverage", "onehot", "branches", "deep", "zeros")
     families = tuple(f for f in families if not (f == "branches" and K == 1))

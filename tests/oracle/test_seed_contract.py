@@ -1,12 +1,13 @@
 """The seeds the harness sends (oracle/seeding.py) and the seed contract it checks
 (oracle/seed_contract.py): hashed 63-bit row seeds, independent runs at nearby base seeds, and
-the "seed replay" / "seed dependence" checks of every certification.
+the "seed replay" / "seed dependence" / "batch independence" checks of every certification
+(the third: tests/oracle/test_batch_independence.py).
 
 Statistics: the one sampled rate here (first tokens repeating between runs at seeds s and s + 1)
 is compared with its exact chance rate 5/9 over n = 19,000 pairs: |rate − 5/9| ≤ 5 σ,
 σ = √(5/9 · 4/9 / n) = 0.0036, false alarm 5.7e-7 (normal approximation), detecting a deviation
 ≥ 0.027 with power 0.99.  The certifications run at α = 1e-6 per case; the seed checks'
-false-alarm rate is 0 (replay) and < 1e-12 (seed dependence, c^B from the case's exact law,
+false-alarm rate is 0 (replay, batch independence) and < 1e-12 (seed dependence, c^B from the case's exact law,
 asserted below).  Everything is seeded: the outcomes asserted are reproducible.
 """
 
@@ -146,7 +147,7 @@ def _checks(report) -> dict:
     return {c.name: c for c in report.seed_checks}
 
 
-def test_a_verifier_that_keeps_the_contract_passes_both_checks():
+def test_a_verifier_that_keeps_the_contract_passes_the_checks():
     report = certify_verifier(SD, "sd", K=1, L=3, families=("toy", "zeros"), n_samples=4096)
     assert report.ok, report.table()
     checks = _checks(report)
@@ -156,10 +157,10 @@ def test_a_verifier_that_keeps_the_contract_passes_both_checks():
     assert dep.passed and dep.changed > 0 and dep.false_alarm < FALSE_ALARM
     assert replay.rows == dep.rows == REPLAY_ROWS
     assert "seed replay" in report.table() and "seed dependence" in report.table()
-    rows = report.to_json()
-    assert [r.get("check") for r in rows[-2:]] == list(SEED_CHECK_NAMES)
-    assert all(r["verdict"] == "PASS" and r["kind"] == "seed contract" for r in rows[-2:])
-    assert len(rows) == len(report.results) + 2
+    rows = [r for r in report.to_json() if r.get("kind") == "seed contract"]
+    assert [r.get("check") for r in rows] == list(SEED_CHECK_NAMES)
+    assert all(r["verdict"] == "PASS" for r in rows)
+    assert len(report.to_json()) == len(report.results) + 3 + len(report.probes)
 
 
 _GLOBAL = np.random.default_rng(2024)
@@ -241,7 +242,8 @@ def test_certify_lossless_checks_the_seed_contract():
     ok = certify_lossless(sampler_match, K=1, L=1, models=[TOY], n_samples=2_000)
     assert ok.ok and tuple(c.name for c in ok.seed_checks) == SEED_CHECK_NAMES
     assert all(c.rows == 1024 and c.passed for c in ok.seed_checks)
-    assert "seed replay" in ok.table() and ok.to_json()[-1]["check"] == "seed dependence"
+    assert "seed replay" in ok.table()
+    assert [r["check"] for r in ok.to_json() if r.get("kind") == "seed contract"][-1] == "batch independence"
 
     def global_match(draft_tokens, draft_probs, target_probs, *, seeds):
         return sampler_match(draft_tokens, draft_probs, target_probs, seeds=_GLOBAL.integers(0, 2**63, len(seeds)))
@@ -253,7 +255,7 @@ def test_certify_lossless_checks_the_seed_contract():
 
 
 def test_fresh_draft_cases_and_several_verifiers_get_their_own_checks():
-    """A mapping rule → verifier gets one pair of checks per verifier, named by rule; a
+    """A mapping rule → verifier gets one set of checks per verifier, named by rule; a
     FirstTokenCase alone has no exact law here: its rows are drawn, B = UNKNOWN_LAW_ROWS and the
     false-alarm probability is not stated (NaN)."""
     from spectr_gbv.oracle.certify import certify
@@ -264,8 +266,9 @@ def test_fresh_draft_cases_and_several_verifiers_get_their_own_checks():
                      [case_family("toy", "sd", 1, 2), lossless_against_target("bv", K=1, L=2)], n_samples=2_000)
     assert report.ok, report.table()
     assert [(c.name, c.subject.split(",")[0]) for c in report.seed_checks] == [
-        ("seed replay", "rule sd"), ("seed dependence", "rule sd"), ("seed replay", "rule bv"), ("seed dependence", "rule bv")]
-    bv_dep = report.seed_checks[3]
+        ("seed replay", "rule sd"), ("seed dependence", "rule sd"), ("batch independence", "rule sd"),
+        ("seed replay", "rule bv"), ("seed dependence", "rule bv"), ("batch independence", "rule bv")]
+    bv_dep = report.seed_checks[4]
     assert bv_dep.rows == UNKNOWN_LAW_ROWS and math.isnan(bv_dep.false_alarm) and bv_dep.changed > 0
 
 

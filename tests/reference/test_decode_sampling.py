@@ -20,7 +20,9 @@ import pytest
 
 from spectr_gbv.oracle.certify import exact_verdict_law
 from spectr_gbv.oracle.certify_cases import fixed_case, toy_models
-from spectr_gbv.oracle.stats import counts_from_samples, gtest, gtest_power, mean_within_ci, sample_size_for_tv
+from spectr_gbv.oracle.gtest import counts_from_samples, gtest
+from spectr_gbv.oracle.gtest_power import gtest_power, sample_size_for_tv
+from spectr_gbv.oracle.mean_tests import mean_within_ci
 from spectr_gbv.proofs_check.instances import random_instance
 from spectr_gbv.reference.decode import generate
 from spectr_gbv.reference.exact import generation_law
@@ -35,7 +37,7 @@ SINGLE = registry.names(single_draft=True)
 
 def _n_for(law: dict) -> int:
     """The χ² sample size for δ = 0.02, raised (1 % steps) until the calibrated G-test
-    (``oracle.stats.gtest``: G/s with s from the exact null mean, s ≥ 1) states δ ≤ 0.02 on
+    (``oracle.gtest.gtest``: G/s with s from the exact null mean, s ≥ 1) states δ ≤ 0.02 on
     this law (``gtest_power``)."""
     n = sample_size_for_tv(DELTA, ALPHA, POWER, n_cells=sum(1 for p in law.values() if p > 0))
     while gtest_power(law, n, ALPHA).detectable_tv > DELTA:

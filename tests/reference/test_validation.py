@@ -139,3 +139,24 @@ def test_check_positive_int_reads_an_int_subclass_by_its_value():
     assert check_positive_int(Odd(3), "K") == 3
     with pytest.raises(ValueError, match="K must be an integer >= 1"):
         check_positive_int(Odd(0), "K")
+
+
+def test_check_batch_inputs_refuses_what_the_contract_refuses():
+    """reference.validation.check_batch_inputs: the input probes' corruptions
+    (oracle/input_probes.py), each at row 1 of a valid batch, are refused with the argument named;
+    the valid batch passes; and it agrees with check_iteration_inputs row by row."""
+    from spectr_gbv.oracle.input_probes import INPUT_PROBES, corrupted, probe_rows
+    from spectr_gbv.reference.validation import check_batch_inputs, check_iteration_inputs
+
+    rows = probe_rows(2, 3)
+    check_batch_inputs(*rows)
+    for name, arg, _ in INPUT_PROBES:
+        bad = corrupted(rows, name)
+        with pytest.raises(ValueError, match=arg if arg == "target_probs" else "draft_(probs|tokens)"):
+            check_batch_inputs(*bad)
+        with pytest.raises(ValueError):
+            check_iteration_inputs(bad[0][1], bad[1][1], bad[2][1])
+    with pytest.raises(ValueError, match="do not match"):
+        check_batch_inputs(rows[0], rows[1][:, :, :2], rows[2])
+    with pytest.raises(ValueError, match="outside"):
+        check_batch_inputs(rows[0] + 10, rows[1], rows[2])

@@ -27,11 +27,15 @@ ALPHA = 1e-6
 
 @pytest.mark.long  # deselected by default: `pytest -m long` (benchmarks/CI_TIMES.md)
 def test_defaults_certified_as_sd():
-    report = certify_verifier(TransformersSpeculativeSampling(), "sd", K=1, L=3, n_samples=N, alpha=ALPHA)
+    # input_checks=False: transformers takes logits from a model (gpu_backend.adapters.third_party)
+    report = certify_verifier(TransformersSpeculativeSampling(), "sd", K=1, L=3, n_samples=N, alpha=ALPHA,
+                              input_checks=False)
     assert report.ok, report.table()
     assert len(report.results) == len(FAMILIES) - 2  # "branches" (multi-draft) and "distinctive": no case for sd
     for r in report.results:
-        assert r.verdict == "PASS" and r.detectable_tv < (0.15 if r.V == 4096 else 0.034)
+        assert r.verdict == "PASS"
+        # V = 151,936 ("vocab", 5,000 rows): resolved by the coarsened test; the others by the joint one
+        assert (r.detectable_tv_coarse < 0.08) if r.V == 151_936 else r.detectable_tv < (0.15 if r.V == 4096 else 0.034)
 
 
 def test_ensemble_weight_is_caught_with_its_measured_tv():

@@ -22,6 +22,9 @@ import pytest
 
 from spectr_gbv.gpu_backend.adapters import vllm_shims
 from spectr_gbv.gpu_backend.certify import vllm as vc
+from spectr_gbv.oracle.input_probes import INPUT_PROBES
+
+INPUT_NAMES = [name for name, _, _ in INPUT_PROBES]
 
 PYTHON = vc.locate_python()
 pytestmark = pytest.mark.skipif(PYTHON is None, reason="no vLLM environment (scripts/install.sh --vllm makes .venv-vllm)")
@@ -182,8 +185,11 @@ def test_boundary_probes_reach_vllm_v1_through_the_adapter():
         print(json.dumps({p.name: p.passed for p in probes}))
     """)
     failed = sorted(name for name, ok in got.items() if not ok)
-    assert failed == ["NaN in target_probs", "zeros rows, every uniform = 1.11022e-16"], got
-    assert len(got) == 7
+    # the two known failures; the input probes of draft rows (oracle/input_probes.py) were added
+    # after this was measured and have not been run on vLLM: whichever of them fail are vLLM's too
+    assert {"NaN in target_probs", "zeros rows, every uniform = 1.11022e-16"} <= set(failed), got
+    assert not set(failed) - {"NaN in target_probs", "zeros rows, every uniform = 1.11022e-16"} - set(INPUT_NAMES)
+    assert len(got) == 6 + len(INPUT_NAMES)
 
 
 def test_cpu_engine_path_expands_temperatures_into_uninitialised_memory():

@@ -9,7 +9,7 @@ import pytest
 
 from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
 from spectr_gbv.gpu_backend.verifiers import get_verifier
-from spectr_gbv.oracle.harness import PROBES, boundary_probes
+from spectr_gbv.oracle.harness import INPUT_PROBES, PROBES, boundary_probes
 from spectr_gbv.reference.rules import RULES, registry
 from helpers.verifier_cases import one_torch_thread  # noqa: F401,E402  (autouse fixture)
 
@@ -18,7 +18,7 @@ from helpers.verifier_cases import one_torch_thread  # noqa: F401,E402  (autouse
 def test_every_rule_passes_the_probes(name):
     for verifier in (get_verifier(name), RULES[name]):
         probes = boundary_probes(verifier, name)
-        assert len(probes) == len(PROBES) + 1
+        assert len(probes) == len(PROBES) + len(INPUT_PROBES)
         assert all(p.passed for p in probes), [(p.name, p.detail) for p in probes if not p.passed]
 
 

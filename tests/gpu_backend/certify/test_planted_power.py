@@ -8,7 +8,7 @@
 * every planted row of the verifier certificate (planted defects on their toy cases, lossy
   rules against the target's first-token law) has effect TV ≥ 0.02 and its τ-law (or
   first-token) G-test power ≥ 0.99 at the row's N in --quick and in the full run, at α = 1e-6;
-* ``oracle.stats.paired_mean_power`` (the engine certificate's stated power) against its
+* ``oracle.mean_tests.paired_mean_power`` (the engine certificate's stated power) against its
   formula's limits and a simulation;
 * the engine certificate's planted rows run on until the power is reached (a fake run_rule),
   and state effect and power; progress lines without a terminal (run_rule every
@@ -31,7 +31,9 @@ from spectr_gbv.gpu_backend.certify import engine_runs as er  # noqa: E402
 from spectr_gbv.gpu_backend.models.pair import ModelPair  # noqa: E402
 from spectr_gbv.gpu_backend.certify import planted_laws, suite  # noqa: E402
 from spectr_gbv.gpu_backend.certify import verifiers as vc  # noqa: E402
-from spectr_gbv.oracle.stats import detectable_tv, gtest, paired_mean_power  # noqa: E402
+from spectr_gbv.oracle.gtest import gtest  # noqa: E402
+from spectr_gbv.oracle.gtest_power import detectable_tv  # noqa: E402
+from spectr_gbv.oracle.mean_tests import paired_mean_power  # noqa: E402
 from spectr_gbv.reference.rules import registry  # noqa: E402
 
 WITH_LAW = [n for n in registry.planted() if planted_laws.has_law(n)]

@@ -1,7 +1,7 @@
 """The engine certificate's lossless rows state their own power against their rule's planted
 defects (issue 36, item 5), computed from exact laws at the row's own shape and N:
 
-* ``runs_for_power``: the runs at which ``oracle.stats.paired_mean_power`` reaches 0.99, by its
+* ``runs_for_power``: the runs at which ``oracle.mean_tests.paired_mean_power`` reaches 0.99, by its
   formula (the smallest such number of runs, iterations growing in proportion);
 * ``defect_power`` on a tiny exact case: GBV's τ law and its planted first-failure defect's,
   given toy rows (V = 4, K = 1, L = 4; mean τ shift −0.26, TV 0.083), repeated as the iterations of a few runs: the stated
@@ -22,7 +22,7 @@ from spectr_gbv.gpu_backend.certify import engine_power as ep
 from spectr_gbv.gpu_backend.certify import engine_runs as er
 from spectr_gbv.gpu_backend.certify.planted_laws import planted_tau_law
 from spectr_gbv.oracle.certify_cases import coverage_models, fixed_case
-from spectr_gbv.oracle.stats import paired_mean_power
+from spectr_gbv.oracle.mean_tests import paired_mean_power
 
 A3 = 1e-3 / 3  # the engine row's α/3
 

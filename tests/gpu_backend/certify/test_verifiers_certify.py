@@ -103,7 +103,7 @@ def test_certify_random_rows_V4096(rule, dtype):
     assert r.mean_ci[0] <= r.exact_mean_tau <= r.mean_ci[1]
     # the G-test's bound on its pooled cells; the whole-law guarantee adds the pooled mass
     # (outcomes of expected count < 5: measured 0.7-4.3 % of the mass at V = 4,096, N = 2e5).
-    # 0.031: the calibrated G-test (oracle.stats.gtest, G/s with the exact null mean) at α/6 states
+    # 0.031: the calibrated G-test (oracle.gtest.gtest, G/s with the exact null mean) at α/6 states
     # a δ 3-18 % above the old χ² one (benchmarks/GTEST_SIZE.md); largest here spectr_gbv_fixed
     # bfloat16, 0.0303 (it was < 0.03 only under the anti-conservative χ² p-value)
     assert r.detectable_tv_pooled < 0.031 and r.zero_cell_violations == 0
@@ -123,3 +123,22 @@ def test_certify_law_level_planted_case():
     assert caught.verdict == "CAUGHT" and caught.pvalue_joint < ALPHA
     assert lossless.verdict == "PASS"
     assert report.ok
+
+
+def test_a_verifier_that_raises_is_a_failed_row_with_its_reason():
+    """certify_case turns a verifier's error into a failed "verifier output" check (a verdict,
+    oracle/certify.py); the plan's row keeps its reason and is FAIL, not ERROR."""
+    from spectr_gbv.gpu_backend.certify.verifiers import Entry, _row
+    from spectr_gbv.oracle.certify import certify_case
+    from spectr_gbv.oracle.certify_cases import case_family
+
+    def raises(draft_tokens, draft_probs, target_probs, *, seeds):
+        raise RuntimeError("kernel failed")
+
+    case = case_family("toy", "sd", 1, 3)
+    row = _row(Entry("rule", "sd", "sd", "toy", None), case, certify_case(raises, case, 100, 1e-6))
+    assert row.verdict == "FAIL" and row.error is None and not row.ok
+    assert row.statistic == "verifier output" and row.pvalues == {}
+    assert row.failed_checks == ("verifier output: the verifier raised on call 0 (after 0 of 100 rows): "
+                                 "RuntimeError: kernel failed",)
+    assert row.to_json()["failed_checks"] == list(row.failed_checks)

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from spectr_gbv.gpu_backend.decoding.sampling import inverse_cdf_rows
-from spectr_gbv.oracle.stats import gtest
+from spectr_gbv.oracle.gtest import gtest
 
 
 def draw(row, u):

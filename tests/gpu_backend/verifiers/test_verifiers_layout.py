@@ -17,7 +17,7 @@ from scipy import stats as sps
 from spectr_gbv.gpu_backend.verifiers import VERIFIERS, get_verifier
 from spectr_gbv.gpu_backend.verifiers.noise import (grouped_race, make_noise, race, race_groups,
                                          seeded_exponentials, seeded_uniforms, splitmix64_mix)
-from spectr_gbv.oracle.stats import gtest
+from spectr_gbv.oracle.gtest import gtest
 from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from helpers.verifier_cases import SINGLE_DRAFT, stack_cases, tree_case
 
