@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_scores import DirectionalResult, nucleus_test, score_test
+from spectr_gbv.oracle.sequence_scores import MIXTURES, DirectionalResult, mixture_test, nucleus_test, score_test
 from spectr_gbv.oracle.sequence_test import ORDERS, SequenceRow, ks_uniform_test
 
 DIRECTIONAL = ("temperature", "truncation", "position shift", "draft leak")
@@ -136,7 +136,7 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
         raise ValueError(f"indices has {len(indices)} entries for {len(samples)} samples")
     flat = [r for s in samples for r in s]
     if directional is None:
-        directional = planned_directional(any("dg" in r for r in flat))
+        directional = planned_directional(any("de" in r for r in flat))
     unknown = [d for d in directional if d not in DIRECTIONAL]
     if unknown:
         raise ValueError(f"directional: unknown test(s) {unknown}; known: {DIRECTIONAL}")
@@ -159,8 +159,14 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
             rows.append(SequenceRow(f"position {j}", o, "KS", r.statistic, r.pvalue, r.n, a_pos,
                                     r.detectable, r.passed))
     a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional) if directional else 0.0
-    dirs = tuple(nucleus_test(flat, a_dir, eta) if d == "truncation" else score_test(flat, d, a_dir, eta)
-                 for d in directional)
+    def run(name):
+        if name == "truncation":
+            return nucleus_test(flat, a_dir, eta)
+        if name in MIXTURES:
+            return mixture_test(flat, name, a_dir, eta)
+        return score_test(flat, name, a_dir, eta)
+
+    dirs = tuple(run(d) for d in directional)
     coarsened = min((int(r["k"]) for r in flat), default=0)
     passed = impossible == 0 and all(r.passed for r in rows) and all(d.passed for d in dirs)
     return FamilyResult(tuple(rows), dirs, alpha, eta, len(samples), int(sum(lengths)),
@@ -217,7 +223,7 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
     """
     from scipy import stats as sps
 
-    from spectr_gbv.oracle.sequence_scores import LEVELS
+    from spectr_gbv.oracle.sequence_scores import LEVELS, mixture_detectable, mixture_sums
     from spectr_gbv.oracle.sequence_test import detectable_deviation
 
     recs = [r for r in pilot if not r.get("imp")]
@@ -232,18 +238,22 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
     scale = n_tokens / len(recs)
     zb = float(sps.norm.ppf(power))
 
-    def score(key, two_sided):
-        have = [r for r in recs if f"{key}g" in r]
+    def temperature():
+        have = [r for r in recs if "tg" in r]
         if not have:
             return math.inf
-        v = sum(r[f"{key}v"] for r in have) * n_tokens / len(have)
-        bias = tolerance * sum(r[f"{key}r"] for r in have) * n_tokens / len(have)
-        za = float(sps.norm.isf(a_dir / 2 if two_sided else a_dir))
+        v = sum(r["tv"] for r in have) * n_tokens / len(have)
+        bias = tolerance * sum(r["tr"] for r in have) * n_tokens / len(have)
+        za = float(sps.norm.isf(a_dir / 2))
         need = (za + zb) * math.sqrt(v) + bias
-        if key == "t":
-            return need / v if v > 0 else math.inf
-        drift = sum(r[f"{key}q"] - r[f"{key}m"] for r in have) * n_tokens / len(have)
-        return need / drift if drift > 0 else math.inf
+        return need / v if v > 0 else math.inf
+
+    def mixture(key):
+        n, _, m, v, q = mixture_sums(recs, key)
+        if n == 0:
+            return math.inf
+        f = n_tokens / n
+        return mixture_detectable(n_tokens, m * f, v * f, q * f, a_dir, tolerance, power)
 
     truncation = {}
     for i, level in enumerate(LEVELS):
@@ -262,6 +272,6 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
             else:
                 lo = mid + 1
         need = lo
-    return PlanPower(int(n_tokens), alpha, tolerance, omnibus, score("t", True),
-                     score("s", False) if "position shift" in directional else math.inf,
-                     score("d", False) if draft_known else math.inf, truncation, need, target_tv)
+    return PlanPower(int(n_tokens), alpha, tolerance, omnibus, temperature(),
+                     mixture("s") if "position shift" in directional else math.inf,
+                     mixture("d") if draft_known else math.inf, truncation, need, target_tv)

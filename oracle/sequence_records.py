@@ -30,12 +30,13 @@ Record fields (JSON keys)
 - ``tg, tm, tv``: the temperature score: g(cell) = log p(cell) (clipped below at
   ``LOG_FLOOR``; "other" takes the smallest top cell's value), its value at x, its mean and its
   variance under the cells' law; ``tr``: the range of g over the cells (for the float tolerance).
-- ``sg, sm, sv, sr, sq``: the position-shift score (positions t ≥ 1): g(y) = log(1 − λ + λ·r(y)),
-  r = p_{t−1}(y) / p_t(y), λ = ``MIX`` — the log-likelihood ratio of the mixture
-  (1 − λ)·p_t + λ·p_{t−1} — its value at x, mean and variance under p_t, range, and its mean under
-  p_{t−1} (``sq``: what a sampler reading the previous position's law would average).
-- ``dg, dm, dv, dr, dq``: the same with r = q_t(y) / p_t(y), q_t the draft model's law (when the
-  draft's law is known): the draft-leak score.
+- ``se, sm, sv, sq``: the position-shift likelihood ratios (positions t ≥ 1): for each λ of
+  ``LAMBDAS``, g_λ(y) = log(1 − λ + λ·r(y)), r = p_{t−1}(y) / p_t(y) — the log-likelihood ratio of
+  the mixture (1 − λ)·p_t + λ·p_{t−1} against p_t — its value at x (``se``), its mean and variance
+  under p_t (``sm``, ``sv``) and its mean under p_{t−1} (``sq``: what a sampler reading the
+  previous position's law would average); lists of one value per λ.
+- ``de, dm, dv, dq``: the same with r = q_t(y) / p_t(y), q_t the draft model's law (when the
+  draft's law is known): the draft-leak likelihood ratios.
 - ``nu``: for each top-p level ρ of ``NUCLEI``, ``[m, out]``: m = 1 − M_ρ, M_ρ the mass of the
   nucleus (the fewest most probable cells reaching mass ρ), and out = 1 when x lies outside it
   (decided by rank, not by comparing sums); ``[0, 0]`` when the top cells do not reach ρ (the
@@ -57,8 +58,10 @@ import numpy as np
 # log-probabilities below this are clipped in the scores (keeps their range, hence the float
 # tolerance's bias bound, finite: oracle.sequence_scores)
 LOG_FLOOR = math.log(1e-8)
-# λ of the mixture scores (shift and draft leak): log(1 − λ + λ r) is bounded below by log(1 − λ)
-MIX = 0.1
+# the mixture weights λ of the shift and draft-leak likelihood ratios (oracle.sequence_scores
+# mixes their e-values over this grid: a stale or leaked weight of about λ is caught near the
+# sample count of the likelihood-ratio test that knows it)
+LAMBDAS = (0.5, 0.1, 0.02, 0.004)
 # a top-k list whose probabilities sum above 1 by less than this is renormalised (float32 softmax)
 TOPK_SUM_ATOL = 1e-3
 # the top-p levels whose nuclei the truncation test counts tokens outside of
@@ -103,8 +106,20 @@ def _moments(p: np.ndarray, g: np.ndarray) -> tuple[float, float, float]:
     return m, max(v, 0.0), float(g[live].max() - g[live].min()) if live.any() else 0.0
 
 
-def _mixture_score(r: np.ndarray) -> np.ndarray:
-    return np.log((1.0 - MIX) + MIX * np.minimum(r, 1e12))
+def _mixture_ratios(p: np.ndarray, other: np.ndarray, x: int) -> dict:
+    """Per λ of ``LAMBDAS``: log(1 − λ + λ·other/p) at x, its mean and variance under p, its mean
+    under ``other`` (laws over the same cells)."""
+    live = p > 0
+    r = np.where(live, other / np.where(live, p, 1.0), 0.0)
+    out = {"e": [], "m": [], "v": [], "q": []}
+    for lam in LAMBDAS:
+        g = np.log((1.0 - lam) + lam * r)
+        m, v, _ = _moments(p, g)
+        out["e"].append(float(g[x]))
+        out["m"].append(m)
+        out["v"].append(v)
+        out["q"].append(_dot(other, g))
+    return out
 
 
 def _check_full(laws, n: int, name: str) -> np.ndarray:
@@ -171,13 +186,9 @@ def records_from_laws(tokens, laws, draft_laws=None) -> list[dict]:
 
 
 def _add_mixture(rec: dict, key: str, p: np.ndarray, other: np.ndarray, x: int) -> None:
-    """Fields ``{key}g, {key}m, {key}v, {key}r, {key}q`` of the mixture score against ``other``."""
-    live = p > 0
-    r = np.where(live, other / np.where(live, p, 1.0), 0.0)
-    g = _mixture_score(r)
-    m, v, rng = _moments(p, g)
-    rec.update({f"{key}g": float(g[x]), f"{key}m": m, f"{key}v": v, f"{key}r": rng,
-                f"{key}q": _dot(other, g)})
+    """Fields ``{key}e, {key}m, {key}v, {key}q`` of the mixture likelihood ratios against ``other``."""
+    for name, values in _mixture_ratios(p, other, x).items():
+        rec[f"{key}{name}"] = values
 
 
 def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list[dict]:
@@ -251,7 +262,8 @@ def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list
 
 
 def _add_top_shift(rec, ids, probs, other, prev, hit) -> None:
-    """The shift score on the cells of p_t against p_{t−1} known on its own top list only."""
+    """The shift likelihood ratios on the cells of p_t against p_{t−1} known on its own top list
+    only (module doc: the stand-in)."""
     p_ids, p_probs, p_other = prev
     stand_in = min(float(p_probs.min()), p_other) if p_other > 0 else 0.0
     known = dict(zip(p_ids.tolist(), p_probs.tolist()))
@@ -260,9 +272,5 @@ def _add_top_shift(rec, ids, probs, other, prev, hit) -> None:
     cells = np.append(probs, other)
     prev_cells = np.append(prev_top, prev_other)
     prev_cells = prev_cells / prev_cells.sum() if prev_cells.sum() > 0 else prev_cells
-    live = cells > 0
-    r = np.where(live, prev_cells / np.where(live, cells, 1.0), 0.0)
-    g = _mixture_score(r)
-    m, v, rng = _moments(cells, g)
     j = int(hit[0]) if hit.size else len(ids)
-    rec.update(sg=float(g[j]), sm=m, sv=v, sr=rng, sq=_dot(prev_cells, g))
+    _add_mixture(rec, "s", cells, prev_cells, j)

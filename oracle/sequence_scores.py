@@ -9,30 +9,43 @@ in samples.  These tests each aim at one family of defects and run on the per-to
   statistic of that one-parameter exponential family (uniformly most powerful one-sided; the test
   is two-sided).  Exact null mean 0 and variance Var_p(log p) per token (from the record).
 - **position shift** — a sampler that reads the law one position early or late (stale logits)
-  draws from p_{t−1} instead of p_t for some tokens.  Score g(x) = log(1 − λ + λ·p_{t−1}(x)/p_t(x)),
-  the log-likelihood ratio of the mixture with weight λ = ``sequence_records.MIX``; one-sided
-  (such a sampler raises its mean).
-- **draft leak** — a residual or acceptance defect that emits the draft's law q with some weight:
-  the same score with q_t in place of p_{t−1} (only where the draft's law is known).
+  draws from p_{t−1} instead of p_t for a fraction ε of tokens: the likelihood ratio of that
+  alternative, W_λ = Π_t (1 − λ + λ·p_{t−1}(x_t)/p_t(x_t)), mixed over the grid λ ∈
+  ``sequence_records.LAMBDAS`` (W = the mean of the W_λ) — a test by e-value (below);
+- **draft leak** — a residual or acceptance defect that emits the draft's law q with a weight ε:
+  the same with q_t in place of p_{t−1} (only where the draft's law is known).
 - **truncation** — top-p / top-k / min-p left on: the number of emitted tokens outside the top-p
   nucleus (ρ in ``sequence_records.NUCLEI``), and outside the top set (a top-k law's k cells, a
   whole law's ``TOP_SET`` most probable tokens), each against its exact expectation
   Σ_t (1 − M_t) and variance Σ_t M_t (1 − M_t); one-sided (a silent truncation drives it to 0).
 
-The statistic of every test is a sum of martingale differences with exact conditional means and
-variances (each token's law is known given its past): z = Σ (g − m) / √Σ v is asymptotically
-N(0, 1) (martingale CLT, self-normalised: Hall & Heyde 1980, Cor. 3.1).  The normal
-approximation's real false-alarm rate and the power against planted defects are measured by
-simulation from exact laws (tests/oracle/test_sequence_scores.py, benchmarks/SEQUENCE_POWER.md).
+The temperature and truncation statistics are sums of martingale differences with exact
+conditional means and variances (each token's law is known given its past): z = Σ (g − m) / √Σ v
+is asymptotically N(0, 1) (martingale CLT, self-normalised: Hall & Heyde 1980, Cor. 3.1); the
+normal approximation's real false-alarm rate is measured by simulation from exact laws
+(tests/oracle/test_sequence_family.py, benchmarks/SEQUENCE_POWER.md).
+
+The shift and leak ratios are heavy-tailed (a token the target almost never emits but the stale
+or draft law does has a huge ratio), where a normal approximation over-rejects at small N.  They
+are tested by e-value instead: each W_λ is a non-negative martingale of mean 1 under the null (a
+likelihood ratio), so is their mean W, and Ville's inequality gives P(sup W ≥ 1/α) ≤ α at every
+sample size: the p-value is min(1, 1/W), exact in size with no approximation (Ville 1939; Grünwald,
+de Heide & Koolen 2024, J. R. Stat. Soc. B 86:1091–1128, "Safe testing").  The mixture over λ
+costs log |LAMBDAS| nats against the test that knows ε.
 
 Float tolerance η.  The engine's law at a token may differ from the reference's by TV ≤ η (float
-rounding): E[g] then moves by at most η·range(g) per token (the record's ``*r`` field), so the
-test subtracts Σ η·range from |Σ (g − m)| before standardising (the nucleus count: η per token).
-Scores clip log-probabilities at ``sequence_records.LOG_FLOOR`` so that the range stays finite.
+rounding): E[g] then moves by at most η·range(g) per token (the record's ``tr`` field), so the
+temperature test subtracts Σ η·range from |Σ (g − m)| before standardising (the nucleus count:
+η per token); the score clips log-probabilities at ``sequence_records.LOG_FLOOR`` so that the
+range stays finite.  The e-value tests read η as a relative error of each probability (the form
+rounding takes, |p'(y)/p(y) − 1| ≤ 2η): E[1 − λ + λ·r] ≤ 1 + 2λη per token under it, and each
+W_λ is divided by (1 + 2λη)^n.
 
 Detectable deviations (power 0.99, normal approximation, linear in the defect's size):
 temperature |Δβ| ≥ ((z_α + z_0.99)·√V + B) / V with V = Σ Var_p(log p), B the tolerance's bias
-(at T = 1, |ΔT| ≈ |Δβ|); shift or leak weight ε ≥ ((z_α + z_0.99)·√V + B) / Σ (E_q[g] − E_p[g]).
+(at T = 1, |ΔT| ≈ |Δβ|); shift or leak weight ε: the smallest over λ of the ε at which the drift
+of log W_λ, Σ [(1 − ε)·E_p g_λ + ε·E_q g_λ − log(1 + 2λη)], reaches log(|LAMBDAS|/α) +
+z_0.99·√(Σ Var_p g_λ).
 """
 
 from __future__ import annotations
@@ -44,14 +57,15 @@ import numpy as np
 from scipy import stats as sps
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_records import NUCLEI
+from spectr_gbv.oracle.sequence_records import LAMBDAS, NUCLEI
 
 # the truncation test's levels: the top-p nuclei, then the top set (sequence_records' ``nu``)
 LEVELS = tuple(f"top-p {rho:g}" for rho in NUCLEI) + ("top set",)
 
 DEFAULT_POWER = 0.99
-# test name → (record key prefix, sidedness: +1 upper, -1 lower, 0 two-sided)
-SCORES = {"temperature": ("t", 0), "position shift": ("s", 1), "draft leak": ("d", 1)}
+# the score tests (record key prefix, sidedness: 0 two-sided) and the e-value tests (key prefix)
+SCORES = {"temperature": ("t", 0)}
+MIXTURES = {"position shift": "s", "draft leak": "d"}
 
 
 @dataclass(frozen=True)
@@ -107,7 +121,7 @@ def _z(alpha: float, sided: int) -> float:
 
 def score_test(records, name: str, alpha: float, tolerance: float = 0.0,
                power: float = DEFAULT_POWER) -> DirectionalResult:
-    """A directional score test (module doc) over every record that carries its score.
+    """The temperature score test (module doc) over every record that carries its score.
 
     Args:
         records: an iterable of per-token records (``oracle.sequence_records``), any number of
@@ -128,7 +142,7 @@ def score_test(records, name: str, alpha: float, tolerance: float = 0.0,
     if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     key, sided = SCORES[name]
-    g = m = v = r = q = 0.0
+    g = m = v = r = 0.0
     n = 0
     for rec in records:
         if rec.get("imp") or f"{key}g" not in rec:
@@ -138,20 +152,80 @@ def score_test(records, name: str, alpha: float, tolerance: float = 0.0,
         m += rec[f"{key}m"]
         v += rec[f"{key}v"]
         r += rec[f"{key}r"]
-        q += rec.get(f"{key}q", math.nan) if key != "t" else 0.0
-    unit = "|Δβ| (≈ |ΔT|/T)" if key == "t" else "weight ε"
+    unit = "|Δβ| (≈ |ΔT|/T)"
     if n == 0:
         return DirectionalResult(name, math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, sided, math.inf, unit, True)
     bias = float(tolerance) * r
     z, p = _pvalue(g - m, v, bias, sided)
     need = _z(alpha, sided) * math.sqrt(v) + sps.norm.ppf(power) * math.sqrt(v) + bias
-    if key == "t":
-        det = need / v if v > 0 else math.inf
-    else:
-        drift = q - m
-        det = need / drift if drift > 0 and math.isfinite(drift) else math.inf
+    det = need / v if v > 0 else math.inf
     return DirectionalResult(name, float(z), p, n, float(g), float(m), float(v), bias, alpha, sided,
                              float(det), unit, p >= alpha)
+
+
+def mixture_sums(records, key: str) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(n, Σ e, Σ m, Σ v, Σ q) per λ of ``LAMBDAS`` over the records carrying ``{key}e``."""
+    n, e, m, v, q = 0, np.zeros(len(LAMBDAS)), np.zeros(len(LAMBDAS)), np.zeros(len(LAMBDAS)), np.zeros(len(LAMBDAS))
+    for rec in records:
+        if rec.get("imp") or f"{key}e" not in rec:
+            continue
+        n += 1
+        e += rec[f"{key}e"]
+        m += rec[f"{key}m"]
+        v += rec[f"{key}v"]
+        q += rec[f"{key}q"]
+    return n, e, m, v, q
+
+
+def mixture_detectable(n: int, m, v, q, alpha: float, tolerance: float, power: float = DEFAULT_POWER) -> float:
+    """The weight ε a mixture e-value test catches with power ``power`` (module doc), from the
+    sums over n tokens of each λ's null mean ``m``, null variance ``v`` and alternative mean ``q``."""
+    need = math.log(len(LAMBDAS) / alpha)
+    zb = float(sps.norm.ppf(power))
+    best = math.inf
+    for lam, mm, vv, qq in zip(LAMBDAS, m, v, q):
+        gap = qq - mm
+        if gap <= 0:
+            continue
+        eps = (need + zb * math.sqrt(max(vv, 0.0)) + n * math.log1p(2 * lam * tolerance) - mm) / gap
+        if 0 < eps <= 1:
+            best = min(best, eps)
+    return best
+
+
+def mixture_test(records, name: str, alpha: float, tolerance: float = 0.0,
+                 power: float = DEFAULT_POWER) -> DirectionalResult:
+    """The position-shift or draft-leak test by e-value (module doc): W = mean over λ of
+    Π_t (1 − λ + λ·r_t) / (1 + 2λη); p-value min(1, 1/W), exact in size by Ville's inequality.
+
+    Args:
+        records: per-token records (flattened); name: a key of ``MIXTURES``; alpha: this test's
+            false-alarm rate; tolerance: η (module doc); power: ``detectable``'s.
+    Returns:
+        ``DirectionalResult``: ``statistic`` log W, ``observed`` the largest Σ_t log(1 − λ + λ r_t)
+        over λ, ``expected`` its null mean, ``variance`` its null variance, ``detectable`` the
+        weight ε caught with power 0.99 (normal approximation of the drift); n = 0 (an empty pass)
+        when no record carries the ratios.
+    Raises:
+        ValueError: unknown name, alpha or tolerance out of range.
+    """
+    if name not in MIXTURES:
+        raise ValueError(f"name must be one of {sorted(MIXTURES)}, got {name!r}")
+    alpha = check_alpha(alpha)
+    if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    n, e, m, v, q = mixture_sums(records, MIXTURES[name])
+    if n == 0:
+        return DirectionalResult(name, math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 1, math.inf, "weight ε", True)
+    penalty = np.array([n * math.log1p(2 * lam * float(tolerance)) for lam in LAMBDAS])
+    log_w = e - penalty
+    top = float(log_w.max())
+    log_mean = top + math.log(float(np.exp(log_w - top).mean()))
+    p = min(1.0, math.exp(-log_mean)) if log_mean < 700 else 0.0
+    j = int(np.argmax(log_w))
+    det = mixture_detectable(n, m, v, q, alpha, float(tolerance), power)
+    return DirectionalResult(name, log_mean, p, n, float(e[j]), float(m[j]), float(v[j]), float(penalty[j]), alpha,
+                             1, det, "weight ε", p >= alpha)
 
 
 def nucleus_test(records, alpha: float, tolerance: float = 0.0) -> DirectionalResult:
@@ -198,7 +272,4 @@ def nucleus_test(records, alpha: float, tolerance: float = 0.0) -> DirectionalRe
     return best
 
 
-def score_drifts(records, name: str) -> np.ndarray:
-    """Per-token (g − m) of one score, for records that carry it (diagnostics and simulations)."""
-    key, _ = SCORES[name]
-    return np.array([r[f"{key}g"] - r[f"{key}m"] for r in records if not r.get("imp") and f"{key}g" in r])
+

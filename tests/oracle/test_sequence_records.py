@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from spectr_gbv.oracle.sequence_records import LOG_FLOOR, MIX, NUCLEI, records_from_laws, records_from_top
+from spectr_gbv.oracle.sequence_records import LAMBDAS, LOG_FLOOR, NUCLEI, records_from_laws, records_from_top
 
 LAW = np.array([0.1, 0.4, 0.2, 0.3])  # probability order: 1, 3, 2, 0
 
@@ -35,19 +35,23 @@ def test_ties_are_ordered_by_id():
     assert (r0["lo"], r1["lo"]) == (0.5, 0.75)
 
 
-def test_mixture_scores_against_the_previous_law_and_a_draft():
+def test_mixture_ratios_against_the_previous_law_and_a_draft():
     laws = np.array([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])
     draft = np.array([[1 / 3] * 3, [0.6, 0.2, 0.2]])
     r0, r1 = records_from_laws([0, 2], laws, draft)
-    assert "sg" not in r0 and "sg" in r1
+    assert "se" not in r0 and "se" in r1 and len(r1["se"]) == len(LAMBDAS)
     r = np.array([0.5 / 0.2, 0.5 / 0.3, 0.0])
-    g = np.log((1 - MIX) + MIX * r)
-    m = float((laws[1] * g).sum())
-    assert r1["sg"] == pytest.approx(g[2], abs=1e-15) and r1["sm"] == pytest.approx(m, abs=1e-15)
-    assert r1["sq"] == pytest.approx(float((laws[0] * g).sum()), abs=1e-15)
-    gd = np.log((1 - MIX) + MIX * draft[1] / laws[1])
-    assert r1["dg"] == pytest.approx(gd[2], abs=1e-15)
-    assert r1["dq"] == pytest.approx(float((draft[1] * gd).sum()), abs=1e-15)
+    for i, lam in enumerate(LAMBDAS):
+        g = np.log((1 - lam) + lam * r)
+        m = float((laws[1] * g).sum())
+        assert r1["se"][i] == pytest.approx(g[2], abs=1e-15) and r1["sm"][i] == pytest.approx(m, abs=1e-15)
+        assert r1["sv"][i] == pytest.approx(float((laws[1] * (g - m) ** 2).sum()), abs=1e-15)
+        assert r1["sq"][i] == pytest.approx(float((laws[0] * g).sum()), abs=1e-15)
+        gd = np.log((1 - lam) + lam * draft[1] / laws[1])
+        assert r1["de"][i] == pytest.approx(gd[2], abs=1e-15)
+        assert r1["dq"][i] == pytest.approx(float((draft[1] * gd).sum()), abs=1e-15)
+        # a likelihood ratio: its exponential has mean 1 under the law it is taken against
+        assert float((laws[1] * np.exp(g)).sum()) == pytest.approx(1.0, abs=1e-15)
 
 
 def test_impossible_token_and_bad_laws():
