@@ -78,10 +78,11 @@ class RaisingBV(BlockVerification):
 @pytest.mark.parametrize("rule,wrong,verdict", [
     ("bv", FirstFailureBV, "FAIL"),
     ("spectr", UnscaledSpecTr, "FAIL"),
-    ("bv", RaisingBV, "ERROR"),
+    ("bv", RaisingBV, "FAIL"),
 ], ids=["bv-first-failure", "spectr-rho1", "bv-raises"])
 def test_nonzero_exit_when_a_lossless_rule_is_wrong(rule, wrong, verdict, monkeypatch, tmp_path, capsys):
-    """The registry's rule replaced by a wrong one (the registry is read when the CLI runs)."""
+    """The registry's rule replaced by a wrong one (the registry is read when the CLI runs). A
+    verifier that raises is a verdict too: a FAIL row whose failed check names the error."""
     from spectr_gbv.gpu_backend.verifiers.base import VERIFIER_CLASSES
 
     monkeypatch.setitem(VERIFIER_CLASSES, type(registry.spec(rule).reference()), wrong)
@@ -90,6 +91,9 @@ def test_nonzero_exit_when_a_lossless_rule_is_wrong(rule, wrong, verdict, monkey
     assert code == 1
     rows = [r for r in json.loads(js.read_text()) if r["kind"] == "lossless"]
     assert any(r["verdict"] == verdict for r in rows), [(r["case"], r["verdict"]) for r in rows]
+    if wrong is RaisingBV:
+        assert all(r["error"] is None for r in rows)
+        assert any("deliberately broken" in c for r in rows for c in r["failed_checks"]), rows
     assert "NOT CERTIFIED" in out
 
 
