@@ -166,7 +166,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--null-runs", type=int, default=500)
     ap.add_argument("--only", default="ours,oracle,MMD,null",
-                    help="comma-separated parts to (re)compute; the others are read from --merge")
+                    help="comma-separated parts to (re)compute ('null' with a method: that method's false-alarm "
+                         "runs); the others are read from --merge")
     ap.add_argument("--merge", default=None, help="a raw JSON of an earlier run whose other parts are kept")
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -179,7 +180,7 @@ def main() -> None:
            "alpha": ALPHA, "runs": runs, "curves": {}, "null": {}}
     if args.merge:
         old = json.loads(Path(args.merge).read_text())
-        out["curves"], out["null"] = old.get("curves", {}), old.get("null", {}) if "null" not in only else {}
+        out["curves"], out["null"] = old.get("curves", {}), old.get("null", {})
     started = time.time()
     for name, defect in DEFECTS.items():
         oracle = Oracle(chain, draft, defect)
@@ -198,6 +199,8 @@ def main() -> None:
             out["curves"].setdefault(name, {})[method] = pts
     nulls = (("ours", ours, 60, null_runs), ("ours", ours, 300, null_runs // 5), ("MMD", mmd, 500, 100))
     for method, test, N, n_runs in (nulls if "null" in only else ()):
+        if method not in only:
+            continue  # kept from --merge
         k = sum(bool(test(chain, draft, np.full(N, PROMPT), sample_many(chain, np.full(N, PROMPT), N_TOKENS, rng),
                           rng, r)) for r in range(n_runs))
         out["null"][f"{method} N={N}"] = {"runs": n_runs, "rejected": k, "ci95": clopper_pearson(k, n_runs)}
