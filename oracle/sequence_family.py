@@ -273,5 +273,5 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
                 lo = mid + 1
         need = lo
     return PlanPower(int(n_tokens), alpha, tolerance, omnibus, temperature(),
-                     mixture("s") if "position shift" in directional else math.inf,
-                     mixture("d") if draft_known else math.inf, truncation, need, target_tv)
+                     float(mixture("s")) if "position shift" in directional else math.inf,
+                     float(mixture("d")) if draft_known else math.inf, truncation, need, target_tv)
