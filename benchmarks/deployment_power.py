@@ -1,7 +1,7 @@
 """Power of ``certify endpoint``'s default plan on the embedded tiny model, against planted servers.
 
-The default plan: N = 60 samples × 16 tokens over the 8 shipped prompts, α = 10^-3 for the
-family, η = 10^-3, the reference's top 20 per position (what ``--reference self`` gives).  Each
+The plan: N = 60 samples × 16 tokens (``--plan-samples``: the default of ``certify endpoint`` was
+60 when this was written and is 80 since) over the 8 shipped prompts, α = 10^-3 for the family, η = 10^-3, the reference's top 20 per position (what ``--reference self`` gives).  Each
 planted server is run ``--runs`` times (50: disjoint samples, fresh seeds), each run's 60 samples
 tested by ``oracle.sequence_family.family_test``; the table gives the runs failed, the power with
 its 95 % Clopper–Pearson interval, and which test fired.
@@ -37,7 +37,7 @@ import numpy as np
 from scipy import stats as sps
 
 from spectr_gbv.oracle.sequence_family import family_test
-from spectr_gbv.oracle.sequence_records import records_from_top
+from spectr_gbv.oracle.sequence_records import records_from_laws, records_from_top
 
 N_PLAN, N_NEW, K, ALPHA, ETA = 60, 16, 20, 1e-3, 1e-3
 
@@ -119,15 +119,40 @@ def planted(name: str, samples: int, seed: int) -> list:
     return records
 
 
-def test(records: list, runs: int, subsets: int = 0) -> dict:
-    """``runs`` disjoint plans of N_PLAN samples, or (``subsets`` > 0) that many plans drawn at
+def whole_law_records(data: dict) -> list:
+    """Records of the collected samples against the tiny model's whole float32 law (what
+    ``--reference hf:tiny`` gives) instead of the server's top 20."""
+    import torch
+
+    from spectr_gbv.gpu_backend.models.weights import load_causal_lm
+
+    model, _ = load_causal_lm("tiny", dtype="float32")
+    prompts, samples = data["prompts"], data["samples"]
+    records = []
+    for start in range(0, len(samples), 30):
+        chunk = samples[start:start + 30]
+        rows = [prompts[e["prompt"]] + list(e["tokens"]) for e in chunk]
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
+        with torch.inference_mode():
+            logits = model(ids, attention_mask=(torch.arange(width)[None, :] < torch.tensor(
+                [len(r) for r in rows])[:, None]).long()).logits.double()
+        for r, e in enumerate(chunk):
+            n0, toks = len(prompts[e["prompt"]]), list(e["tokens"])
+            law = torch.softmax(logits[r, n0 - 1:n0 - 1 + len(toks)], -1).numpy()
+            records.append(records_from_laws(toks, law))
+    return records
+
+
+def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN) -> dict:
+    """``runs`` disjoint plans of ``n_plan`` samples, or (``subsets`` > 0) that many plans drawn at
     random without replacement from the whole pool (overlapping: the pool stands for the server's
     law; a finer power estimate than the disjoint runs allow, not an independent one)."""
     fired: dict = {}
     failed = 0
     pick = np.random.default_rng(11)
-    plans = ([pick.choice(len(records), N_PLAN, replace=False) for _ in range(subsets)] if subsets
-             else [np.arange(r * N_PLAN, (r + 1) * N_PLAN) for r in range(runs)])
+    plans = ([pick.choice(len(records), n_plan, replace=False) for _ in range(subsets)] if subsets
+             else [np.arange(r * n_plan, (r + 1) * n_plan) for r in range(runs)])
     runs = len(plans)
     for r, idx in enumerate(plans):
         part = [records[i] for i in idx]
@@ -158,6 +183,10 @@ def main() -> None:
     src.add_argument("--planted", choices=("exact", "stale", "leak"))
     t.add_argument("--runs", type=int, default=50)
     t.add_argument("--subsets", type=int, default=0, help="random plans drawn from the pool instead (test())")
+    t.add_argument("--plan-samples", type=int, default=N_PLAN, help="N of each plan (default the shipped 60)")
+    t.add_argument("--pool", type=int, default=0, help="--from: use the first POOL samples only")
+    t.add_argument("--whole-law", action="store_true",
+                   help="--from: the tiny model's whole law as the reference (hf:tiny) instead of the server's top 20")
     args = ap.parse_args()
     if args.what == "collect":
         collect(args.url, args.mode, args.samples, args.out, args.seed)
@@ -165,13 +194,18 @@ def main() -> None:
     started = time.time()
     if args.source:
         data = json.load(open(args.source))
-        records = [records_from_top(e["tokens"], e["ids"], e["lps"], e["own"]) for e in data["samples"]]
-        name = data.get("mode", args.source)
+        if args.pool:
+            data["samples"] = data["samples"][:args.pool]
+        if args.whole_law:
+            records = whole_law_records(data)
+        else:
+            records = [records_from_top(e["tokens"], e["ids"], e["lps"], e["own"]) for e in data["samples"]]
+        name = data.get("mode", args.source) + (" (reference: whole law)" if args.whole_law else "")
     else:
-        records = planted(args.planted, args.runs * N_PLAN, seed=7)
+        records = planted(args.planted, args.runs * args.plan_samples, seed=7)
         name = f"planted {args.planted}"
-    result = test(records, min(args.runs, len(records) // N_PLAN), args.subsets)
-    result["subsets"] = args.subsets
+    result = test(records, min(args.runs, len(records) // args.plan_samples), args.subsets, args.plan_samples)
+    result["subsets"], result["plan_samples"] = args.subsets, args.plan_samples
     result["name"], result["seconds"] = name, time.time() - started
     print(json.dumps(result))
 

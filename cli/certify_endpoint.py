@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULTS = dict(samples=60, max_new_tokens=16, top_k=20, concurrency=8, alpha=1e-3, tolerance=1e-3,
+DEFAULTS = dict(samples=80, max_new_tokens=16, top_k=20, concurrency=8, alpha=1e-3, tolerance=1e-3,
                 logprob_tolerance=1.0)
 
 

@@ -57,15 +57,15 @@ class Plan:
         n_samples: N ≥ 1; n_new: tokens per sample ≥ 1; temperature: T > 0; k: alternatives per
         position from a top-k reference (≥ 1); alpha: the family's false-alarm rate; tolerance:
         η, per-token TV put down to float rounding; logprob_tolerance: the largest gap (nats)
-        between a reported and a reference log-probability (default 1: bfloat16 decode against
-        prefill drifts by up to 0.15 nats on Qwen2.5-0.5B, benchmarks/DEPLOYMENT.md; a log-probability
-        reported from another model, position or step is off by whole nats)
-        allowed between a reported and a reference log-probability; seed: the run's seed (engine
+        allowed between a reported and a reference log-probability (default 1: bfloat16 decode
+        against prefill drifts by up to 0.15 nats on Qwen2.5-0.5B, docs/engines.md; a
+        log-probability reported from another model, position or step is off by whole nats);
+        seed: the run's seed (engine
         seeds and PIT uniforms derive from it); concurrency: C requests in flight; replays: seeds
         asked twice; max_errors: failed requests before the run stops.
     """
 
-    n_samples: int = 60
+    n_samples: int = 80  # power >= 0.99 against T 0.9 and top-p 0.95 with a top-20 reference (benchmarks/DEPLOYMENT.md)
     n_new: int = 16
     temperature: float = 1.0
     k: int = 20

@@ -1,15 +1,16 @@
 """``spectr-gbv certify endpoint URL`` end to end against the loopback test server with planted
 defects (tests/helpers/fake_deployment.py: an exact Markov chain, V = 64, vLLM's answers).
 
-Sizes and power.  Reference ``self`` gives the top 20 of each law; N = 60 samples × 16 tokens
+Sizes and power.  Reference ``self`` gives the top 20 of each law; N = 80 samples × 16 tokens
 (the CLI's default), α = 1e-3 for the family.  On this chain the planted defects are caught far
-beyond their thresholds: top-p 0.95 by the nucleus count (z ≈ −6.4 against the −3.6 its share
-needs), 10 % stale logits by the position-shift score (z ≈ 29), wrong reported log-probabilities
-by the deterministic bound (861 of 960 tokens over 1 nat; log-probabilities reported as 0, as
-llama-server does for draft tokens, likewise).  T = 0.9 is weaker on this
-low-entropy chain (|Δβ| = 0.11 against a detectable 0.15 at N = 60): it is tested at N = 400
-(detectable |Δβ| ≈ 0.06).  The false-alarm rate of the family is measured in
-tests/oracle/test_sequence_family.py and benchmarks/SEQUENCE_POWER.md.
+beyond their thresholds: top-p 0.95 by the nucleus count (z ≈ −7.4 against the −3.8 its share,
+2.5e-4 over 4 levels, needs), 10 % stale logits by the position-shift e-value (log W ≈ 268
+against the log(1/2.5e-4) ≈ 8.3 it needs), wrong reported log-probabilities by the deterministic bound (1,145 of 1,280 tokens over
+1 nat; log-probabilities reported as 0, as llama-server does for draft tokens: 675).  T = 0.9 is
+weaker on this low-entropy chain (|Δβ| = 0.11 against a detectable 0.13 at N = 80; z ≈ 3.5, p ≈
+1e-3 against its 2.5e-4): it is tested at N = 400 (detectable |Δβ| ≈ 0.06).  The false-alarm
+rate of the family is measured in tests/oracle/test_sequence_family.py and
+benchmarks/SEQUENCE_POWER.md.
 """
 
 import json
@@ -41,15 +42,15 @@ def test_a_lossless_server_passes_and_its_run_is_recorded(capsys, tmp_path):
     with serve() as (url, state):
         code, out, err, cert, record = _run(capsys, url, tmp_path)
     assert code == 0, out + err
-    assert cert["verdict"] == "PASS" and cert["samples"] == 60 and cert["complete"]
-    assert cert["family"]["n_tokens"] == 960 and cert["family"]["coarsened_k"] == 20
+    assert cert["verdict"] == "PASS" and cert["samples"] == 80 and cert["complete"]
+    assert cert["family"]["n_tokens"] == 1280 and cert["family"]["coarsened_k"] == 20
     assert {d["name"].split(" (")[0] for d in cert["family"]["directional"]} == {
         "temperature", "truncation", "position shift"}
     assert cert["replays"] == {"asked": 3, "identical": 3}
     assert cert["logprobs"]["over"] == 0 and cert["logprobs"]["largest"] < 1e-9
     events = _lines(record)
-    assert events[0]["kind"] == "header" and events[0]["plan"]["n_samples"] == 60
-    assert sorted(e["i"] for e in events if e["kind"] == "sample") == list(range(60))
+    assert events[0]["kind"] == "header" and events[0]["plan"]["n_samples"] == 80
+    assert sorted(e["i"] for e in events if e["kind"] == "sample") == list(range(80))
     assert "verdict: PASS" in out and "reference self" in out
     assert "Traceback" not in err
 
@@ -115,7 +116,7 @@ def test_flaky_servers_are_retried_and_a_broken_one_stops_with_what_it_has(capsy
 def test_fewer_alternatives_than_asked_are_coarsened_not_failed(capsys, tmp_path):
     with serve("fewer-top") as (url, _):
         code, out, err, cert, _ = _run(capsys, url, tmp_path)
-    assert code == 0 and cert["family"]["coarsened_k"] == 9 and cert["short"] == 960
+    assert code == 0 and cert["family"]["coarsened_k"] == 9 and cert["short"] == 1280
 
 
 def test_resume_continues_without_losing_or_repeating_a_sample(capsys, tmp_path):
@@ -144,12 +145,12 @@ def test_a_run_cut_short_keeps_its_samples_and_resumes(capsys, tmp_path):
     with serve(max_requests=50) as (url, _):
         code, out, err, cert, record = _run(capsys, url, tmp_path, "--retries", "0", name="cut")
     kept = [e for e in _lines(record) if e["kind"] == "sample"]
-    assert code == 2 and 0 < len(kept) < 60 and cert["samples"] == len(kept)
+    assert code == 2 and 0 < len(kept) < 80 and cert["samples"] == len(kept)
     with serve() as (url, _):
         code, out, err, cert, _ = _run(capsys, url, tmp_path, "--resume", str(record), name="cut2")
-    assert code == 0 and cert["samples"] == 60
+    assert code == 0 and cert["samples"] == 80
     indices = [e["i"] for e in _lines(record) if e["kind"] == "sample"]
-    assert sorted(indices) == list(range(60))
+    assert sorted(indices) == list(range(80))
 
 
 def test_the_api_key_is_sent_and_written_nowhere(capsys, tmp_path, monkeypatch):
@@ -263,9 +264,9 @@ def test_power_prints_the_plan_and_keeps_its_pilot(capsys, tmp_path):
         assert code == 0 and "detected with power 0.99" in out and "temperature: |ΔT| >=" in out
         assert "omnibus per-token TV <= 0.02: --samples" in out
         assert sum(e["kind"] == "sample" for e in _lines(record)) == 16
-        # the pilot is the run's start: resuming asks the 44 others
+        # the pilot is the run's start: resuming asks the 64 others
         code, out, err, cert, _ = _run(capsys, url, tmp_path, "--resume", str(record), name="after")
-    assert code == 0 and cert["samples"] == 60
+    assert code == 0 and cert["samples"] == 80
 
 
 def test_tolerance_auto_measures_the_drift_and_separates_it(capsys, tmp_path):
