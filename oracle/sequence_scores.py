@@ -142,19 +142,11 @@ def score_test(records, name: str, alpha: float, tolerance: float = 0.0,
     if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     key, sided = SCORES[name]
-    g = m = v = r = 0.0
-    n = 0
-    for rec in records:
-        if rec.get("imp") or f"{key}g" not in rec:
-            continue
-        n += 1
-        g += rec[f"{key}g"]
-        m += rec[f"{key}m"]
-        v += rec[f"{key}v"]
-        r += rec[f"{key}r"]
+    n, (g, m, v, r) = _record_sums(records, key, "gmvr", 1)
     unit = "|Δβ| (≈ |ΔT|/T)"
     if n == 0:
         return DirectionalResult(name, math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, sided, math.inf, unit, True)
+    g, m, v, r = float(g[0]), float(m[0]), float(v[0]), float(r[0])
     bias = float(tolerance) * r
     z, p = _pvalue(g - m, v, bias, sided)
     need = _z(alpha, sided) * math.sqrt(v) + sps.norm.ppf(power) * math.sqrt(v) + bias
@@ -163,17 +155,22 @@ def score_test(records, name: str, alpha: float, tolerance: float = 0.0,
                              float(det), unit, p >= alpha)
 
 
-def mixture_sums(records, key: str) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(n, Σ e, Σ m, Σ v, Σ q) per λ of ``LAMBDAS`` over the records carrying ``{key}e``."""
-    n, e, m, v, q = 0, np.zeros(len(LAMBDAS)), np.zeros(len(LAMBDAS)), np.zeros(len(LAMBDAS)), np.zeros(len(LAMBDAS))
+def _record_sums(records, key: str, fields: str, width: int) -> tuple[int, list[np.ndarray]]:
+    """(n, [Σ ``{key}{f}`` for f in ``fields``]) over the possible records carrying ``{key}{fields[0]}``;
+    each field a number (width 1) or a list of ``width`` numbers."""
+    n, sums = 0, [np.zeros(width) for _ in fields]
     for rec in records:
-        if rec.get("imp") or f"{key}e" not in rec:
+        if rec.get("imp") or f"{key}{fields[0]}" not in rec:
             continue
         n += 1
-        e += rec[f"{key}e"]
-        m += rec[f"{key}m"]
-        v += rec[f"{key}v"]
-        q += rec[f"{key}q"]
+        for total, f in zip(sums, fields):
+            total += rec[f"{key}{f}"]
+    return n, sums
+
+
+def mixture_sums(records, key: str) -> tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(n, Σ e, Σ m, Σ v, Σ q) per λ of ``LAMBDAS`` over the records carrying ``{key}e``."""
+    n, (e, m, v, q) = _record_sums(records, key, "emvq", len(LAMBDAS))
     return n, e, m, v, q
 
 
