@@ -70,11 +70,12 @@ MIXTURES = {"position shift": "s", "draft leak": "d"}
 
 @dataclass(frozen=True)
 class DirectionalResult:
-    """Result of ``score_test`` or ``nucleus_test``.
+    """Result of ``score_test``, ``mixture_test`` or ``nucleus_test``.
 
     Attributes:
         name: "temperature", "position shift", "draft leak" or "truncation (top-p ρ)".
-        statistic: z, standardised as the module doc says (NaN when no token carries the score).
+        statistic: z, standardised as the module doc says (the score and nucleus tests), or log W
+            (``mixture_test``: the e-value tests); NaN when no token carries the score.
         pvalue: its p-value after the tolerance (1 when nothing was tested).
         n: tokens that carried the score.
         observed, expected: Σ g and Σ m (the nucleus test: tokens outside, and their expectation).

@@ -249,7 +249,7 @@ POWER_NOTE = (
     "(Rosenblatt 1952; Brockwell 2007; Czado, Gneiting & Held 2009), in token-id and in probability "
     "order; KS against Uniform(0,1) with the exact kstwo law and threshold moved by eta (float "
     "rounding), pooled and per position; and the directional tests (temperature score, tokens "
-    "outside the top-p nuclei, position-shift score, draft-leak score where the draft's law is "
+    "outside the top-p nuclei, position-shift e-value, draft-leak e-value where the draft's law is "
     "known: oracle/sequence_scores.py).  Bonferroni within each mode (alpha/4 the omnibus tests: "
     "alpha/8 pooled, alpha/8 positions; 3 alpha/4 the directional tests, split equally).  d (0.99): "
     "the pooled test catches "

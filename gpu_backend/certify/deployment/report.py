@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from spectr_gbv.oracle.sequence_scores import MIXTURES
+
 SEE = "docs/guarantees.md#certify-a-deployment"
 
 
@@ -37,7 +39,8 @@ def text_report(cert) -> str:
             det = (f"catches {d.unit} >= {d.detectable:.3g}" if d.unit.startswith(("|", "weight"))
                    else ("this level's truncation would be caught" if d.detectable >= 1 else
                          "a truncation at this level is not resolved at this N"))
-            lines.append(f"  {d.name}: z {_p(d.statistic)}, p {_p(d.pvalue)} (alpha {d.alpha:.2g}); "
+            stat = "log W" if d.name in MIXTURES else "z"  # the e-value tests report log W
+            lines.append(f"  {d.name}: {stat} {_p(d.statistic)}, p {_p(d.pvalue)} (alpha {d.alpha:.2g}); "
                          f"observed {d.observed:.4g} vs expected {d.expected:.4g}; {det}"
                          + ("" if d.passed else "  <- FAIL"))
         if fam.impossible:
