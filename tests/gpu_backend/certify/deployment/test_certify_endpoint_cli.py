@@ -66,6 +66,8 @@ def test_planted_law_defects_fail(capsys, tmp_path, defect, failing):
     bad = [d for d in cert["family"]["directional"] if not d["passed"]]
     assert any(d["name"].startswith(failing) for d in bad)
     assert min(d["pvalue"] for d in bad) < 1e-8
+    # the report names each directional statistic: z for the scores, log W for the e-values
+    assert "  temperature: z " in out and "  position shift: log W " in out
 
 
 def test_a_silent_temperature_fails_at_a_larger_n(capsys, tmp_path):
