@@ -47,6 +47,7 @@ from spectr_gbv.oracle.certify_cases import FAMILIES, FamilyNotApplicable, case_
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from spectr_gbv.oracle.input_probes import INPUT_PROBES, Probe, input_probes  # noqa: F401 (Probe, INPUT_PROBES: public here)
 from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, ToyPair, certify_lossless  # noqa: F401 (re-exported)
+from spectr_gbv.oracle.lossless import not_seen_by_probes
 
 
 @dataclass
@@ -96,12 +97,7 @@ def not_seen_by(verifier, rule: str, families, input_checks: bool) -> list[str]:
                    "builds) is certify_lossless's, which carries it")
     out.append("the drafter: drafts here are fixed blocks the harness hands over; a drafter sharing noise with the "
                "verifier is certify_lossless(..., drafter=)'s")
-    out.append("coins at their extremes and ties (u = 2^-53, u = 1): oracle.harness.boundary_probes, for a verifier "
-               "that takes noise=")
-    if not input_checks:
-        out.append("impossible inputs (non-finite, negative, unnormalised rows; drafts of draft probability 0): "
-                   "input_checks=False, the input probes did not run")
-    return out
+    return out + not_seen_by_probes(input_checks)
 
 
 def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,

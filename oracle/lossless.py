@@ -1192,8 +1192,14 @@ def _not_seen(verifier, models, runs, K: int, L: int, report: LosslessReport, in
     if drafter is None:
         out.append("the drafter: drafts are the harness's own i.i.d. draws from the draft model (drafter= certifies "
                    "yours with the verifier, their noise as your code wires it)")
-    out.append("coins at their extremes and ties (u = 2^-53, u = 1): oracle.harness.boundary_probes, for a verifier "
-               "that takes noise=")
+    return out + not_seen_by_probes(input_checks)
+
+
+def not_seen_by_probes(input_checks: bool) -> list[str]:
+    """The "not seen" lines every certification's PASS shares: the coin-boundary probes (run only
+    by ``oracle.harness.boundary_probes``) and, when ``input_checks`` is False, the input probes."""
+    out = ["coins at their extremes and ties (u = 2^-53, u = 1): oracle.harness.boundary_probes, for a verifier "
+           "that takes noise="]
     if not input_checks:
         out.append("impossible inputs (non-finite, negative, unnormalised rows; drafts of draft probability 0): "
                    "input_checks=False, the input probes did not run")
