@@ -17,7 +17,10 @@ Samples come from two sources:
   drawn from the previous step's logits), "leak" (the law (1 − 0.01)·p + 0.01·q, q the tiny model's
   bfloat16 copy with its logits divided by 1.5, the transformers assistant of ``certify engine``),
   "exact"; the reference is the tiny model's whole law, coarsened to its top 20 as a server's
-  would be.
+  would be;
+* ``--gguf NAME``: llama-cpp-python sampling the tiny model's GGUF (``gguf_samples``): the
+  embedded Q4_1 file itself, or requantised to Q4_0 or Q8_0 and served as if it were the original;
+  the reference the whole float32 law of ``hf:tiny`` (dequantised from the Q4_1 file).
 
 Run (the vLLM server as in docs/engines.md, on 127.0.0.1:8011):
 ``python benchmarks/deployment_power.py collect --mode exact|t09|topp --samples 3000 --out FILE``,
@@ -30,6 +33,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -119,6 +125,44 @@ def planted(name: str, samples: int, seed: int) -> list:
     return records
 
 
+GGUF_TYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+
+
+def gguf_samples(kind: str, samples: int, seed: int, folder: str) -> dict:
+    """``samples`` continuations (T = 1, no truncation, 16 tokens, the 8 shipped prompts in turn)
+    drawn by llama-cpp-python from a GGUF of the tiny model: ``original`` (the embedded Q4_1 file
+    the float32 weights of ``hf:tiny`` are dequantised from: the same weights, llama.cpp's
+    kernels) or that file requantised to ``q4_0`` / ``q8_0`` with llama.cpp's own quantizer (a
+    quantized copy served as if it were the original).  Returns ``{"prompts", "samples"}`` as
+    ``whole_law_records`` takes them."""
+    import ctypes
+
+    import llama_cpp
+
+    from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS
+    from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import LlamaCppPythonEngine, load_llama
+    from spectr_gbv.gpu_backend.llamacpp.pair import gguf_path
+
+    path = str(gguf_path("tiny"))
+    if kind != "original":
+        out = os.path.join(folder, f"tiny-{kind}.gguf")
+        if not os.path.exists(out):
+            params = llama_cpp.llama_model_quantize_default_params()
+            params.ftype, params.allow_requantize = getattr(llama_cpp, GGUF_TYPES[kind]), True
+            if llama_cpp.llama_model_quantize(path.encode(), out.encode(), ctypes.byref(params)) != 0:
+                raise RuntimeError(f"llama_model_quantize to {kind} failed")
+        path = out
+    llama = load_llama(path, threads=2)
+    engine = LlamaCppPythonEngine(llama, 1.0)
+    prompts = [[int(t) for t in llama.tokenize(p.encode(), add_bos=False)] for p in DEFAULT_PROMPTS]
+    data = []
+    for i in range(samples):
+        data.append({"prompt": i % len(prompts), "tokens": engine(prompts[i % len(prompts)], N_NEW, seed + i)})
+        if (i + 1) % 500 == 0:
+            print(f"{time.strftime('%H:%M:%S')} {kind}: {i + 1}/{samples} samples", file=sys.stderr, flush=True)
+    return {"mode": f"gguf {kind}", "prompts": prompts, "samples": data}
+
+
 def whole_law_records(data: dict) -> list:
     """Records of the collected samples against the tiny model's whole float32 law (what
     ``--reference hf:tiny`` gives) instead of the server's top 20."""
@@ -141,14 +185,21 @@ def whole_law_records(data: dict) -> list:
             n0, toks = len(prompts[e["prompt"]]), list(e["tokens"])
             law = torch.softmax(logits[r, n0 - 1:n0 - 1 + len(toks)], -1).numpy()
             records.append(records_from_laws(toks, law))
+        if (start // 30 + 1) % 20 == 0:
+            print(f"{time.strftime('%H:%M:%S')} records {len(records)}/{len(samples)}", file=sys.stderr, flush=True)
     return records
 
 
-def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN) -> dict:
+def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN, alpha: float = ALPHA,
+         eta: float = ETA) -> dict:
     """``runs`` disjoint plans of ``n_plan`` samples, or (``subsets`` > 0) that many plans drawn at
     random without replacement from the whole pool (overlapping: the pool stands for the server's
-    law; a finer power estimate than the disjoint runs allow, not an independent one)."""
+    law; a finer power estimate than the disjoint runs allow, not an independent one), each tested
+    by ``family_test`` at family level ``alpha`` and tolerance ``eta``.  Returns the plans, the
+    plans failed, the 95 % Clopper–Pearson interval of the power, the count per test fired and
+    each directional test's statistic per plan (z, or log W for the e-values)."""
     fired: dict = {}
+    statistics: dict = {}
     failed = 0
     pick = np.random.default_rng(11)
     plans = ([pick.choice(len(records), n_plan, replace=False) for _ in range(subsets)] if subsets
@@ -156,16 +207,18 @@ def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN) -> di
     runs = len(plans)
     for r, idx in enumerate(plans):
         part = [records[i] for i in idx]
-        res = family_test(part, ALPHA, ETA, seed=r, indices=[int(i) for i in idx])
+        res = family_test(part, alpha, eta, seed=r, indices=[int(i) for i in idx])
         failed += not res.passed
         for d in res.directional:
+            statistics.setdefault(d.name, []).append(round(float(d.statistic), 3))
             if not d.passed:
                 fired[d.name] = fired.get(d.name, 0) + 1
         if not all(x.passed for x in res.rows):
             fired["omnibus"] = fired.get("omnibus", 0) + 1
     lo = sps.beta.ppf(0.025, failed, runs - failed + 1) if failed else 0.0
     hi = sps.beta.ppf(0.975, failed + 1, runs - failed) if failed < runs else 1.0
-    return {"runs": runs, "failed": failed, "ci95": [float(lo), float(hi)], "fired": fired}
+    return {"runs": runs, "failed": failed, "ci95": [float(lo), float(hi)], "fired": fired,
+            "statistics": statistics}
 
 
 def main() -> None:
@@ -181,6 +234,8 @@ def main() -> None:
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--from", dest="source")
     src.add_argument("--planted", choices=("exact", "stale", "leak"))
+    src.add_argument("--gguf", choices=("original", "q4_0", "q8_0"),
+                     help="samples from llama-cpp-python on this GGUF, the tiny model's whole float32 law as the reference")
     t.add_argument("--runs", type=int, default=50)
     t.add_argument("--subsets", type=int, default=0, help="random plans drawn from the pool instead (test())")
     t.add_argument("--plan-samples", type=int, default=N_PLAN, help="N of each plan (default 60, the shipped default when written; 80 since 2a181a6)")
@@ -201,6 +256,10 @@ def main() -> None:
         else:
             records = [records_from_top(e["tokens"], e["ids"], e["lps"], e["own"]) for e in data["samples"]]
         name = data.get("mode", args.source) + (" (reference: whole law)" if args.whole_law else "")
+    elif args.gguf:
+        data = gguf_samples(args.gguf, args.runs * args.plan_samples, 9000, tempfile.gettempdir())
+        records = whole_law_records(data)
+        name = data["mode"] + " (reference: whole law of hf:tiny)"
     else:
         records = planted(args.planted, args.runs * args.plan_samples, seed=7)
         name = f"planted {args.planted}"

@@ -1,0 +1,124 @@
+"""Power of a ``certify engine`` mode's certificate over many independent runs.
+
+``sample``: draw a pool of continuations from one mode of ``spectr-gbv certify engine NAME``
+(the mode whose name contains ``--mode``; the models, prompt, T and 16 tokens of the command's
+defaults), one JSON line per sample (its seed and tokens) appended to ``--out`` as it is drawn:
+a stopped run keeps what it drew and a rerun resumes after the last seed.  The seeds start at
+``--seed`` (default 1,000,000: disjoint from the command's own seeds 0, 1, …).
+
+``test``: the pool's records against the mode's reference (and the draft's law where the mode
+gives one: the draft-leak test), then ``--runs`` disjoint plans of ``--plan-samples`` (the
+command's default N for the engine unless given) and, with ``--subsets``, that many plans drawn
+at random from the pool (overlapping: a finer estimate of the same power, not an independent
+one), each tested by ``oracle.sequence_family.family_test`` at the mode's α (α/2 where the
+engine's own drafts are tested too: the token family's share, so the power printed is a lower
+bound on the certificate's).  Prints one JSON line: plans, plans failed, the power's 95 %
+Clopper–Pearson interval, the tests that fired, and each directional statistic per plan.
+
+Run: ``python benchmarks/engine_control_power.py sample ours --mode shared --samples 2000 --out
+FILE`` then ``python benchmarks/engine_control_power.py test ours --mode shared --from FILE``.
+Results: benchmarks/ENGINE_CONTROL_POWER.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from deployment_power import test as plan_power  # noqa: E402
+
+from spectr_gbv.gpu_backend.certify.engines.modes import (  # noqa: E402
+    DEFAULT_NEW_TOKENS, DEFAULT_SAMPLES, Models, modes)
+from spectr_gbv.oracle.sequence_records import records_from_laws  # noqa: E402
+
+
+def the_mode(engine: str, part: str):
+    found = [m for m in modes(engine) if part in m.name]
+    if len(found) != 1:
+        raise SystemExit(f"--mode {part!r} matches {[m.name for m in found]} of {engine}: name one mode")
+    return found[0]
+
+
+def sample(args) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    mode = the_mode(args.engine, args.mode)
+    done = set()
+    if os.path.exists(args.out):
+        with open(args.out) as fh:
+            done = {json.loads(line)["seed"] for line in fh if line.strip()}
+    models = Models(threads=args.threads)
+    engine, _, _ = mode.build(models)
+    prompt = models.prompt_ids()
+    todo = [args.seed + i for i in range(args.samples) if args.seed + i not in done]
+    print(f"{mode.name}: {len(done)} samples in {args.out}, {len(todo)} to draw", flush=True)
+    started = time.time()
+    with open(args.out, "a") as fh:
+        for j, s in enumerate(todo):
+            tokens = [int(t) for t in engine(prompt, DEFAULT_NEW_TOKENS, s)]
+            fh.write(json.dumps({"seed": s, "tokens": tokens}) + "\n")
+            fh.flush()
+            if (j + 1) % 20 == 0 or j + 1 == len(todo):
+                rate = (time.time() - started) / (j + 1)
+                print(f"{time.strftime('%H:%M:%S')} {j + 1}/{len(todo)} ({rate:.2f} s/sample, "
+                      f"{rate * (len(todo) - j - 1) / 60:.0f} min left)", flush=True)
+
+
+def records(args) -> list:
+    mode = the_mode(args.engine, args.mode)
+    models = Models(threads=args.threads)
+    engine, laws, _ = mode.build(models)
+    prompt = models.prompt_ids()
+    with open(args.source) as fh:
+        pool = [json.loads(line) for line in fh if line.strip()]
+    pool.sort(key=lambda e: e["seed"])
+    draft_laws = getattr(engine, "draft_laws", None)
+    out = []
+    for k, e in enumerate(pool):
+        law = laws(prompt, e["tokens"])
+        out.append(records_from_laws(e["tokens"], law, draft_laws(prompt, e["tokens"]) if draft_laws else None))
+        if (k + 1) % 200 == 0:
+            print(f"{time.strftime('%H:%M:%S')} records {k + 1}/{len(pool)}", file=sys.stderr, flush=True)
+    gives_drafts = getattr(engine, "gives_drafts", False)
+    return out, mode, gives_drafts
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="what", required=True)
+    for name in ("sample", "test"):
+        p = sub.add_parser(name)
+        p.add_argument("engine")
+        p.add_argument("--mode", required=True, help="a substring naming one mode of the engine")
+        p.add_argument("--threads", type=int, default=2)
+        if name == "sample":
+            p.add_argument("--samples", type=int, required=True)
+            p.add_argument("--seed", type=int, default=1_000_000)
+            p.add_argument("--out", required=True)
+        else:
+            p.add_argument("--from", dest="source", required=True)
+            p.add_argument("--plan-samples", type=int, default=0, help="N of a plan (default: the command's)")
+            p.add_argument("--runs", type=int, default=10**9, help="disjoint plans (default: as many as the pool holds)")
+            p.add_argument("--subsets", type=int, default=0)
+            p.add_argument("--alpha", type=float, default=1e-3)
+    args = ap.parse_args()
+    if args.what == "sample":
+        sample(args)
+        return
+    started = time.time()
+    recs, mode, gives_drafts = records(args)
+    n_plan = args.plan_samples or DEFAULT_SAMPLES[args.engine]
+    alpha = args.alpha / 2 if gives_drafts else args.alpha
+    result = plan_power(recs, min(args.runs, len(recs) // n_plan), args.subsets, n_plan, alpha=alpha)
+    result.update({"mode": mode.name, "pool": len(recs), "plan_samples": n_plan, "subsets": args.subsets,
+                   "alpha_tokens": alpha, "seconds": time.time() - started})
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
