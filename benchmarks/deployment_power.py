@@ -20,7 +20,8 @@ Samples come from two sources:
   would be;
 * ``--gguf NAME``: llama-cpp-python sampling the tiny model's GGUF (``gguf_samples``): the
   embedded Q4_1 file itself, or requantised to Q4_0 or Q8_0 and served as if it were the original;
-  the reference the whole float32 law of ``hf:tiny`` (dequantised from the Q4_1 file).
+  the reference the whole float32 law of ``hf:tiny`` (dequantised from the Q4_1 file); with
+  ``--plant stale`` the sampler gets the previous step's logits with probability 0.1.
 
 Run (the vLLM server as in docs/engines.md, on 127.0.0.1:8011):
 ``python benchmarks/deployment_power.py collect --mode exact|t09|topp --samples 3000 --out FILE``,
@@ -128,7 +129,7 @@ def planted(name: str, samples: int, seed: int) -> list:
 GGUF_TYPES = {"q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
 
 
-def gguf_samples(kind: str, samples: int, seed: int, folder: str) -> dict:
+def gguf_samples(kind: str, samples: int, seed: int, folder: str, plant: str | None = None) -> dict:
     """``samples`` continuations (T = 1, no truncation, 16 tokens, the 8 shipped prompts in turn)
     drawn by llama-cpp-python from a GGUF of the tiny model: ``original`` (the embedded Q4_1 file
     the float32 weights of ``hf:tiny`` are dequantised from: the same weights, llama.cpp's
@@ -154,13 +155,31 @@ def gguf_samples(kind: str, samples: int, seed: int, folder: str) -> dict:
         path = out
     llama = load_llama(path, threads=2)
     engine = LlamaCppPythonEngine(llama, 1.0)
+    stale = None
+    if plant == "stale":
+        from llama_cpp import LogitsProcessorList
+
+        class Stale:
+            def __init__(self):
+                self.previous, self.coin = None, None
+
+            def __call__(self, input_ids, scores):
+                out = self.previous if self.previous is not None and self.coin.random() < 0.1 else scores
+                self.previous = scores.copy()
+                return out
+        stale = Stale()
+        engine.kw["logits_processor"] = LogitsProcessorList([stale])
+    elif plant is not None:
+        raise ValueError(f"plant must be None or 'stale', got {plant!r}")
     prompts = [[int(t) for t in llama.tokenize(p.encode(), add_bos=False)] for p in DEFAULT_PROMPTS]
     data = []
     for i in range(samples):
+        if stale is not None:
+            stale.previous, stale.coin = None, np.random.default_rng(seed + i)
         data.append({"prompt": i % len(prompts), "tokens": engine(prompts[i % len(prompts)], N_NEW, seed + i)})
         if (i + 1) % 500 == 0:
             print(f"{time.strftime('%H:%M:%S')} {kind}: {i + 1}/{samples} samples", file=sys.stderr, flush=True)
-    return {"mode": f"gguf {kind}", "prompts": prompts, "samples": data}
+    return {"mode": f"gguf {kind}" + (f", planted {plant}" if plant else ""), "prompts": prompts, "samples": data}
 
 
 def whole_law_records(data: dict) -> list:
@@ -236,6 +255,7 @@ def main() -> None:
     src.add_argument("--planted", choices=("exact", "stale", "leak"))
     src.add_argument("--gguf", choices=("original", "q4_0", "q8_0"),
                      help="samples from llama-cpp-python on this GGUF, the tiny model's whole float32 law as the reference")
+    t.add_argument("--plant", choices=("stale",), help="--gguf: plant this defect in llama-cpp-python's sampling")
     t.add_argument("--runs", type=int, default=50)
     t.add_argument("--subsets", type=int, default=0, help="random plans drawn from the pool instead (test())")
     t.add_argument("--plan-samples", type=int, default=N_PLAN, help="N of each plan (default 60, the shipped default when written; 80 since 2a181a6)")
@@ -257,7 +277,7 @@ def main() -> None:
             records = [records_from_top(e["tokens"], e["ids"], e["lps"], e["own"]) for e in data["samples"]]
         name = data.get("mode", args.source) + (" (reference: whole law)" if args.whole_law else "")
     elif args.gguf:
-        data = gguf_samples(args.gguf, args.runs * args.plan_samples, 9000, tempfile.gettempdir())
+        data = gguf_samples(args.gguf, args.runs * args.plan_samples, 9000, tempfile.gettempdir(), args.plant)
         records = whole_law_records(data)
         name = data["mode"] + " (reference: whole law of hf:tiny)"
     else:

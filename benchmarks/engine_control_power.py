@@ -7,12 +7,12 @@ a stopped run keeps what it drew and a rerun resumes after the last seed.  The s
 ``--seed`` (default 1,000,000: disjoint from the command's own seeds 0, 1, …).
 
 ``test``: the pool's records against the mode's reference (and the draft's law where the mode
-gives one: the draft-leak test), then ``--runs`` disjoint plans of ``--plan-samples`` (the
-command's default N for the engine unless given) and, with ``--subsets``, that many plans drawn
-at random from the pool (overlapping: a finer estimate of the same power, not an independent
+gives one: the draft-leak test), then, for each N of ``--plan-samples`` (the command's default N
+for the engine unless given), ``--runs`` disjoint plans of N (default: as many as the pool holds)
+and, with ``--subsets``, that many plans of N drawn at random from the pool (overlapping: a finer estimate of the same power, not an independent
 one), each tested by ``oracle.sequence_family.family_test`` at the mode's α (α/2 where the
 engine's own drafts are tested too: the token family's share, so the power printed is a lower
-bound on the certificate's).  Prints one JSON line: plans, plans failed, the power's 95 %
+bound on the certificate's).  Prints one JSON line per N and kind of plan: plans, plans failed, the power's 95 %
 Clopper–Pearson interval, the tests that fired, and each directional statistic per plan.
 
 Run: ``python benchmarks/engine_control_power.py sample ours --mode shared --samples 2000 --out
@@ -78,12 +78,17 @@ def records(args) -> list:
         pool = [json.loads(line) for line in fh if line.strip()]
     pool.sort(key=lambda e: e["seed"])
     draft_laws = getattr(engine, "draft_laws", None)
+    def along(reference, chunk):  # the references batch their forwards where they can
+        items = [(prompt, e["tokens"]) for e in chunk]
+        return reference.many(items) if hasattr(reference, "many") else [reference(*it) for it in items]
+
     out = []
-    for k, e in enumerate(pool):
-        law = laws(prompt, e["tokens"])
-        out.append(records_from_laws(e["tokens"], law, draft_laws(prompt, e["tokens"]) if draft_laws else None))
-        if (k + 1) % 200 == 0:
-            print(f"{time.strftime('%H:%M:%S')} records {k + 1}/{len(pool)}", file=sys.stderr, flush=True)
+    for start in range(0, len(pool), 40):
+        chunk = pool[start:start + 40]
+        rows = along(laws, chunk)
+        drafts = along(draft_laws, chunk) if draft_laws else [None] * len(chunk)
+        out += [records_from_laws(e["tokens"], law, d) for e, law, d in zip(chunk, rows, drafts)]
+        print(f"{time.strftime('%H:%M:%S')} records {len(out)}/{len(pool)}", file=sys.stderr, flush=True)
     gives_drafts = getattr(engine, "gives_drafts", False)
     return out, mode, gives_drafts
 
@@ -102,7 +107,7 @@ def main() -> None:
             p.add_argument("--out", required=True)
         else:
             p.add_argument("--from", dest="source", required=True)
-            p.add_argument("--plan-samples", type=int, default=0, help="N of a plan (default: the command's)")
+            p.add_argument("--plan-samples", default="", help="N of a plan, or several comma-separated (default: the command's)")
             p.add_argument("--runs", type=int, default=10**9, help="disjoint plans (default: as many as the pool holds)")
             p.add_argument("--subsets", type=int, default=0)
             p.add_argument("--alpha", type=float, default=1e-3)
@@ -112,12 +117,14 @@ def main() -> None:
         return
     started = time.time()
     recs, mode, gives_drafts = records(args)
-    n_plan = args.plan_samples or DEFAULT_SAMPLES[args.engine]
     alpha = args.alpha / 2 if gives_drafts else args.alpha
-    result = plan_power(recs, min(args.runs, len(recs) // n_plan), args.subsets, n_plan, alpha=alpha)
-    result.update({"mode": mode.name, "pool": len(recs), "plan_samples": n_plan, "subsets": args.subsets,
-                   "alpha_tokens": alpha, "seconds": time.time() - started})
-    print(json.dumps(result))
+    sizes = [int(n) for n in args.plan_samples.split(",")] if args.plan_samples else [DEFAULT_SAMPLES[args.engine]]
+    for n_plan in sizes:
+        for subsets in sorted({0, args.subsets}):
+            result = plan_power(recs, min(args.runs, len(recs) // n_plan), subsets, n_plan, alpha=alpha)
+            result.update({"mode": mode.name, "pool": len(recs), "plan_samples": n_plan, "subsets": subsets,
+                           "alpha_tokens": alpha, "seconds": time.time() - started})
+            print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

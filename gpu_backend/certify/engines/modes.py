@@ -277,8 +277,10 @@ def modes(engine: str) -> list[Mode]:
 
 
 # N per mode of each engine: what finishes within ~15 minutes per mode on 2 shared CPU cores
-# (docs/engines.md: measured seconds per sample and the power it buys)
-DEFAULT_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "vllm": 200, "ours": 40, "ours-llama.cpp": 100}
+# (docs/engines.md: measured seconds per sample and the power it buys); ours: 100, where its
+# shared-uniform control is caught with power ≥ 0.99 (at 40 it was not:
+# benchmarks/ENGINE_CONTROL_POWER.md)
+DEFAULT_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "vllm": 200, "ours": 100, "ours-llama.cpp": 100}
 QUICK_SAMPLES = 20
 
 
