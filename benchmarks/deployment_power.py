@@ -263,6 +263,8 @@ def main() -> None:
     t.add_argument("--whole-law", action="store_true",
                    help="--from: the tiny model's whole law as the reference (hf:tiny) instead of the server's top 20")
     args = ap.parse_args()
+    if args.what == "test" and args.plant and not args.gguf:
+        ap.error("--plant: plants into llama-cpp-python's sampling; give --gguf too")
     if args.what == "collect":
         collect(args.url, args.mode, args.samples, args.out, args.seed)
         return
