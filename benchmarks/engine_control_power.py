@@ -37,9 +37,10 @@ from spectr_gbv.oracle.sequence_records import records_from_laws  # noqa: E402
 
 
 def the_mode(engine: str, part: str):
+    """The one mode of ``engine`` whose name contains ``part``.  Raises ValueError otherwise."""
     found = [m for m in modes(engine) if part in m.name]
     if len(found) != 1:
-        raise SystemExit(f"--mode {part!r} matches {[m.name for m in found]} of {engine}: name one mode")
+        raise ValueError(f"--mode {part!r} matches {[m.name for m in found]} of {engine}: name one mode")
     return found[0]
 
 
@@ -69,7 +70,8 @@ def sample(args) -> None:
                       f"{rate * (len(todo) - j - 1) / 60:.0f} min left)", flush=True)
 
 
-def records(args) -> list:
+def records(args) -> tuple:
+    """(the pool's records in seed order, the mode, whether its engine gives its drafts)."""
     mode = the_mode(args.engine, args.mode)
     models = Models(threads=args.threads)
     engine, laws, _ = mode.build(models)
@@ -112,6 +114,10 @@ def main() -> None:
             p.add_argument("--subsets", type=int, default=0)
             p.add_argument("--alpha", type=float, default=1e-3)
     args = ap.parse_args()
+    try:
+        the_mode(args.engine, args.mode)
+    except ValueError as err:  # an unknown engine or a --mode naming no mode, or several
+        ap.error(str(err))
     if args.what == "sample":
         sample(args)
         return
