@@ -260,11 +260,16 @@ def main() -> None:
     t.add_argument("--subsets", type=int, default=0, help="random plans drawn from the pool instead (test())")
     t.add_argument("--plan-samples", type=int, default=N_PLAN, help="N of each plan (default 60, the shipped default when written; 80 since 2a181a6)")
     t.add_argument("--pool", type=int, default=0, help="--from: use the first POOL samples only")
+    t.add_argument("--seed", type=int, default=None,
+                   help="--gguf / --planted: the first sample's seed (default 9000 / 7); the runs of a later call "
+                        "with seed + runs x plan-samples are disjoint from an earlier call's")
     t.add_argument("--whole-law", action="store_true",
                    help="--from: the tiny model's whole law as the reference (hf:tiny) instead of the server's top 20")
     args = ap.parse_args()
     if args.what == "test" and args.plant and not args.gguf:
         ap.error("--plant: plants into llama-cpp-python's sampling; give --gguf too")
+    if args.what == "test" and args.seed is not None and args.source:
+        ap.error("--seed: the samples of --from were drawn already; it applies to --gguf and --planted")
     if args.what == "collect":
         collect(args.url, args.mode, args.samples, args.out, args.seed)
         return
@@ -279,15 +284,18 @@ def main() -> None:
             records = [records_from_top(e["tokens"], e["ids"], e["lps"], e["own"]) for e in data["samples"]]
         name = data.get("mode", args.source) + (" (reference: whole law)" if args.whole_law else "")
     elif args.gguf:
-        data = gguf_samples(args.gguf, args.runs * args.plan_samples, 9000, tempfile.gettempdir(), args.plant)
+        data = gguf_samples(args.gguf, args.runs * args.plan_samples,
+                            9000 if args.seed is None else args.seed, tempfile.gettempdir(), args.plant)
         records = whole_law_records(data)
         name = data["mode"] + " (reference: whole law of hf:tiny)"
     else:
-        records = planted(args.planted, args.runs * args.plan_samples, seed=7)
+        records = planted(args.planted, args.runs * args.plan_samples, seed=7 if args.seed is None else args.seed)
         name = f"planted {args.planted}"
     result = test(records, min(args.runs, len(records) // args.plan_samples), args.subsets, args.plan_samples)
     result["subsets"], result["plan_samples"] = args.subsets, args.plan_samples
     result["name"], result["seconds"] = name, time.time() - started
+    if args.seed is not None:
+        result["seed"] = args.seed
     print(json.dumps(result))
 
 
