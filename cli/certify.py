@@ -110,7 +110,7 @@ from spectr_gbv.gpu_backend.certify.verifiers import (DEFAULT_ALPHA, FULL_N, FUL
 # checks they agree)
 GENERATE_ENGINES = ("transformers", "llama-cpp-python", "vllm", "ours", "ours-llama.cpp")
 ENDPOINT_SAMPLES = 200  # --engine-endpoint: samples per run (requests are sequential)
-GENERATE_SAMPLES = {"llama-cpp-python": 200, "transformers": 40, "vllm": 200, "ours": 100, "ours-llama.cpp": 100}
+GENERATE_SAMPLES = {"llama-cpp-python": 200, "transformers": 60, "vllm": 200, "ours": 100, "ours-llama.cpp": 100}
 GENERATE_QUICK_SAMPLES = 20
 
 # gpu_backend.certify.engine's defaults, repeated here so that --help imports no torch

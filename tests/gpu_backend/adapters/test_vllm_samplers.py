@@ -147,8 +147,12 @@ def test_v1_accepts_a_zero_probability_draft_when_u_is_0():
 def test_certify_lossless_fails_vllm_synthetic_mode():
     """``certify_lossless`` (no reference rule needed) on MRV2's synthetic acceptance, rates
     (0.8, 0.6, 0.4), K = 1, L = 2, N = 400 generations per pair at α = 10^-6: the first-token
-    law or the acceptance ceiling fails on the built-in pairs (synthetic acceptance ignores the
-    rows, so on the toy pair it accepts more than any lossless rule can)."""
+    law or the acceptance ceiling fails on the built-in toy pairs (synthetic acceptance ignores the
+    rows, so on the toy pair it accepts more than any lossless rule can).  The two large-vocabulary
+    pairs (V = 151,936 and 32,768) are left out: through vLLM's interpreted Triton kernels they
+    took ~700 of the 873 s the call needed with them (one 2-core machine, alone; 173 s without),
+    and beside a second pytest worker it ran past its 900 s timeout; the toy pairs are where the
+    synthetic mode's excess acceptance shows."""
     got = run_in_vllm("""
         import json, warnings
         warnings.simplefilter("ignore")
@@ -158,8 +162,10 @@ def test_certify_lossless_fails_vllm_synthetic_mode():
         from spectr_gbv.gpu_backend.adapters.vllm_samplers import MRV2Sampler
         from spectr_gbv.oracle.harness import certify_lossless
         from spectr_gbv.gpu_backend.certify.vllm import SYNTHETIC_RATES
+        from spectr_gbv.oracle.lossless_pairs import default_pairs
         v = from_vllm_layout(MRV2Sampler("synthetic", rates=SYNTHETIC_RATES), fillers=False)
-        rep = certify_lossless(v, K=1, L=2, n_samples=400, chunk=200)
+        toys = [p for p in default_pairs() if not p.name.startswith("vocab")]
+        rep = certify_lossless(v, K=1, L=2, n_samples=400, chunk=200, models=toys)
         print(json.dumps({"ok": rep.ok, "failed": {k: list(x) for k, x in rep.failed.items()}}))
     """)
     assert not got["ok"] and got["failed"], got
