@@ -279,7 +279,7 @@ def modes(engine: str) -> list[Mode]:
 # N per mode of each engine: what finishes within ~15 minutes per mode on 2 shared CPU cores
 # (docs/engines.md: measured seconds per sample and the power it buys); ours: 100, where its
 # shared-uniform control is caught with power ≥ 0.99 (at 40 it was not); transformers: 60, where
-# its "assistant at T x 1.1" control is (0.98 at 40): benchmarks/ENGINE_CONTROL_POWER.md
+# its "assistant at T x 1.1" control is (at 40 it was not): benchmarks/ENGINE_CONTROL_POWER.md
 DEFAULT_SAMPLES = {"llama-cpp-python": 200, "transformers": 60, "vllm": 200, "ours": 100, "ours-llama.cpp": 100}
 QUICK_SAMPLES = 20
 
