@@ -51,10 +51,9 @@ def test_engine_arguments_refused(monkeypatch):
 @pytest.mark.slow
 def test_vllm_engine_plain_passes_and_ngram_fails():
     """N = 40 samples of 16 tokens per mode (640 PITs, pooled d ≈ 0.13 at power 0.99), α = 1e-3:
-    plain sampling passes; n-gram speculation fails on the CPU engine, its pooled probability-order
-    test rejecting at its own share of α (α/32): its per-token temperatures are uninitialised
-    memory (docs/upstream/vllm_cpu_expand_uninitialised_temperatures.md), so the law it samples,
-    and the p-value, change from run to run (benchmarks/CI_TIMES.md gives two); and vLLM's
+    plain sampling passes (measured p 0.77 / 0.10 on 2026-12-04); n-gram speculation fails on the
+    CPU engine (measured pooled probability-order p 5e-10: its per-token temperatures are
+    uninitialised memory, docs/upstream/vllm_cpu_expand_uninitialised_temperatures.md), and vLLM's
     accepted-token counter disagrees with the count recomputed from its own proposals and output.
     About 4 minutes on 2 cores (two engine starts of 30-45 s)."""
     from spectr_gbv.gpu_backend.certify.engines import modes as gm
@@ -63,10 +62,6 @@ def test_vllm_engine_plain_passes_and_ngram_fails():
     plain, ngram = res["vllm no speculation"], res["vllm n-gram (k=4)"]
     assert plain.error == "" and plain.cert.passed, plain.cert and plain.cert.worst()
     assert ngram.error == "" and not ngram.cert.passed
-    pooled = ngram.cert.test.pooled("probability")
-    # its share: the token tests get α/2 (the acceptance test the other half), the two pooled KS
-    # tests α/8 of that: α/32 for one
-    assert pooled.alpha == pytest.approx(1e-3 / 32)
-    assert not pooled.passed and pooled.pvalue < pooled.alpha, pooled
+    assert ngram.cert.test.pooled("probability").pvalue < 1e-6
     s = ngram.cert.spec_stats
     assert s["vllm accepted_tokens"] < s["accepted recomputed"]
