@@ -215,10 +215,12 @@ def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN, alpha
     random without replacement from the whole pool (overlapping: the pool stands for the server's
     law; a finer power estimate than the disjoint runs allow, not an independent one), each tested
     by ``family_test`` at family level ``alpha`` and tolerance ``eta``.  Returns the plans, the
-    plans failed, the 95 % Clopper–Pearson interval of the power, the count per test fired and
-    each directional test's statistic per plan (z, or log W for the e-values)."""
+    plans failed, the 95 % Clopper–Pearson interval of the power, the count per test fired,
+    each directional test's statistic per plan (z, or log W for the e-values) and each plan's
+    pooled PIT p-value per order ("id", "probability")."""
     fired: dict = {}
     statistics: dict = {}
+    pooled: dict = {}
     failed = 0
     pick = np.random.default_rng(11)
     plans = ([pick.choice(len(records), n_plan, replace=False) for _ in range(subsets)] if subsets
@@ -234,10 +236,12 @@ def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN, alpha
                 fired[d.name] = fired.get(d.name, 0) + 1
         if not all(x.passed for x in res.rows):
             fired["omnibus"] = fired.get("omnibus", 0) + 1
+        for order in ("id", "probability"):
+            pooled.setdefault(order, []).append(float(f"{res.pooled(order).pvalue:.3g}"))
     lo = sps.beta.ppf(0.025, failed, runs - failed + 1) if failed else 0.0
     hi = sps.beta.ppf(0.975, failed + 1, runs - failed) if failed < runs else 1.0
     return {"runs": runs, "failed": failed, "ci95": [float(lo), float(hi)], "fired": fired,
-            "statistics": statistics}
+            "statistics": statistics, "pooled_p": pooled}
 
 
 def main() -> None:

@@ -3,7 +3,10 @@
 ``sample``: draw a pool of continuations from one mode of ``spectr-gbv certify engine NAME``
 (the mode whose name contains ``--mode``; the models, prompt, T and 16 tokens of the command's
 defaults), one JSON line per sample (its seed and tokens) appended to ``--out`` as it is drawn:
-a stopped run keeps what it drew and a rerun resumes after the last seed.  The seeds start at
+a stopped run keeps what it drew and a rerun resumes after the last seed.  An engine that draws a
+batch per call (vLLM's ``sample_many``: one engine start per call) draws ``--batch`` samples a
+call, by default the command's own N, so that one call is one run of the command; each call's
+speculation counters (the engine's ``stats()``) go to ``--out`` + ``.stats.jsonl``.  The seeds start at
 ``--seed`` (default 1,000,000: disjoint from the command's own seeds 0, 1, …).
 
 ``test``: the pool's records against the mode's reference (and the draft's law where the mode
@@ -58,16 +61,28 @@ def sample(args) -> None:
     prompt = models.prompt_ids()
     todo = [args.seed + i for i in range(args.samples) if args.seed + i not in done]
     print(f"{mode.name}: {len(done)} samples in {args.out}, {len(todo)} to draw", flush=True)
+    # an engine with ``sample_many`` (vLLM: one engine start per call) draws ``--batch`` samples a
+    # call, the command's own N by default: one call is then one run of the command
+    batch = args.batch or (DEFAULT_SAMPLES[args.engine] if hasattr(engine, "sample_many") else 1)
     started = time.time()
     with open(args.out, "a") as fh:
-        for j, s in enumerate(todo):
-            tokens = [int(t) for t in engine(prompt, DEFAULT_NEW_TOKENS, s)]
-            fh.write(json.dumps({"seed": s, "tokens": tokens}) + "\n")
+        for j in range(0, len(todo), batch):
+            seeds = todo[j:j + batch]
+            if hasattr(engine, "sample_many"):
+                drawn = engine.sample_many([prompt] * len(seeds), DEFAULT_NEW_TOKENS, seeds)
+                if callable(getattr(engine, "stats", None)):  # the call's counters, beside the pool
+                    with open(args.out + ".stats.jsonl", "a") as sh:
+                        sh.write(json.dumps({"seeds": [seeds[0], seeds[-1]], "stats": engine.stats()}) + "\n")
+            else:
+                drawn = [engine(prompt, DEFAULT_NEW_TOKENS, s) for s in seeds]
+            for s, tokens in zip(seeds, drawn):
+                fh.write(json.dumps({"seed": s, "tokens": [int(t) for t in tokens]}) + "\n")
             fh.flush()
-            if (j + 1) % 20 == 0 or j + 1 == len(todo):
-                rate = (time.time() - started) / (j + 1)
-                print(f"{time.strftime('%H:%M:%S')} {j + 1}/{len(todo)} ({rate:.2f} s/sample, "
-                      f"{rate * (len(todo) - j - 1) / 60:.0f} min left)", flush=True)
+            k = j + len(seeds)
+            if k % 20 < len(seeds) or k == len(todo):
+                rate = (time.time() - started) / k
+                print(f"{time.strftime('%H:%M:%S')} {k}/{len(todo)} ({rate:.2f} s/sample, "
+                      f"{rate * (len(todo) - k) / 60:.0f} min left)", flush=True)
 
 
 def records(args) -> tuple:
@@ -107,6 +122,8 @@ def main() -> None:
             p.add_argument("--samples", type=int, required=True)
             p.add_argument("--seed", type=int, default=1_000_000)
             p.add_argument("--out", required=True)
+            p.add_argument("--batch", type=int, default=0,
+                           help="samples per sample_many call (default: the command's N where the engine batches, else 1)")
         else:
             p.add_argument("--from", dest="source", required=True)
             p.add_argument("--plan-samples", default="", help="N of a plan, or several comma-separated (default: the command's)")
@@ -119,6 +136,8 @@ def main() -> None:
     except ValueError as err:  # an unknown engine or a --mode naming no mode, or several
         ap.error(str(err))
     if args.what == "sample":
+        if args.samples < 1 or args.batch < 0:
+            ap.error(f"--samples must be >= 1 and --batch >= 0, got {args.samples} and {args.batch}")
         sample(args)
         return
     started = time.time()

@@ -50,18 +50,19 @@ def test_engine_arguments_refused(monkeypatch):
 @pytest.mark.models
 @pytest.mark.slow
 def test_vllm_engine_plain_passes_and_ngram_fails():
-    """N = 40 samples of 16 tokens per mode (640 PITs, pooled d ≈ 0.13 at power 0.99), α = 1e-3:
-    plain sampling passes (measured p 0.77 / 0.10 on 2026-12-04); n-gram speculation fails on the
-    CPU engine (measured pooled probability-order p 5e-10: its per-token temperatures are
-    uninitialised memory, docs/upstream/vllm_cpu_expand_uninitialised_temperatures.md), and vLLM's
-    accepted-token counter disagrees with the count recomputed from its own proposals and output.
-    About 4 minutes on 2 cores (two engine starts of 30-45 s)."""
+    """N = 80 samples of 16 tokens per mode (1,280 PITs), α = 1e-3: plain sampling passes; n-gram
+    speculation fails on the CPU engine (its per-token temperatures are uninitialised memory,
+    docs/upstream/vllm_cpu_expand_uninitialised_temperatures.md), and vLLM's accepted-token
+    counter is below the count recomputed from its own proposals and output (equal in a correct
+    engine).  How far the n-gram law is from the model changes from run to run with the memory
+    read, so the test asserts the certificate's verdict, whose power at this N is measured over
+    independent engine runs in benchmarks/CI_TIMES.md, and not a margin on one test's p-value
+    (which no run-to-run law can hold every time).  About 4 minutes on 2 cores."""
     from spectr_gbv.gpu_backend.certify.engines import modes as gm
 
-    res = {r.mode.name: r for r in gm.run_modes("vllm", 40, 16, names=["no speculation", "n-gram (k=4)"])}
+    res = {r.mode.name: r for r in gm.run_modes("vllm", 80, 16, names=["no speculation", "n-gram (k=4)"])}
     plain, ngram = res["vllm no speculation"], res["vllm n-gram (k=4)"]
     assert plain.error == "" and plain.cert.passed, plain.cert and plain.cert.worst()
     assert ngram.error == "" and not ngram.cert.passed
-    assert ngram.cert.test.pooled("probability").pvalue < 1e-6
     s = ngram.cert.spec_stats
     assert s["vllm accepted_tokens"] < s["accepted recomputed"]
