@@ -45,6 +45,7 @@ from scipy import stats as sps
 
 from spectr_gbv.oracle.sequence_family import family_test
 from spectr_gbv.oracle.sequence_records import records_from_laws, records_from_top
+from spectr_gbv.oracle.sequence_test import ORDERS
 
 N_PLAN, N_NEW, K, ALPHA, ETA = 60, 16, 20, 1e-3, 1e-3
 
@@ -217,7 +218,7 @@ def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN, alpha
     by ``family_test`` at family level ``alpha`` and tolerance ``eta``.  Returns the plans, the
     plans failed, the 95 % Clopper–Pearson interval of the power, the count per test fired,
     each directional test's statistic per plan (z, or log W for the e-values) and each plan's
-    pooled PIT p-value per order ("id", "probability")."""
+    pooled PIT p-value per order (``ORDERS``)."""
     fired: dict = {}
     statistics: dict = {}
     pooled: dict = {}
@@ -236,7 +237,7 @@ def test(records: list, runs: int, subsets: int = 0, n_plan: int = N_PLAN, alpha
                 fired[d.name] = fired.get(d.name, 0) + 1
         if not all(x.passed for x in res.rows):
             fired["omnibus"] = fired.get("omnibus", 0) + 1
-        for order in ("id", "probability"):
+        for order in ORDERS:
             pooled.setdefault(order, []).append(float(f"{res.pooled(order).pvalue:.3g}"))
     lo = sps.beta.ppf(0.025, failed, runs - failed + 1) if failed else 0.0
     hi = sps.beta.ppf(0.975, failed + 1, runs - failed) if failed < runs else 1.0

@@ -63,12 +63,13 @@ def sample(args) -> None:
     print(f"{mode.name}: {len(done)} samples in {args.out}, {len(todo)} to draw", flush=True)
     # an engine with ``sample_many`` (vLLM: one engine start per call) draws ``--batch`` samples a
     # call, the command's own N by default: one call is then one run of the command
-    batch = args.batch or (DEFAULT_SAMPLES[args.engine] if hasattr(engine, "sample_many") else 1)
+    many = hasattr(engine, "sample_many")
+    batch = args.batch or (DEFAULT_SAMPLES[args.engine] if many else 1)
     started = time.time()
     with open(args.out, "a") as fh:
         for j in range(0, len(todo), batch):
             seeds = todo[j:j + batch]
-            if hasattr(engine, "sample_many"):
+            if many:
                 drawn = engine.sample_many([prompt] * len(seeds), DEFAULT_NEW_TOKENS, seeds)
                 if callable(getattr(engine, "stats", None)):  # the call's counters, beside the pool
                     with open(args.out + ".stats.jsonl", "a") as sh:
