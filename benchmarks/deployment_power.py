@@ -52,11 +52,11 @@ N_PLAN, N_NEW, K, ALPHA, ETA = 60, 16, 20, 1e-3, 1e-3
 
 def collect(url: str, mode: str, samples: int, out: str, seed: int) -> None:
     """Samples and the server's top-20 along them, from a running vLLM server (module doc)."""
-    from spectr_gbv.gpu_backend.certify.deployment.client import Endpoint
-    from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS
-    from spectr_gbv.gpu_backend.certify.deployment.references import ServerReference
-    from spectr_gbv.gpu_backend.certify.deployment.run import sample_seed
-    from spectr_gbv.gpu_backend.certify.deployment.servers import dialect
+    from spectr_gbv.certify.endpoint.client import Endpoint
+    from spectr_gbv.certify.endpoint.prompts import DEFAULT_PROMPTS
+    from spectr_gbv.certify.endpoint.references import ServerReference
+    from spectr_gbv.certify.endpoint.run import sample_seed
+    from spectr_gbv.certify.endpoint.servers import dialect
 
     ep, d = Endpoint(url), dialect("openai")
     model = ep.get("/v1/models")["data"][0]["id"]
@@ -82,7 +82,7 @@ def planted(name: str, samples: int, seed: int) -> list:
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS
+    from spectr_gbv.certify.endpoint.prompts import DEFAULT_PROMPTS
     from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     torch.manual_seed(seed)
@@ -141,8 +141,8 @@ def gguf_samples(kind: str, samples: int, seed: int, folder: str, plant: str | N
 
     import llama_cpp
 
-    from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS
-    from spectr_gbv.gpu_backend.certify.engines.llama_cpp_python import LlamaCppPythonEngine, load_llama
+    from spectr_gbv.certify.endpoint.prompts import DEFAULT_PROMPTS
+    from spectr_gbv.certify.engine.llama_cpp_python import LlamaCppPythonEngine, load_llama
     from spectr_gbv.gpu_backend.llamacpp.pair import gguf_path
 
     path = str(gguf_path("tiny"))

@@ -25,8 +25,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from spectr_gbv.gpu_backend.certify.deployment.endpoint import EndpointRequest, certify_endpoint, prepare
-from spectr_gbv.gpu_backend.certify.deployment.run import Plan, sample_seed
+from spectr_gbv.certify.endpoint.endpoint import EndpointRequest, certify_endpoint, prepare
+from spectr_gbv.certify.endpoint.run import Plan, sample_seed
 
 
 def cpu_flags() -> str:

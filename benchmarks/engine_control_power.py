@@ -34,7 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deployment_power import test as plan_power  # noqa: E402
 
-from spectr_gbv.gpu_backend.certify.engines.modes import (  # noqa: E402
+from spectr_gbv.certify.engine.modes import (  # noqa: E402
     DEFAULT_NEW_TOKENS, DEFAULT_SAMPLES, Models, modes)
 from spectr_gbv.oracle.sequence_records import records_from_laws  # noqa: E402
 

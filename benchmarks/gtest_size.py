@@ -56,8 +56,8 @@ MIN_EXPECTED = 5.0
 
 def plan_cases(rules=None):
     """Yields (name, case, N) of the full plan's V = 4,096 rows (module doc)."""
-    from spectr_gbv.gpu_backend.certify import suite
-    from spectr_gbv.gpu_backend.certify.verifiers import FULL_N_ROWS
+    from spectr_gbv.certify import suite
+    from spectr_gbv.certify.verifiers.run import FULL_N_ROWS
     from spectr_gbv.reference.rules import registry
 
     for spec in registry.specs():

@@ -45,7 +45,7 @@ def main() -> None:
         ap.error("--sequences must be >= 2, --weight in (0, 1), --new-tokens >= 1")
     import torch
 
-    from spectr_gbv.gpu_backend.certify.deployment.prompts import DEFAULT_PROMPTS
+    from spectr_gbv.certify.endpoint.prompts import DEFAULT_PROMPTS
     from spectr_gbv.gpu_backend.models.weights import load_causal_lm
 
     torch.manual_seed(args.seed)

@@ -4,7 +4,7 @@ For each rule: K drafts of L tokens sampled (seeded) from the Qwen2.5-Coder-0.5B
 one fixed prompt (the first HumanEval stub, chat template), the draft's and the 1.5B target's rows
 along them (bfloat16 weights, temperature 1 by default: the models' own laws; float32 rows as the
 engine computes them), and ``oracle.certify.certify_case`` at N outcomes and α = 10^-6 over its six
-tests (gpu_backend/certify/real_rows.py).  K = 2 (1 for single-draft rules), L = the rule's
+tests (certify/verifiers/real_rows.py).  K = 2 (1 for single-draft rules), L = the rule's
 ``rows_L`` (2; SpecTr 1), as on the V = 4,096 rows of the plan.
 
 Prints one markdown row per rule: verdict, δ of each test with power 0.99 and the law it is on
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from spectr_gbv.gpu_backend.certify.real_rows import ModelRows, real_rows_case
-from spectr_gbv.gpu_backend.certify.suite import suite_verifier
+from spectr_gbv.certify.verifiers.real_rows import ModelRows, real_rows_case
+from spectr_gbv.certify.suite import suite_verifier
 from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig
 from spectr_gbv.gpu_backend.models.pair import load_pair
 from spectr_gbv.gpu_backend.models.prompts import encode_prompt, load_prompts

@@ -7,7 +7,7 @@
         [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--allow-remote]
         [--timeout S] [--retries R] [--threads T]
 
-The library is gpu_backend/certify/deployment/ (``endpoint.certify_endpoint``); this module only
+The library is certify/endpoint/ (``endpoint.certify_endpoint``); this module only
 parses and prints.  Exit status: 0 PASS, 1 FAIL, 2 bad input, an unreachable server, or a run that
 could not finish (INCOMPLETE, REFUSED), 130 stopped by Ctrl-C or SIGTERM (the samples so far are
 kept in the run file and the partial result printed).
@@ -125,8 +125,8 @@ def check(args: argparse.Namespace) -> None:
 
 
 def request_from(args: argparse.Namespace):
-    from spectr_gbv.gpu_backend.certify.deployment.endpoint import EndpointRequest
-    from spectr_gbv.gpu_backend.certify.deployment.run import Plan
+    from spectr_gbv.certify.endpoint.endpoint import EndpointRequest
+    from spectr_gbv.certify.endpoint.run import Plan
 
     auto = args.tolerance == "auto"
     plan = Plan(n_samples=args.samples, n_new=args.max_new_tokens, temperature=args.temperature, k=args.top_k,
@@ -144,9 +144,9 @@ def run(args: argparse.Namespace) -> int:
     from tqdm.auto import tqdm
 
     from spectr_gbv.cli.args import UsageError, text_stream, write_json
-    from spectr_gbv.gpu_backend.certify.deployment.endpoint import (DeploymentInputError, certify_endpoint,
+    from spectr_gbv.certify.endpoint.endpoint import (DeploymentInputError, certify_endpoint,
                                                                     power_endpoint)
-    from spectr_gbv.gpu_backend.certify.deployment.report import text_report
+    from spectr_gbv.certify.endpoint.report import text_report
 
     def log(line):
         tqdm.write(f"certify endpoint: {line}", file=sys.stderr)

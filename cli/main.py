@@ -62,14 +62,16 @@ def _unavailable(name: str, exc: Exception):
 
 def run_parsed(args: argparse.Namespace) -> int:
     """``args.check`` (when set) then ``args.func``; a ``UsageError`` from either is printed
-    as one line ``spectr-gbv SUB: message`` and gives exit status 2."""
+    as one line ``spectr-gbv SUB: message`` (``spectr-gbv certify WHAT: message`` for a certify
+    sub-command, as argparse names it) and gives exit status 2."""
     try:
         check = getattr(args, "check", None)
         if check is not None:
             check(args)
         return int(args.func(args) or 0)
     except UsageError as err:
-        print(f"spectr-gbv {args.command}: {one_line(str(err))}", file=sys.stderr)
+        name = " ".join(filter(None, (args.command, getattr(args, "certify_what", None))))
+        print(f"spectr-gbv {name}: {one_line(str(err))}", file=sys.stderr)
         return 2
 
 

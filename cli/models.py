@@ -1,4 +1,4 @@
-"""``--target`` / ``--draft`` of generate, bench, report and certify --engine: the library's
+"""``--target`` / ``--draft`` of generate, bench, report and certify our-engine: the library's
 checks (``gpu_backend.models.catalog``, ``gpu_backend.engine.memory``) and loader
 (``gpu_backend.models.pair``) with their refusals as one-line ``UsageError``s naming the flags."""
 

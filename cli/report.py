@@ -5,18 +5,18 @@ Parts, each run even when an earlier one failed:
 1. ``prove --quick`` (proofs_check.runner.prove): the papers' claims checked numerically.  A
    claim verdict "fails" is a finding about a paper, not a failure of the part; the part fails
    when it cannot run.
-2. ``certify --quick`` (gpu_backend.certify.verifiers.certify_rules, every registered torch
+2. ``certify verifiers --quick`` (gpu_backend.certify.verifiers.certify_rules, every registered torch
    verifier against the oracle); the part fails unless every case is as expected.
 3. Third-party verifiers (gpu_backend.adapters.third_party): transformers' assisted-generation
    verifier at its defaults and with its lossy ensemble weight, through the public harness
    (oracle.harness.certify_verifier); fails unless each is certified, or caught when lossy.
-4. vLLM's own samplers (gpu_backend/certify/vllm.py), when the vLLM environment exists
-   (``scripts/install.sh --vllm``): ``certify --third-party vllm`` at the report's size, N =
+4. vLLM's own samplers (certify/samplers/vllm.py), when the vLLM environment exists
+   (``scripts/install.sh --vllm``): ``certify samplers vllm`` at the report's size, N =
    ``VLLM_REPORT_N`` per case on the toy and prefix families (every sampler, replay and batch
    independence), run in that environment; fails unless every row is as expected.  Without
    the environment the part says so ("not installed") and does not count either way.
 5. ``--full`` only: the engine's certificate (gpu_backend.certify.engine.quick_certification,
-   as ``certify --engine --quick``: the speculative engine end to end on the embedded tiny
+   as ``certify our-engine --quick``: the speculative engine end to end on the embedded tiny
    model, first-token law and per-iteration τ against the reference's exact law given the
    rows, planted wrong rules caught); fails unless certified.
 6. ``--full`` only: a short benchmark (``gpu_backend.bench.run``): the Qwen2.5-Coder pair,
@@ -158,18 +158,18 @@ def prove_part(out_dir: str) -> Part:
 
 
 def certify_part(out_dir: str) -> Part:
-    """``certify --quick`` over every registered rule through gpu_backend.certify.verifiers (its
+    """``certify verifiers --quick`` over every registered rule through gpu_backend.certify.verifiers (its
     markdown also written to certify.md); failed unless every case is as expected."""
     def body():
         from spectr_gbv.reference.rules import registry
 
-        from spectr_gbv.gpu_backend.certify import verifiers as certification
+        from spectr_gbv.certify.verifiers import run as certification
 
         def progress(row):
             log(f"certify: {row.verdict} {row.case} (N = {row.n}, {row.seconds:.0f} s)")
 
         cert = certification.certify_rules(list(registry.names()), quick=True, progress=progress)
-        text = certification.markdown(cert, "spectr-gbv certify --quick")
+        text = certification.markdown(cert, "spectr-gbv certify verifiers --quick")
         with open(os.path.join(out_dir, "certify.md"), "w") as fh:
             fh.write(text)
         return ("passed" if cert.ok else "failed"), text
@@ -195,9 +195,9 @@ def third_party_part(out_dir: str) -> Part:
 
 
 def vllm_part(out_dir: str) -> Part:
-    """vLLM's samplers through ``certify --third-party vllm`` in the vLLM environment (module
+    """vLLM's samplers through ``certify samplers vllm`` in the vLLM environment (module
     doc, part 4); its markdown also in vllm.md."""
-    from spectr_gbv.gpu_backend.certify import vllm as vc
+    from spectr_gbv.certify.samplers import vllm as vc
 
     python = sys.executable if vc.importable_here() else vc.locate_python()
     if python is None:
@@ -210,11 +210,11 @@ def vllm_part(out_dir: str) -> Part:
 
         path = os.path.join(out_dir, "vllm.md")
         env = dict(os.environ, PYTHONPATH=vc.checkout_root())
-        done = subprocess.run([python, "-m", "spectr_gbv", "certify", "--third-party", "vllm", "--samples",
+        done = subprocess.run([python, "-m", "spectr_gbv", "certify", "samplers", "vllm", "--samples",
                                str(VLLM_REPORT_N), "--families", VLLM_REPORT_FAMILIES, "--markdown", path],
                               env=env, stdout=subprocess.DEVNULL)
         if not os.path.exists(path):
-            return "failed", f"certify --third-party vllm exited {done.returncode} without a table"
+            return "failed", f"certify samplers vllm exited {done.returncode} without a table"
         with open(path) as fh:
             text = fh.read()
         return ("passed" if done.returncode == 0 else "failed"), text
@@ -223,9 +223,9 @@ def vllm_part(out_dir: str) -> Part:
 
 
 def engine_part(out_dir: str) -> Part:
-    """``certify --engine --quick`` through gpu_backend.certify.engine (also in engine.md)."""
+    """``certify our-engine --quick`` through gpu_backend.certify.engine (also in engine.md)."""
     def body():
-        from spectr_gbv.gpu_backend.certify import engine as ec
+        from spectr_gbv.certify.our_engine import certificate as ec
 
         def progress(row):
             power = f", power {row.power:.6f}" if row.power == row.power else ""

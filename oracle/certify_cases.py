@@ -1,6 +1,6 @@
 """Standard certification cases, torch-free: toy draft blocks (V ≤ 5), random rows at
 V = 4,096, each rule's branch-coverage case (also run by the project's own plan,
-gpu_backend/certify/verifiers.py), one-hot draft rows, multi-draft branch cases, blocks of the
+certify/verifiers/run.py), one-hot draft rows, multi-draft branch cases, blocks of the
 largest L the engine chooses, and the law-level planted case (the released SpecTr-GBV against
 the target's first-token law).  ``case_family`` builds the public certifier's families
 (oracle.harness.certify_verifier)."""
@@ -53,7 +53,7 @@ def coverage_case(rule: str, backend_dtype: str = "float32") -> FixedCase:
     """The rule's branch-coverage case: V, K, the models' and the drafts' seeds from its spec's
     ``coverage_seeds`` (``coverage_models(V, models_seed)``, K drafts of ``COVERAGE_L`` = 3
     tokens), rows rounded to ``backend_dtype`` (float32 in the project's plan,
-    gpu_backend/certify/verifiers.py).  Every outcome class of oracle.branches — τ = each of
+    certify/verifiers/run.py).  Every outcome class of oracle.branches — τ = each of
     0..L (the correction at every depth, the bonus), the weighted correction at every inner
     depth, every draft, the Algorithm 2 record — has exact probability ≥ ``COVERAGE_FLOOR``
     (tests/oracle/test_case_coverage.py, float32 rows), so a defect confined to one branch moves
@@ -304,7 +304,7 @@ def deep_case(rule: str, backend_dtype: str = "float64") -> FixedCase:
 
 def distinctive_case(rule: str, backend_dtype: str = "float32") -> FixedCase:
     """The toy distinctive case of a rule with ``distinctive_seeds`` (the project's plan runs it,
-    gpu_backend/certify/suite.py ``distinctive_cases``): toy_models(3, 12), K = L = 3, drafts
+    certify/suite.py ``distinctive_cases``): toy_models(3, 12), K = L = 3, drafts
     seeded by the spec's toy seed, on which the rule's law is at TV ≥ 0.05 from the other
     multi-draft rules (a port of the wrong rule fails it).
 

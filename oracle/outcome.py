@@ -2,7 +2,7 @@
 
 PASS / FAIL for a row expected to pass (a rule, a verifier, a seed check); CAUGHT / MISSED for a
 negative control (a planted or lossy-by-design row, which must fail its tests).  Every report of
-the project (oracle.certify, oracle.lossless, oracle.seed_contract, gpu_backend/certify/) uses
+the project (oracle.certify, oracle.lossless, oracle.seed_contract, certify/) uses
 these words; a row that could not run says ERROR on its own.
 """
 

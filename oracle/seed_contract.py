@@ -11,7 +11,7 @@ outcomes and passes every G-test.  Every certification (``oracle.certify.certify
 ``oracle.lossless.certify_lossless``; a function of vLLM's layout through
 ``gpu_backend.adapters.vllm_adapter.from_vllm_layout``, which is such a verifier) therefore runs
 three deterministic checks on one batch of B rows (the idea of the vLLM samplers' replay check,
-gpu_backend/certify/vllm.py ``replay_checks``, on the harness's own rows and seeds):
+certify/samplers/vllm.py ``replay_checks``, on the harness's own rows and seeds):
 
 1. "seed replay": the batch twice with the same seeds S (hashed 63-bit seeds,
    oracle/seeding.py).  Every row's outcome (τ, and the τ + 1 emitted tokens) must be

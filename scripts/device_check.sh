@@ -5,7 +5,7 @@
 #
 # Writes every table to OUT_DIR (one folder, flat):
 #   env.txt                  GPU, driver, torch/triton/vllm versions, what was skipped and why
-#   certify_cuda.md          every registered torch verifier certified on CUDA (`certify --quick
+#   certify_cuda.md          every registered torch verifier certified on CUDA (`certify verifiers --quick
 #                            --device cuda`: float32 rows and bfloat16 rows), planted defects caught
 #   vllm_native.md           vLLM's samplers natively (no interpreter, no shims), N = 2·10^4 per case
 #   engine_qwen.txt          one timed engine run of the Qwen2.5-Coder pair on CUDA
@@ -32,21 +32,21 @@ fi
 $PY -c 'import scipy, cvxpy' 2>/dev/null || note "warning: scipy/cvxpy missing: the oracle's transport programs are skipped"
 
 # 1. the torch verifiers on CUDA, float32 and bfloat16 rows (the --quick plan: every rule, every planted defect)
-if timeout 300 $PY -m spectr_gbv certify --quick --device cuda --markdown "$OUT_DIR/certify_cuda.md" \
+if timeout 300 $PY -m spectr_gbv certify verifiers --quick --device cuda --markdown "$OUT_DIR/certify_cuda.md" \
      > "$OUT_DIR/certify_cuda.txt" 2> "$OUT_DIR/certify_cuda.log"; then
-  note "certify --quick --device cuda: CERTIFIED"
+  note "certify verifiers --quick --device cuda: CERTIFIED"
 else
-  note "certify --quick --device cuda: NOT certified or timed out (exit $?)"; status=1
+  note "certify verifiers --quick --device cuda: NOT certified or timed out (exit $?)"; status=1
 fi
 
 # 2. vLLM's samplers natively: only where vLLM (a CUDA build) is importable
 if $PY -c 'import importlib.util, sys; sys.exit(0 if importlib.util.find_spec("vllm") else 1)'; then
   note "vllm: $($PY -c 'import vllm; print(vllm.__version__)' 2>&1 | tail -1)"
-  if timeout 180 $PY -m spectr_gbv certify --third-party vllm --samples 20000 --workers 1 \
+  if timeout 180 $PY -m spectr_gbv certify samplers vllm --samples 20000 --workers 1 \
        --markdown "$OUT_DIR/vllm_native.md" > "$OUT_DIR/vllm_native.txt" 2> "$OUT_DIR/vllm_native.log"; then
-    note "certify --third-party vllm (native): every row as expected"
+    note "certify samplers vllm (native): every row as expected"
   else
-    note "certify --third-party vllm (native): NOT as expected or timed out (exit $?)"; status=1
+    note "certify samplers vllm (native): NOT as expected or timed out (exit $?)"; status=1
   fi
 else
   note "vllm: not installed on this machine: vLLM's native run skipped"

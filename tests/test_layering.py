@@ -3,8 +3,10 @@
 - no module imports a module that imports it back, directly or through others (a circle);
 - inside gpu_backend/, no folder imports a folder that imports it back, and each folder imports
   only folders below it in ``GPU_BACKEND_LAYERS`` (no arrow back up);
-- the top folders keep their order: reference → oracle → proofs_check / gpu_backend → cli
-  (``TOP_LAYERS``; a folder imports only folders of earlier layers);
+- the top folders keep their order: reference → oracle → proofs_check / gpu_backend → certify →
+  cli (``TOP_LAYERS``; a folder imports only folders of earlier layers);
+- inside certify/, the sub-command folders import only the shared modules and folders below them
+  in ``CERTIFY_LAYERS`` (the endpoint's local references reach down into engine/'s adapters);
 - the engine (engine/) names no backend folder: it is handed one (``decoding.backend.Backend``).
 
 Each check was seen to fail on a planted import (a function-local import of the layer above
@@ -20,11 +22,12 @@ import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = ("reference", "oracle", "proofs_check", "gpu_backend", "cli")
+TOP = ("reference", "oracle", "proofs_check", "gpu_backend", "certify", "cli")
 # a folder may import only folders of earlier entries (and itself)
-TOP_LAYERS = (("reference",), ("oracle",), ("proofs_check", "gpu_backend"), ("cli",))
+TOP_LAYERS = (("reference",), ("oracle",), ("proofs_check", "gpu_backend"), ("certify",), ("cli",))
+CERTIFY_LAYERS = (".", "verifiers", "samplers", "engine", "our_engine", "endpoint")
 GPU_BACKEND_LAYERS = ("verifiers", "models", "decoding", "torch_backend", "llamacpp", "engine", "tuning", ".",
-                      "bench", "adapters", "certify")
+                      "bench", "adapters")
 
 
 def _imports() -> list[tuple[str, str, str]]:
@@ -88,6 +91,28 @@ def test_gpu_backend_folders_have_no_circle_and_no_arrow_up():
         edges.add((a, b))
         if rank[b] > rank[a]:
             up.append(f"{where}: gpu_backend/{a} imports gpu_backend/{b}")
+    assert list(nx.simple_cycles(nx.DiGraph(edges))) == []
+    assert up == [], "\n".join(up)
+
+
+def _certify_folder(module: str) -> str | None:
+    parts = _folder(module).split(".")
+    if parts[0] != "certify":
+        return None
+    return parts[1] if len(parts) > 1 else "."
+
+
+def test_certify_folders_have_no_circle_and_no_arrow_up():
+    rank = {name: i for i, name in enumerate(CERTIFY_LAYERS)}
+    up, edges = [], set()
+    for s, t, where in IMPORTS:
+        a, b = _certify_folder(s), _certify_folder(t)
+        if a is None or b is None or a == b:
+            continue
+        assert a in rank and b in rank, f"{where}: a certify folder not in CERTIFY_LAYERS ({a}, {b})"
+        edges.add((a, b))
+        if rank[b] > rank[a]:
+            up.append(f"{where}: certify/{a} imports certify/{b}")
     assert list(nx.simple_cycles(nx.DiGraph(edges))) == []
     assert up == [], "\n".join(up)
 

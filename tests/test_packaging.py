@@ -18,8 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"spectr_gbv": "spectr_gbv", "spectr_gbv.reference": "reference", "spectr_gbv.oracle": "oracle",
            "spectr_gbv.proofs_check": "proofs_check", "spectr_gbv.gpu_backend": "gpu_backend",
-           "spectr_gbv.cli": "cli"}
-GENERIC = ("reference", "oracle", "proofs_check", "gpu_backend", "cli")
+           "spectr_gbv.certify": "certify", "spectr_gbv.cli": "cli"}
+GENERIC = ("reference", "oracle", "proofs_check", "gpu_backend", "certify", "cli")
 
 
 def _pyproject() -> dict:
@@ -88,4 +88,5 @@ def test_a_built_wheel_holds_only_spectr_gbv(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "spectr_gbv/reference/contract.py" in names
     assert "spectr_gbv/gpu_backend/engine/speculative.py" in names
+    assert "spectr_gbv/certify/endpoint/run.py" in names
     assert "spectr_gbv/proofs_check/VERDICTS.md" in names

@@ -12,10 +12,10 @@ import torch
 
 from spectr_gbv.cli import main as cli_main
 from spectr_gbv.gpu_backend.bench import config as bench_config
-from spectr_gbv.gpu_backend.certify import verifiers as certification
-from spectr_gbv.gpu_backend.certify.suite import suite_verifier
+from spectr_gbv.certify.verifiers import run as certification
+from spectr_gbv.certify.suite import suite_verifier
 from spectr_gbv.gpu_backend.verifiers import get_verifier
-from spectr_gbv.gpu_backend.certify.planted import FirstFailureBV
+from spectr_gbv.certify.planted import FirstFailureBV
 from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification as TorchBV
 from spectr_gbv.oracle.certify import certify_case
 from spectr_gbv.proofs_check import claims
@@ -83,7 +83,7 @@ def test_registration_is_checked():
                                             planted=registry.spec("bv").planted))
     assert "x" not in registry.names()
     # a rule whose numpy class no torch verifier ports has none (gpu_backend.verifiers.verifier_class)
-    from spectr_gbv.gpu_backend.certify.planted import planted_verifier
+    from spectr_gbv.certify.planted import planted_verifier
     from spectr_gbv.gpu_backend.verifiers import verifier_class
 
     class Unported(RefBV):
@@ -218,7 +218,7 @@ def test_a_new_algorithm_registered_in_one_call_is_listed_certified_and_its_defe
         assert isinstance(port, FreshDrawTorch) and port.name == FRESH and port.single_draft
         assert FRESH in tables.lossless_rules() and FRESH in bench_config.default_methods()
         assert FRESH in registry.help_text() and "planted_fresh_draw_keeps_x" in registry.planted()
-        from spectr_gbv.gpu_backend.certify.engine import engine_rules, planted_for
+        from spectr_gbv.certify.our_engine.certificate import engine_rules, planted_for
 
         assert FRESH in engine_rules() and planted_for([FRESH]) == ()  # not measured on the engine
         entries = certification.plan([FRESH], quick=True)

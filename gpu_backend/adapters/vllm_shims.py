@@ -30,7 +30,7 @@ copied):
    that use them (``WATERMARK`` is a ``constexpr`` False), so no change was needed for the
    calls made here; ``SHIMS`` lists what would be touched if a later version needs it.
 
-``SHIMS`` is the record that ``spectr-gbv certify --third-party vllm`` prints with its table:
+``SHIMS`` is the record that ``spectr-gbv certify samplers vllm`` prints with its table:
 which kernel line each shim touches, so a reader knows what was certified as shipped (all
 other lines of the kernels run unchanged, interpreted).  On a CUDA machine none of this is
 applied: the kernels run natively (``scripts/device_check.sh``).

@@ -1,7 +1,7 @@
 """What a model spec names, known without loading it: the embedded models' vocabulary sizes,
 local folders and ``.gguf`` files, and Hugging Face hub ids (cached, or the hub reachable).
 
-``check_models`` is what ``spectr-gbv generate``, ``bench``, ``report`` and ``certify --engine``
+``check_models`` is what ``spectr-gbv generate``, ``bench``, ``report`` and ``certify our-engine``
 run on ``--target`` / ``--draft`` before any model is loaded (``models.pair.load_pair`` loads
 them); its refusals are ``ValueError`` naming the argument.
 """

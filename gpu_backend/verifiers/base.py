@@ -45,7 +45,7 @@ class Verifier(ABC):
     boolean indexing or Python branching on tensor values) and may loop in Python only over
     the static sizes K and L (and over chunks whose count follows from the shapes).  Checked by
     running every rule on the meta device (tests/gpu_backend/verifiers/test_verifiers_layout.py).
-    A planted wrong rule (gpu_backend/certify/planted.py) overrides ``name`` only.
+    A planted wrong rule (certify/planted.py) overrides ``name`` only.
 
     Defining a subclass registers it: one that sets ``reference`` in its own body becomes the
     torch verifier of the rules whose reference rule is that class (``VERIFIER_CLASSES``;
@@ -58,7 +58,7 @@ class Verifier(ABC):
     """
 
     reference: type  # the numpy Rule class this verifier ports
-    planted_as: str | None = None  # a planted defect's name (gpu_backend/certify/planted.py)
+    planted_as: str | None = None  # a planted defect's name (certify/planted.py)
     name = _FromReference()
     single_draft = _FromReference()
     modifies_targets = _FromReference()

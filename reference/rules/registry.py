@@ -43,7 +43,7 @@ class Planted:
         K, L, V: the toy case's shape (oracle.certify_cases.toy_models(V, models_seed), drafts
             seeded from draft_seed; the first non-degenerate seed is taken, as every toy case).
         models_seed, draft_seed: its seeds.
-        engine: ``spectr-gbv certify --engine`` runs it too and must catch it by the law of τ
+        engine: ``spectr-gbv certify our-engine`` runs it too and must catch it by the law of τ
             (only for defects that change τ's law and were measured on the engine).
         base: the rule it deviates from (filled in by ``RuleSpec``).
     """
@@ -95,7 +95,7 @@ class RuleSpec:
             rules that need i.i.d. draft blocks or carry the draft's joint into the next
             iteration (Algorithm 2).  The engine refuses a quantised draft for the others.
 
-    Certification (gpu_backend/certify/suite.py, ``spectr-gbv certify``, the tests):
+    Certification (certify/suite.py, ``spectr-gbv certify``, the tests):
         planted: the rule's planted defects (``Planted``; at least one: certify must catch each).
         distinctive_seeds: (toy, rows) draft seeds of the rule's distinctive cases, which
             replace the generic V = 4,096 case: V = 3, K = L = 3 on toy_models(3, 12) and
@@ -104,7 +104,7 @@ class RuleSpec:
             generic cases (suite.large_case).
         rows_L: L of the generic V = 4,096 case (SpecTr: 1, its ρ* beyond depth 1 is solved
             per row, ~0.3 ms per row at V = 4,096 on a CPU).
-        engine_skip: why ``spectr-gbv certify --engine`` cannot certify the rule (None: it can).
+        engine_skip: why ``spectr-gbv certify our-engine`` cannot certify the rule (None: it can).
         coverage_seeds: (V, K, models_seed, draft_seed) of the rule's branch-coverage case
             (suite.coverage_case: L = 3, float32, draft and target independent random models
             oracle.certify_cases.coverage_models(V, models_seed)), chosen by a scan so that every
@@ -207,7 +207,7 @@ def planted() -> dict[str, Planted]:
 
 
 def engine_skipped() -> dict[str, str]:
-    """The rules ``spectr-gbv certify --engine`` cannot certify, with the reason."""
+    """The rules ``spectr-gbv certify our-engine`` cannot certify, with the reason."""
     return {s.name: s.engine_skip for s in _SPECS.values() if s.engine_skip}
 
 

@@ -1,9 +1,9 @@
-"""``spectr-gbv certify`` (cli/certify.py) at small N: exit status, JSON and markdown
-outputs, argument errors, and the planted wrong rules of gpu_backend/certify/suite.py.
+"""``spectr-gbv certify verifiers`` (cli/certify_verifiers.py) at small N: exit status, JSON and markdown
+outputs, argument errors, and the planted wrong rules of certify/suite.py.
 
 N = 5,000 per case (detectable TV ~0.06 on the toy cases): enough to catch every planted rule
 on fixed drafts (p-values below 1e-40) while each CLI run stays within a few seconds; the full-size runs are
-tests/gpu_backend/certify/test_verifiers_certify.py and test_verifiers_certify_distinctive.py.
+tests/certify/verifiers/test_verifiers_certify.py and test_verifiers_certify_distinctive.py.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from spectr_gbv.cli import main as cli_main
-from spectr_gbv.gpu_backend.certify import verifiers as certification
-from spectr_gbv.cli import certify as certify_cli
-from spectr_gbv.gpu_backend.certify import suite
-from spectr_gbv.gpu_backend.certify.planted import FirstFailureBV, UnscaledSpecTr
-from spectr_gbv.gpu_backend.certify.suite import PLANTED, suite_verifier
+from spectr_gbv.certify.verifiers import run as certification
+from spectr_gbv.cli import certify_verifiers as verifiers_cli
+from spectr_gbv.certify import suite
+from spectr_gbv.certify.planted import FirstFailureBV, UnscaledSpecTr
+from spectr_gbv.certify.suite import PLANTED, suite_verifier
 from spectr_gbv.gpu_backend.verifiers.bv import BlockVerification
 from spectr_gbv.oracle.certify import certify_case
 from spectr_gbv.oracle.certify_cases import lossless_against_target, released_rule_against_target
@@ -29,7 +29,7 @@ N = "5000"
 
 
 def certify(argv, capsys):
-    code = cli_main.main(["certify"] + argv)
+    code = cli_main.main(["certify", "verifiers"] + argv)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -146,7 +146,7 @@ def test_law_level_cases():
 
 
 def test_report_certify_part_gets_the_markdown(monkeypatch, tmp_path):
-    """``spectr-gbv report`` runs ``certify --quick --markdown FILE`` and embeds the file."""
+    """``spectr-gbv report`` runs ``certify verifiers --quick --markdown FILE`` and embeds the file."""
     from spectr_gbv.cli.report import certify_part
 
     monkeypatch.setattr(registry, "_SPECS", {"sd": registry.spec("sd")})
@@ -176,28 +176,35 @@ def test_plan_covers_every_registered_rule_and_planted_defect():
 
 
 def test_third_party_vllm_without_an_environment_is_refused_in_one_line(monkeypatch, capsys):
-    """No vLLM here and no .venv-vllm: exit 2 naming the install command; --families needs
-    --third-party; an unknown family is named."""
+    """No vLLM here and no .venv-vllm: exit 2 naming the install command; --families belongs to
+    ``certify samplers``; an unknown family is named."""
     from spectr_gbv.cli import main as cli_main
-    from spectr_gbv.gpu_backend.certify import vllm as vc
+    from spectr_gbv.certify.samplers import vllm as vc
 
     monkeypatch.setattr(vc, "importable_here", lambda: False)
     monkeypatch.setattr(vc, "locate_python", lambda: None)
-    assert cli_main.main(["certify", "--third-party", "vllm"]) == 2
+    assert cli_main.main(["certify", "samplers", "vllm"]) == 2
     assert "scripts/install.sh --vllm" in capsys.readouterr().err
-    assert cli_main.main(["certify", "--families", "toy"]) == 2
-    assert "--families needs --third-party" in capsys.readouterr().err
+    assert cli_main.main(["certify", "verifiers", "--families", "toy"]) == 2
+    assert "unrecognized arguments: --families" in capsys.readouterr().err
     monkeypatch.setattr(vc, "locate_python", lambda: "/bin/true")
-    assert cli_main.main(["certify", "--third-party", "vllm", "--families", "toy,nosuch"]) == 2
+    assert cli_main.main(["certify", "samplers", "vllm", "--families", "toy,nosuch"]) == 2
     assert "--families: unknown family 'nosuch'" in capsys.readouterr().err
-    assert cli_main.main(["certify", "--third-party", "vllm", "--quick"]) == 2
-    assert "--third-party takes neither" in capsys.readouterr().err
+    assert cli_main.main(["certify", "samplers", "vllm", "--quick"]) == 2
+    assert "unrecognized arguments: --quick" in capsys.readouterr().err
+
+
+def test_the_cli_defaults_agree_with_the_library():
+    """cli/certify_verifiers.py repeats certify.verifiers.run's defaults (so that --help imports
+    no torch)."""
+    assert (verifiers_cli.DEFAULT_ALPHA, verifiers_cli.FULL_N, verifiers_cli.FULL_N_ROWS) == (
+        certification.DEFAULT_ALPHA, certification.FULL_N, certification.FULL_N_ROWS)
 
 
 def test_vllm_plan_and_table_without_vllm():
     """The plan covers every family for the samplers expected to pass and the synthetic
     families for the lossy ones; the table names the failed test and the measured TV."""
-    from spectr_gbv.gpu_backend.certify import vllm as vc
+    from spectr_gbv.certify.samplers import vllm as vc
     from spectr_gbv.oracle.certify_cases import FAMILIES
 
     jobs = vc.plan()
@@ -206,7 +213,7 @@ def test_vllm_plan_and_table_without_vllm():
     assert all(s.kind == "v1" and not s.synthetic for s in vc.SAMPLERS if s.native)
     # every public family with a K = 1 case for the sampler's rule: not "branches" (K >= 2), nor
     # "distinctive" (sd and bv have no distinctive_seeds), nor "vocab" (V = 151,936: beyond
-    # Triton's interpreter, gpu_backend/certify/vllm.py families_for)
+    # Triton's interpreter, certify/samplers/vllm.py families_for)
     for s in plain:
         assert vc.families_for(s.rule) == tuple(f for f in FAMILIES if f not in ("branches", "distinctive", "vocab"))
     assert len(jobs) == 8 * (len(FAMILIES) - 3) + 2 * len(vc.SYNTHETIC_FAMILIES)
@@ -220,7 +227,7 @@ def test_vllm_plan_and_table_without_vllm():
 
 def test_published_vllm_run():
     """benchmarks/VLLM_CERTIFY.md holds ``pivot_markdown`` of the published run
-    (benchmarks/VLLM_CERTIFY.json, written by ``certify --third-party vllm --json``) and README
+    (benchmarks/VLLM_CERTIFY.json, written by ``certify samplers vllm --json``) and README
     links it.  The run covers today's plan (every family of ``families_for`` per sampler, the
     synthetic families, two deterministic checks per sampler kind and code path); every row
     through the Triton kernels is as expected (certified, synthetic caught); every row through
@@ -229,7 +236,7 @@ def test_published_vllm_run():
     import json
     import os
 
-    from spectr_gbv.gpu_backend.certify import vllm as vc
+    from spectr_gbv.certify.samplers import vllm as vc
 
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     with open(os.path.join(root, "benchmarks", "VLLM_CERTIFY.json")) as fh:

@@ -9,7 +9,7 @@ Why: before these cases, every built-in BV case had p_τ = 1 or P(0 < τ < L) = 
 BV verifier with its correction residual (p_τ·q − p)_+ changed to (q − p)_+ passed the whole
 certification (issue 27).  On the coverage case that defect moves the law by TV 0.0822
 (test_the_bv_residual_defect_moves_the_coverage_law), above the detectable δ (< 0.015 at
-N = 2·10^5, α = 1e-6) of tests/gpu_backend/certify/test_verifiers_certify.py
+N = 2·10^5, α = 1e-6) of tests/certify/verifiers/test_verifiers_certify.py
 test_certify_coverage_case, which catches it.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spectr_gbv.gpu_backend.certify import suite
+from spectr_gbv.certify import suite
 from spectr_gbv.oracle.branches import WEIGHT_KIND, class_names, class_probabilities, prefix_weight
 from spectr_gbv.oracle.certify import exact_verdict_law
 from spectr_gbv.oracle.certify_cases import COVERAGE_FLOOR, COVERAGE_L, coverage_case

@@ -1,6 +1,6 @@
 """The public certifier's default families (oracle.certify_cases.FAMILIES, run by
 oracle.harness.certify_verifier, the pytest plugin's assert_lossless and the spectr_certify
-fixture) cover every case kind of the project's own plan (gpu_backend/certify/verifiers.py
+fixture) cover every case kind of the project's own plan (certify/verifiers/run.py
 ``plan``), and the families added for issue 36 reach what they claim — all computed exactly
 (the reference rules' laws enumerated, no sampling)."""
 
@@ -29,7 +29,7 @@ NOT_PUBLIC = {"law": "the law-level case tests the first token against the TARGE
 def plan_kinds(rule: str) -> set[str]:
     """The kinds of the plan's entries for ``rule`` (lossless / conformance rows, not the
     planted ones): toy-size entries by their cases' names, the others by their size."""
-    from spectr_gbv.gpu_backend.certify.verifiers import plan
+    from spectr_gbv.certify.verifiers.run import plan
 
     kinds = set()
     for entry in plan([rule], quick=False):

@@ -17,7 +17,7 @@
 * Certification tables (the markdown of `spectr-gbv certify` / `report`, wherever one is
   committed): each row's verdict agrees with its p-value, α, δ and expectation, and the summary
   line's counts and CERTIFIED / NOT CERTIFIED agree with the rows.  The committed
-  `certify --quick` table (benchmarks/CERTIFY_QUICK.md) has the plan's cases and N (fast), and a
+  `certify verifiers --quick` table (benchmarks/CERTIFY_QUICK.md) has the plan's cases and N (fast), and a
   rerun gives every row's verdict (slow); p-values and δ's are not compared (float rounding).
 
 Deviations below 1e-9 are rounding or solver noise (the last bits of float64 sums, cvxpy's
@@ -697,7 +697,7 @@ def test_readme_first_command_output_as_printed(capsys):
             assert g == w
 
 
-# -- the committed `certify --quick` table ----------------------------------------------------------
+# -- the committed `certify verifiers --quick` table ----------------------------------------------------------
 
 def _certify_quick_rows() -> list[tuple]:
     """(kind, rule, case, dtype, N, expected, verdict) of benchmarks/CERTIFY_QUICK.md's table."""
@@ -712,11 +712,11 @@ def test_certify_quick_table_has_the_plan_cases_and_n():
     """Every case of the --quick plan (every registered rule, every planted defect) is in the
     committed table with its N and expectation, and nothing else is (cases built, not run)."""
     pytest.importorskip("torch")
-    from spectr_gbv.gpu_backend.certify import verifiers as certification
+    from spectr_gbv.certify.verifiers import run as certification
 
     committed = _certify_quick_rows()
     assert "CERTIFIED" in CERTIFY_QUICK_MD.read_text(encoding="utf-8")
-    from spectr_gbv.gpu_backend.certify import suite
+    from spectr_gbv.certify import suite
 
     planned = []
     for entry in certification.plan(list(registry.names()), quick=True):
@@ -742,10 +742,10 @@ def test_certify_quick_table_has_the_plan_cases_and_n():
 @pytest.mark.slow
 @pytest.mark.long
 def test_certify_quick_rerun_gives_the_committed_verdicts():
-    """`certify --quick` rerun (seed 0, as `spectr-gbv report` runs it): every row's verdict as
+    """`certify verifiers --quick` rerun (seed 0, as `spectr-gbv report` runs it): every row's verdict as
     committed (minutes on a CPU)."""
     pytest.importorskip("torch")
-    from spectr_gbv.gpu_backend.certify import verifiers as certification
+    from spectr_gbv.certify.verifiers import run as certification
 
     cert = certification.certify_rules(list(registry.names()), quick=True)
     got = [(r.kind, r.rule, certification._case_label(r), r.dtype, r.n,

@@ -18,7 +18,7 @@ from helpers.scratch_vllm import abs_residual, extra_token, layout_sd, neighbour
 from helpers.verifier_cases import one_torch_thread  # noqa: F401  (autouse fixture)
 from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout
 from spectr_gbv.gpu_backend.adapters.vllm_rules import rules_in_vllm_layout
-from spectr_gbv.gpu_backend.certify.vllm import layout_batch_checks
+from spectr_gbv.certify.samplers.vllm import layout_batch_checks
 from spectr_gbv.oracle.harness import certify_verifier
 
 N = 2_000
@@ -44,7 +44,7 @@ def test_one_generator_for_every_request_fails_batch_independence_only():
 
 
 def test_the_layout_batch_checks_of_the_vllm_certificate():
-    """gpu_backend/certify/vllm.py's own deterministic rows, on samplers we can run here."""
+    """certify/samplers/vllm.py's own deterministic rows, on samplers we can run here."""
     assert layout_batch_checks(layout_sd) == (20, 20)
     assert layout_batch_checks(rules_in_vllm_layout("sd")) == (20, 20)
     same, independent = layout_batch_checks(one_generator)

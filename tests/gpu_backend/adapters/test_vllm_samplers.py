@@ -1,5 +1,5 @@
 """vLLM's own samplers, certified through the adapters (gpu_backend/adapters/vllm_samplers.py,
-gpu_backend/certify/vllm.py).
+certify/samplers/vllm.py).
 
 These run only where the vLLM environment exists (``scripts/install.sh --vllm`` makes
 ``.venv-vllm``; or ``$SPECTR_GBV_VLLM_PYTHON``): each test runs a short script in that
@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 from spectr_gbv.gpu_backend.adapters import vllm_shims
-from spectr_gbv.gpu_backend.certify import vllm as vc
+from spectr_gbv.certify.samplers import vllm as vc
 from spectr_gbv.oracle.input_probes import INPUT_PROBES
 
 INPUT_NAMES = [name for name, _, _ in INPUT_PROBES]
@@ -51,7 +51,7 @@ def test_samplers_certified_on_the_toy_family_and_synthetic_caught():
     TV from sd's law is ≥ 0.15 at rates (0.8, 0.6, 0.4))."""
     got = run_in_vllm("""
         import json
-        from spectr_gbv.gpu_backend.certify import vllm as vc
+        from spectr_gbv.certify.samplers import vllm as vc
         if __name__ == "__main__":
             pick = [s for s in vc.SAMPLERS if s.kind in ("mrv2-standard", "mrv2-block", "v1", "mrv2-synthetic",
                                                         "v1-synthetic")
@@ -89,7 +89,7 @@ def test_a_wrong_residual_in_mrv2_is_caught():
         vllm_shims.available()  # before triton is imported: it reads TRITON_INTERPRET once
         import triton, triton.language as tl
         from vllm.v1.worker.gpu.spec_decode import rejection_sampler_utils as rs
-        from spectr_gbv.gpu_backend.certify import vllm as vc
+        from spectr_gbv.certify.samplers import vllm as vc
         from spectr_gbv.oracle.certify import FixedCase
         from spectr_gbv.oracle.harness import certify_verifier
 
@@ -160,7 +160,7 @@ def test_certify_lossless_fails_vllm_synthetic_mode():
         from spectr_gbv.gpu_backend.adapters.vllm_adapter import from_vllm_layout
         from spectr_gbv.gpu_backend.adapters.vllm_samplers import MRV2Sampler
         from spectr_gbv.oracle.harness import certify_lossless
-        from spectr_gbv.gpu_backend.certify.vllm import SYNTHETIC_RATES
+        from spectr_gbv.certify.samplers.vllm import SYNTHETIC_RATES
         from spectr_gbv.oracle.lossless_pairs import default_pairs
         v = from_vllm_layout(MRV2Sampler("synthetic", rates=SYNTHETIC_RATES), fillers=False)
         toys = [p for p in default_pairs() if not p.name.startswith("vocab")]

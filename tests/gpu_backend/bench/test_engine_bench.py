@@ -175,7 +175,7 @@ def test_report_default_passes_without_claiming_the_parts_not_run(monkeypatch, t
     for fn in ("prove_part", "certify_part", "third_party_part", "engine_part", "bench_part"):
         monkeypatch.setattr(report_cli, fn, fake(fn))
     # no vLLM environment: its part says so plainly and counts neither way
-    from spectr_gbv.gpu_backend.certify import vllm as vc
+    from spectr_gbv.certify.samplers import vllm as vc
 
     monkeypatch.setattr(vc, "importable_here", lambda: False)
     monkeypatch.setattr(vc, "locate_python", lambda: None)

@@ -2,7 +2,7 @@
 one-hot of the argmax with exact ties going to the LOWEST token id, and every registered rule
 then reduces to "accept a draft token iff it is the target's argmax".
 
-Certified exactly, not statistically (gpu_backend/certify/greedy.py): with greedy draft and target rows (one-hot, the K drafts
+Certified exactly, not statistically (certify/verifiers/greedy.py): with greedy draft and target rows (one-hot, the K drafts
 of a greedy draft identical), every rule of the registry returns τ = the length of the draft's
 longest prefix that follows the target's argmax chain, and emits that prefix followed by the
 argmax after it (the correction, or the bonus when τ = L), on 200 random instances per rule
@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from spectr_gbv.gpu_backend.decoding.sampling import SamplingConfig, finite_rows, greedy_rows, probabilities  # noqa: E402
-from spectr_gbv.gpu_backend.certify.greedy import certify_greedy, lowest_argmax  # noqa: E402
+from spectr_gbv.certify.verifiers.greedy import certify_greedy, lowest_argmax  # noqa: E402
 from spectr_gbv.gpu_backend.verifiers import get_verifier  # noqa: E402
 from spectr_gbv.reference.rules import registry  # noqa: E402
 

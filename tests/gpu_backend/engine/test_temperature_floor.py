@@ -54,8 +54,8 @@ def test_cli_flags_give_the_same_message(capsys):
     assert _cli_error(["generate", "--prompt", "hi", "--temperature", "1e-5"], capsys) == (
         "spectr-gbv generate: --temperature " + FLOOR)
     assert _cli_error(["bench", "--temperature", "1e-5"], capsys) == "spectr-gbv bench: --temperature " + FLOOR_NO_GREEDY
-    assert _cli_error(["certify", "--engine", "--draft-temperature", "1e-5"], capsys) == (
-        "spectr-gbv certify: --draft-temperature " + FLOOR_NO_GREEDY)
+    assert _cli_error(["certify", "our-engine", "--draft-temperature", "1e-5"], capsys) == (
+        "spectr-gbv certify our-engine: --draft-temperature " + FLOOR_NO_GREEDY)
     # generate takes 0 as greedy decoding
     args = cli_main.build_parser().parse_args(["generate", "--prompt", "hi", "--temperature", "0"])
     assert args.temperature == 0.0

@@ -1,4 +1,4 @@
-"""``certify --engine`` on the llama.cpp backend (gpu_backend/certify/engine.py with
+"""``certify our-engine`` on the llama.cpp backend (certify/our_engine/certificate.py with
 ``backend="llama.cpp"``): the tiny SmolLM2 GGUF as target (T = 1) and as its own tempered draft
 (T = 1.5; a second llama.cpp context: draft and target need their own caches).
 
@@ -16,8 +16,8 @@ import pytest
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (scripts/install.sh installs it)")
 
 from spectr_gbv.cli import main as cli_main  # noqa: E402
-from spectr_gbv.gpu_backend.certify import engine as ec  # noqa: E402
-from spectr_gbv.gpu_backend.certify import engine_runs as er  # noqa: E402
+from spectr_gbv.certify.our_engine import certificate as ec  # noqa: E402
+from spectr_gbv.certify.our_engine import runs as er  # noqa: E402
 from spectr_gbv.gpu_backend.llamacpp.backend import LLAMACPP  # noqa: E402
 
 pytestmark = pytest.mark.models
@@ -68,7 +68,7 @@ def test_first_token_law_is_llamacpps_uncached_row(tiny):
 
 
 def test_cli_backend_flag(capsys, tmp_path, monkeypatch):
-    """``--backend`` needs ``--engine``; ``--backend llama.cpp`` refuses another device."""
+    """``--backend`` belongs to ``certify our-engine``; ``--backend llama.cpp`` refuses another device."""
     monkeypatch.chdir(tmp_path)
-    assert cli_main.main(["certify", "--backend", "llama.cpp"]) == 2
-    assert "--backend needs --engine" in capsys.readouterr().err
+    assert cli_main.main(["certify", "verifiers", "--backend", "llama.cpp"]) == 2
+    assert "unrecognized arguments: --backend" in capsys.readouterr().err

@@ -1,0 +1,445 @@
+"""``certify_deployment``: certify what a deployment samples, through its own API.
+
+The whole path, in order:
+
+1. **Plan** (``Plan``): N samples of n tokens at temperature T, spread over the prompts (sample i
+   uses prompt i mod P and the engine seed ``sample_seed(seed, i)``), k alternatives per position
+   from the reference, α and η of the test family, C requests in flight.
+2. **Sampling**: C worker threads each take a sample index, ask the engine for it
+   (``ServerEngine``: one seeded request), and — for a remote reference — ask the reference for the
+   continuation's laws at once (the server batches the requests in flight).  A local reference
+   (``hf:``, ``gguf:``) runs in the main thread on batches of samples.
+3. **Storage**: every sample is appended to the run file as it arrives (``store.RunFile``), with
+   its per-token records; ``--resume`` continues from the file, asking only for the samples
+   it lacks (no sample lost or counted twice: each index once, each with its own seed).
+4. **Checks of the samples themselves**: a token outside the reference's vocabulary, or one the
+   server's own prefill refuses, makes the sample *impossible* (the verdict fails); identical
+   samples for different seeds, far more often than the target's law allows, stop the run (a
+   response cache: the samples are not independent); a few seeds are replayed and the verdict says
+   whether the deployment reproduces a sample from its seed (informational).
+5. **Tests**: ``oracle.sequence_family.family_test`` on every sample's records (omnibus PIT and
+   directional tests, Bonferroni over the family); and the engine's reported log-probability of
+   each sampled token against the reference's (temperature 1: what servers report), a
+   deterministic bound: every gap ≤ ``Plan.logprob_tolerance`` nats.
+6. **Stopping**: Ctrl-C or SIGTERM stops the workers; the certificate is computed on the samples
+   collected so far (``complete`` False) and the run file keeps them.
+
+Requests that fail (after the client's retries) are logged and asked again on resumption; more
+than ``Plan.max_errors`` of them stop the run.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from spectr_gbv.certify.endpoint.client import EndpointError
+from spectr_gbv.certify.endpoint.references import raw_logprob_gap
+from spectr_gbv.certify.endpoint.servers import ProtocolError
+from spectr_gbv.oracle.outcome import verdict_word
+from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
+
+PIT_STREAM = 0x50495421  # the PIT's uniforms: a stream no engine seed shares
+SEED_STREAM = 0x53454544  # the engine seeds
+
+
+@dataclass
+class Plan:
+    """What a certification asks (module doc).
+
+    Attributes:
+        n_samples: N ≥ 1; n_new: tokens per sample ≥ 1; temperature: T > 0; k: alternatives per
+        position from a top-k reference (≥ 1); alpha: the family's false-alarm rate; tolerance:
+        η, per-token TV put down to float rounding; logprob_tolerance: the largest gap (nats)
+        allowed between a reported and a reference log-probability (default 1: bfloat16 decode
+        against prefill drifts by up to 0.15 nats on Qwen2.5-0.5B, docs/engines.md; a
+        log-probability reported from another model, position or step is off by whole nats);
+        seed: the run's seed (engine
+        seeds and PIT uniforms derive from it); concurrency: C requests in flight; replays: seeds
+        asked twice; max_errors: failed requests before the run stops.
+    """
+
+    n_samples: int = 80  # power >= 0.99 against T 0.9 and top-p 0.95 with a top-20 reference (benchmarks/DEPLOYMENT.md)
+    n_new: int = 16
+    temperature: float = 1.0
+    k: int = 20
+    alpha: float = 1e-3
+    tolerance: float = 1e-3
+    auto_tolerance: bool = False
+    logprob_tolerance: float = 1.0
+    seed: int = 0
+    concurrency: int = 8
+    replays: int = 3
+    max_errors: int = 20
+
+    def check(self) -> None:
+        """Raises ValueError naming the first field out of range."""
+        checks = [("n_samples", self.n_samples >= 1), ("n_new", self.n_new >= 1), ("k", self.k >= 1),
+                  ("temperature", self.temperature > 0), ("alpha", 0 < self.alpha < 1),
+                  ("tolerance", 0 <= self.tolerance < 1), ("logprob_tolerance", self.logprob_tolerance > 0),
+                  ("seed", self.seed >= 0), ("concurrency", self.concurrency >= 1), ("replays", self.replays >= 0),
+                  ("max_errors", self.max_errors >= 0)]
+        for name, ok in checks:
+            if not ok:
+                raise ValueError(f"{name} = {getattr(self, name)!r} is out of range")
+
+
+def sample_seed(seed: int, i: int) -> int:
+    """The engine seed of sample i: a hash of (seed, i) in [0, 2^31 − 1) (never consecutive
+    integers: a server that offsets seeds per request must not make two samples share one)."""
+    return int(np.random.SeedSequence([int(seed), int(i), SEED_STREAM]).generate_state(1)[0]) % (2**31 - 1)
+
+
+def pit_seed(seed: int) -> int:
+    return int(np.random.SeedSequence([int(seed), PIT_STREAM]).generate_state(1)[0])
+
+
+class ServerEngine:
+    """The engine side: one seeded sampling request (``servers.Dialect.sample_request``)."""
+
+    def __init__(self, endpoint, dialect, model: str, temperature: float):
+        self.endpoint, self.dialect, self.model, self.T = endpoint, dialect, model, float(temperature)
+
+    def sample(self, prompt_ids, n: int, seed: int):
+        path, body = self.dialect.sample_request(self.model, prompt_ids, n, seed, self.T)
+        return self.dialect.parse_sample(self.endpoint.post(path, body), n)
+
+
+@dataclass
+class LogprobCheck:
+    """The engine's reported log-probabilities against the reference's (nats): tokens compared,
+    median and largest gap, the bound, tokens over it; passed when none is over."""
+
+    n: int
+    median: float
+    largest: float
+    bound: float
+    over: int
+
+    @property
+    def passed(self) -> bool:
+        return self.over == 0
+
+
+@dataclass
+class DeploymentCertificate:
+    """Result of ``certify_deployment``.
+
+    Attributes:
+        plan: the ``Plan``; server, model, reference: what was certified against what.
+        family: the ``FamilyResult`` of the samples collected (None when none was).
+        logprobs: ``LogprobCheck`` (None when the engine reports no log-probabilities).
+        samples: samples tested; impossible: [(i, reason)] of impossible samples.
+        replays: (replayed, identical).
+        duplicates: (identical pairs for different seeds, their expected number bound).
+        errors: Counter of failed requests by reason; first_errors: their first lines.
+        short: positions where the reference gave fewer than k alternatives.
+        numerics: with ``Plan.auto_tolerance``, ``(η used, 99th percentile gap, family at η = 0)``:
+            the drift measured and whether the exact test (η = 0) passes, which separates "the
+            law changed" from "this deployment's numerics differ from the reference"; else None.
+        notes: lines for the report; refused: why the run was refused (samples not independent),
+        else "".  complete: every planned sample collected.  wall_s: seconds.
+        records: the tested samples' per-token records, in sample order (not in the JSON).
+        new_samples: the samples drawn by this run (the others were read back from the run file).
+    """
+
+    plan: Plan
+    server: str
+    model: str
+    reference: str
+    family: FamilyResult | None = None
+    logprobs: LogprobCheck | None = None
+    samples: int = 0
+    impossible: list = field(default_factory=list)
+    replays: tuple = (0, 0)
+    duplicates: tuple = (0, 0.0)
+    errors: Counter = field(default_factory=Counter)
+    first_errors: list = field(default_factory=list)
+    short: int = 0
+    numerics: tuple | None = None
+    records: list = field(default_factory=list, repr=False)
+    new_samples: int = 0
+    notes: list = field(default_factory=list)
+    refused: str = ""
+    complete: bool = False
+    wall_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return (not self.refused and not self.impossible and self.family is not None and self.family.passed
+                and (self.logprobs is None or self.logprobs.passed))
+
+    @property
+    def failed(self) -> bool:
+        """A deviation was found (a FAIL even on part of the plan)."""
+        return bool(self.impossible) or (self.family is not None and not self.family.passed) or (
+            self.logprobs is not None and not self.logprobs.passed)
+
+    @property
+    def verdict(self) -> str:
+        if self.refused:
+            return "REFUSED"
+        if self.failed:
+            return verdict_word(False)
+        return verdict_word(True) if self.complete and self.passed else "INCOMPLETE"
+
+    @property
+    def samples_per_second(self) -> float:
+        """Samples drawn by this run per second of it."""
+        return self.new_samples / self.wall_s if self.wall_s > 0 and self.new_samples else math.nan
+
+    def to_json(self) -> dict:
+        from spectr_gbv.certify.endpoint.report import certificate_json
+
+        return certificate_json(self)
+
+
+class _Stop(Exception):
+    pass
+
+
+def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *, server: str = "",
+                       model: str = "", reference_name: str = "", vocab: int | None = None,
+                       progress=None, log=None, stop: threading.Event | None = None) -> DeploymentCertificate:
+    """Certify ``engine`` against ``reference`` (module doc).
+
+    Args:
+        engine: ``sample(prompt_ids, n, seed) -> servers.Sample`` (``ServerEngine``).
+        reference: ``rows(prompt_ids, tokens)`` and, for local ones, ``rows_many(items)``
+            (``references``); ``remote`` says which.
+        prompts: P prompts as token id lists.
+        plan: the ``Plan``; run_file: ``store.RunFile`` (read back and appended to).
+        server, model, reference_name: for the certificate.
+        vocab: V when known (ids ≥ V are impossible).
+        progress: optional object with ``update(n)`` (a tqdm bar); log: optional line callback.
+        stop: an event that stops the run when set (else only KeyboardInterrupt does).
+    Returns:
+        ``DeploymentCertificate`` (``complete`` False when stopped or when too many requests failed).
+    Raises:
+        ValueError: a bad plan or no prompt.
+    """
+    plan.check()
+    if not prompts:
+        raise ValueError("prompts: at least one prompt is needed")
+    say = log or (lambda line: None)
+    cert = DeploymentCertificate(plan, server, model, reference_name)
+    cert.notes.extend(run_file.notes)
+    started = time.perf_counter()
+    done: dict = dict(run_file.samples)
+    impossible: dict = dict(run_file.impossible)
+    todo = [i for i in range(plan.n_samples) if i not in done and i not in impossible]
+    if progress is not None and (done or impossible):
+        progress.update(len(done) + len(impossible))
+    stop = stop or threading.Event()
+    tasks: queue.Queue = queue.Queue()
+    results: queue.Queue = queue.Queue()
+    for i in todo:
+        tasks.put(("sample", i))
+    n_replays = min(plan.replays, plan.n_samples)
+    replayed_before = {int(e["i"]) for e in run_file.replays}
+    for e in run_file.replays:
+        cert.replays = (cert.replays[0] + 1, cert.replays[1] + int(bool(e.get("identical"))))
+
+    def work():
+        while not stop.is_set():
+            try:
+                kind, i = tasks.get_nowait()
+            except queue.Empty:
+                return
+            results.put(_task(kind, i))
+
+    def _task(kind, i):
+        prompt = prompts[i % len(prompts)]
+        seed = sample_seed(plan.seed, i)
+        try:
+            s = engine.sample(prompt, plan.n_new, seed)
+        except (EndpointError, ProtocolError) as err:
+            return ("error", i, f"sample {i}: {err}", None)
+        if kind == "replay":
+            return ("replay", i, s.tokens, None)
+        bad = _bad_tokens(s.tokens, plan.n_new, vocab)
+        if bad:
+            return bad[0], i, bad[1], s
+        if not getattr(reference, "remote", False):
+            return ("sampled", i, s, None)
+        try:
+            rows = reference.rows(prompt, s.tokens, s.texts)
+            recs = rows.records(s.tokens)
+        except EndpointError as err:
+            if getattr(err, "status", 0) and 400 <= err.status < 500 and err.status != 429:
+                return ("impossible", i, f"the reference refused the sample ({err})", s)
+            return ("error", i, f"reference of sample {i}: {err}", None)
+        except ValueError as err:  # ProtocolError, or top-k log-probabilities that are not a law
+            return ("error", i, f"reference of sample {i}: {err}", None)
+        return ("sample", i, (s, rows, recs), None)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(plan.concurrency, max(1, len(todo))))]
+    for t in threads:
+        t.start()
+    pending = len(todo)
+    buffer: list = []
+    errors = 0
+
+    def record_sample(i, s, rows, recs):
+        event = {"kind": "sample", "i": i, "seed": sample_seed(plan.seed, i), "prompt": i % len(prompts),
+                 "tokens": [int(t) for t in s.tokens], "reported": s.reported, "raw": rows.raw,
+                 "short": rows.short, "records": recs}
+        run_file.write(event)
+        done[i] = event
+        if progress is not None:
+            progress.update(1)
+
+    def flush_local():
+        items = [(prompts[i % len(prompts)], s.tokens) for i, s in buffer]
+        for (i, s), rows in zip(buffer, reference.rows_many(items)):
+            record_sample(i, s, rows, rows.records(s.tokens))
+        buffer.clear()
+
+    replays_asked = False
+    try:
+        while pending > 0:
+            try:
+                kind, i, payload, s = results.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if kind == "sample":
+                pending -= 1
+                record_sample(i, *payload)
+            elif kind == "sampled":
+                buffer.append((i, payload))
+            elif kind == "impossible":
+                pending -= 1
+                event = {"kind": "impossible", "i": i, "seed": sample_seed(plan.seed, i),
+                         "prompt": i % len(prompts), "tokens": [int(t) for t in s.tokens], "reason": payload}
+                run_file.write(event)
+                impossible[i] = event
+                if progress is not None:
+                    progress.update(1)
+            elif kind == "replay":
+                pending -= 1
+                same = [int(t) for t in payload] == done[i]["tokens"]
+                run_file.write({"kind": "replay", "i": i, "identical": same})
+                cert.replays = (cert.replays[0] + 1, cert.replays[1] + int(same))
+            elif kind == "error":
+                pending -= 1
+                errors += 1
+                run_file.write({"kind": "error", "i": i, "reason": payload})
+                cert.errors[payload.split(": ", 1)[-1][:80]] += 1
+                if len(cert.first_errors) < 5:
+                    cert.first_errors.append(payload)
+                say(payload)
+                if errors > plan.max_errors:
+                    cert.notes.append(f"stopped: more than {plan.max_errors} requests failed")
+                    raise _Stop
+            if buffer and (len(buffer) >= getattr(reference, "batch", 8) or len(buffer) >= pending):
+                pending -= len(buffer)  # a local reference: one batched forward for the buffered samples
+                flush_local()
+            if kind in ("sample", "sampled") and len(done) in _CHECKPOINTS:
+                dup = _duplicates(done, len(prompts))
+                if dup[0] >= 3 and _dup_pvalue(*dup) < 1e-9:
+                    cert.duplicates = dup
+                    cert.refused = _refusal(dup)
+                    raise _Stop
+            if pending == 0 and not replays_asked:
+                replays_asked = True  # a few seeds asked again once the samples are in
+                again = [j for j in sorted(done)[:n_replays] if j not in replayed_before]
+                for j in again:
+                    tasks.put(("replay", j))
+                pending += len(again)
+                for _ in range(min(plan.concurrency, len(again))):
+                    threading.Thread(target=work, daemon=True).start()
+    except KeyboardInterrupt:
+        cert.notes.append(f"stopped by the user after {len(done) + len(impossible)} of {plan.n_samples} samples")
+    except _Stop:
+        pass
+    finally:
+        stop.set()
+        run_file.close()
+    cert.samples = len(done)
+    cert.new_samples = len(done) + len(impossible) - len(run_file.samples) - len(run_file.impossible)
+    cert.impossible = sorted((i, e.get("reason", "")) for i, e in impossible.items())
+    cert.complete = (len(done) + len(impossible) >= plan.n_samples and not cert.refused
+                     and not any(n.startswith("stopped") for n in cert.notes))
+    if not cert.refused:
+        cert.duplicates = _duplicates(done, len(prompts))
+        if cert.duplicates[0] >= 2 and _dup_pvalue(*cert.duplicates) < 1e-9:
+            cert.refused = _refusal(cert.duplicates)
+    order = sorted(done)
+    cert.short = sum(int(done[i].get("short") or 0) for i in order)
+    gaps = [g for i in order for g in raw_logprob_gap(done[i].get("reported"), done[i].get("raw"))]
+    if gaps:
+        cert.logprobs = LogprobCheck(len(gaps), float(np.median(gaps)), float(max(gaps)), plan.logprob_tolerance,
+                                     sum(g > plan.logprob_tolerance for g in gaps))
+    eta = plan.tolerance
+    if plan.auto_tolerance:
+        if gaps:
+            q99 = float(np.quantile(gaps, 0.99))
+            eta = min(0.5, math.expm1(q99) / 2)
+        else:
+            cert.notes.append(f"--tolerance auto: the engine reports no log-probabilities; eta = {plan.tolerance:g}")
+    cert.records = [done[i]["records"] for i in order]
+    if order and not cert.refused:
+        samples = cert.records
+        cert.family = family_test(samples, plan.alpha, eta, seed=pit_seed(plan.seed), indices=order)
+        if plan.auto_tolerance and gaps:
+            exact = family_test(samples, plan.alpha, 0.0, seed=pit_seed(plan.seed), indices=order)
+            cert.numerics = (eta, q99, exact.passed)
+    cert.wall_s = time.perf_counter() - started
+    return cert
+
+
+# sample counts at which the early duplicate check runs (it costs O(samples · tokens))
+_CHECKPOINTS = frozenset(2 ** j for j in range(3, 20))
+
+
+def _refusal(dup: tuple) -> str:
+    return (f"the server returned identical samples for different seeds ({dup[0]} pairs; at most "
+            f"{dup[1]:.2g} expected under the reference's law): a response cache, or seeds ignored by a "
+            "deterministic sampler; the samples are not independent, so no test can run")
+
+
+def _bad_tokens(tokens, n: int, vocab: int | None):
+    if len(tokens) > n:
+        return "error", f"the engine returned {len(tokens)} tokens for max_tokens = {n}"
+    if vocab is not None:
+        out = [t for t in tokens if not 0 <= int(t) < vocab]
+        if out:
+            return "impossible", f"token id {out[0]} is outside the reference's vocabulary [0, {vocab})"
+    return None
+
+
+def _duplicates(done: dict, n_prompts: int) -> tuple[int, float]:
+    """(pairs of identical samples from one prompt, an upper bound on their expected number under
+    the reference: Σ over prompts of C(m, 2) · the mean over its samples of P(sample), each
+    P(sample) bounded above by the product of its tokens' cell probabilities)."""
+    groups: dict = {}
+    for e in done.values():
+        groups.setdefault(e["prompt"], []).append(e)
+    pairs, expected = 0, 0.0
+    for members in groups.values():
+        counts = Counter(tuple(e["tokens"]) for e in members)
+        pairs += sum(c * (c - 1) // 2 for c in counts.values())
+        probs = []
+        for e in members:
+            logp = sum(math.log(r["c"]) for r in e["records"] if not r.get("imp") and r.get("c", 0) > 0)
+            probs.append(math.exp(logp))
+        m = len(members)
+        expected += m * (m - 1) / 2 * (sum(probs) / m if m else 0.0)
+    return pairs, expected
+
+
+def _dup_pvalue(observed: int, expected: float) -> float:
+    from scipy import stats as sps
+
+    return float(sps.poisson.sf(observed - 1, max(expected, 1e-300)))
+
+
+def plan_dict(plan: Plan, **extra) -> dict:
+    """The plan as the run file's header keeps it (``store.PLAN_KEYS`` among them)."""
+    return {**asdict(plan), **extra}
