@@ -78,7 +78,9 @@ def text_report(cert) -> str:
                      + "; ".join(f"{v} × {k}" for k, v in cert.errors.most_common(3)) + ")")
         lines.extend(f"  {e}" for e in cert.first_errors)
     lines.extend(f"note: {n}" for n in cert.notes)
-    lines.append(f"{cert.new_samples} samples drawn in {cert.wall_s:.1f} s ({cert.samples_per_second:.2f} samples/s)"
+    rate = cert.samples_per_second  # nan when this run drew no sample: no rate is printed then
+    lines.append(f"{cert.new_samples} samples drawn in {cert.wall_s:.1f} s"
+                 + (f" ({rate:.2f} samples/s)" if math.isfinite(rate) else "")
                  + (f"; {cert.samples - cert.new_samples} read back from the run file" if cert.samples > cert.new_samples else ""))
     lines.append(f"what each test sees and misses: {SEE}")
     return "\n".join(lines)
@@ -116,7 +118,8 @@ def certificate_json(cert) -> dict:
     return {
         "verdict": cert.verdict, "server": cert.server, "model": cert.model, "reference": cert.reference,
         "plan": asdict(cert.plan), "samples": cert.samples, "complete": cert.complete, "refused": cert.refused,
-        "wall_s": cert.wall_s, "new_samples": cert.new_samples, "samples_per_second": cert.samples_per_second,
+        "wall_s": cert.wall_s, "new_samples": cert.new_samples,
+        "samples_per_second": cert.samples_per_second if math.isfinite(cert.samples_per_second) else None,
         "impossible": [{"i": i, "reason": r} for i, r in cert.impossible],
         "replays": {"asked": cert.replays[0], "identical": cert.replays[1]},
         "duplicates": {"pairs": cert.duplicates[0], "expected_at_most": cert.duplicates[1]},
