@@ -251,6 +251,21 @@ def _remove_partial_builds(entry: Path) -> None:
             path.unlink(missing_ok=True)
 
 
+def _match_mode(folder: Path, like: Path) -> None:
+    """Give every file of ``folder`` the permission bits of ``like``, a file written there with
+    plain ``open`` (so 0666 less the user's umask).  safetensors 0.8's ``save_file`` writes
+    ``model.safetensors`` with mode 0600 whatever the umask, which a cache shared through
+    ``$SPECTR_GBV_CACHE`` cannot read; its siblings (config, tokenizer) follow the umask.
+
+    Raises:
+        OSError: a file cannot be changed (not its owner).
+    """
+    mode = like.stat().st_mode & 0o777
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o777 != mode:
+            os.chmod(path, mode)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` through a fresh sibling file renamed over it, so that a reader
     never sees a half-written file (OSError from the filesystem)."""
@@ -386,6 +401,7 @@ def _build_safetensors_copy(model: EmbeddedModel, dtype: torch.dtype, folder: Pa
         tokenizer.save_pretrained(tmp)
         (tmp / _COMPLETE_MARKER).write_text(json.dumps(
             {"model": model.name, "gguf_sha256": model.sha256, "dtype": dtype_name}))
+        _match_mode(tmp, tmp / _COMPLETE_MARKER)
         os.replace(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

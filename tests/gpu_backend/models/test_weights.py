@@ -181,6 +181,32 @@ def test_the_joined_gguf_is_kept_beside_the_safetensors_copy(fake_site, monkeypa
         f"fake-model-{JOINED_SHA[:12]}-float32", f"fake-model-{JOINED_SHA[:12]}-float64"]
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_the_safetensors_copy_files_follow_the_umask(fake_site, monkeypatch, umask):
+    """safetensors writes model.safetensors 0600 whatever the umask; every file of a cache entry
+    gets the mode its siblings get from plain ``open`` (0644 under umask 022), so that a cache
+    shared through $SPECTR_GBV_CACHE is readable by the others it is shared with."""
+    _register(monkeypatch)
+    toy = _toy_lm(40)
+    toy.is_quantized = False
+
+    class Tokenizer:
+        def save_pretrained(self, folder):
+            (Path(folder) / "tokenizer.json").write_text("{}")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, dtype=None, **k: toy.to(dtype))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: Tokenizer())
+    old = os.umask(umask)
+    try:
+        folder = weights._safetensors_copy(resolve_embedded("fake-model"), torch.float32)
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir() if p.is_file()}
+    assert "model.safetensors" in modes and "config.json" in modes and len(modes) >= 4
+    assert set(modes.values()) == {0o666 & ~umask}, {k: oct(v) for k, v in modes.items()}
+
+
 def test_cache_dir_follows_env_then_home(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECTR_GBV_CACHE", str(tmp_path / "elsewhere"))
     assert cache_dir() == tmp_path / "elsewhere" and cache_dir().is_dir()
