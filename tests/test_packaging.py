@@ -90,3 +90,46 @@ def test_a_built_wheel_holds_only_spectr_gbv(tmp_path):
     assert "spectr_gbv/gpu_backend/engine/speculative.py" in names
     assert "spectr_gbv/certify/endpoint/run.py" in names
     assert "spectr_gbv/proofs_check/VERDICTS.md" in names
+
+
+# The light install (scripts/light_check.sh runs it in a bare environment): the base dependencies
+# are what `spectr-gbv exact`, the oracle's harness, the pytest plugin and `certify endpoint` need.
+LIGHT = {"numpy", "scipy", "tqdm"}
+
+
+def _canonical(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def test_base_dependencies_are_the_light_install():
+    packaging_requirements = pytest.importorskip("packaging.requirements")
+    project = _pyproject()["project"]
+    base = {_canonical(packaging_requirements.Requirement(r).name) for r in project["dependencies"]}
+    assert base == LIGHT
+    extras = project["optional-dependencies"]
+    for extra in ("oracle", "torch"):  # the base ones are not repeated in an extra
+        names = {_canonical(packaging_requirements.Requirement(r).name) for r in extras[extra]}
+        assert not names & LIGHT, (extra, names & LIGHT)
+
+
+def test_constraints_pin_every_requirement_within_its_range():
+    """constraints.txt (the versions CI ran with) pins every base and extra requirement, at a
+    version inside pyproject.toml's range."""
+    packaging_requirements = pytest.importorskip("packaging.requirements")
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[_canonical(name)] = version
+    project = _pyproject()["project"]
+    reqs = list(project["dependencies"])
+    for extra, items in project["optional-dependencies"].items():
+        reqs += [r for r in items if not r.startswith("spectr-gbv[")]
+    bad = []
+    for text in reqs:
+        req = packaging_requirements.Requirement(text)
+        pinned = pins.get(_canonical(req.name))
+        if pinned is None or not req.specifier.contains(pinned, prereleases=True):
+            bad.append(f"{text}: constraints.txt has {pinned}")
+    assert not bad, "\n".join(bad)
