@@ -4,8 +4,8 @@
         [--reference self|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
         [--samples N] [--max-new-tokens n] [--temperature T] [--top-k k] [--concurrency C]
         [--alpha A] [--tolerance ETA|auto] [--logprob-tolerance NATS] [--seed S] [--power]
-        [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--allow-remote]
-        [--timeout S] [--retries R] [--threads T]
+        [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--insecure]
+        [--timeout S] [--retries R] [--max-rps R] [--threads T]
 
 The library is certify/endpoint/ (``endpoint.certify_endpoint``); this module only
 parses and prints.  Exit status: 0 PASS, 1 FAIL, 2 bad input, an unreachable server, or a run that
@@ -38,7 +38,7 @@ def register(sub) -> None:
         "sample is appended to a run file as it arrives; --resume continues a stopped run.  Exit "
         "0 PASS, 1 FAIL, 2 bad input / unreachable server / incomplete run, 130 stopped.")
     p.add_argument("url", metavar="URL", help="the server, e.g. http://127.0.0.1:8000 (an OpenAI base URL "
-                   "ending in /v1 is accepted); loopback unless --allow-remote")
+                   "ending in /v1 is accepted), on this machine or another")
     p.add_argument("--model", default=None, help="the request's model field (default: the server's first "
                    "model at /v1/models)")
     p.add_argument("--server", default="openai", choices=("openai", "sglang", "tgi", "llama.cpp"),
@@ -61,7 +61,8 @@ def register(sub) -> None:
                    help=f"alternatives per position asked of a server reference (default {DEFAULTS['top_k']}; "
                    "vLLM caps it at its --max-logprobs, 20 by default)")
     p.add_argument("--concurrency", type=positive_int, default=DEFAULTS["concurrency"],
-                   help=f"requests in flight (default {DEFAULTS['concurrency']}; the server batches them)")
+                   help=f"the most requests in flight (default {DEFAULTS['concurrency']}; the server batches them); "
+                   "halved when requests time out or the server answers 429/503/504, grown back on success")
     p.add_argument("--alpha", type=unit_interval_open, default=DEFAULTS["alpha"],
                    help=f"the test family's false-alarm rate (default {DEFAULTS['alpha']:g})")
     p.add_argument("--tolerance", type=tolerance_value, default=DEFAULTS["tolerance"],
@@ -83,12 +84,15 @@ def register(sub) -> None:
     add_json_flag(p, "the certificate")
     p.add_argument("--api-key-env", dest="api_key_env", default="OPENAI_API_KEY",
                    help="the environment variable holding the API key, sent as a bearer token, never printed "
-                   "(default OPENAI_API_KEY)")
-    p.add_argument("--allow-remote", dest="allow_remote", action="store_true",
-                   help="allow a server that is not on this machine")
+                   "or stored (default OPENAI_API_KEY); sent off this machine only over https unless --insecure")
+    p.add_argument("--insecure", action="store_true",
+                   help="send the API key over plain http to a host that is not this machine (refused otherwise)")
     p.add_argument("--timeout", type=positive_float, default=120.0, help="seconds per request (default 120)")
     p.add_argument("--retries", type=nonneg_int, default=4, help="further tries of a request that fails with "
-                   "HTTP 429 or 5xx, a timeout or a body that is not JSON (default 4, backing off 1, 2, 4, 8 s)")
+                   "HTTP 429 or 5xx, a timeout or a body that is not JSON (default 4, backing off 1, 2, 4, 8 s; a "
+                   "retry waits for a slot like any request)")
+    p.add_argument("--max-rps", dest="max_rps", type=positive_float, default=None,
+                   help="the most requests started per second on each server (default: no cap)")
     p.add_argument("--threads", type=positive_int, default=1,
                    help="CPU threads of a local reference (torch, llama.cpp; default 1)")
     p.set_defaults(func=run, check=check)
@@ -134,8 +138,8 @@ def request_from(args: argparse.Namespace):
                 logprob_tolerance=args.logprob_tolerance, seed=args.seed, concurrency=args.concurrency)
     return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,
                            prompts=args.prompts, plan=plan, record=args.record, resume=args.resume,
-                           api_key_env=args.api_key_env, allow_remote=args.allow_remote, timeout_s=args.timeout,
-                           retries=args.retries)
+                           api_key_env=args.api_key_env, insecure=args.insecure, timeout_s=args.timeout,
+                           retries=args.retries, max_rps=args.max_rps)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,24 +1,32 @@
-"""The HTTP client of the deployment certifier: one server, JSON over HTTP, bounded and retried.
+"""The HTTP client of the deployment certifier: one server, JSON over HTTP, bounded, paced and
+retried.
 
 Standard library only (``urllib``), safe to share between threads (each call opens its own
 connection).  What it guarantees:
 
-- **the URL**: ``http(s)://host[:port][/prefix]``; a URL ending in ``/v1`` (an OpenAI *base* URL)
-  is taken as the server's root with a note (``Endpoint.notes``), since the dialects name their
-  paths from the root (``/v1/completions``, ``/generate``, ``/completion``);
-- **loopback unless allowed**: a host other than 127.0.0.0/8, ``localhost`` or ``::1`` is refused
-  unless ``allow_remote`` (the project's tests and examples only ever reach loopback);
+- **the URL**: ``http(s)://host[:port][/prefix]``, on this machine or any other; a URL ending in
+  ``/v1`` (an OpenAI *base* URL) is taken as the server's root with a note (``Endpoint.notes``),
+  since the dialects name their paths from the root (``/v1/completions``, ``/generate``,
+  ``/completion``).  Redirects are not followed (an ``EndpointError`` names the target), so the
+  API key goes to no other host;
 - **the API key**: read from the environment variable ``api_key_env`` (default
   ``OPENAI_API_KEY``) and sent as ``Authorization: Bearer …``; never printed, logged, stored or
-  put in an error message (``Endpoint.__repr__`` hides it);
+  put in an error message (``Endpoint.__repr__`` hides it); never sent in clear text off this
+  machine: a key with an ``http://`` URL whose host is not loopback is refused unless ``insecure``;
+- **gentle**: every request waits for ``pacing.Pacer`` (at most ``concurrency`` in flight,
+  halved on timeouts and HTTP 429/503/504, a timed-out request's slot held while the server may
+  still compute it, ``Retry-After`` honoured, grown back on success, ``max_rps`` starts per
+  second); a retry takes a slot like any request, so it never stacks on an abandoned one unseen;
 - **bounded**: ``timeout_s`` per request, ``max_requests`` in all (then ``EndpointError``);
 - **retries**: on HTTP 429 and 5xx, on timeouts and refused or reset connections, and on a
-  2xx body that is not JSON, up to ``retries`` more tries per request, sleeping
-  ``backoff_s · 2^i`` (at most ``MAX_BACKOFF_S``; a 429's ``Retry-After`` when it says longer);
-  every retry is counted (``Endpoint.counts``);
-- **errors**: ``EndpointUnreachable`` when the server cannot be reached at all (the first
-  request, ``probe``), ``EndpointError`` for everything else (a 4xx with the server's own
-  message, retries exhausted, a body that is not JSON): one line each, never a traceback.
+  2xx body that is not JSON (but not an HTML page), up to ``retries`` more tries per request,
+  sleeping ``backoff_s · 2^i`` (at most ``MAX_BACKOFF_S``); every retry is counted
+  (``Endpoint.counts``);
+- **errors that name the cause**: ``EndpointUnreachable`` when the server cannot be reached at
+  all (the first request, ``probe``); ``EndpointError`` for everything else, one line each, never
+  a traceback: HTTP 401/403 ("the server refused the API key …"), an HTML answer ("… answered
+  text/html, not JSON: is URL the API's base?"), another 4xx with the server's own message,
+  retries exhausted, a redirect.
 """
 
 from __future__ import annotations
@@ -33,6 +41,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
+
+from spectr_gbv.certify.endpoint.pacing import OVERLOAD_STATUSES, Pacer
 
 MAX_BACKOFF_S = 30.0
 
@@ -73,6 +83,8 @@ def parse_base_url(url: str) -> tuple[str, list[str]]:
         raise ValueError(f"URL must look like http://HOST:PORT, got {url!r}")
     if parsed.query or parsed.fragment:
         raise ValueError(f"URL must not carry a query or fragment, got {url!r}")
+    if parsed.username or parsed.password:
+        raise ValueError("URL must not carry a user or password (give the API key with --api-key-env)")
     path = parsed.path.rstrip("/")
     notes = []
     if path.endswith("/v1"):
@@ -80,6 +92,16 @@ def parse_base_url(url: str) -> tuple[str, list[str]]:
         notes.append(f"{url} is an OpenAI base URL; using the server's root "
                      f"{parsed.scheme}://{parsed.netloc}{path} (paths such as /v1/completions are added)")
     return f"{parsed.scheme}://{parsed.netloc}{path}", notes
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects become HTTP errors (the API key must not follow them to another URL)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
 
 
 class Endpoint:
@@ -92,28 +114,40 @@ class Endpoint:
         retries: further tries per request on a retryable failure (≥ 0).
         backoff_s: the first retry's sleep (≥ 0).
         max_requests: requests in all, retries included (≥ 1).
-        allow_remote: permit a host that is not loopback.
+        insecure: send the API key over plain http to a host that is not loopback.
+        concurrency: the most requests in flight (≥ 1; ``pacing.Pacer``'s ceiling).
+        adaptive: lower and raise the requests in flight with the server's answers (``Pacer``).
+        max_rps: the most request starts per second, or None.
     Attributes:
         root: the root URL; host: its host; notes: lines about the URL for the report;
-        counts: ``Counter`` of requests, retries and failures by kind.
+        counts: ``Counter`` of requests, retries and failures by kind; pacer: the ``Pacer``;
+        probe_status: the HTTP status of each probe path that answered with an error.
     Raises:
-        ValueError: a bad URL, a non-loopback host without ``allow_remote``, bad numbers.
+        ValueError: a bad URL, an API key that would travel over http off this machine without
+            ``insecure``, bad numbers.
     """
 
     def __init__(self, url: str, *, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 120.0,
-                 retries: int = 4, backoff_s: float = 1.0, max_requests: int = 1_000_000,
-                 allow_remote: bool = False):
+                 retries: int = 4, backoff_s: float = 1.0, max_requests: int = 1_000_000, insecure: bool = False,
+                 concurrency: int = 8, adaptive: bool = True, max_rps: float | None = None):
         self.root, self.notes = parse_base_url(url)
-        self.host = urllib.parse.urlparse(self.root).hostname
-        if not allow_remote and not is_loopback(self.host):
-            raise ValueError(f"{self.host!r} is not a loopback address (allow it with --allow-remote)")
+        parsed = urllib.parse.urlparse(self.root)
+        self.host = parsed.hostname
         if not (timeout_s > 0 and retries >= 0 and backoff_s >= 0 and max_requests >= 1):
             raise ValueError("timeout_s must be > 0, retries ≥ 0, backoff_s ≥ 0 and max_requests ≥ 1")
         self.timeout_s, self.retries, self.backoff_s = float(timeout_s), int(retries), float(backoff_s)
         self.max_requests = int(max_requests)
         self._key = os.environ.get(api_key_env) or None
         self.api_key_env = api_key_env
+        if self._key and parsed.scheme == "http" and not is_loopback(self.host) and not insecure:
+            raise ValueError(f"the API key in ${api_key_env} would travel in clear text over http to {self.host}: "
+                             "use an https:// URL, or --insecure to send it anyway")
+        if self._key and parsed.scheme == "http" and not is_loopback(self.host):
+            self.notes.append(f"--insecure: the API key in ${api_key_env} is sent in clear text to {self.host}")
+        self.pacer = Pacer(concurrency, adaptive=adaptive, ghost_s=self.timeout_s, max_rps=max_rps,
+                           slow_s=self.timeout_s / 2)
         self.counts: Counter = Counter()
+        self.probe_status: dict = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -144,21 +178,40 @@ class Endpoint:
         """GET ``root + path``; the decoded JSON answer."""
         return self._call("GET", path, None, timeout_s)
 
+    def _key_refused(self, method: str, path: str, err: urllib.error.HTTPError) -> EndpointError:
+        sent = (f"the API key in ${self.api_key_env}" if self._key
+                else f"no API key (${self.api_key_env} is not set)")
+        return EndpointError(f"{method} {path}: HTTP {err.code}: the server refused {sent}; put the key in an "
+                             f"environment variable and name it with --api-key-env VAR ({_error_message(err)})",
+                             err.code)
+
+    def _not_json(self, method: str, path: str, content_type: str, raw: bytes) -> EndpointError:
+        return EndpointError(f"{method} {path}: the server answered {content_type or 'text'}, not JSON "
+                             f"({_one_line(raw[:80].decode('utf-8', 'replace'))!r}): is {self.root} the API's base "
+                             "(its root, e.g. http://HOST:8000, not a web page or a proxy's login)?")
+
     def probe(self, path: str, timeout_s: float = 5.0) -> dict | None:
         """One GET of ``path`` without retries, to learn whether the server is there.
 
         Returns:
-            the JSON answer, or None when the server answered with an HTTP error status (it is
-            there, but not at this path).
+            the JSON answer ({} for an empty or non-JSON text body), or None when the server
+            answered with an HTTP error status other than 401/403 (it is there, but not at this
+            path; the status is kept in ``probe_status``).
         Raises:
             EndpointUnreachable: refused, unknown host, or no answer within ``timeout_s``.
+            EndpointError: HTTP 401/403 (the key), an HTML page, a redirect.
         """
         self._take_request()
         req = urllib.request.Request(self.root + path, headers=self._headers(), method="GET")
         try:
-            with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError:
+            with _OPENER.open(req, timeout=timeout_s) as resp:
+                raw, ctype = resp.read(), resp.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as err:
+            if err.code in (401, 403):
+                raise self._key_refused("GET", path, err) from None
+            if 300 <= err.code < 400:
+                raise _redirected("GET", path, err) from None
+            self.probe_status[path] = err.code
             return None
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as err:
             reason = getattr(err, "reason", err)
@@ -166,6 +219,8 @@ class Endpoint:
         try:
             return json.loads(raw)
         except ValueError:
+            if _is_html(ctype, raw):
+                raise self._not_json("GET", path, ctype.split(";")[0], raw) from None
             return {}
 
     def _call(self, method: str, path: str, data: bytes | None, timeout_s: float | None) -> dict:
@@ -177,30 +232,60 @@ class Endpoint:
             self._take_request()
             req = urllib.request.Request(url, data=data, headers=self._headers(), method=method)
             wait = None
+            self.pacer.acquire()
+            outcome, started = "error", time.monotonic()
             try:
-                with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
-                    raw = resp.read()
+                with _OPENER.open(req, timeout=timeout_s or self.timeout_s) as resp:
+                    raw, ctype = resp.read(), resp.headers.get("Content-Type", "")
+                outcome = "ok"
                 try:
                     return json.loads(raw)
                 except ValueError:
+                    if _is_html(ctype, raw):
+                        raise self._not_json(method, path, ctype.split(";")[0], raw) from None
                     self._count("malformed JSON")
                     last = f"the answer is not JSON ({_one_line(raw[:120].decode('utf-8', 'replace'))!r})"
             except urllib.error.HTTPError as err:
-                detail = _error_message(err)
+                self._count(f"HTTP {err.code}")
+                if err.code in (401, 403):
+                    raise self._key_refused(method, path, err) from None
+                if 300 <= err.code < 400:
+                    raise _redirected(method, path, err) from None
                 if err.code == 429 or err.code >= 500:
-                    self._count(f"HTTP {err.code}")
-                    last = f"HTTP {err.code}: {detail}"
+                    last = f"HTTP {err.code}: {_error_message(err)}"
                     wait = _retry_after(err)
+                    outcome = "overload" if err.code in OVERLOAD_STATUSES else "error"
                 else:
-                    self._count(f"HTTP {err.code}")
-                    raise EndpointError(f"{method} {path}: HTTP {err.code}: {detail}", err.code) from None
+                    raise EndpointError(f"{method} {path}: HTTP {err.code}: {_error_message(err)}", err.code) from None
             except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as err:
-                self._count("connection")
-                last = f"no answer ({_one_line(getattr(err, 'reason', err))})"
+                if _is_timeout(err):
+                    self._count("timeouts")
+                    outcome = "timeout"
+                    last = f"no answer within {timeout_s or self.timeout_s:g} s"
+                else:
+                    self._count("connection")
+                    last = f"no answer ({_one_line(getattr(err, 'reason', err))})"
+            finally:
+                self.pacer.release(outcome, wait, time.monotonic() - started)
             if attempt < self.retries:
-                sleep = min(MAX_BACKOFF_S, self.backoff_s * 2 ** attempt)
-                time.sleep(max(sleep, wait or 0.0))
+                time.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** attempt))
         raise EndpointError(f"{method} {path}: {last} (after {self.retries + 1} tries)")
+
+
+def _is_timeout(err: BaseException) -> bool:
+    reason = getattr(err, "reason", None)
+    return isinstance(err, (socket.timeout, TimeoutError)) or isinstance(reason, (socket.timeout, TimeoutError))
+
+
+def _is_html(content_type: str, raw: bytes) -> bool:
+    head = raw[:200].lstrip().lower()
+    return "html" in (content_type or "").lower() or head.startswith(b"<!doctype html") or head.startswith(b"<html")
+
+
+def _redirected(method: str, path: str, err: urllib.error.HTTPError) -> EndpointError:
+    target = err.headers.get("Location", "?") if err.headers is not None else "?"
+    return EndpointError(f"{method} {path}: HTTP {err.code}: the server redirects to {target}; give that URL "
+                         "(redirects are not followed, so the API key goes nowhere else)", err.code)
 
 
 def _one_line(x) -> str:

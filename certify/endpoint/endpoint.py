@@ -3,13 +3,15 @@ its own API — every check of the inputs before anything slow, then ``run.certi
 
 Order of the checks (each failure is one ``DeploymentInputError`` line; the CLI exits 2):
 
-1. the plan's numbers and the URL (loopback unless allowed; ``/v1`` base URLs taken with a note);
+1. the plan's numbers and the URL (any host; an API key only over https off this machine unless
+   ``insecure``; ``/v1`` base URLs taken with a note);
 2. the reference's form (``references.parse_reference``) and what it can do: a top-k reference
    (``self``, ``endpoint:``) gives log-probabilities before temperature (vLLM's prompt
    log-probabilities are the raw log-softmax), whose top k do not determine the law at T ≠ 1, so
    T ≠ 1 needs a whole-law reference (``hf:``, ``gguf:``);
-3. the server answers (one short probe, within seconds, before any model loads), and its model
-   name (``--model`` or the server's first listed model);
+3. the server answers (one short probe, within seconds, before any model loads): a refused API
+   key (HTTP 401/403), an HTML page or HTTP 404 on every probe path are each named as such; then
+   its model name (``--model`` or the server's first listed model);
 4. the prompts (the shipped set or ``--prompts``), text tokenized by the server's ``/tokenize``
    (else by the local reference's tokenizer);
 5. the run file (a new one, or ``--resume`` of one made with the same plan);
@@ -62,7 +64,10 @@ def prompt_gap(ep, dia, model: str, reference, prompt) -> float | None:
 
 @dataclass
 class EndpointRequest:
-    """What ``certify endpoint`` was asked (the CLI's flags; see ``cli/certify.py``)."""
+    """What ``certify endpoint`` was asked (the CLI's flags; see ``cli/certify_endpoint.py``).
+    ``insecure``: send the API key over plain http off this machine; ``max_rps``: the most request
+    starts per second per server; ``adaptive``: adapt the requests in flight (``pacing.Pacer``;
+    False only for comparisons)."""
 
     url: str
     model: str | None = None
@@ -73,9 +78,11 @@ class EndpointRequest:
     record: str | None = None
     resume: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    allow_remote: bool = False
+    insecure: bool = False
     timeout_s: float = 120.0
     retries: int = 4
+    max_rps: float | None = None
+    adaptive: bool = True
 
 
 @dataclass
@@ -97,20 +104,30 @@ class Prepared:
 def _endpoint(url: str, req: EndpointRequest, flag: str) -> Endpoint:
     try:
         return Endpoint(url, api_key_env=req.api_key_env, timeout_s=req.timeout_s, retries=req.retries,
-                        allow_remote=req.allow_remote)
+                        insecure=req.insecure, concurrency=req.plan.concurrency, adaptive=req.adaptive,
+                        max_rps=req.max_rps)
     except ValueError as err:
         raise DeploymentInputError(f"{flag}: {err}") from None
 
 
 def _probe(ep: Endpoint, dia, flag: str):
-    """The first probe path's answer (None when the server answers none of them with JSON)."""
+    """The first probe path's answer (None when the server answers none of them with JSON).
+
+    Raises:
+        DeploymentInputError: the server cannot be reached, refuses the API key, answers an HTML
+            page, or answers HTTP 404 on every probe path (no such API at this URL).
+    """
     for path in dia.probe_paths:
         try:
             answer = ep.probe(path)
-        except EndpointUnreachable as err:
+        except EndpointError as err:  # EndpointUnreachable included
             raise DeploymentInputError(f"{flag}: {err}") from None
         if answer is not None:
             return answer
+    if dia.probe_paths and all(ep.probe_status.get(p) == 404 for p in dia.probe_paths):
+        paths = " and ".join(f"GET {p}" for p in dia.probe_paths)
+        raise DeploymentInputError(f"{flag}: no {dia.name} API at {ep.root}: {paths} answered HTTP 404; is the URL "
+                                   f"the server's root (e.g. http://HOST:8000), and --server {dia.name} its API?")
     return None
 
 
@@ -281,4 +298,22 @@ def certify_endpoint(req: EndpointRequest, progress=None, log=None):
         if bar is not None and hasattr(bar, "close"):
             bar.close()
     cert.notes[:0] = prep.notes
+    cert.notes.extend(pacing_notes(prep.engine.endpoint, req))
     return cert
+
+
+def pacing_notes(ep: Endpoint, req: EndpointRequest) -> list[str]:
+    """Lines for the report about how the server coped with the load (``pacing.Pacer``): requests
+    that timed out, overload answers, the lowest concurrency reached, and what to change."""
+    st, lines = ep.pacer.stats, []
+    if st.timeouts:
+        lines.append(f"{st.timeouts} request(s) timed out after {req.timeout_s:g} s (the server may still have "
+                     f"computed them); the run lowered its requests in flight from {ep.pacer.ceiling} to {st.lowest}. "
+                     f"If this server is this slow under load, give it --timeout {2 * req.timeout_s:g} or "
+                     f"--concurrency {max(1, st.lowest)}")
+    if st.overloads:
+        lines.append(f"the server answered {st.overloads} request(s) with HTTP 429/503/504 (overloaded); the run lowered "
+                     f"its requests in flight to {st.lowest}" + (f" and waited {st.paused_s:.0f} s as Retry-After "
+                                                                 "asked" if st.paused_s >= 1 else "")
+                     + f"; --concurrency {max(1, st.lowest)} or --max-rps lowers the load from the start")
+    return lines

@@ -4,7 +4,8 @@ The whole path, in order:
 
 1. **Plan** (``Plan``): N samples of n tokens at temperature T, spread over the prompts (sample i
    uses prompt i mod P and the engine seed ``sample_seed(seed, i)``), k alternatives per position
-   from the reference, α and η of the test family, C requests in flight.
+   from the reference, α and η of the test family, at most C requests in flight (the client's
+   ``pacing.Pacer`` lowers that while the server times out or says it is overloaded).
 2. **Sampling**: C worker threads each take a sample index, ask the engine for it
    (``ServerEngine``: one seeded request), and — for a remote reference — ask the reference for the
    continuation's laws at once (the server batches the requests in flight).  A local reference
@@ -272,7 +273,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             rows = reference.rows(prompt, s.tokens, s.texts)
             recs = rows.records(s.tokens)
         except EndpointError as err:
-            if getattr(err, "status", 0) and 400 <= err.status < 500 and err.status != 429:
+            if getattr(err, "status", None) in (400, 422):  # the prefill refuses the sampled tokens
                 return ("impossible", i, f"the reference refused the sample ({err})", s)
             return ("error", i, f"reference of sample {i}: {err}", None)
         except ValueError as err:  # ProtocolError, or top-k log-probabilities that are not a law

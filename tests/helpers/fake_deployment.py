@@ -18,6 +18,12 @@ seed included), "cached" (the first sample of a prompt returned for every seed),
 (every request's first answer is not JSON), "malformed" (no answer is JSON), "out-of-vocab" (the
 last token of every sample is V), "fewer-top" (the echo returns half the top-k asked), "http-500"
 (every third request fails with 500 once).
+
+Not defects of the law, but of the deployment as a client meets it: ``api_key`` (every request
+without ``Authorization: Bearer KEY`` answers 401, the model list included), ``html_page`` (every
+path answers a web page, as a dashboard or a proxy's login does), ``serial_s`` (one request
+computed at a time, each taking ``serial_s`` seconds, a request whose client gave up still
+computed: a server that slows down under load, its latency growing with the requests queued).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import contextlib
 import json
 import math
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
@@ -81,12 +88,16 @@ class FakeDeployment:
     """The server's state (module doc)."""
 
     def __init__(self, model=None, defect: str | None = None, max_requests: int = 20_000,
-                 time_limit_s: float = 300.0, name: str = "fake-chain", api_key: str | None = None):
+                 time_limit_s: float = 300.0, name: str = "fake-chain", api_key: str | None = None,
+                 html_page: bool = False, serial_s: float = 0.0):
         if defect is not None and defect not in DEFECTS:
             raise ValueError(f"defect must be one of {DEFECTS}, got {defect!r}")
         self.model = model or default_chain()
         self.defect, self.name, self.api_key = defect, name, api_key
         self.max_requests, self.time_limit_s = max_requests, time_limit_s
+        self.html_page, self.serial_s = html_page, float(serial_s)
+        self.compute = threading.Lock()  # the one "accelerator" of a serial server
+        self.computed = 0
         self.requests = 0
         self.seen_keys: list = []
         self.lock = threading.Lock()
@@ -129,11 +140,14 @@ def _handler(state: FakeDeployment):
 
         def _send(self, code, obj=None, raw=None):
             data = raw if raw is not None else json.dumps(obj).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout): the answer was computed all the same
 
         def _count(self) -> bool:
             with state.lock:
@@ -142,7 +156,19 @@ def _handler(state: FakeDeployment):
                 state.seen_keys.append(self.headers.get("Authorization"))
             if over:
                 self._send(503, {"error": {"message": "request budget of the test server spent"}})
-            return not over
+                return False
+            if state.html_page:
+                page = b"<!DOCTYPE html><html><head><title>Dashboard</title></head><body>Sign in</body></html>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+                return False
+            if state.api_key and self.headers.get("Authorization") != f"Bearer {state.api_key}":
+                self._send(401, {"error": {"message": "invalid API key"}})
+                return False
+            return True
 
         def do_GET(self):
             if not self._count():
@@ -159,8 +185,10 @@ def _handler(state: FakeDeployment):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             except ValueError:
                 return self._send(400, {"error": {"message": "the request body is not JSON"}})
-            if state.api_key and self.headers.get("Authorization") != f"Bearer {state.api_key}":
-                return self._send(401, {"error": {"message": "invalid API key"}})
+            if state.serial_s > 0:
+                with state.compute:  # queued behind every request before it, abandoned ones too
+                    time.sleep(state.serial_s)
+                    state.computed += 1
             if self.path == "/tokenize":
                 V = state.model.V
                 text = str(body.get("prompt", ""))

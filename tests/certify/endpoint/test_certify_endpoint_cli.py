@@ -194,7 +194,7 @@ def test_bad_inputs_are_one_line_exit_2(capsys, tmp_path):
     dead = f"http://127.0.0.1:{sock.getsockname()[1]}"
     sock.close()
     assert "cannot be reached" in _one_line_error(capsys, ["certify", "endpoint", dead])
-    assert "not a loopback address" in _one_line_error(capsys, ["certify", "endpoint", "http://10.1.2.3:8000"])
+    assert "must look like http://HOST:PORT" in _one_line_error(capsys, ["certify", "endpoint", "ftp://127.0.0.1:1"])
     bad_prompts = tmp_path / "p.jsonl"
     bad_prompts.write_text('{"text": "ok"}\n{oops\n')
     with serve() as (url, _):
@@ -278,3 +278,61 @@ def test_tolerance_auto_measures_the_drift_and_separates_it(capsys, tmp_path):
     assert "--tolerance auto" in out
     assert "must be a number in [0, 1) or 'auto'" in _one_line_error(
         capsys, ["certify", "endpoint", "http://127.0.0.1:1", "--tolerance", "loose"])
+
+
+# -- errors that name their cause; remote hosts ------------------------------------------------
+
+def _error_line(capsys, argv):
+    code = cli_main.main(argv)
+    err = capsys.readouterr().err
+    lines = [x for x in err.splitlines() if x.startswith("spectr-gbv certify endpoint:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_a_refused_api_key_is_named_as_such(capsys, tmp_path, monkeypatch):
+    """HTTP 401 on the model list: the key, not "the server lists no model"."""
+    monkeypatch.delenv("NO_SUCH_KEY_VAR", raising=False)
+    with serve(api_key="sk-right") as (url, _):
+        line = _error_line(capsys, ["certify", "endpoint", url, "--api-key-env", "NO_SUCH_KEY_VAR",
+                                    "--record", str(tmp_path / "r.jsonl")])
+    assert "HTTP 401: the server refused no API key ($NO_SUCH_KEY_VAR is not set)" in line
+    assert "--api-key-env" in line and "lists no model" not in line
+
+
+def test_a_web_page_is_named_as_such(capsys, tmp_path):
+    with serve(html_page=True) as (url, state):
+        line = _error_line(capsys, ["certify", "endpoint", url, "--record", str(tmp_path / "r.jsonl")])
+    assert "answered text/html, not JSON" in line and "the API's base" in line
+    assert state.requests == 1  # one probe, no retry of a web page
+
+
+def test_no_api_at_the_url_is_named_as_such(capsys, tmp_path):
+    """Every probe path of the dialect answers 404 (here: TGI's /info and /health on a vLLM-style
+    server)."""
+    with serve() as (url, _):
+        line = _error_line(capsys, ["certify", "endpoint", url, "--server", "tgi", "--record",
+                                    str(tmp_path / "r.jsonl")])
+    assert "no tgi API at" in line and "GET /info and GET /health answered HTTP 404" in line
+
+
+def test_a_remote_host_needs_no_flag_but_a_key_needs_https(capsys, tmp_path, monkeypatch):
+    """No request leaves this machine: the key check refuses before any request, and the remote
+    host without a key reaches the probe, stubbed here to say it cannot be reached."""
+    from spectr_gbv.certify.endpoint import client
+
+    def unreachable(self, path, timeout_s=5.0):
+        raise client.EndpointUnreachable(f"{self.root} cannot be reached: (stub: no request sent)")
+
+    monkeypatch.setattr(client.Endpoint, "probe", unreachable)
+    monkeypatch.setenv("REMOTE_KEY", "sk-remote-secret")
+    line = _error_line(capsys, ["certify", "endpoint", "http://192.0.2.7:8000", "--api-key-env", "REMOTE_KEY",
+                                "--record", str(tmp_path / "r.jsonl")])
+    assert "clear text over http to 192.0.2.7" in line and "--insecure" in line and "sk-remote" not in line
+    line = _error_line(capsys, ["certify", "endpoint", "http://192.0.2.7:8000", "--api-key-env", "REMOTE_KEY",
+                                "--insecure", "--record", str(tmp_path / "r.jsonl")])
+    assert "stub: no request sent" in line
+    monkeypatch.delenv("REMOTE_KEY")
+    line = _error_line(capsys, ["certify", "endpoint", "http://192.0.2.7:8000", "--api-key-env", "REMOTE_KEY",
+                                "--record", str(tmp_path / "r.jsonl")])
+    assert "stub: no request sent" in line and "loopback" not in line
