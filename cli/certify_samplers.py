@@ -52,7 +52,7 @@ def check(args: argparse.Namespace) -> None:
             raise UsageError(f"--families: unknown family {bad[0] if bad else args.families!r} "
                              f"(known: {', '.join(FAMILIES)})")
     if not vc.importable_here() and vc.locate_python() is None:
-        raise UsageError("certify samplers vllm: vLLM is not installed here and no vLLM environment was "
+        raise UsageError("vLLM is not installed here and no vLLM environment was "
                          "found (make one with `scripts/install.sh --vllm`, or set SPECTR_GBV_VLLM_PYTHON)")
 
 

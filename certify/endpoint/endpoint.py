@@ -186,6 +186,10 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
             try:
                 local = (HFReference(ref_arg, req.plan.temperature) if ref_kind == "hf"
                          else GGUFReference(ref_arg, req.plan.temperature))
+            except ModuleNotFoundError as err:  # the light install: no torch, transformers, llama_cpp
+                extra = "llamacpp" if (err.name or "").startswith("llama_cpp") else "torch"
+                raise DeploymentInputError(f"--reference {req.reference} needs {err.name}, which is not installed "
+                                           f"here: pip install 'spectr-gbv[{extra}]' (or use --reference self)") from None
             except (OSError, ValueError, RuntimeError, ImportError) as err:
                 raise DeploymentInputError(f"--reference {req.reference}: cannot load it: "
                                            f"{' '.join(str(err).split())[:300]}") from None

@@ -86,6 +86,45 @@ def text_report(cert) -> str:
     return "\n".join(lines)
 
 
+def deciding_lines(cert) -> list[str]:
+    """Why a certificate's verdict is not PASS, as short lines (empty for PASS): the refusal; each
+    failed test of the family (directional tests first, then the omnibus KS rows), tokens or samples
+    the reference calls impossible, the reported log-probabilities over their bound; for an
+    INCOMPLETE run, the samples tested of those planned, why the run stopped and its first failed
+    requests.  The pytest fixture ``spectr_endpoint`` puts them first in its failure message."""
+    if cert.verdict == "PASS":
+        return []
+    if cert.refused:
+        return [f"refused: {cert.refused}"]
+    lines, fam = [], cert.family
+    if fam is not None:
+        for d in fam.directional:
+            if not d.passed:
+                stat = "log W" if d.name in MIXTURES else "z"
+                lines.append(f"{d.name} test failed: {stat} {_p(d.statistic)}, p {_p(d.pvalue)} < alpha {d.alpha:.2g} "
+                             f"(observed {d.observed:.4g} vs expected {d.expected:.4g})")
+        for r in fam.rows:
+            if not r.passed:
+                lines.append(f"omnibus PIT {r.test} test failed ({r.scope}, {r.order} order): p {_p(r.pvalue)} < "
+                             f"alpha {r.alpha:.2g}")
+        if fam.impossible:
+            lines.append(f"{fam.impossible} sampled tokens have probability 0 under the reference")
+    if cert.logprobs is not None and not cert.logprobs.passed:
+        lp = cert.logprobs
+        lines.append(f"reported log-probabilities failed: {lp.over} of {lp.n} tokens differ from the reference's by "
+                     f"more than {lp.bound:g} nats (largest {lp.largest:.3g})")
+    if cert.impossible:
+        i, reason = cert.impossible[0]
+        lines.append(f"{len(cert.impossible)} impossible samples (sample {i}: {reason})")
+    if cert.verdict == "INCOMPLETE":
+        lines.append(f"incomplete: tested {cert.samples} of the {cert.plan.n_samples} planned samples")
+        lines.extend(n for n in cert.notes if n.startswith("stopped"))
+        if cert.errors:
+            lines.append(f"failed requests: {sum(cert.errors.values())}")
+            lines.extend(f"  {e}" for e in cert.first_errors[:3])
+    return lines
+
+
 def power_report(pp, plan, pilot_samples: int, rate: float) -> str:
     """A plan's power (``oracle.sequence_family.PlanPower``) as lines: what N × n detects with
     power 0.99, and the samples (and time at the pilot's rate) for the omnibus target."""

@@ -336,3 +336,18 @@ def test_a_remote_host_needs_no_flag_but_a_key_needs_https(capsys, tmp_path, mon
     line = _error_line(capsys, ["certify", "endpoint", "http://192.0.2.7:8000", "--api-key-env", "REMOTE_KEY",
                                 "--record", str(tmp_path / "r.jsonl")])
     assert "stub: no request sent" in line and "loopback" not in line
+
+
+def test_a_local_reference_without_torch_names_the_extra(capsys, tmp_path, monkeypatch):
+    """The light install (no torch) asked for --reference hf:…: one line naming the extra."""
+    from spectr_gbv.certify.endpoint import endpoint
+
+    class NoTorch:
+        def __init__(self, *a, **k):
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    monkeypatch.setattr(endpoint, "HFReference", NoTorch)
+    with serve() as (url, _):
+        line = _error_line(capsys, ["certify", "endpoint", url, "--reference", "hf:tiny", "--record",
+                                    str(tmp_path / "r.jsonl")])
+    assert "--reference hf:tiny needs torch" in line and "pip install 'spectr-gbv[torch]'" in line
