@@ -209,6 +209,20 @@ def test_spectr_endpoint_passes_a_correct_server_and_fails_a_hot_one(pytester, m
     assert "verdict: PASS" in out and "Traceback" not in out
 
 
+def test_ci_howto_test_file_passes(pytester, monkeypatch):
+    """docs/howto/certify_a_deployment_in_ci.md's pytest file, run against the correct fake chain
+    (its URL through ENGINE_URL, as the how-to reads it)."""
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    howto = (ROOT / "docs" / "howto" / "certify_a_deployment_in_ci.md").read_text()
+    block = howto.split("## 3. Or from pytest")[1].split("```python")[1].split("```")[0]
+    assert "spectr_endpoint(" in block and len(block.strip().splitlines()) <= 8
+    with serve() as (url, _):
+        monkeypatch.setenv("ENGINE_URL", url)
+        pytester.makepyfile(test_speculation_keeps_the_law=block)
+        result = pytester.runpytest("-p", "no:cacheprovider", "--spectr-endpoint-samples", "16")
+    result.assert_outcomes(passed=1)
+
+
 def test_spectr_endpoint_options(pytester, monkeypatch):
     """--spectr-endpoint-samples/-tokens/-alpha set the plan's defaults, a call's value wins, bad
     values are usage errors, and --help lists them."""
