@@ -43,7 +43,8 @@ def test_package_dir_maps_the_card_folders_under_one_name():
 def test_entry_points_use_the_one_name():
     project = _pyproject()["project"]
     assert project["scripts"] == {"spectr-gbv": "spectr_gbv.cli.main:main"}
-    assert project["entry-points"]["pytest11"] == {"spectr_gbv": "spectr_gbv.oracle.pytest_plugin"}
+    assert project["entry-points"]["pytest11"] == {"spectr_gbv": "spectr_gbv.oracle.pytest_plugin",
+                                                   "spectr_gbv_endpoint": "spectr_gbv.certify.endpoint.pytest_plugin"}
 
 
 def _imported_modules(path: Path) -> list[tuple[int, str]]:
