@@ -33,7 +33,7 @@ from spectr_gbv.oracle.sequence_records import records_from_laws
 DEFAULT_ALPHA = 1e-3
 # per-token TV put down to float rounding between the engine's kernels and the reference's
 # (float32 softmax of logits from a cached vs an uncached forward: measured ≤ 1e-5 on the tiny
-# model, tests/certify/test_certify_generate.py); the KS threshold moves by η
+# model, tests/certify/engine/test_certify_generate_*.py); the KS threshold moves by η
 DEFAULT_TOLERANCE = 1e-3
 PIT_STREAM = 0x50495421  # the PIT's uniforms: a stream no engine seeded with ``seed + i`` shares
 

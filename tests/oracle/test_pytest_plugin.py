@@ -4,7 +4,7 @@ A user's test file is run by pytester (in process, the plugin loaded from its py
 point): the API guide's (docs/api.md) ``my_sd`` passes ``assert_lossless`` and ``assert_acceptance``
 against "sd", the plain-residual bug fails with the case, its p-values, δ and worst cells in the
 message, and ``my_sd`` accepts fewer tokens than "bv" (the deployment fixture ``spectr_endpoint``:
-tests/certify/endpoint/test_pytest_plugin.py).  Every certification is seeded, so the outcomes are
+tests/certify/endpoint/test_endpoint_fixture.py).  Every certification is seeded, so the outcomes are
 deterministic.  The strategies' draws are valid inputs of every reference rule.
 """
 
