@@ -59,6 +59,8 @@ def text_report(cert) -> str:
         lp = cert.logprobs
         lines.append(f"reported log-probs vs reference: {lp.n} tokens, median gap {lp.median:.2g}, largest "
                      f"{lp.largest:.3g} nats (bound {lp.bound:g}): " + ("ok" if lp.passed else f"{lp.over} over the bound  <- FAIL"))
+    for r in getattr(cert, "reports", ()):
+        lines.append(_report_line(r))
     for i, reason in cert.impossible[:5]:
         lines.append(f"impossible sample {i}: {reason}  <- FAIL")
     if len(cert.impossible) > 5:
@@ -84,6 +86,17 @@ def text_report(cert) -> str:
                  + (f"; {cert.samples - cert.new_samples} read back from the run file" if cert.samples > cert.new_samples else ""))
     lines.append(f"what each test sees and misses: {SEE}")
     return "\n".join(lines)
+
+
+def _report_line(r) -> str:
+    """One report test (``oracle.sequence_reports``) as a line, marked when it fails."""
+    if r.name.startswith("reported top-k"):
+        what = (f"{r.observed:.0f} sampled tokens outside top-k lists that claim nearly the whole law "
+                f"({r.n} such positions; at most {r.expected:.2g} expected from their 'other' mass)")
+    else:
+        what = f"observed {r.observed:.4g} vs expected {r.expected:.4g}"
+    stat = f"log W {_p(r.statistic)}" if r.unit.startswith("tokens outside") else f"z {_p(r.statistic)}"
+    return f"{r.name}: {what}; {stat}, p {_p(r.pvalue)} (alpha {r.alpha:.2g})" + ("" if r.passed else "  <- FAIL")
 
 
 def deciding_lines(cert) -> list[str]:
@@ -168,6 +181,9 @@ def certificate_json(cert) -> dict:
         "logprobs": None if cert.logprobs is None else {
             "n": cert.logprobs.n, "median": cert.logprobs.median, "largest": cert.logprobs.largest,
             "bound": cert.logprobs.bound, "over": cert.logprobs.over, "passed": cert.logprobs.passed},
+        "reports": [{"name": r.name, "statistic": r.statistic if math.isfinite(r.statistic) else None, "pvalue": r.pvalue, "n": r.n, "observed": r.observed,
+                     "expected": r.expected, "alpha": r.alpha, "passed": r.passed}
+                    for r in getattr(cert, "reports", ())],
         "family": None if fam is None else {
             "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,
             "n_sequences": fam.n_sequences, "early_stops": fam.early_stops, "impossible": fam.impossible,

@@ -17,6 +17,11 @@ acceptances from the bonus row; inverse-CDF draws).  Row b's uniforms come from
 | ``floored_residual_sd`` | the correction never emits a token below probability 10^-4 (the residual floored, renormalised) | ``sd`` |
 | ``shared_noise_drafter`` | a drafter (for ``certify_lossless(..., drafter=)``) drawing its tokens by inverse CDF from ``default_rng(seeds[b])``: the very uniforms ``sd`` then uses for its coins (drafter and verifier share noise) | ``own_stream_drafter`` (``default_rng([seeds[b], 1])``, a stream of its own) |
 | ``nan_accepting_sd`` | no input check, and the ratio min(1, q/p) by ``numpy.fmin`` (NaN-ignoring): a draft of draft probability NaN is accepted (min(1, q/NaN) = 1) | ``sd`` (refuses non-finite, negative, unnormalised rows and drafts of draft probability 0 with ValueError) |
+| ``chunk_end_reads_next_draft_sd`` / ``chunk_end_reads_next_target_sd`` | computed in chunks of 64 rows, the last row of each full chunk reads row b + 1's draft_probs / target_probs row (the next request's) | ``chunked_sd`` |
+| ``wrong_fast_path_sd`` | a separate path for B == 1 that consumes the row's uniforms in another order (each row's law is SD's; a row alone and in a batch differ) | ``fast_path_sd`` |
+| ``num_emitted_tau_sd`` | ``num_emitted`` = τ instead of τ + 1 (τ and tokens right) | ``sd`` |
+| ``float32_seed_sd`` / ``mod16_seed_sd`` | row seeds narrowed through float32 / folded mod 2^16 before seeding | ``sd`` |
+| ``uint16_ids_sd`` | token ids kept in 16 bits: drafted ids read mod 2^16, emitted ids returned mod 2^16 (−1 kept) | ``sd`` |
 """
 
 from __future__ import annotations
@@ -185,3 +190,108 @@ def _inverse_cdf_drafter(stream):
 # are those uniforms (draft 0's token i comes from the uniform of coin i)
 shared_noise_drafter = _inverse_cdf_drafter(lambda s: np.random.default_rng(s % 2**64))
 own_stream_drafter = _inverse_cdf_drafter(lambda s: np.random.default_rng([s % 2**64, 1]))
+
+
+# -- production batches (issue 57): defects that cross rows, a single-request path, num_emitted,
+# narrowed seeds and token ids wrapped at 65,536; each with its correct twin -----------------------
+
+CHUNK_ROWS = 64  # the rows of one chunk of ``chunked_sd`` (a kernel's fixed tile of requests)
+
+
+def _chunked(draft_tokens, draft_probs, target_probs, seeds, leak: str | None):
+    """SD run chunk by chunk, ``CHUNK_ROWS`` rows at a time, as a kernel with a fixed tile of
+    requests runs a batch.  ``leak``: None (correct), or "draft" / "target": the last row of each
+    full chunk reads the next request's draft_probs / target_probs row (row b + 1's; its own where
+    it is the batch's last row), as an off-by-one in a chunk's row index does."""
+    check_rows(draft_tokens, draft_probs, target_probs)
+    tokens, dp, tp = (np.asarray(a) for a in (draft_tokens, draft_probs, target_probs))
+    seeds = np.asarray(seeds)
+    B = len(seeds)
+    parts = []
+    for start in range(0, B, CHUNK_ROWS):
+        own = np.arange(start, min(B, start + CHUNK_ROWS))
+        read = own.copy()
+        if leak is not None and len(own) == CHUNK_ROWS and own[-1] + 1 < B:
+            read[-1] = own[-1] + 1
+        d_rows = read if leak == "draft" else own
+        t_rows = read if leak == "target" else own
+        parts.append(pv.sd(tokens[own], dp[d_rows], tp[t_rows], seeds=seeds[own]))
+    return BatchVerdict(*(np.concatenate([getattr(v, f) for v in parts])
+                          for f in ("tau", "selected", "tokens", "num_emitted")))
+
+
+def chunked_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """Correct SD computed in chunks of ``CHUNK_ROWS`` rows (the twin of the two below)."""
+    return _chunked(draft_tokens, draft_probs, target_probs, seeds, None)
+
+
+def chunk_end_reads_next_draft_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """``chunked_sd`` whose last row of each 64-row chunk reads the next request's draft_probs
+    row: in a batch of one row repeated, the next row is the same row, and nothing changes."""
+    return _chunked(draft_tokens, draft_probs, target_probs, seeds, "draft")
+
+
+def chunk_end_reads_next_target_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """``chunked_sd`` whose last row of each 64-row chunk reads the next request's
+    target_probs rows."""
+    return _chunked(draft_tokens, draft_probs, target_probs, seeds, "target")
+
+
+def _single_request_path(draft_tokens, draft_probs, target_probs, seeds, rotate: bool):
+    """SD with a separate path for a batch of one request (a serving loop's fast path).  Its
+    uniforms are row b's ``default_rng(seeds[b]).random(L + 1)`` as in the batched path; with
+    ``rotate`` the fast path takes the correction's uniform first and the coins' after it (its
+    law is SD's, its draws for a seed are not the batched path's)."""
+    check_rows(draft_tokens, draft_probs, target_probs)
+    B, _, L = np.shape(draft_tokens)
+    if B != 1:
+        return pv.sd(draft_tokens, draft_probs, target_probs, seeds=seeds)
+    u = pv.uniforms(seeds, L + 1)
+    if rotate:
+        u = np.roll(u, 1, axis=1)
+    return pv.sd(draft_tokens, draft_probs, target_probs, seeds=seeds, uniform=u)
+
+
+def fast_path_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """Correct SD with a single-request path that draws as the batched one does (the twin)."""
+    return _single_request_path(draft_tokens, draft_probs, target_probs, seeds, False)
+
+
+def wrong_fast_path_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """SD whose single-request path (B == 1) consumes its uniforms in another order than the
+    batched path: each row's law is SD's, a row alone and the same row in a batch differ."""
+    return _single_request_path(draft_tokens, draft_probs, target_probs, seeds, True)
+
+
+def num_emitted_tau_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """SD whose ``num_emitted`` is τ instead of τ + 1 (the correction or bonus token not
+    counted); τ, selected and the tokens are ``sd``'s."""
+    v = sd(draft_tokens, draft_probs, target_probs, seeds=seeds)
+    return BatchVerdict(v.tau, v.selected, v.tokens, v.tau.copy())
+
+
+def float32_seed_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """SD whose row seeds pass through float32 (24 bits of mantissa) before seeding its
+    generators: seeds that round to the same float32 share a stream (reference/contract.py's own
+    example of a forbidden narrowing)."""
+    narrowed = [int(s) for s in np.asarray(seeds).astype(np.float32)]
+    return sd(draft_tokens, draft_probs, target_probs, seeds=narrowed)
+
+
+def mod16_seed_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """SD whose row seeds are folded mod 2^16 (a 16-bit seed field): seeds equal in their low 16
+    bits share a stream."""
+    return sd(draft_tokens, draft_probs, target_probs, seeds=np.asarray(seeds) % 2**16)
+
+
+TOKEN_ID_WRAP = 2**16
+
+
+def uint16_ids_sd(draft_tokens, draft_probs, target_probs, *, seeds):
+    """SD that keeps token ids in 16 bits: it reads the drafted ids mod 2^16 (looking up the
+    draft and target probabilities of the wrapped id) and returns every emitted id mod 2^16
+    (the −1 padding kept).  Exact below V = 65,536."""
+    check_rows(draft_tokens, draft_probs, target_probs)
+    wrapped = np.asarray(draft_tokens) % TOKEN_ID_WRAP
+    v = pv.sd(wrapped, draft_probs, target_probs, seeds=seeds)
+    return BatchVerdict(v.tau, v.selected, np.where(v.tokens >= 0, v.tokens % TOKEN_ID_WRAP, -1), v.num_emitted)
