@@ -96,7 +96,7 @@ def record_pits(records, index: int, seed: int, order: str) -> np.ndarray:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     u = np.random.default_rng([int(seed), int(index)]).random(len(records))
     key = "lo" if order == "probability" else "li"
-    return np.array([math.nan if r.get("imp") else min(1.0, r[key] + u[j] * r["c"])
+    return np.array([math.nan if r.get("imp") or "c" not in r else min(1.0, r[key] + u[j] * r["c"])
                      for j, r in enumerate(records)], dtype=np.float64)
 
 
@@ -107,7 +107,7 @@ def planned_directional(draft_known: bool) -> tuple[str, ...]:
 
 
 def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int = 0, indices=None,
-                directional=None, positions: bool = True) -> FamilyResult:
+                directional=None, positions: bool = True, reserved: float = 0.0) -> FamilyResult:
     """Run the family (module doc) on N sequences of records.
 
     Args:
@@ -119,6 +119,9 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
         directional: the directional tests to run (default: ``planned_directional`` of whether
             any record carries the draft-leak score).  Their share 3α/4 is split among them.
         positions: also run the per-position KS rows.
+        reserved: the part of α spent outside the family (the report tests of
+            ``oracle.sequence_reports``), in [0, α/8): taken from the per-position rows' share (from
+            the pooled rows' without positions); the directional shares do not change.
     Returns:
         ``FamilyResult``.
     Raises:
@@ -140,22 +143,33 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
     unknown = [d for d in directional if d not in DIRECTIONAL]
     if unknown:
         raise ValueError(f"directional: unknown test(s) {unknown}; known: {DIRECTIONAL}")
+    if not (0 <= float(reserved) < alpha * OMNIBUS_SHARE / 2):
+        raise ValueError(f"reserved must be in [0, alpha/8), got {reserved!r}")
     a_omni = alpha * OMNIBUS_SHARE if directional else alpha
     lengths = [len(s) for s in samples]
     n_pos = max(lengths) if positions and lengths else 0
-    a_pooled = a_omni / 2 / len(ORDERS) if n_pos else a_omni / len(ORDERS)
-    a_pos = a_omni / 2 / (n_pos * len(ORDERS)) if n_pos else 0.0
+    a_pooled = a_omni / 2 / len(ORDERS) if n_pos else (a_omni - reserved) / len(ORDERS)
+    a_pos = (a_omni / 2 - reserved) / (n_pos * len(ORDERS)) if n_pos else 0.0
     pits = {o: [record_pits(s, i, seed, o) for s, i in zip(samples, indices)] for o in ORDERS}
+    # each token's tolerance: η plus its reported cells' precision (sequence_records: ``pe``); a KS
+    # row takes the largest over its tokens
+    prec = [np.array([r.get("pe", 0.0) for r in s], dtype=np.float64) for s in samples]
     impossible = sum(1 for r in flat if r.get("imp"))
+
+    def row_eta(values) -> float:
+        return min(0.999, eta + (float(values.max()) if values.size else 0.0))
+
     rows = []
+    all_prec = np.concatenate(prec) if prec else np.zeros(0)
     for o in ORDERS:
         allu = np.concatenate(pits[o]) if pits[o] else np.zeros(0)
-        r = ks_uniform_test(allu[~np.isnan(allu)], a_pooled, eta)
+        r = ks_uniform_test(allu[~np.isnan(allu)], a_pooled, row_eta(all_prec))
         rows.append(SequenceRow("all", o, "KS", r.statistic, r.pvalue, r.n, a_pooled, r.detectable, r.passed))
     for j in range(n_pos):
+        pj = np.array([p[j] for p in prec if len(p) > j])
         for o in ORDERS:
             u = np.array([p[j] for p in pits[o] if len(p) > j])
-            r = ks_uniform_test(u[~np.isnan(u)], a_pos, eta)
+            r = ks_uniform_test(u[~np.isnan(u)], a_pos, row_eta(pj))
             rows.append(SequenceRow(f"position {j}", o, "KS", r.statistic, r.pvalue, r.n, a_pos,
                                     r.detectable, r.passed))
     a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional) if directional else 0.0

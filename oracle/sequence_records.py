@@ -47,6 +47,28 @@ Record fields (JSON keys)
 With top-k laws, p_{t−1}(y) is known for y in p_{t−1}'s top k; elsewhere the smallest of its top
 probabilities and its "other" mass stands in (an upper bound).  Any function of the cell chosen
 before x_t is drawn keeps the score's exact null mean and variance; the stand-in only costs power.
+
+Reported precision (top-k laws)
+-------------------------------
+A server reports log-probabilities to some precision: float32 (a few units in the last place of
+logits up to ~40: ``FLOAT32_LOGPROB_ERR`` nats), float64, or rounded to d decimals (then
+½·10^−d nats more).  ``reported_precision`` reads it off the list itself: the most decimals any
+entry's shortest repr carries (≤ ``MAX_ROUNDED_DECIMALS``: rounded), else float32 when every entry
+is a float32 value, else float64.  With δ that bound, each true top probability lies in
+p·[e^−δ, e^δ], so the true top mass is at least Σ·e^−δ (Σ the reported sum) and
+
+- the "other" cell's mass is the upper bound ``o = max(0, 1 − Σ·e^−δ)`` (never 0 unless even the
+  smallest true top mass the report allows reaches 1: the list provably covers the law), and the
+  top cells are the reported probabilities scaled to ``1 − o``; a sum above 1 by rounding is not
+  an error (only Σ·e^−δ > 1 + ``TOPK_SUM_ATOL`` is: no law rounds to it);
+- ``pe``: a bound on the TV between these cells and the true law (Σ_top |cell − true|), which every
+  test adds to its tolerance η for that token; ``pr``: a bound on true/cell − 1 over the cells (the
+  e-value tests' relative error: the other cell's true mass is at most o);
+- ``ox``: when ``o ≤ OTHER_NEAR_ZERO + 2δ`` (the list claims nearly all the mass), 1 if the sampled
+  token lies outside the list, else 0.  Such a token is not impossible — the report's own
+  precision allows it with probability ≤ o — but many of them say the reported lists are
+  inconsistent with the samples (``oracle.sequence_reports.other_cell_test``).  With o = 0 exactly
+  the token's record carries no PIT or score (no cell holds it) and ``ox`` = 1.
 """
 
 from __future__ import annotations
@@ -62,8 +84,18 @@ LOG_FLOOR = math.log(1e-8)
 # mixes their e-values over this grid: a stale or leaked weight of about λ is caught near the
 # sample count of the likelihood-ratio test that knows it)
 LAMBDAS = (0.5, 0.1, 0.02, 0.004)
-# a top-k list whose probabilities sum above 1 by less than this is renormalised (float32 softmax)
+# a top-k list whose smallest true mass (reported sum · e^−δ, δ its precision) exceeds 1 by more than
+# this is not a law (a float32 softmax over a whole vocabulary normalises to about 1e-4)
 TOPK_SUM_ATOL = 1e-3
+# the error bounds (nats) of one reported log-probability: float32 (logits up to ~40 in magnitude
+# have ulp 2^-19 ≈ 2e-6; the log-softmax's subtraction and logsumexp add a few), float64
+FLOAT32_LOGPROB_ERR = 1e-5
+FLOAT64_LOGPROB_ERR = 1e-12
+# a list whose entries carry at most this many decimals is read as rounded to them
+MAX_ROUNDED_DECIMALS = 6
+# a top-k list whose "other" mass (upper bound) is at most this (plus twice its precision δ) claims
+# nearly all the law: a token sampled outside it is flagged (``ox``)
+OTHER_NEAR_ZERO = 1e-3
 # the top-p levels whose nuclei the truncation test counts tokens outside of
 NUCLEI = (0.9, 0.95, 0.99)
 # a whole law's top set for the truncation test's last level (the top-k list a server returns
@@ -191,20 +223,59 @@ def _add_mixture(rec: dict, key: str, p: np.ndarray, other: np.ndarray, x: int) 
         rec[f"{key}{name}"] = values
 
 
+def reported_precision(logprobs) -> float:
+    """The error bound δ (nats) of each log-probability of one reported list (module doc:
+    reported precision).
+
+    Args:
+        logprobs: the list's log-probabilities as the server sent them (floats parsed from JSON:
+            their shortest repr is what was sent).
+    Returns:
+        ½·10^−d + ``FLOAT32_LOGPROB_ERR`` when no entry carries more than d ≤
+        ``MAX_ROUNDED_DECIMALS`` decimals; else ``FLOAT32_LOGPROB_ERR`` when every entry is a
+        float32 value; else ``FLOAT64_LOGPROB_ERR``.
+    """
+    from decimal import Decimal
+
+    vals = [float(v) for v in logprobs]
+    decimals = max((max(0, -int(Decimal(repr(v)).as_tuple().exponent)) for v in vals), default=0)
+    if decimals <= MAX_ROUNDED_DECIMALS:
+        return 0.5 * 10.0 ** -decimals + FLOAT32_LOGPROB_ERR
+    if all(float(np.float32(v)) == v for v in vals):
+        return FLOAT32_LOGPROB_ERR
+    return FLOAT64_LOGPROB_ERR
+
+
+def _top_cells(probs: np.ndarray, delta: float) -> tuple[np.ndarray, float, float, float]:
+    """(top cells, other mass o, TV bound pe, relative bound pr) of reported top probabilities
+    ``probs`` with precision δ (module doc)."""
+    total = float(probs.sum())
+    lower = total * math.exp(-delta)
+    other = max(0.0, 1.0 - lower)
+    scale = (1.0 - other) / total
+    cells = probs * scale
+    lo, hi = math.exp(-delta), math.exp(delta)
+    pe = float(probs.sum() * max(abs(scale - lo), abs(hi - scale)))
+    pr = hi / scale - 1.0  # true/cell − 1 on the top cells; the other cell's true mass is ≤ o
+    return cells, other, min(1.0, pe), max(0.0, pr)
+
+
 def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list[dict]:
-    """Records of one sampled sequence from top-k log-probabilities (module doc: the coarsened law).
+    """Records of one sampled sequence from top-k log-probabilities (module doc: the coarsened law,
+    reported precision).
 
     Args:
         tokens: n sampled token ids.
         top_ids: n lists of token ids (distinct within a list; at most k each, any order).
-        top_logprobs: n lists of their log-probabilities (natural log, finite).
+        top_logprobs: n lists of their log-probabilities (natural log, finite; as sent: their
+            decimals give the precision, ``reported_precision``).
         token_logprobs: optional n values: log p_t(tokens[t]) as the reference reports it
             (None where not given); kept in ``lp`` (the cells do not use it).
     Returns:
         n records (dicts).
     Raises:
         ValueError: lengths disagree, duplicated ids in one list, a non-finite log-probability,
-            or top probabilities summing above 1 + ``TOPK_SUM_ATOL``.
+            or top probabilities whose smallest true sum (Σ·e^−δ) exceeds 1 + ``TOPK_SUM_ATOL``.
     """
     toks = [int(t) for t in tokens]
     if len(top_ids) != len(toks) or len(top_logprobs) != len(toks):
@@ -222,38 +293,40 @@ def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list
             raise ValueError(f"position {t}: a token id appears twice in the top list")
         if not np.all(np.isfinite(lps)) or np.any(lps > 1e-6):
             raise ValueError(f"position {t}: top log-probabilities must be finite and ≤ 0")
+        delta = reported_precision(top_logprobs[t])
         order = np.lexsort((ids, -lps))  # probability descending, ties by id
-        ids, probs = ids[order], np.exp(np.minimum(lps[order], 0.0))
-        total = float(probs.sum())
-        if total > 1.0 + TOPK_SUM_ATOL:
-            raise ValueError(f"position {t}: the top probabilities sum to {total:.6f} > 1")
-        if total > 1.0:
-            probs = probs / total
-            total = 1.0
-        other = max(0.0, 1.0 - total)
+        ids, reported = ids[order], np.exp(np.minimum(lps[order], 0.0))
+        total = float(reported.sum())
+        if total * math.exp(-delta) > 1.0 + TOPK_SUM_ATOL:
+            raise ValueError(f"position {t}: the top probabilities sum to {total:.6f} > 1 (precision {delta:.2g} nats)")
+        probs, other, pe, pr = _top_cells(reported, delta)
+        top_mass = 1.0 - other
         cells = np.append(probs, other)  # the cells' law: top tokens, then "other"
         g_top = np.maximum(np.log(probs), LOG_FLOOR)
         g = np.append(g_top, g_top[-1])
         m, v, rng = _moments(cells, g)
         hit = np.flatnonzero(ids == x)
         lp_given = None if token_logprobs is None or token_logprobs[t] is None else float(token_logprobs[t])
-        rec = {"x": x, "k": int(ids.size), "o": other}
+        rec = {"x": x, "k": int(ids.size), "o": other, "pe": pe, "pr": pr}
+        if other <= OTHER_NEAR_ZERO + 2 * delta:
+            rec["ox"] = int(not hit.size)
         if hit.size:
             j = int(hit[0])
-            rec["lp"] = float(np.log(probs[j]))
+            rec["lp"] = float(np.log(reported[j]))
             c, lo, li = float(probs[j]), float(probs[:j].sum()), float(probs[ids < x].sum())
             gx = float(g[j])
         else:
             rec["lp"] = lp_given if lp_given is not None and math.isfinite(lp_given) else None
-            c, lo, li, gx = other, total, total, float(g[-1])
-        if c <= 0 or (lp_given is not None and lp_given == -math.inf):
-            rec["imp"] = True
+            c, lo, li, gx = other, top_mass, top_mass, float(g[-1])
+        if lp_given is not None and lp_given == -math.inf:
+            rec["imp"] = True  # the reference itself gives the token probability 0
+        if rec.get("imp") or c <= 0:  # c = 0: outside a list that provably covers the law (``ox``)
             out.append(rec)
             prev = (ids, probs, other)
             continue
         rec.update(c=c, lo=lo, li=li, tg=gx, tm=m, tv=v, tr=rng)
         rank = int(hit[0]) if hit.size else ids.size
-        rec["nu"] = _nuclei(probs, rank, total) + [_top_set(probs, rank, ids.size, other)]
+        rec["nu"] = _nuclei(probs, rank, top_mass) + [_top_set(probs, rank, ids.size, other)]
         if prev is not None:
             _add_top_shift(rec, ids, probs, other, prev, hit)
         out.append(rec)

@@ -143,12 +143,14 @@ def score_test(records, name: str, alpha: float, tolerance: float = 0.0,
     if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
     key, sided = SCORES[name]
+    records = list(records)
     n, (g, m, v, r) = _record_sums(records, key, "gmvr", 1)
     unit = "|Δβ| (≈ |ΔT|/T)"
     if n == 0:
         return DirectionalResult(name, math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, sided, math.inf, unit, True)
     g, m, v, r = float(g[0]), float(m[0]), float(v[0]), float(r[0])
-    bias = float(tolerance) * r
+    bias = sum((float(tolerance) + rec.get("pe", 0.0)) * rec[f"{key}r"] for rec in records
+               if not rec.get("imp") and f"{key}g" in rec)
     z, p = _pvalue(g - m, v, bias, sided)
     need = _z(alpha, sided) * math.sqrt(v) + sps.norm.ppf(power) * math.sqrt(v) + bias
     det = need / v if v > 0 else math.inf
@@ -212,10 +214,15 @@ def mixture_test(records, name: str, alpha: float, tolerance: float = 0.0,
     alpha = check_alpha(alpha)
     if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
         raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
-    n, e, m, v, q = mixture_sums(records, MIXTURES[name])
+    records = list(records)
+    key = MIXTURES[name]
+    n, e, m, v, q = mixture_sums(records, key)
     if n == 0:
         return DirectionalResult(name, math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 1, math.inf, "weight ε", True)
-    penalty = np.array([n * math.log1p(2 * lam * float(tolerance)) for lam in LAMBDAS])
+    # E[1 − λ + λ r] ≤ 1 + λ·((1 + 2η)(1 + pr) − 1): η the engine's, pr the reported cells' precision
+    rel = np.array([(1 + 2 * float(tolerance)) * (1 + rec.get("pr", 0.0)) - 1 for rec in records
+                    if not rec.get("imp") and f"{key}e" in rec])
+    penalty = np.array([float(np.log1p(lam * rel).sum()) for lam in LAMBDAS])
     log_w = e - penalty
     top = float(log_w.max())
     log_mean = top + math.log(float(np.exp(log_w - top).mean()))
@@ -243,7 +250,7 @@ def nucleus_test(records, alpha: float, tolerance: float = 0.0) -> DirectionalRe
     records = list(records)
     best = None
     for i, level in enumerate(LEVELS):
-        out = mean = var = 0.0
+        out = mean = var = bias = 0.0
         n = 0
         for rec in records:
             if rec.get("imp") or "nu" not in rec:
@@ -253,9 +260,9 @@ def nucleus_test(records, alpha: float, tolerance: float = 0.0) -> DirectionalRe
             out += o_t
             mean += m_t
             var += m_t * (1.0 - m_t)
+            bias += eta + rec.get("pe", 0.0)
         if n == 0:
             continue
-        bias = eta * n
         z, p = _pvalue(out - mean, var, bias, -1)
         p = min(1.0, p * len(LEVELS))
         _, p_zero = _pvalue(-mean, var, bias, -1)

@@ -19,7 +19,9 @@ The whole path, in order:
    response cache: the samples are not independent); a few seeds are replayed and the verdict says
    whether the deployment reproduces a sample from its seed (informational).
 5. **Tests**: ``oracle.sequence_family.family_test`` on every sample's records (omnibus PIT and
-   directional tests, Bonferroni over the family); and the engine's reported log-probability of
+   directional tests, Bonferroni over the family); the report tests of ``oracle.sequence_reports``
+   (top-k lists that claim the whole law while samples leave them), at their share of α taken
+   from the family's per-position rows; and the engine's reported log-probability of
    each sampled token against the reference's (temperature 1: what servers report), a
    deterministic bound: every gap ≤ ``Plan.logprob_tolerance`` nats.
 6. **Stopping**: Ctrl-C or SIGTERM stops the workers; the certificate is computed on the samples
@@ -45,6 +47,7 @@ from spectr_gbv.certify.endpoint.references import raw_logprob_gap
 from spectr_gbv.certify.endpoint.servers import ProtocolError
 from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
+from spectr_gbv.oracle.sequence_reports import planned_share, report_tests
 
 PIT_STREAM = 0x50495421  # the PIT's uniforms: a stream no engine seed shares
 SEED_STREAM = 0x53454544  # the engine seeds
@@ -135,6 +138,8 @@ class DeploymentCertificate:
     Attributes:
         plan: the ``Plan``; server, model, reference: what was certified against what.
         family: the ``FamilyResult`` of the samples collected (None when none was).
+        reports: the report tests (``oracle.sequence_reports``: ``DirectionalResult``s at their
+            share of α, taken from the family's per-position rows).
         logprobs: ``LogprobCheck`` (None when the engine reports no log-probabilities).
         samples: samples tested; impossible: [(i, reason)] of impossible samples.
         replays: (replayed, identical).
@@ -155,6 +160,7 @@ class DeploymentCertificate:
     model: str
     reference: str
     family: FamilyResult | None = None
+    reports: tuple = ()
     logprobs: LogprobCheck | None = None
     samples: int = 0
     impossible: list = field(default_factory=list)
@@ -174,13 +180,13 @@ class DeploymentCertificate:
     @property
     def passed(self) -> bool:
         return (not self.refused and not self.impossible and self.family is not None and self.family.passed
-                and (self.logprobs is None or self.logprobs.passed))
+                and all(r.passed for r in self.reports) and (self.logprobs is None or self.logprobs.passed))
 
     @property
     def failed(self) -> bool:
         """A deviation was found (a FAIL even on part of the plan)."""
         return bool(self.impossible) or (self.family is not None and not self.family.passed) or (
-            self.logprobs is not None and not self.logprobs.passed)
+            self.logprobs is not None and not self.logprobs.passed) or any(not r.passed for r in self.reports)
 
     @property
     def verdict(self) -> str:
@@ -387,9 +393,14 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     cert.records = [done[i]["records"] for i in order]
     if order and not cert.refused:
         samples = cert.records
-        cert.family = family_test(samples, plan.alpha, eta, seed=pit_seed(plan.seed), indices=order)
+        flat = [r for s in samples for r in s]
+        reserved = planned_share(flat, plan.alpha)  # the report tests' share, outside the family
+        cert.reports = report_tests(flat, reserved)
+        cert.family = family_test(samples, plan.alpha, eta, seed=pit_seed(plan.seed), indices=order,
+                                  reserved=reserved)
         if plan.auto_tolerance and gaps:
-            exact = family_test(samples, plan.alpha, 0.0, seed=pit_seed(plan.seed), indices=order)
+            exact = family_test(samples, plan.alpha, 0.0, seed=pit_seed(plan.seed), indices=order,
+                                reserved=reserved)
             cert.numerics = (eta, q99, exact.passed)
     cert.wall_s = time.perf_counter() - started
     return cert

@@ -19,6 +19,14 @@ seed included), "cached" (the first sample of a prompt returned for every seed),
 last token of every sample is V), "fewer-top" (the echo returns half the top-k asked), "http-500"
 (every third request fails with 500 once).
 
+Not defects (the law and the reports are right, to the precision sent): "rounded-logprobs" (every
+log-probability, sampled and echoed, rounded to 2 decimals, as some servers serialise them: a
+top-k list then sums above 1 by up to ~0.5 %), "float32-logprobs" (every log-probability a float32
+value, as vLLM sends them: a top-k list covering all but ~1e-7 of the law sums to ≥ 1 in many rows).
+And one defect of the reports alone: "renormalised-top" (the echo's top-k log-probabilities
+renormalised over the top k, as a server reporting them after a top-k truncation would: every list
+claims the whole law while the samples, from the whole law, leave it).
+
 Not defects of the law, but of the deployment as a client meets it: ``api_key`` (every request
 without ``Authorization: Bearer KEY`` answers 401, the model list included), ``html_page`` (every
 path answers a web page, as a dashboard or a proxy's login does), ``serial_s`` (one request
@@ -40,7 +48,8 @@ import numpy as np
 from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
 DEFECTS = ("temperature-0.9", "top-p-0.95", "stale-0.1", "wrong-logprobs", "zero-logprobs", "seed-ignored", "cached",
-           "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500")
+           "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500", "rounded-logprobs",
+           "float32-logprobs", "renormalised-top")
 
 
 def default_chain() -> MarkovChain:
@@ -130,7 +139,14 @@ class FakeDeployment:
     def logprob_rows(self, prompt, tokens):
         """log-probabilities [n, V] of each token's law (T = 1, raw)."""
         with np.errstate(divide="ignore"):
-            return np.log(self.model.laws(prompt, tokens))
+            rows = np.log(self.model.laws(prompt, tokens))
+        if self.defect == "rounded-logprobs":
+            return np.round(rows, 2)
+        if self.defect == "float32-logprobs":  # a float32 log-softmax of the (float32) logits
+            z = rows.astype(np.float32)
+            with np.errstate(invalid="ignore"):
+                return (z - np.log(np.exp(z).sum(axis=-1, dtype=np.float32))[..., None]).astype(np.float64)
+        return rows
 
 
 def _handler(state: FakeDeployment):
@@ -237,7 +253,10 @@ def _handler(state: FakeDeployment):
                 row = rows[j - 1]
                 order = np.lexsort((np.arange(V), -row))[:want]
                 top = {f"token_id:{int(i)}": float(row[i]) for i in order}
-                top[f"token_id:{ids[j]}"] = float(row[ids[j]])
+                if state.defect == "renormalised-top":
+                    z = float(np.logaddexp.reduce(row[order]))
+                    top = {f"token_id:{int(i)}": float(row[i] - z) for i in order}
+                top.setdefault(f"token_id:{ids[j]}", float(row[ids[j]]))
                 tops.append(top)
                 own.append(float(row[ids[j]]) if math.isfinite(row[ids[j]]) else -9999.0)
             return {"id": "cmpl-echo", "object": "text_completion", "model": state.name,

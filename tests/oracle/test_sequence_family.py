@@ -108,6 +108,13 @@ def test_the_bonferroni_shares():
     assert {r.alpha for r in positions} == {0.01 / 4 / 2 / 8}
     assert {d.alpha for d in res.directional} == {0.01 * 3 / 4 / 3}
     assert res.n_tokens == 12 and res.coarsened == 8
+    # a share reserved for the report tests comes out of the per-position rows only
+    held = family_test(samples, alpha=0.01, reserved=0.01 / 16)
+    assert {r.alpha for r in held.rows if r.scope == "all"} == {0.01 / 4 / 2 / 2}
+    assert [r.alpha for r in held.rows if r.scope != "all"] == pytest.approx([(0.01 / 8 - 0.01 / 16) / 8] * 8)
+    assert {d.alpha for d in held.directional} == {0.01 * 3 / 4 / 3}
+    with pytest.raises(ValueError, match="reserved"):
+        family_test(samples, alpha=0.01, reserved=0.01 / 8)
 
 
 def test_an_impossible_token_fails_the_family():
