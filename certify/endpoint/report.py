@@ -7,17 +7,58 @@ import math
 from spectr_gbv.oracle.sequence_scores import MIXTURES
 
 SEE = "docs/guarantees.md#certify-a-deployment"
+FAIL = "  <- FAIL"
 
 
 def _p(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
 
 
+def _stat(d) -> str:
+    return "log W" if d.name in MIXTURES else "z"  # the e-value tests report log W
+
+
+def decided_by(cert) -> list[str]:
+    """The members of the certificate's tests that failed, most decisive first, as short phrases:
+    what fails without a p-value (impossible samples or tokens, a reported log-probability over its
+    bound) first, then each failed test of the family and each failed report test by p / α
+    (smallest first).  Empty when nothing failed."""
+    out = []
+    if cert.impossible:
+        out.append(f"{len(cert.impossible)} impossible samples")
+    fam = cert.family
+    if fam is not None and fam.impossible:
+        out.append(f"{fam.impossible} tokens of probability 0 under the reference")
+    if cert.logprobs is not None and not cert.logprobs.passed:
+        out.append(f"reported log-probs: {cert.logprobs.over} over the {cert.logprobs.bound:g}-nat bound")
+    ranked = []
+    if fam is not None:
+        ranked += [(r.pvalue / r.alpha, f"omnibus PIT KS ({'pooled' if r.scope == 'all' else r.scope}, {r.order} "
+                    f"order; p {_p(r.pvalue)} < alpha {r.alpha:.2g})") for r in fam.rows if not r.passed]
+        ranked += [(d.pvalue / d.alpha, f"{d.name} ({_stat(d)} {_p(d.statistic)}, p {_p(d.pvalue)} < alpha "
+                    f"{d.alpha:.2g})") for d in fam.directional if not d.passed]
+    ranked += [(r.pvalue / r.alpha, f"{r.name} (p {_p(r.pvalue)} < alpha {r.alpha:.2g})")
+               for r in getattr(cert, "reports", ()) if not r.passed]
+    out += [name for _, name in sorted(ranked, key=lambda x: x[0])]
+    return out
+
+
+def _verdict_line(cert) -> str:
+    line = f"verdict: {cert.verdict}" + (f" — {cert.refused}" if cert.refused else "")
+    deciders = decided_by(cert)
+    if deciders:
+        line += f" — decided by {deciders[0]}"
+        if len(deciders) > 1:
+            line += f"; {len(deciders) - 1} more failing line{'s' if len(deciders) > 2 else ''} marked <- FAIL below"
+    return line
+
+
 def text_report(cert) -> str:
-    """The certificate as a few aligned lines: the verdict and why, the plan, each test's p-value
-    and detectable deviation, the reported log-probabilities, seeds, errors and notes."""
+    """The certificate as a few aligned lines: the verdict and the family member that decided it
+    (``decided_by``), the plan, each test's p-value and detectable deviation (every failing line
+    marked "<- FAIL"), the reported log-probabilities, seeds, errors and notes."""
     plan, fam = cert.plan, cert.family
-    lines = [f"verdict: {cert.verdict}" + (f" — {cert.refused}" if cert.refused else ""),
+    lines = [_verdict_line(cert),
              f"server {cert.server}  model {cert.model or '-'}  reference {cert.reference}",
              f"plan: N = {plan.n_samples} samples × {plan.n_new} tokens, T = {plan.temperature:g}, "
              f"alpha = {plan.alpha:g} (family), eta = {fam.tolerance if fam is not None else plan.tolerance:g}"
@@ -30,21 +71,26 @@ def text_report(cert) -> str:
         for o in ("probability", "id"):
             r = fam.pooled(o)
             lines.append(f"  omnibus PIT KS, {o} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g}); "
-                         f"catches a PIT deviation d >= {r.detectable:.3f} (per-token TV, power 0.99)")
+                         f"catches a PIT deviation d >= {r.detectable:.3f} (per-token TV, power 0.99)"
+                         + ("" if r.passed else FAIL))
         pos = [r for r in fam.rows if r.scope.startswith("position")]
         if pos:
             w = min(pos, key=lambda r: r.pvalue)
-            lines.append(f"  per position: smallest p {_p(w.pvalue)} ({w.scope}, {w.order}; alpha {w.alpha:.2g} each)")
+            bad = [r for r in pos if not r.passed]
+            lines.append(f"  per position: smallest p {_p(w.pvalue)} ({w.scope}, {w.order}; alpha {w.alpha:.2g} each)"
+                         + (f"; {len(bad)} of {len(pos)} rows below their alpha{FAIL}" if bad else ""))
+            lines.extend(f"    {r.scope}, {r.order} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g}){FAIL}" for r in bad[:8])
+            if len(bad) > 8:
+                lines.append(f"    ... {len(bad) - 8} more failing position rows (the JSON lists every row)")
         for d in fam.directional:
             det = (f"catches {d.unit} >= {d.detectable:.3g}" if d.unit.startswith(("|", "weight"))
                    else ("this level's truncation would be caught" if d.detectable >= 1 else
                          "a truncation at this level is not resolved at this N"))
-            stat = "log W" if d.name in MIXTURES else "z"  # the e-value tests report log W
-            lines.append(f"  {d.name}: {stat} {_p(d.statistic)}, p {_p(d.pvalue)} (alpha {d.alpha:.2g}); "
+            lines.append(f"  {d.name}: {_stat(d)} {_p(d.statistic)}, p {_p(d.pvalue)} (alpha {d.alpha:.2g}); "
                          f"observed {d.observed:.4g} vs expected {d.expected:.4g}; {det}"
-                         + ("" if d.passed else "  <- FAIL"))
+                         + ("" if d.passed else FAIL))
         if fam.impossible:
-            lines.append(f"  {fam.impossible} tokens the reference gives probability 0")
+            lines.append(f"  {fam.impossible} tokens the reference gives probability 0{FAIL}")
     if cert.numerics is not None:
         eta, q99, exact_passed = cert.numerics
         lines.append(f"numerics: the engine's reported log-probs differ from the reference's by {q99:.2g} nats at "
@@ -58,11 +104,11 @@ def text_report(cert) -> str:
     if cert.logprobs is not None:
         lp = cert.logprobs
         lines.append(f"reported log-probs vs reference: {lp.n} tokens, median gap {lp.median:.2g}, largest "
-                     f"{lp.largest:.3g} nats (bound {lp.bound:g}): " + ("ok" if lp.passed else f"{lp.over} over the bound  <- FAIL"))
+                     f"{lp.largest:.3g} nats (bound {lp.bound:g}): " + ("ok" if lp.passed else f"{lp.over} over the bound{FAIL}"))
     for r in getattr(cert, "reports", ()):
         lines.append(_report_line(r))
     for i, reason in cert.impossible[:5]:
-        lines.append(f"impossible sample {i}: {reason}  <- FAIL")
+        lines.append(f"impossible sample {i}: {reason}{FAIL}")
     if len(cert.impossible) > 5:
         lines.append(f"... {len(cert.impossible) - 5} more impossible samples")
     n, same = cert.replays
@@ -96,7 +142,7 @@ def _report_line(r) -> str:
     else:
         what = f"observed {r.observed:.4g} vs expected {r.expected:.4g}"
     stat = f"log W {_p(r.statistic)}" if r.unit.startswith("tokens outside") else f"z {_p(r.statistic)}"
-    return f"{r.name}: {what}; {stat}, p {_p(r.pvalue)} (alpha {r.alpha:.2g})" + ("" if r.passed else "  <- FAIL")
+    return f"{r.name}: {what}; {stat}, p {_p(r.pvalue)} (alpha {r.alpha:.2g})" + ("" if r.passed else FAIL)
 
 
 def deciding_lines(cert) -> list[str]:
@@ -113,7 +159,7 @@ def deciding_lines(cert) -> list[str]:
     if fam is not None:
         for d in fam.directional:
             if not d.passed:
-                stat = "log W" if d.name in MIXTURES else "z"
+                stat = _stat(d)
                 lines.append(f"{d.name} test failed: {stat} {_p(d.statistic)}, p {_p(d.pvalue)} < alpha {d.alpha:.2g} "
                              f"(observed {d.observed:.4g} vs expected {d.expected:.4g})")
         for r in fam.rows:
@@ -122,6 +168,10 @@ def deciding_lines(cert) -> list[str]:
                              f"alpha {r.alpha:.2g}")
         if fam.impossible:
             lines.append(f"{fam.impossible} sampled tokens have probability 0 under the reference")
+    for r in getattr(cert, "reports", ()):
+        if not r.passed:
+            lines.append(f"{r.name} test failed: p {_p(r.pvalue)} < alpha {r.alpha:.2g} (observed {r.observed:.4g} "
+                         f"vs expected {r.expected:.4g})")
     if cert.logprobs is not None and not cert.logprobs.passed:
         lp = cert.logprobs
         lines.append(f"reported log-probabilities failed: {lp.over} of {lp.n} tokens differ from the reference's by "
