@@ -13,6 +13,19 @@ share of the certificate's α (``REPORT_SHARE``, taken from the family's per-pos
   supermartingale and p = min(1, 1/W) is exact in size at every N (Ville's inequality; as
   ``oracle.sequence_scores``' e-value tests).  o_t = 0 with ox_t = 1 (a list that provably
   covers the law, a token outside it): W = ∞, p = 0.
+- **log-prob shift** (``logprob_shift_test``): the engine's reported log-probability of each
+  sampled token against the reference's, judged as a law rather than by a bound alone.  Numerics
+  (bfloat16 kernels against a float32 reference: drift sd ~0.15 nats, mean ~0 on Qwen2.5-0.5B,
+  docs/engines.md) move single gaps d_t = reported − reference both ways; a misreport (the
+  log-probability of another law, step or temperature; a constant offset) moves most of them one
+  way.  Null: given the past, each gap exceeds +τ with probability ≤ ½ and falls below −τ with
+  probability ≤ ½ (the gaps' conditional median lies in [−τ, τ]; τ = ``Plan.logprob_shift``,
+  default ``DEFAULT_SHIFT`` nats).  Then the count k₊ of gaps above τ is stochastically at most
+  Binomial(n, ½) (a sequential coupling), so P(k₊ ≥ k) ≤ P(Bin(n, ½) ≥ k) exactly at every n, and
+  the same for k₋; the two-sided p-value is 2·min of the two tails (a sign test: Dixon & Mood
+  1946, J. Am. Stat. Assoc. 41:557–566).  No assumption on the noise's shape or scale: heavy tails
+  and single outliers count once each.  A single wildly wrong report is the deterministic bound's
+  (``certify.endpoint.run.LogprobCheck``), not this test's.
 """
 
 from __future__ import annotations
@@ -26,6 +39,8 @@ from spectr_gbv.oracle.sequence_scores import DirectionalResult
 
 # the share of the certificate's α the report tests take (split equally among those planned)
 REPORT_SHARE = 1 / 16
+# τ: the gaps' conditional median a deployment's numerics may move within (nats)
+DEFAULT_SHIFT = 0.1
 # the other-cell e-value's mixture weights: one token outside a list whose other mass is o gives a
 # factor λ/o, each token inside (1 − λ): small λ keep a run of inside tokens cheap
 OTHER_LAMBDAS = (0.1, 0.01, 1e-3, 1e-4)
@@ -71,22 +86,95 @@ def other_cell_test(records, alpha: float) -> DirectionalResult | None:
                              float(one - math.log(len(OTHER_LAMBDAS)) >= math.log(1 / alpha)), unit, p >= alpha)
 
 
-def report_tests(records, alpha: float) -> tuple:
-    """The report tests a run plans and their results, each at ``alpha`` split equally among those
-    planned (the other-cell test when any record is flagged).
+def signed_gaps(reported, reference) -> list[float]:
+    """reported − reference per token where both are known and finite (nats)."""
+    if reported is None or reference is None:
+        return []
+    return [float(a) - float(b) for a, b in zip(reported, reference)
+            if a is not None and b is not None and math.isfinite(a) and math.isfinite(b)]
+
+
+def logprob_shift_test(gaps, alpha: float, shift: float = DEFAULT_SHIFT,
+                       power: float = 0.99) -> DirectionalResult | None:
+    """The sign test of the reported log-probabilities (module doc).
 
     Args:
-        records: the run's per-token records, flattened; alpha: the report tests' whole share.
+        gaps: signed gaps reported − reference (nats), one per token (``signed_gaps``).
+        alpha: this test's false-alarm rate, in (0, 1).
+        shift: τ ≥ 0, the numerics' allowance on the gaps' median (nats).
+        power: the power at which ``detectable`` is stated.
+    Returns:
+        ``DirectionalResult`` named "reported log-probs: shift" (statistic: the deciding count's
+        standard score (k − n/2)/√(n/4), signed by its side; observed: that count; expected: n/2,
+        the most the null allows; detectable: the systematic shift s (nats) caught with power
+        ``power`` if the gaps are s + noise of the gaps' own robust scale, 1.4826·MAD), or None
+        with no gap (the engine reports no log-probabilities).
+    Raises:
+        ValueError: alpha, power out of range or shift < 0.
+    Source: the sign test (Dixon & Mood 1946); the binomial tails are scipy.stats.binom's, exact.
+    """
+    from scipy import stats as sps
+
+    alpha = check_alpha(alpha)
+    power = check_alpha(power, "power")
+    if not (isinstance(shift, (int, float)) and shift >= 0 and math.isfinite(shift)):
+        raise ValueError(f"shift must be a finite number ≥ 0, got {shift!r}")
+    d = np.asarray([g for g in gaps if math.isfinite(g)], dtype=np.float64)
+    n = int(d.size)
+    if n == 0:
+        return None
+    above, below = int((d > shift).sum()), int((d < -shift).sum())
+    p_above = float(sps.binom.sf(above - 1, n, 0.5))
+    p_below = float(sps.binom.sf(below - 1, n, 0.5))
+    p = min(1.0, 2 * min(p_above, p_below))
+    k, sign = (above, 1.0) if p_above <= p_below else (below, -1.0)
+    z = sign * (k - n / 2) / math.sqrt(n / 4)
+    # detectable: k_crit the smallest count rejected; q the exceedance rate reaching it with the
+    # power asked; s = τ + σ·Φ⁻¹(q) for gaps s + noise of scale σ
+    k_crit = int(sps.binom.isf(alpha / 2, n, 0.5)) + 1
+    while k_crit > 0 and 2 * sps.binom.sf(k_crit - 2, n, 0.5) <= alpha:
+        k_crit -= 1
+    det = math.inf
+    if k_crit <= n:
+        lo, hi = 0.5, 1.0
+        for _ in range(50):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if sps.binom.sf(k_crit - 1, n, mid) >= power else (mid, hi)
+        sigma = 1.4826 * float(np.median(np.abs(d - np.median(d))))
+        det = shift + sigma * float(sps.norm.ppf(min(hi, 1 - 1e-12)))
+    return DirectionalResult("reported log-probs: shift", float(z), p, n, float(k), n / 2, n / 4, float(shift),
+                             alpha, 0, float(det), "nats (systematic shift)", p >= alpha)
+
+
+def report_tests(records, alpha: float, gaps=None, shift: float = DEFAULT_SHIFT) -> tuple:
+    """The report tests a run plans and their results, each at ``alpha`` split equally among those
+    planned: the other-cell test when any record is flagged, the log-prob shift test when any gap
+    is known.
+
+    Args:
+        records: the run's per-token records, flattened; alpha: the report tests' whole share;
+        gaps: signed gaps reported − reference (``signed_gaps``), or None; shift: τ.
     Returns:
         a tuple of ``DirectionalResult`` (empty when none is planned).
     """
-    planned = [other_cell_test] if any("ox" in r for r in records) else []
+    planned = _planned(records, gaps)
     if not planned:
         return ()
     share = alpha / len(planned)
-    return tuple(t(records, share) for t in planned)
+    out = []
+    for name in planned:
+        out.append(other_cell_test(records, share) if name == "other cell" else
+                   logprob_shift_test(gaps, share, shift))
+    return tuple(out)
 
 
-def planned_share(records, alpha: float) -> float:
-    """The part of α the report tests take for these records (0 when none is planned)."""
-    return alpha * REPORT_SHARE if any("ox" in r for r in records) else 0.0
+def _planned(records, gaps) -> list[str]:
+    planned = ["other cell"] if any("ox" in r for r in records) else []
+    if gaps is not None and any(math.isfinite(g) for g in gaps):
+        planned.append("log-prob shift")
+    return planned
+
+
+def planned_share(records, alpha: float, gaps=None) -> float:
+    """The part of α the report tests take for these records and gaps (0 when none is planned)."""
+    return alpha * REPORT_SHARE if _planned(records, gaps) else 0.0

@@ -24,6 +24,8 @@ def decided_by(cert) -> list[str]:
     bound) first, then each failed test of the family and each failed report test by p / α
     (smallest first).  Empty when nothing failed."""
     out = []
+    if getattr(cert, "dependence", ""):
+        out.append(f"samples dependent ({cert.duplicates[0]} identical pairs for different seeds)")
     if cert.impossible:
         out.append(f"{len(cert.impossible)} impossible samples")
     fam = cert.family
@@ -117,7 +119,8 @@ def text_report(cert) -> str:
                      + (" (the deployment reproduces a sample from its seed)" if same == n else
                         " (the deployment does not reproduce a sample from its seed; the test does not need it)"))
     pairs, expected = cert.duplicates
-    lines.append(f"independence: {pairs} identical pairs for different seeds (at most {expected:.2g} expected)")
+    lines.append(f"independence: {pairs} identical pairs for different seeds (at most {expected:.2g} expected)"
+                 + (f"{FAIL}\n  {cert.dependence}" if getattr(cert, "dependence", "") else ""))
     if cert.short:
         lines.append(f"the reference gave fewer than k = {plan.k} alternatives at {cert.short} positions (those "
                      "laws are coarsened further)")
@@ -139,6 +142,10 @@ def _report_line(r) -> str:
     if r.name.startswith("reported top-k"):
         what = (f"{r.observed:.0f} sampled tokens outside top-k lists that claim nearly the whole law "
                 f"({r.n} such positions; at most {r.expected:.2g} expected from their 'other' mass)")
+    elif r.name.startswith("reported log-probs"):
+        side = "above +" if r.statistic >= 0 else "below -"
+        what = (f"{r.observed:.0f} of {r.n} sampled tokens' reported log-probs {side}{r.bias:g} nats from the "
+                f"reference's (the null allows half); catches a systematic shift >= {r.detectable:.2g} nats")
     else:
         what = f"observed {r.observed:.4g} vs expected {r.expected:.4g}"
     stat = f"log W {_p(r.statistic)}" if r.unit.startswith("tokens outside") else f"z {_p(r.statistic)}"
@@ -156,6 +163,8 @@ def deciding_lines(cert) -> list[str]:
     if cert.refused:
         return [f"refused: {cert.refused}"]
     lines, fam = [], cert.family
+    if getattr(cert, "dependence", ""):
+        lines.append(cert.dependence)
     if fam is not None:
         for d in fam.directional:
             if not d.passed:
@@ -220,7 +229,7 @@ def certificate_json(cert) -> dict:
     return {
         "verdict": cert.verdict, "server": cert.server, "model": cert.model, "reference": cert.reference,
         "plan": asdict(cert.plan), "samples": cert.samples, "complete": cert.complete, "refused": cert.refused,
-        "wall_s": cert.wall_s, "new_samples": cert.new_samples,
+        "dependence": getattr(cert, "dependence", ""), "wall_s": cert.wall_s, "new_samples": cert.new_samples,
         "samples_per_second": cert.samples_per_second if math.isfinite(cert.samples_per_second) else None,
         "impossible": [{"i": i, "reason": r} for i, r in cert.impossible],
         "replays": {"asked": cert.replays[0], "identical": cert.replays[1]},

@@ -15,15 +15,18 @@ The whole path, in order:
    it lacks (no sample lost or counted twice: each index once, each with its own seed).
 4. **Checks of the samples themselves**: a token outside the reference's vocabulary, or one the
    server's own prefill refuses, makes the sample *impossible* (the verdict fails); identical
-   samples for different seeds, far more often than the target's law allows, stop the run (a
-   response cache: the samples are not independent); a few seeds are replayed and the verdict says
-   whether the deployment reproduces a sample from its seed (informational).
+   samples for different seeds, far more often than the target's law allows (Poisson p < 1e-9),
+   stop the run and FAIL it with the dependence named (a response cache, seeds ignored by a
+   deterministic sampler: the samples are not independent; the law tests then run on the samples
+   collected and are reported as conditional on independence); a few seeds are replayed and the
+   verdict says whether the deployment reproduces a sample from its seed (informational).
 5. **Tests**: ``oracle.sequence_family.family_test`` on every sample's records (omnibus PIT and
    directional tests, Bonferroni over the family); the report tests of ``oracle.sequence_reports``
-   (top-k lists that claim the whole law while samples leave them), at their share of α taken
-   from the family's per-position rows; and the engine's reported log-probability of
-   each sampled token against the reference's (temperature 1: what servers report), a
-   deterministic bound: every gap ≤ ``Plan.logprob_tolerance`` nats.
+   (top-k lists that claim the whole law while samples leave them; the engine's reported
+   log-probabilities of its sampled tokens against the reference's, temperature 1 as servers
+   report them, by a sign test of their median gap against ``Plan.logprob_shift``), at their
+   share of α taken from the family's per-position rows; and a deterministic bound on each
+   single gap: ≤ ``Plan.logprob_tolerance`` nats.
 6. **Stopping**: Ctrl-C or SIGTERM stops the workers; the certificate is computed on the samples
    collected so far (``complete`` False) and the run file keeps them.
 
@@ -47,7 +50,7 @@ from spectr_gbv.certify.endpoint.references import raw_logprob_gap
 from spectr_gbv.certify.endpoint.servers import ProtocolError
 from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
-from spectr_gbv.oracle.sequence_reports import planned_share, report_tests
+from spectr_gbv.oracle.sequence_reports import DEFAULT_SHIFT, planned_share, report_tests, signed_gaps
 
 PIT_STREAM = 0x50495421  # the PIT's uniforms: a stream no engine seed shares
 SEED_STREAM = 0x53454544  # the engine seeds
@@ -64,6 +67,9 @@ class Plan:
         allowed between a reported and a reference log-probability (default 1: bfloat16 decode
         against prefill drifts by up to 0.15 nats on Qwen2.5-0.5B, docs/engines.md; a
         log-probability reported from another model, position or step is off by whole nats);
+        logprob_shift: τ, the nats the reported log-probabilities' median gap may move by
+        numerics (the sign test of ``oracle.sequence_reports``: a systematic misreport beyond it
+        fails; bfloat16 drift, sd ~0.15 and mean ~0, stays within it);
         seed: the run's seed (engine
         seeds and PIT uniforms derive from it); concurrency: C requests in flight; replays: seeds
         asked twice; max_errors: failed requests before the run stops.
@@ -77,6 +83,7 @@ class Plan:
     tolerance: float = 1e-3
     auto_tolerance: bool = False
     logprob_tolerance: float = 1.0
+    logprob_shift: float = DEFAULT_SHIFT
     seed: int = 0
     concurrency: int = 8
     replays: int = 3
@@ -87,6 +94,7 @@ class Plan:
         checks = [("n_samples", self.n_samples >= 1), ("n_new", self.n_new >= 1), ("k", self.k >= 1),
                   ("temperature", self.temperature > 0), ("alpha", 0 < self.alpha < 1),
                   ("tolerance", 0 <= self.tolerance < 1), ("logprob_tolerance", self.logprob_tolerance > 0),
+                  ("logprob_shift", 0 <= self.logprob_shift < math.inf),
                   ("seed", self.seed >= 0), ("concurrency", self.concurrency >= 1), ("replays", self.replays >= 0),
                   ("max_errors", self.max_errors >= 0)]
         for name, ok in checks:
@@ -149,8 +157,9 @@ class DeploymentCertificate:
         numerics: with ``Plan.auto_tolerance``, ``(η used, 99th percentile gap, family at η = 0)``:
             the drift measured and whether the exact test (η = 0) passes, which separates "the
             law changed" from "this deployment's numerics differ from the reference"; else None.
-        notes: lines for the report; refused: why the run was refused (samples not independent),
-        else "".  complete: every planned sample collected.  wall_s: seconds.
+        notes: lines for the report; refused: why the run was refused, else "" (no check refuses
+        today: dependent samples FAIL, ``dependence``); dependence: why the samples are not
+        independent (identical samples for different seeds), else "".  complete: every planned sample collected.  wall_s: seconds.
         records: the tested samples' per-token records, in sample order (not in the JSON).
         new_samples: the samples drawn by this run (the others were read back from the run file).
     """
@@ -174,18 +183,20 @@ class DeploymentCertificate:
     new_samples: int = 0
     notes: list = field(default_factory=list)
     refused: str = ""
+    dependence: str = ""
     complete: bool = False
     wall_s: float = 0.0
 
     @property
     def passed(self) -> bool:
-        return (not self.refused and not self.impossible and self.family is not None and self.family.passed
+        return (not self.refused and not self.dependence and not self.impossible and self.family is not None
+                and self.family.passed
                 and all(r.passed for r in self.reports) and (self.logprobs is None or self.logprobs.passed))
 
     @property
     def failed(self) -> bool:
         """A deviation was found (a FAIL even on part of the plan)."""
-        return bool(self.impossible) or (self.family is not None and not self.family.passed) or (
+        return bool(self.impossible) or bool(self.dependence) or (self.family is not None and not self.family.passed) or (
             self.logprobs is not None and not self.logprobs.passed) or any(not r.passed for r in self.reports)
 
     @property
@@ -349,9 +360,10 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                 flush_local()
             if kind in ("sample", "sampled") and len(done) in _CHECKPOINTS:
                 dup = _duplicates(done, len(prompts))
-                if dup[0] >= 3 and _dup_pvalue(*dup) < 1e-9:
+                if dup[0] >= 3 and _dup_pvalue(*dup) < DUPLICATE_P:
                     cert.duplicates = dup
-                    cert.refused = _refusal(dup)
+                    cert.dependence = _dependence(dup)
+                    cert.notes.append(f"stopped: samples dependent after {len(done)} samples")
                     raise _Stop
             if pending == 0 and not replays_asked:
                 replays_asked = True  # a few seeds asked again once the samples are in
@@ -373,10 +385,10 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     cert.impossible = sorted((i, e.get("reason", "")) for i, e in impossible.items())
     cert.complete = (len(done) + len(impossible) >= plan.n_samples and not cert.refused
                      and not any(n.startswith("stopped") for n in cert.notes))
-    if not cert.refused:
+    if not cert.dependence:
         cert.duplicates = _duplicates(done, len(prompts))
-        if cert.duplicates[0] >= 2 and _dup_pvalue(*cert.duplicates) < 1e-9:
-            cert.refused = _refusal(cert.duplicates)
+        if cert.duplicates[0] >= 2 and _dup_pvalue(*cert.duplicates) < DUPLICATE_P:
+            cert.dependence = _dependence(cert.duplicates)
     order = sorted(done)
     cert.short = sum(int(done[i].get("short") or 0) for i in order)
     gaps = [g for i in order for g in raw_logprob_gap(done[i].get("reported"), done[i].get("raw"))]
@@ -394,8 +406,9 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     if order and not cert.refused:
         samples = cert.records
         flat = [r for s in samples for r in s]
-        reserved = planned_share(flat, plan.alpha)  # the report tests' share, outside the family
-        cert.reports = report_tests(flat, reserved)
+        signed = [g for i in order for g in signed_gaps(done[i].get("reported"), done[i].get("raw"))]
+        reserved = planned_share(flat, plan.alpha, signed)  # the report tests' share, outside the family
+        cert.reports = report_tests(flat, reserved, signed, plan.logprob_shift)
         cert.family = family_test(samples, plan.alpha, eta, seed=pit_seed(plan.seed), indices=order,
                                   reserved=reserved)
         if plan.auto_tolerance and gaps:
@@ -410,10 +423,16 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
 _CHECKPOINTS = frozenset(2 ** j for j in range(3, 20))
 
 
-def _refusal(dup: tuple) -> str:
-    return (f"the server returned identical samples for different seeds ({dup[0]} pairs; at most "
-            f"{dup[1]:.2g} expected under the reference's law): a response cache, or seeds ignored by a "
-            "deterministic sampler; the samples are not independent, so no test can run")
+# the duplicate check's level: its false alarms add at most this per check (at most ~20 checks a
+# run: the checkpoints and the end) to the certificate's α
+DUPLICATE_P = 1e-9
+
+
+def _dependence(dup: tuple) -> str:
+    return (f"samples dependent: the server returned identical samples for different seeds ({dup[0]} pairs; at "
+            f"most {dup[1]:.2g} expected under the reference's law, Poisson p < {DUPLICATE_P:g}): a response "
+            "cache, or seeds ignored by a deterministic sampler; the samples are not independent (the law "
+            "tests assume they are: read them as conditional on it)")
 
 
 def _bad_tokens(tokens, n: int, vocab: int | None):

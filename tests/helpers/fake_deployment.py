@@ -23,9 +23,13 @@ Not defects (the law and the reports are right, to the precision sent): "rounded
 log-probability, sampled and echoed, rounded to 2 decimals, as some servers serialise them: a
 top-k list then sums above 1 by up to ~0.5 %), "float32-logprobs" (every log-probability a float32
 value, as vLLM sends them: a top-k list covering all but ~1e-7 of the law sums to ≥ 1 in many rows).
-And one defect of the reports alone: "renormalised-top" (the echo's top-k log-probabilities
+And defects of the reports alone: "renormalised-top" (the echo's top-k log-probabilities
 renormalised over the top k, as a server reporting them after a top-k truncation would: every list
-claims the whole law while the samples, from the whole law, leave it).
+claims the whole law while the samples, from the whole law, leave it); "logprobs-plus-0.3" (every
+sampled token's reported log-probability 0.3 nats too high, capped at 0); "one-wrong-logprob" (the
+first sample's last reported log-probability 3 nats off, every other one right).  And numerics
+noise that is no defect: "bf16-logprob-noise" (each sampled token's reported log-probability plus
+N(0, 0.15²) nats, capped at 0: bfloat16 decode against a float32 prefill, docs/engines.md).
 
 Not defects of the law, but of the deployment as a client meets it: ``api_key`` (every request
 without ``Authorization: Bearer KEY`` answers 401, the model list included), ``html_page`` (every
@@ -49,7 +53,7 @@ from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
 DEFECTS = ("temperature-0.9", "top-p-0.95", "stale-0.1", "wrong-logprobs", "zero-logprobs", "seed-ignored", "cached",
            "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500", "rounded-logprobs",
-           "float32-logprobs", "renormalised-top")
+           "float32-logprobs", "renormalised-top", "logprobs-plus-0.3", "one-wrong-logprob", "bf16-logprob-noise")
 
 
 def default_chain() -> MarkovChain:
@@ -113,6 +117,7 @@ class FakeDeployment:
         self.shared_rng = np.random.default_rng(12345)
         self.cache: dict = {}
         self.failed_once: set = set()
+        self.wrong_done = False
 
     # -- the model ---------------------------------------------------------------------------
     def _defect_tuple(self):
@@ -238,6 +243,16 @@ def _handler(state: FakeDeployment):
                 reported = [float(rows[t, x]) if x < V else 0.0 for t, x in enumerate(toks)]
             if state.defect == "zero-logprobs":
                 reported = reported[:1] + [0.0] * (len(reported) - 1)
+            elif state.defect == "logprobs-plus-0.3":
+                reported = [min(0.0, v + 0.3) for v in reported]
+            elif state.defect == "bf16-logprob-noise":
+                noise = np.random.default_rng([int(body.get("seed", 0)), 77]).normal(0.0, 0.15, len(reported))
+                reported = [min(0.0, v + float(e)) for v, e in zip(reported, noise)]
+            elif state.defect == "one-wrong-logprob":
+                with state.lock:
+                    first, state.wrong_done = not state.wrong_done, True
+                if first:
+                    reported = reported[:-1] + [reported[-1] - 3.0]
             return self._send(200, {"id": "cmpl-test", "object": "text_completion", "model": state.name,
                                     "choices": [{"index": 0, "text": "", "finish_reason": "length",
                                                  "logprobs": {"tokens": [f"token_id:{t}" for t in toks],

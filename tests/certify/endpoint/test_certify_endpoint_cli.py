@@ -86,15 +86,15 @@ def test_wrong_reported_logprobs_fail_by_the_bound(capsys, tmp_path, defect, ove
     assert cert["logprobs"]["over"] > over and cert["logprobs"]["bound"] == 1.0 and "over the bound" in out
 
 
-def test_an_ignored_seed_is_reported_and_a_response_cache_refused(capsys, tmp_path):
+def test_an_ignored_seed_is_reported_and_a_response_cache_fails(capsys, tmp_path):
     with serve("seed-ignored") as (url, _):
         code, out, err, cert, _ = _run(capsys, url, tmp_path, name="ignored")
     assert code == 0 and cert["replays"] == {"asked": 3, "identical": 0}
     assert "does not reproduce a sample from its seed" in out
     with serve("cached") as (url, state):
         code, out, err, cert, _ = _run(capsys, url, tmp_path, name="cached")
-    assert code == 2 and cert["verdict"] == "REFUSED" and "not independent" in out
-    assert state.requests < 200  # refused early, not after the whole plan
+    assert code == 1 and cert["verdict"] == "FAIL" and "not independent" in out and "samples dependent" in out
+    assert state.requests < 200  # stopped early, not after the whole plan
 
 
 def test_an_out_of_vocabulary_token_fails_as_impossible(capsys, tmp_path):
