@@ -73,46 +73,27 @@ def test_no_module_circle():
     assert cycles == [], f"module circles: {cycles[:5]}"
 
 
-def _gpu_folder(module: str) -> str | None:
+def _sub_folder(module: str, top: str) -> str | None:
+    """The folder of ``module`` inside the top folder ``top`` ("." for the top folder's own
+    modules), or None for a module elsewhere."""
     parts = _folder(module).split(".")
-    if parts[0] != "gpu_backend":
+    if parts[0] != top:
         return None
     return parts[1] if len(parts) > 1 else "."
 
 
-def test_gpu_backend_folders_have_no_circle_and_no_arrow_up():
-    rank = {name: i for i, name in enumerate(GPU_BACKEND_LAYERS)}
+@pytest.mark.parametrize("top,layers", [("gpu_backend", GPU_BACKEND_LAYERS), ("certify", CERTIFY_LAYERS)])
+def test_sub_folders_have_no_circle_and_no_arrow_up(top, layers):
+    rank = {name: i for i, name in enumerate(layers)}
     up, edges = [], set()
     for s, t, where in IMPORTS:
-        a, b = _gpu_folder(s), _gpu_folder(t)
+        a, b = _sub_folder(s, top), _sub_folder(t, top)
         if a is None or b is None or a == b:
             continue
-        assert a in rank and b in rank, f"{where}: a gpu_backend folder not in GPU_BACKEND_LAYERS ({a}, {b})"
+        assert a in rank and b in rank, f"{where}: a {top} folder not in its layers ({a}, {b})"
         edges.add((a, b))
         if rank[b] > rank[a]:
-            up.append(f"{where}: gpu_backend/{a} imports gpu_backend/{b}")
-    assert list(nx.simple_cycles(nx.DiGraph(edges))) == []
-    assert up == [], "\n".join(up)
-
-
-def _certify_folder(module: str) -> str | None:
-    parts = _folder(module).split(".")
-    if parts[0] != "certify":
-        return None
-    return parts[1] if len(parts) > 1 else "."
-
-
-def test_certify_folders_have_no_circle_and_no_arrow_up():
-    rank = {name: i for i, name in enumerate(CERTIFY_LAYERS)}
-    up, edges = [], set()
-    for s, t, where in IMPORTS:
-        a, b = _certify_folder(s), _certify_folder(t)
-        if a is None or b is None or a == b:
-            continue
-        assert a in rank and b in rank, f"{where}: a certify folder not in CERTIFY_LAYERS ({a}, {b})"
-        edges.add((a, b))
-        if rank[b] > rank[a]:
-            up.append(f"{where}: certify/{a} imports certify/{b}")
+            up.append(f"{where}: {top}/{a} imports {top}/{b}")
     assert list(nx.simple_cycles(nx.DiGraph(edges))) == []
     assert up == [], "\n".join(up)
 
