@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_scores import MIXTURES, DirectionalResult, mixture_test, nucleus_test, score_test
+from spectr_gbv.oracle.sequence_scores import MIXTURES, DirectionalResult, mixture_test, score_test, truncation_test
 from spectr_gbv.oracle.sequence_test import ORDERS, SequenceRow, ks_uniform_test
 
 DIRECTIONAL = ("temperature", "truncation", "position shift", "draft leak")
@@ -175,7 +175,7 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
     a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional) if directional else 0.0
     def run(name):
         if name == "truncation":
-            return nucleus_test(flat, a_dir, eta)
+            return truncation_test(flat, a_dir, eta)
         if name in MIXTURES:
             return mixture_test(flat, name, a_dir, eta)
         return score_test(flat, name, a_dir, eta)
@@ -199,7 +199,9 @@ class PlanPower:
         position_shift, draft_leak: the weight ε of a stale-law or draft-law mixture (inf when not
             resolved or not planned).
         truncation: {level: caught (bool)}: a sampler truncating at that level (no token outside)
-            is caught with certainty at this size.
+            is caught with certainty at this size (the truncation e-value's drift, per-token
+            −log M minus the tolerance's penalty, reaches log(levels / (w₁·α))), for the levels the
+            test mixes over (``sequence_scores.truncation_levels``).
         tokens_for_tv: the tokens at which the omnibus d reaches ``target_tv`` (None if above 10^8).
         target_tv: that target.
     """
@@ -237,7 +239,8 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
     """
     from scipy import stats as sps
 
-    from spectr_gbv.oracle.sequence_scores import LEVELS, mixture_detectable, mixture_sums
+    from spectr_gbv.oracle.sequence_scores import (LEVELS, TRUNCATION_WEIGHTS, mixture_detectable, mixture_sums,
+                                                   truncation_levels)
     from spectr_gbv.oracle.sequence_test import detectable_deviation
 
     recs = [r for r in pilot if not r.get("imp")]
@@ -249,7 +252,6 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
     a_omni = alpha * OMNIBUS_SHARE
     a_pooled = a_omni / 2 / len(ORDERS) if positions else a_omni / len(ORDERS)
     a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional)
-    scale = n_tokens / len(recs)
     zb = float(sps.norm.ppf(power))
 
     def temperature():
@@ -270,11 +272,14 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
         return mixture_detectable(n_tokens, m * f, v * f, q * f, a_dir, tolerance, power)
 
     truncation = {}
-    for i, level in enumerate(LEVELS):
-        mean = sum(r["nu"][i][0] for r in recs if "nu" in r) * scale
-        var = sum(r["nu"][i][0] * (1 - r["nu"][i][0]) for r in recs if "nu" in r) * scale
-        z_a = float(sps.norm.isf(a_dir / len(LEVELS)))
-        truncation[level] = var > 0 and (mean - tolerance * n_tokens) / math.sqrt(var) >= z_a
+    levels = truncation_levels(recs)
+    need_t = math.log(len(levels) / (TRUNCATION_WEIGHTS[0] * a_dir)) if levels else math.inf
+    have = [r for r in recs if "nu" in r]
+    for i in levels:  # caught for sure: the e-value of a sampler with no token outside reaches 1/α
+        M = np.array([max(1e-300, 1.0 - r["nu"][i][0]) for r in have])
+        eta = tolerance + np.array([r.get("pe", 0.0) for r in have])
+        drift = float((-np.log(M) - np.log1p(np.minimum(1.0, M + eta) / M - 1.0)).sum()) * n_tokens / max(1, len(have))
+        truncation[LEVELS[i]] = bool(drift >= need_t)
     omnibus = detectable_deviation(int(n_tokens), a_pooled, tolerance)
     need = None
     lo, hi = 1, 10**8

@@ -37,12 +37,14 @@ Record fields (JSON keys)
   previous position's law would average); lists of one value per λ.
 - ``de, dm, dv, dq``: the same with r = q_t(y) / p_t(y), q_t the draft model's law (when the
   draft's law is known): the draft-leak likelihood ratios.
-- ``nu``: for each top-p level ρ of ``NUCLEI``, ``[m, out]``: m = 1 − M_ρ, M_ρ the mass of the
-  nucleus (the fewest most probable cells reaching mass ρ), and out = 1 when x lies outside it
-  (decided by rank, not by comparing sums); ``[0, 0]`` when the top cells do not reach ρ (the
-  nucleus is not resolved by the coarsened law).  Then one more entry for the top-k set
-  itself: the record's k top cells of a top-k law (m = the "other" mass), the ``TOP_SET`` most
-  probable tokens of a whole law.
+- ``nu``: one ``[m, out]`` per truncation level of ``LEVEL_NAMES`` — the top-p nuclei of
+  ``NUCLEI`` (the fewest most probable cells reaching mass ρ), the min-p sets of ``MIN_PS`` (the
+  cells of probability ≥ μ·max), the top-k sets of ``TOP_KS`` (whole laws, and top-k laws of
+  more than k cells), then the top set (a top-k law's own k cells; unresolved for a whole law):
+  m = 1 − M, M the level's mass, and out = 1 when x lies outside it (decided by rank, not by
+  comparing sums); ``[0, 0]`` when the coarsened law does not resolve the level (a nucleus its top
+  cells do not reach, a min-p threshold above its smallest top cell, a top-k set not smaller than
+  its list) — a neutral entry for the truncation test.
 
 With top-k laws, p_{t−1}(y) is known for y in p_{t−1}'s top k; elsewhere the smallest of its top
 probabilities and its "other" mass stands in (an upper bound).  Any function of the cell chosen
@@ -96,32 +98,41 @@ MAX_ROUNDED_DECIMALS = 6
 # a top-k list whose "other" mass (upper bound) is at most this (plus twice its precision δ) claims
 # nearly all the law: a token sampled outside it is flagged (``ox``)
 OTHER_NEAR_ZERO = 1e-3
-# the top-p levels whose nuclei the truncation test counts tokens outside of
+# the truncation test's levels (oracle.sequence_scores.truncation_test): the top-p nuclei, the
+# min-p sets, the top-k sets, then a top-k law's own list ("top set")
 NUCLEI = (0.9, 0.95, 0.99)
-# a whole law's top set for the truncation test's last level (the top-k list a server returns
-# is that level for a top-k law)
-TOP_SET = 20
+MIN_PS = (0.02, 0.05, 0.1)
+TOP_KS = (20, 50, 100)
+LEVEL_NAMES = (tuple(f"top-p {rho:g}" for rho in NUCLEI) + tuple(f"min-p {mu:g}" for mu in MIN_PS)
+               + tuple(f"top-k {k}" for k in TOP_KS) + ("top set",))
 
 
-def _nuclei(sorted_probs: np.ndarray, rank: int, resolved_mass: float) -> list:
-    """``[[1 − M_ρ, out], …]`` for ``NUCLEI`` from probabilities sorted descending, the rank of the
-    token's cell, and the mass the sorted cells resolve (1 for a whole law, Σ top for top-k)."""
+def _levels(sorted_probs: np.ndarray, rank: int, resolved_mass: float, other: float | None = None) -> list:
+    """``[[1 − M, out], …]`` for ``LEVEL_NAMES`` (module doc) from the cells' probabilities sorted
+    descending (a whole law's V, or a top-k law's k top cells), the rank of the token's cell (k for
+    "other"), the mass the sorted cells resolve (1 for a whole law, Σ top for top-k) and, for a
+    top-k law, its "other" mass (None for a whole law)."""
     cum = np.cumsum(sorted_probs)
+    k = sorted_probs.size
+
+    def entry(size):  # the level holds the ``size`` most probable cells
+        return [max(0.0, 1.0 - float(cum[size - 1])), int(rank >= size)]
+
     out = []
     for rho in NUCLEI:
         if resolved_mass + 1e-12 < rho or cum[-1] < rho:
             out.append([0.0, 0])
-            continue
-        size = int(np.searchsorted(cum, rho - 1e-12)) + 1  # cells in the nucleus
-        out.append([max(0.0, 1.0 - float(cum[size - 1])), int(rank >= size)])
+        else:
+            out.append(entry(int(np.searchsorted(cum, rho - 1e-12)) + 1))
+    for mu in MIN_PS:
+        thr = mu * float(sorted_probs[0])
+        size = int(np.count_nonzero(sorted_probs >= thr))
+        # resolved when a cell below the threshold is known (whole law: always, unless none is below)
+        out.append(entry(size) if size < k else [0.0, 0])
+    for j in TOP_KS:
+        out.append(entry(j) if j < k else [0.0, 0])
+    out.append([0.0, 0] if other is None else [float(other), int(rank >= k)])
     return out
-
-
-def _top_set(sorted_probs: np.ndarray, rank: int, size: int, other: float | None = None) -> list:
-    """``[mass outside the top ``size`` cells, out]`` (``other`` when the law is top-k)."""
-    size = min(size, sorted_probs.size)
-    m = other if other is not None else max(0.0, 1.0 - float(sorted_probs[:size].sum()))
-    return [float(m), int(rank >= size)]
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -208,7 +219,7 @@ def records_from_laws(tokens, laws, draft_laws=None) -> list[dict]:
         rec.update(c=px, lo=lo_prob, li=lo_id, tg=float(g[x]), tm=m, tv=v, tr=rng)
         desc = -np.sort(-row)
         rank = int(np.count_nonzero(higher)) + int(np.count_nonzero(row[:x] == px))
-        rec["nu"] = _nuclei(desc, rank, 1.0) + [_top_set(desc, rank, TOP_SET)]
+        rec["nu"] = _levels(desc, rank, 1.0)
         if t >= 1:
             _add_mixture(rec, "s", row, p[t - 1], x)
         if q is not None:
@@ -326,7 +337,7 @@ def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list
             continue
         rec.update(c=c, lo=lo, li=li, tg=gx, tm=m, tv=v, tr=rng)
         rank = int(hit[0]) if hit.size else ids.size
-        rec["nu"] = _nuclei(probs, rank, top_mass) + [_top_set(probs, rank, ids.size, other)]
+        rec["nu"] = _levels(probs, rank, top_mass, other)
         if prev is not None:
             _add_top_shift(rec, ids, probs, other, prev, hit)
         out.append(rec)

@@ -104,8 +104,9 @@ def logprob_shift_test(gaps, alpha: float, shift: float = DEFAULT_SHIFT,
         shift: τ ≥ 0, the numerics' allowance on the gaps' median (nats).
         power: the power at which ``detectable`` is stated.
     Returns:
-        ``DirectionalResult`` named "reported log-probs: shift" (statistic: the deciding count's
-        standard score (k − n/2)/√(n/4), signed by its side; observed: that count; expected: n/2,
+        ``DirectionalResult`` named "reported log-probs: shift" (statistic: the sign statistic
+        (k₊ − k₋)/√(k₊ + k₋), positive when the reports run high; observed: the deciding side's count
+        k₊ or k₋; expected: n/2,
         the most the null allows; detectable: the systematic shift s (nats) caught with power
         ``power`` if the gaps are s + noise of the gaps' own robust scale, 1.4826·MAD), or None
         with no gap (the engine reports no log-probabilities).
@@ -127,8 +128,8 @@ def logprob_shift_test(gaps, alpha: float, shift: float = DEFAULT_SHIFT,
     p_above = float(sps.binom.sf(above - 1, n, 0.5))
     p_below = float(sps.binom.sf(below - 1, n, 0.5))
     p = min(1.0, 2 * min(p_above, p_below))
-    k, sign = (above, 1.0) if p_above <= p_below else (below, -1.0)
-    z = sign * (k - n / 2) / math.sqrt(n / 4)
+    k = above if p_above <= p_below else below
+    z = (above - below) / math.sqrt(max(1, above + below))
     # detectable: k_crit the smallest count rejected; q the exceedance rate reaching it with the
     # power asked; s = τ + σ·Φ⁻¹(q) for gaps s + noise of scale σ
     k_crit = int(sps.binom.isf(alpha / 2, n, 0.5)) + 1

@@ -14,12 +14,17 @@ in samples.  These tests each aim at one family of defects and run on the per-to
   ``sequence_records.LAMBDAS`` (W = the mean of the W_λ) — a test by e-value (below);
 - **draft leak** — a residual or acceptance defect that emits the draft's law q with a weight ε:
   the same with q_t in place of p_{t−1} (only where the draft's law is known).
-- **truncation** — top-p / top-k / min-p left on: the number of emitted tokens outside the top-p
-  nucleus (ρ in ``sequence_records.NUCLEI``), and outside the top set (a top-k law's k cells, a
-  whole law's ``TOP_SET`` most probable tokens), each against its exact expectation
-  Σ_t (1 − M_t) and variance Σ_t M_t (1 − M_t); one-sided (a silent truncation drives it to 0).
+- **truncation** — top-p / top-k / min-p left on: a truncating sampler never emits a token outside
+  its kept set, so at a level ℓ (the top-p nuclei of ``sequence_records.NUCLEI``, the min-p sets of
+  ``MIN_PS``, the top-k sets of ``TOP_KS``, a top-k law's own list) whose mass is M_t, the
+  likelihood ratio of "truncated at ℓ" against the null is in_t / M_t per token (0 for a token
+  outside).  Its mixture with the null, Π_t (1 − λ + λ·in_t/M_t), has mean 1 under the null given
+  the past; the test mixes λ ∈ ``TRUNCATION_LAMBDAS`` (weights ``TRUNCATION_WEIGHTS``: λ = 1, the
+  full truncation, weighs half) and the levels equally — an e-value, exact in size at every N
+  (below), where the normal approximation of the count it replaced over-rejected at small N and
+  needed ~2.5× the samples of the likelihood-ratio test against top-p 0.95.
 
-The temperature and truncation statistics are sums of martingale differences with exact
+The temperature statistic is a sum of martingale differences with exact
 conditional means and variances (each token's law is known given its past): z = Σ (g − m) / √Σ v
 is asymptotically N(0, 1) (martingale CLT, self-normalised: Hall & Heyde 1980, Cor. 3.1); the
 normal approximation's real false-alarm rate is measured by simulation from exact laws
@@ -35,9 +40,9 @@ costs log |LAMBDAS| nats against the test that knows ε.
 
 Float tolerance η.  The engine's law at a token may differ from the reference's by TV ≤ η (float
 rounding): E[g] then moves by at most η·range(g) per token (the record's ``tr`` field), so the
-temperature test subtracts Σ η·range from |Σ (g − m)| before standardising (the nucleus count:
-η per token); the score clips log-probabilities at ``sequence_records.LOG_FLOOR`` so that the
-range stays finite.  The e-value tests read η as a relative error of each probability (the form
+temperature test subtracts Σ η·range from |Σ (g − m)| before standardising (the truncation
+e-value: each factor's mean is at most 1 + λ·(min(1, M + η)/M − 1), and W is divided by it); the
+score clips log-probabilities at ``sequence_records.LOG_FLOOR`` so that the range stays finite.  The e-value tests read η as a relative error of each probability (the form
 rounding takes, |p'(y)/p(y) − 1| ≤ 2η): E[1 − λ + λ·r] ≤ 1 + 2λη per token under it, and each
 W_λ is divided by (1 + 2λη)^n.
 
@@ -57,15 +62,25 @@ import numpy as np
 from scipy import stats as sps
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_records import LAMBDAS, NUCLEI
+from spectr_gbv.oracle.sequence_records import LAMBDAS, LEVEL_NAMES
 
-# the truncation test's levels: the top-p nuclei, then the top set (sequence_records' ``nu``)
-LEVELS = tuple(f"top-p {rho:g}" for rho in NUCLEI) + ("top set",)
+# the truncation test's levels (sequence_records' ``nu``): top-p nuclei, min-p sets, top-k sets, the
+# top set; its mixture weights over λ (the full truncation λ = 1 weighs half: the defect servers ship)
+LEVELS = LEVEL_NAMES
+TRUNCATION_LAMBDAS = (1.0, 0.5, 0.1)
+TRUNCATION_WEIGHTS = (0.5, 0.25, 0.25)
 
 DEFAULT_POWER = 0.99
 # the score tests (record key prefix, sidedness: 0 two-sided) and the e-value tests (key prefix)
 SCORES = {"temperature": ("t", 0)}
 MIXTURES = {"position shift": "s", "draft leak": "d"}
+# every test whose statistic is log W (an e-value), by its name before any " (…)"
+EVALUE_TESTS = ("position shift", "draft leak", "truncation")
+
+
+def is_evalue(name: str) -> bool:
+    """Whether the directional test ``name`` reports log W (an e-value test) rather than z."""
+    return name.split(" (")[0] in EVALUE_TESTS
 
 
 @dataclass(frozen=True)
@@ -233,48 +248,80 @@ def mixture_test(records, name: str, alpha: float, tolerance: float = 0.0,
                              1, det, "weight ε", p >= alpha)
 
 
-def nucleus_test(records, alpha: float, tolerance: float = 0.0) -> DirectionalResult:
-    """The truncation test (module doc): tokens outside each level of ``LEVELS`` (the top-p nuclei
-    of ``NUCLEI``, then the top set), each level at α / len(LEVELS) (Bonferroni); the result is the
-    level with the smallest p-value, its p-value multiplied by the number of levels.
+def truncation_levels(records) -> tuple[int, ...]:
+    """The indices into ``LEVELS`` the truncation test mixes over: every top-p and min-p level, the
+    top-k levels smaller than the smallest list (all for whole laws), and the top set for top-k
+    laws only.  A function of the reference's kind and list size, not of the sampled tokens."""
+    recs = [r for r in records if "nu" in r]
+    whole = all("pe" not in r for r in recs)
+    k_min = min((int(r["k"]) for r in recs), default=0)
+    out = []
+    for i, name in enumerate(LEVELS):
+        if name.startswith("top-k "):
+            if int(name.split()[1]) < k_min:
+                out.append(i)
+        elif name == "top set":
+            if not whole:
+                out.append(i)
+        else:
+            out.append(i)
+    return tuple(out)
+
+
+def truncation_test(records, alpha: float, tolerance: float = 0.0) -> DirectionalResult:
+    """The truncation test by e-value (module doc): W = the mean over the levels of
+    ``truncation_levels`` of Σ_λ w_λ Π_t (1 − λ + λ·in_t/M_t) / (1 + λ·(min(1, M_t + η_t)/M_t − 1)),
+    λ, w_λ from ``TRUNCATION_LAMBDAS``; p = min(1, 1/W), exact in size at every N (Ville).
 
     Args:
-        records: per-token records (flattened), as ``score_test``.
-        alpha: the test's false-alarm rate; tolerance: η.
+        records: per-token records (flattened), as ``score_test``; alpha: the test's false-alarm
+            rate; tolerance: η (each token's η_t = η + its cells' precision ``pe``).
     Returns:
-        ``DirectionalResult`` named "truncation (LEVEL)"; ``detectable`` is 1 when a sampler
-        truncating at the deciding level (no token outside) would be caught at this α, else 0.
+        ``DirectionalResult`` named "truncation (LEVEL)", LEVEL the level of the largest e-value:
+        statistic log W; observed: tokens outside that level; expected: Σ m_t; variance:
+        Σ m_t(1 − m_t); bias: the tolerance's penalty (nats, at λ = 1); detectable: 1 when a
+        sampler truncating at that level (no token outside) is caught at this α and N, else 0.
+        An empty pass (n = 0) when no record carries the levels.
+    Raises:
+        ValueError: alpha or tolerance out of range.
+    Source: the likelihood ratio of the truncated law against the full one is in_t/M_t per token;
+        its mixture with the null is an e-value (Ville 1939; Grünwald, de Heide & Koolen 2024).
     """
     alpha = check_alpha(alpha)
-    eta = float(tolerance)
-    records = list(records)
-    best = None
-    for i, level in enumerate(LEVELS):
-        out = mean = var = bias = 0.0
-        n = 0
-        for rec in records:
-            if rec.get("imp") or "nu" not in rec:
-                continue
-            m_t, o_t = rec["nu"][i]
-            n += 1
-            out += o_t
-            mean += m_t
-            var += m_t * (1.0 - m_t)
-            bias += eta + rec.get("pe", 0.0)
-        if n == 0:
-            continue
-        z, p = _pvalue(out - mean, var, bias, -1)
-        p = min(1.0, p * len(LEVELS))
-        _, p_zero = _pvalue(-mean, var, bias, -1)
-        caught = float(min(1.0, p_zero * len(LEVELS)) < alpha)
-        res = DirectionalResult(f"truncation ({level})", float(z), p, n, out, mean, var, bias, alpha,
-                                -1, caught, "level caught (1) or not (0)", p >= alpha)
-        if best is None or res.pvalue < best.pvalue:
-            best = res
-    if best is None:
-        return DirectionalResult("truncation", math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, -1, 0.0,
-                                 "level caught (1) or not (0)", True)
-    return best
-
-
-
+    if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    recs = [r for r in records if not r.get("imp") and "nu" in r]
+    unit = "level caught (1) or not (0)"
+    levels = truncation_levels(recs)
+    if not recs or not levels:
+        return DirectionalResult("truncation", math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, -1, 0.0, unit, True)
+    nu = np.asarray([r["nu"] for r in recs], dtype=np.float64)[:, levels, :]  # [n, L, 2]
+    m = np.clip(nu[:, :, 0], 0.0, 1.0)
+    inside = nu[:, :, 1] < 0.5
+    M = np.maximum(1.0 - m, 1e-300)
+    eta = float(tolerance) + np.asarray([r.get("pe", 0.0) for r in recs])[:, None]
+    slack = np.minimum(1.0, M + eta) / M - 1.0  # E[in/M] ≤ 1 + slack under a law within η_t
+    per_level = []  # per level: log Σ_λ w_λ W_λ
+    penalties = []
+    for j in range(len(levels)):
+        terms = []
+        for lam, w in zip(TRUNCATION_LAMBDAS, TRUNCATION_WEIGHTS):
+            with np.errstate(divide="ignore"):
+                f = np.log(np.where(inside[:, j], (1 - lam) + lam / M[:, j], 1 - lam))
+            pen = float(np.log1p(lam * slack[:, j]).sum())
+            terms.append(math.log(w) + float(f.sum()) - pen)
+            if lam == 1.0:
+                penalties.append(pen)
+        top = max(terms)
+        per_level.append(-math.inf if top == -math.inf else top + math.log(sum(math.exp(t - top) for t in terms)))
+    top = max(per_level)
+    log_w = (-math.inf if top == -math.inf else
+             top + math.log(sum(math.exp(t - top) for t in per_level)) - math.log(len(levels)))
+    p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+    j = int(np.argmax(per_level))
+    name = LEVELS[levels[j]]
+    full = float(-np.log(M[:, j]).sum()) - penalties[j] + math.log(TRUNCATION_WEIGHTS[0] / len(levels))
+    mj = m[:, j]
+    return DirectionalResult(f"truncation ({name})", float(log_w), p, len(recs), float((~inside[:, j]).sum()),
+                             float(mj.sum()), float((mj * (1 - mj)).sum()), penalties[j], alpha, -1,
+                             float(full >= math.log(1 / alpha)), unit, p >= alpha)

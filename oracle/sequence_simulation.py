@@ -12,6 +12,8 @@ the tests' null laws are exact.
 - ("temperature", T'): tokens from p^{1/T'} (normalised) instead of p (T = 1);
 - ("top_p", ρ): tokens from the top-p nucleus of p (the fewest most probable tokens reaching
   mass ρ), renormalised;
+- ("top_k", k): tokens from the k most probable (ties by id), renormalised;
+- ("min_p", μ): tokens of probability ≥ μ·max p, renormalised;
 - ("leak", ε): tokens from (1 − ε)·p + ε·q, q the draft chain's law (``draft``);
 - ("stale", ε): with probability ε a token is drawn from the law one position earlier (the law
   given the prefix without its last token), as a sampler reading stale logits would.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-DEFECTS = ("temperature", "top_p", "leak", "stale")
+DEFECTS = ("temperature", "top_p", "top_k", "min_p", "leak", "stale")
 
 
 def _softmax(z: np.ndarray) -> np.ndarray:
@@ -99,8 +101,8 @@ class MarkovChain:
                 kind, size = defect
                 if kind == "temperature":
                     p = _softmax(self.logits[seq[-1]] / float(size))
-                elif kind == "top_p":
-                    p = top_p(p, float(size))
+                elif kind in TRUNCATIONS:
+                    p = TRUNCATIONS[kind](p, size)
                 elif kind == "leak":
                     p = (1.0 - size) * p + size * draft.probs[seq[-1]]
                 elif kind == "stale" and len(seq) >= 2 and rng.random() < size:
@@ -120,6 +122,23 @@ def top_p(p: np.ndarray, rho: float) -> np.ndarray:
     keep = np.zeros_like(p)
     keep[order[:size]] = p[order[:size]]
     return keep / keep.sum()
+
+
+def top_k(p: np.ndarray, k: int) -> np.ndarray:
+    """The law p restricted to its k most probable tokens (ties by id), renormalised."""
+    order = np.lexsort((np.arange(p.size), -p))
+    keep = np.zeros_like(p)
+    keep[order[:int(k)]] = p[order[:int(k)]]
+    return keep / keep.sum()
+
+
+def min_p(p: np.ndarray, mu: float) -> np.ndarray:
+    """The law p restricted to tokens of probability ≥ μ·max p, renormalised."""
+    keep = np.where(p >= float(mu) * p.max(), p, 0.0)
+    return keep / keep.sum()
+
+
+TRUNCATIONS = {"top_p": lambda p, s: top_p(p, float(s)), "top_k": top_k, "min_p": min_p}
 
 
 def temperature_tv(chain: MarkovChain, T: float) -> float:
@@ -142,8 +161,8 @@ def defect_matrix(chain: MarkovChain, defect, draft: MarkovChain | None = None) 
     kind, size = defect
     if kind == "temperature":
         return _softmax(chain.logits / float(size))
-    if kind == "top_p":
-        return np.stack([top_p(row, float(size)) for row in chain.probs])
+    if kind in TRUNCATIONS:
+        return np.stack([TRUNCATIONS[kind](row, size) for row in chain.probs])
     if kind == "leak":
         if draft is None:
             raise ValueError("a leak needs the draft chain (draft=)")

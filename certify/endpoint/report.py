@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from spectr_gbv.oracle.sequence_scores import MIXTURES
+from spectr_gbv.oracle.sequence_scores import is_evalue
 
 SEE = "docs/guarantees.md#certify-a-deployment"
 FAIL = "  <- FAIL"
@@ -15,7 +15,7 @@ def _p(x) -> str:
 
 
 def _stat(d) -> str:
-    return "log W" if d.name in MIXTURES else "z"  # the e-value tests report log W
+    return "log W" if is_evalue(d.name) else "z"  # the e-value tests report log W
 
 
 def decided_by(cert) -> list[str]:
@@ -143,7 +143,7 @@ def _report_line(r) -> str:
         what = (f"{r.observed:.0f} sampled tokens outside top-k lists that claim nearly the whole law "
                 f"({r.n} such positions; at most {r.expected:.2g} expected from their 'other' mass)")
     elif r.name.startswith("reported log-probs"):
-        side = "above +" if r.statistic >= 0 else "below -"
+        side = "above +" if r.statistic > 0 else "below -" if r.statistic < 0 else "beyond +-"
         what = (f"{r.observed:.0f} of {r.n} sampled tokens' reported log-probs {side}{r.bias:g} nats from the "
                 f"reference's (the null allows half); catches a systematic shift >= {r.detectable:.2g} nats")
     else:

@@ -10,7 +10,8 @@ Endpoints: ``GET /v1/models``; ``POST /tokenize`` (text → ids: each UTF-8 byte
 (V − 1)); ``POST /v1/completions`` (sampling with ``seed``, ``logprobs``, ``return_tokens_as_token_ids``;
 or ``echo: true`` with ``logprobs: k``: the prompt's top-k log-probabilities, as vLLM returns them).
 
-Defects (``defect=``): "temperature-0.9" (samples at 0.9·T), "top-p-0.95", "stale-0.1" (10 % of
+Defects (``defect=``): "temperature-0.9" (samples at 0.9·T), "top-p-0.95", "top-k-50", "min-p-0.05"
+(truncations left on: ``oracle.sequence_simulation.TRUNCATIONS``), "stale-0.1" (10 % of
 tokens from the previous position's law), "wrong-logprobs" (reported log-probabilities of the
 previous position's law), "zero-logprobs" (every token's log-probability but the first reported
 as 0, as llama-server reports its draft-model speculation's tokens: docs/upstream/), "seed-ignored" (one shared generator: every request differs, the same
@@ -51,7 +52,7 @@ import numpy as np
 
 from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
-DEFECTS = ("temperature-0.9", "top-p-0.95", "stale-0.1", "wrong-logprobs", "zero-logprobs", "seed-ignored", "cached",
+DEFECTS = ("temperature-0.9", "top-p-0.95", "top-k-50", "min-p-0.05", "stale-0.1", "wrong-logprobs", "zero-logprobs", "seed-ignored", "cached",
            "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500", "rounded-logprobs",
            "float32-logprobs", "renormalised-top", "logprobs-plus-0.3", "one-wrong-logprob", "bf16-logprob-noise")
 
@@ -88,13 +89,27 @@ class TinyModel:
         return p / p.sum(axis=1, keepdims=True)
 
     def sample(self, prompt, n, rng, defect=None):
+        """n tokens after ``prompt``, token by token with the model's key-value cache (float32: its
+        laws agree with ``laws``' uncached forward to ~1e-6), at a temperature defect's T or with a
+        truncation defect (``sequence_simulation.TRUNCATIONS``) applied to each law."""
+        from spectr_gbv.oracle.sequence_simulation import TRUNCATIONS
+
         T = defect[1] if defect and defect[0] == "temperature" else 1.0
-        seq = list(prompt)
-        for _ in range(n):
-            z = self._logits(seq)[-1] / T
-            p = np.exp(z - z.max())
-            seq.append(int(rng.choice(self.V, p=p / p.sum())))
-        return seq[len(prompt):]
+        cut = TRUNCATIONS.get(defect[0]) if defect else None
+        out, past, ids = [], None, list(prompt)
+        with self.torch.inference_mode():
+            for _ in range(n):
+                res = self.model(self.torch.tensor([ids]), past_key_values=past, use_cache=True)
+                past = res.past_key_values
+                z = res.logits[0, -1].double().numpy() / T
+                p = np.exp(z - z.max())
+                p = p / p.sum()
+                if cut is not None:
+                    p = cut(p, defect[1])
+                x = int(rng.choice(self.V, p=p))
+                out.append(x)
+                ids = [x]
+        return out
 
 
 class FakeDeployment:
@@ -121,8 +136,8 @@ class FakeDeployment:
 
     # -- the model ---------------------------------------------------------------------------
     def _defect_tuple(self):
-        return {"temperature-0.9": ("temperature", 0.9), "top-p-0.95": ("top_p", 0.95),
-                "stale-0.1": ("stale", 0.1)}.get(self.defect)
+        return {"temperature-0.9": ("temperature", 0.9), "top-p-0.95": ("top_p", 0.95), "top-k-50": ("top_k", 50),
+                "min-p-0.05": ("min_p", 0.05), "stale-0.1": ("stale", 0.1)}.get(self.defect)
 
     def sample(self, prompt, n, seed, temperature):
         if self.defect == "cached" and tuple(prompt) in self.cache:

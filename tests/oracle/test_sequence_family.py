@@ -17,7 +17,7 @@ import pytest
 
 from spectr_gbv.oracle.sequence_family import DIRECTIONAL, family_test, planned_directional, record_pits
 from spectr_gbv.oracle.sequence_records import records_from_laws, records_from_top
-from spectr_gbv.oracle.sequence_scores import mixture_test, nucleus_test, score_test
+from spectr_gbv.oracle.sequence_scores import mixture_test, score_test, truncation_test
 from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
 
@@ -51,7 +51,7 @@ def test_the_family_keeps_its_false_alarm_rate(small, top):
         flat = [r for s in samples for r in s]
         alone["temperature"] += not score_test(flat, "temperature", 0.05).passed
         alone["position shift"] += not mixture_test(flat, "position shift", 0.05).passed
-        alone["truncation"] += not nucleus_test(flat, 0.05).passed
+        alone["truncation"] += not truncation_test(flat, 0.05).passed
     assert rejected / runs <= 0.10
     assert all(v / runs <= 0.10 for v in alone.values()), alone
 
@@ -133,7 +133,7 @@ def test_tolerance_absorbs_a_bias_no_larger_than_it():
     exact = score_test(flat, "temperature", 1e-3, tolerance=0.0)
     loose = score_test(flat, "temperature", 1e-3, tolerance=0.05)
     assert loose.pvalue >= exact.pvalue and loose.bias == pytest.approx(0.05 * sum(r["tr"] for r in flat))
-    nt = nucleus_test(flat, 1e-3, tolerance=0.5)
+    nt = truncation_test(flat, 1e-3, tolerance=0.5)
     assert nt.passed and nt.pvalue == 1.0
 
 
@@ -185,6 +185,39 @@ def test_plan_power_scales_a_pilot_and_matches_the_detectable_of_a_run(chain):
     bigger = plan_power(pilot, 9600, 1e-3)
     assert bigger.omnibus < pp.omnibus and bigger.temperature < pp.temperature
     assert bigger.tokens_for_tv == pp.tokens_for_tv and 20_000 < pp.tokens_for_tv < 40_000
-    assert set(pp.truncation) == {"top-p 0.9", "top-p 0.95", "top-p 0.99", "top set"}
+    # whole laws of V = 512: every level but a top-k reference's own list; 960 tokens catch a
+    # sampler with no token outside the 0.9 nucleus for sure
+    assert set(pp.truncation) == {"top-p 0.9", "top-p 0.95", "top-p 0.99", "min-p 0.02", "min-p 0.05", "min-p 0.1",
+                                  "top-k 20", "top-k 50", "top-k 100"}
+    assert pp.truncation["top-p 0.9"] and pp.truncation["top-k 20"]
     with pytest.raises(ValueError, match="pilot"):
         plan_power([], 960, 1e-3)
+
+
+def test_the_truncation_e_value_keeps_its_size_at_every_sample_size():
+    """Ville's inequality: the truncation test rejects an exact sampler with probability at most α
+    whatever N — measured at N = 5 sequences of 16 tokens (where the normal approximation it
+    replaced over-rejected), 300 runs at α = 0.05, whole laws and top-20 laws: at most 0.09 (a true
+    0.05 exceeds it with probability 0.004)."""
+    chain = MarkovChain(512, seed=0)
+    rng = np.random.default_rng(78)
+    rejected = {None: 0, 20: 0}
+    for _ in range(300):
+        for top in rejected:
+            flat = [r for s in _samples(chain, 5, 16, rng, top=top) for r in s]
+            rejected[top] += not truncation_test(flat, 0.05).passed
+    assert all(v / 300 <= 0.09 for v in rejected.values()), rejected
+
+
+@pytest.mark.parametrize("defect", [("top_p", 0.95), ("top_k", 50), ("min_p", 0.05)])
+def test_silent_truncations_are_caught_at_16_sequences(chain, defect):
+    """V = 512 (row entropies 2–4 nats), whole laws, N = 16 sequences × 16 tokens, the family's
+    directional share at α = 1e-3 (2.5e-4): each truncation caught in 10 of 10 runs (measured: 20 of
+    20 at N = 16, 0 of 20 at N = 8 for top-p 0.95 and top-k 50; min-p 0.05 20 of 20 at N = 4)."""
+    rng = np.random.default_rng(17)
+    caught = 0
+    for _ in range(10):
+        flat = [r for s in _samples(chain, 16, 16, rng, defect) for r in s]
+        res = truncation_test(flat, 2.5e-4)
+        caught += not res.passed and res.name.startswith("truncation (")
+    assert caught == 10

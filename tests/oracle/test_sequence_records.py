@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from spectr_gbv.oracle.sequence_records import (FLOAT32_LOGPROB_ERR, FLOAT64_LOGPROB_ERR, LAMBDAS, LOG_FLOOR, NUCLEI,
+from spectr_gbv.oracle.sequence_records import (FLOAT32_LOGPROB_ERR, FLOAT64_LOGPROB_ERR, LAMBDAS, LEVEL_NAMES, LOG_FLOOR,
                                                records_from_laws, records_from_top, reported_precision)
 
 LAW = np.array([0.1, 0.4, 0.2, 0.3])  # probability order: 1, 3, 2, 0
@@ -22,11 +22,27 @@ def test_whole_law_record_values_are_exact():
     assert r["tg"] == pytest.approx(math.log(0.2), abs=1e-15) and r["tm"] == pytest.approx(m, abs=1e-15)
     assert r["tv"] == pytest.approx(float((LAW * (g - m) ** 2).sum()), abs=1e-15)
     assert r["tr"] == pytest.approx(math.log(0.4) - math.log(0.1), abs=1e-15)
-    # nuclei (rank of token 2 is 2): 0.9 → {1, 3, 2}: mass 0.9, out 0; 0.95 and 0.99 → all four
-    assert [o for _, o in r["nu"]] == [0, 0, 0, 0]
-    assert [m for m, _ in r["nu"]] == pytest.approx([0.1, 0.0, 0.0, 0.0], abs=1e-15)  # the top set (20): all
+    # nuclei (rank of token 2 is 2): 0.9 → {1, 3, 2}: mass 0.9, out 0; 0.95 and 0.99 → all four; the
+    # min-p sets hold all four (0.1 ≥ 0.1·0.4), the top-k sets too, the top set is a top-k law's only
+    assert len(r["nu"]) == len(LEVEL_NAMES) == 10
+    assert [o for _, o in r["nu"]] == [0] * 10
+    assert [m for m, _ in r["nu"]] == pytest.approx([0.1] + [0.0] * 9, abs=1e-15)
     (r3,) = records_from_laws([0], LAW[None, :])  # the least probable token: outside the 0.9 nucleus only
-    assert [o for _, o in r3["nu"]] == [1, 0, 0, 0]
+    assert [o for _, o in r3["nu"]] == [1] + [0] * 9
+
+
+def test_min_p_and_top_k_levels_of_a_whole_law():
+    # 120 tokens: p ∝ 1/(rank+1); min-p 0.1 keeps ranks 0..9 (1/(r+1) ≥ 0.1), 0.05 ranks 0..19,
+    # 0.02 ranks 0..49; top-k 20, 50 and 100 their ranks
+    w = 1.0 / np.arange(1, 121)
+    law = w / w.sum()
+    (r,) = records_from_laws([30], law[None, :])  # rank 30
+    names = dict(zip(LEVEL_NAMES, r["nu"]))
+    for name, size in (("min-p 0.1", 10), ("min-p 0.05", 20), ("min-p 0.02", 50), ("top-k 20", 20),
+                       ("top-k 50", 50), ("top-k 100", 100)):
+        assert names[name][0] == pytest.approx(1 - law[:size].sum(), abs=1e-12), name
+        assert names[name][1] == int(30 >= size), name
+    assert names["top set"] == [0.0, 0]
 
 
 def test_ties_are_ordered_by_id():
@@ -87,8 +103,12 @@ def test_topk_cells_and_the_other_cell():
     g = np.log([0.5 * SHRINK, 0.2 * SHRINK, 0.1 * SHRINK, 0.1 * SHRINK])
     assert outside["tm"] == pytest.approx(float((cells * g).sum()), abs=1e-15)
     # the top set's count: "other" is outside it, with mass o
-    assert outside["nu"][len(NUCLEI)] == [pytest.approx(1 - 0.8 * SHRINK, abs=1e-15), 1]
-    assert inside["nu"][len(NUCLEI)][1] == 0
+    assert outside["nu"][LEVEL_NAMES.index("top set")] == [pytest.approx(1 - 0.8 * SHRINK, abs=1e-15), 1]
+    assert inside["nu"][LEVEL_NAMES.index("top set")][1] == 0
+    # min-p 0.05 of a 3-cell list is not resolved (every cell above 0.05·0.5), min-p 0.1 neither; the
+    # top-k levels are not smaller than the list: neutral entries
+    assert inside["nu"][LEVEL_NAMES.index("min-p 0.1")] == [0.0, 0]
+    assert inside["nu"][LEVEL_NAMES.index("top-k 20")] == [0.0, 0]
     # the precision's TV bound: Σ_top p·(e^δ − e^−δ)
     assert inside["pe"] == pytest.approx(0.8 * (math.exp(FLOAT64_LOGPROB_ERR) - SHRINK), rel=1e-6)
     assert "ox" not in inside  # "other" holds 0.2: far from claiming the whole law

@@ -3,8 +3,8 @@ defects (tests/helpers/fake_deployment.py: an exact Markov chain, V = 64, vLLM's
 
 Sizes and power.  Reference ``self`` gives the top 20 of each law; N = 80 samples × 16 tokens
 (the CLI's default), α = 1e-3 for the family.  On this chain the planted defects are caught far
-beyond their thresholds: top-p 0.95 by the nucleus count (z ≈ −7.4 against the −3.8 its share,
-2.5e-4 over 4 levels, needs), 10 % stale logits by the position-shift e-value (log W ≈ 268
+beyond their thresholds: top-p 0.95 by the truncation e-value (log W ≈ 49 against the
+log(1/2.5e-4) ≈ 8.3 its share needs; 0 tokens outside the 0.95 nucleus where 52 were expected), 10 % stale logits by the position-shift e-value (log W ≈ 268
 against the log(1/2.5e-4) ≈ 8.3 it needs), wrong reported log-probabilities by the deterministic bound (1,145 of 1,280 tokens over
 1 nat; log-probabilities reported as 0, as llama-server does for draft tokens: 675).  T = 0.9 is
 weaker on this low-entropy chain (|Δβ| = 0.11 against a detectable 0.13 at N = 80; z ≈ 3.5, p ≈

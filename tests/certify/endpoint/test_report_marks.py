@@ -59,7 +59,7 @@ def test_every_failing_row_is_marked_and_the_decider_named_first():
     assert decided_by(cert)[1:] == [
         "omnibus PIT KS (position 7, probability order; p 1e-09 < alpha 3.9e-06)",
         "omnibus PIT KS (pooled, probability order; p 1e-06 < alpha 6.3e-05)",
-        "truncation (top-p 0.95) (z 3, p 0.0001 < alpha 0.00025)"]
+        "truncation (top-p 0.95) (log W 3, p 0.0001 < alpha 0.00025)"]
 
 
 def test_impossible_tokens_and_report_tests_are_marked_and_decide_first():
