@@ -131,15 +131,23 @@ def _name(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one sub-command; returns its exit status (2 for bad arguments, printed as one line)."""
-    parser = build_parser()
+    args = None
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a bad argument (2, one line printed)
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return run_parsed(args)
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # argparse: --help (0) or a bad argument (2, one line printed)
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        return run_parsed(args)
+    except KeyboardInterrupt:  # Ctrl-C before a command's own handler (while importing, say)
+        name = " ".join(filter(None, (getattr(args, "command", None), getattr(args, "certify_what", None))))
+        verdict = "; verdict: INCOMPLETE (no sample taken)" if name.startswith("certify") else ""
+        print(f"spectr-gbv{' ' + name if name else ''}: stopped by the user before anything was measured{verdict}",
+              file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

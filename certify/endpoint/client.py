@@ -179,11 +179,14 @@ class Endpoint:
         return self._call("GET", path, None, timeout_s)
 
     def _key_refused(self, method: str, path: str, err: urllib.error.HTTPError) -> EndpointError:
-        sent = (f"the API key in ${self.api_key_env}" if self._key
-                else f"no API key (${self.api_key_env} is not set)")
-        return EndpointError(f"{method} {path}: HTTP {err.code}: the server refused {sent}; put the key in an "
-                             f"environment variable and name it with --api-key-env VAR ({_error_message(err)})",
-                             err.code)
+        said = _error_message(err)
+        if self._key:
+            return EndpointError(f"{method} {path}: HTTP {err.code}: the server refused the API key in "
+                                 f"${self.api_key_env} ({said}): check the key, or name the variable that holds "
+                                 "the right one with --api-key-env VAR", err.code)
+        return EndpointError(f"{method} {path}: HTTP {err.code}: the server asks for an API key and none was sent "
+                             f"(${self.api_key_env} is not set; {said}): export the key in ${self.api_key_env}, or "
+                             "name the variable that holds it with --api-key-env VAR", err.code)
 
     def _not_json(self, method: str, path: str, content_type: str, raw: bytes) -> EndpointError:
         return EndpointError(f"{method} {path}: the server answered {content_type or 'text'}, not JSON "

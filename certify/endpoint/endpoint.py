@@ -23,6 +23,7 @@ Order of the checks (each failure is one ``DeploymentInputError`` line; the CLI 
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -161,6 +162,8 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
             "server's prompt log-probabilities are before temperature and its top k do not give the law at T ≠ 1")
     ep = _endpoint(req.url, req, "URL")
     notes = list(ep.notes)
+    if req.api_key_env != EndpointRequest.api_key_env and not os.environ.get(req.api_key_env):
+        notes.append(f"--api-key-env {req.api_key_env}: that variable is not set here; no API key was sent")
     answer = _probe(ep, dia, "URL")
     model = req.model or dia.model_name(answer)
     if not model and req.server == "openai":

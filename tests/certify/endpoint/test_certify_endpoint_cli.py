@@ -296,7 +296,7 @@ def test_a_refused_api_key_is_named_as_such(capsys, tmp_path, monkeypatch):
     with serve(api_key="sk-right") as (url, _):
         line = _error_line(capsys, ["certify", "endpoint", url, "--api-key-env", "NO_SUCH_KEY_VAR",
                                     "--record", str(tmp_path / "r.jsonl")])
-    assert "HTTP 401: the server refused no API key ($NO_SUCH_KEY_VAR is not set)" in line
+    assert "HTTP 401: the server asks for an API key and none was sent ($NO_SUCH_KEY_VAR is not set" in line
     assert "--api-key-env" in line and "lists no model" not in line
 
 
@@ -351,3 +351,26 @@ def test_a_local_reference_without_torch_names_the_extra(capsys, tmp_path, monke
         line = _error_line(capsys, ["certify", "endpoint", url, "--reference", "hf:tiny", "--record",
                                     str(tmp_path / "r.jsonl")])
     assert "--reference hf:tiny needs torch" in line and "pip install 'spectr-gbv[torch]'" in line
+
+
+def test_a_stop_before_the_run_began_ends_in_a_verdict_line(capsys, monkeypatch):
+    """Ctrl-C while the command still imports or checks (before its own handler): one line with
+    the verdict, exit 130, no traceback."""
+    from spectr_gbv.cli import certify_endpoint
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(certify_endpoint, "check", interrupted)
+    code = cli_main.main(["certify", "endpoint", "http://127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert code == 130 and "Traceback" not in err
+    assert err.strip() == ("spectr-gbv certify endpoint: stopped by the user before anything was measured; "
+                           "verdict: INCOMPLETE (no sample taken)")
+
+
+def test_an_unset_key_variable_that_was_named_is_said(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("MY_UNSET_KEY", raising=False)
+    with serve() as (url, _):
+        code, out, err, cert, _ = _run(capsys, url, tmp_path, "--samples", "8", "--api-key-env", "MY_UNSET_KEY")
+    assert code == 0 and "--api-key-env MY_UNSET_KEY: that variable is not set here; no API key was sent" in out
