@@ -17,7 +17,8 @@
 # Measured from a fresh clone on the project's 2-core machines:
 #   .venv   cold pip cache: 13 min 39 s (llama-cpp-python built from its sdist; another build
 #           running beside it); warm pip cache (its built wheel cached): 4 min 48 s (idle,
-#           2026-12-05, Intel Xeon AVX2 + AVX-512F + AMX)
+#           2026-12-05, Intel Xeon AVX2 + AVX-512F + AMX); cold pip cache, fresh machine: 6 min 23 s
+#           (2026-12-07, AMD EPYC AVX2 + AVX-512F, no AMX)
 #   --vllm  cold pip cache: 23 min 59 s more (a fresh-clone trial in the first week of
 #           December 2026, like the cold .venv figure)
 set -euo pipefail
