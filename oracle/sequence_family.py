@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_scores import MIXTURES, DirectionalResult, mixture_test, score_test, truncation_test
+from spectr_gbv.oracle.sequence_scores import MIXTURES, DirectionalResult, mixture_test, temperature_test, truncation_test
 from spectr_gbv.oracle.sequence_test import ORDERS, SequenceRow, ks_uniform_test
 
 DIRECTIONAL = ("temperature", "truncation", "position shift", "draft leak")
@@ -178,7 +178,7 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
             return truncation_test(flat, a_dir, eta)
         if name in MIXTURES:
             return mixture_test(flat, name, a_dir, eta)
-        return score_test(flat, name, a_dir, eta)
+        return temperature_test(flat, a_dir, eta)
 
     dirs = tuple(run(d) for d in directional)
     coarsened = min((int(r["k"]) for r in flat), default=0)
@@ -237,10 +237,8 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
     Raises:
         ValueError: an empty pilot or n_tokens < 1.
     """
-    from scipy import stats as sps
-
     from spectr_gbv.oracle.sequence_scores import (LEVELS, TRUNCATION_WEIGHTS, mixture_detectable, mixture_sums,
-                                                   truncation_levels)
+                                                   temperature_detectable, temperature_penalties, truncation_levels)
     from spectr_gbv.oracle.sequence_test import detectable_deviation
 
     recs = [r for r in pilot if not r.get("imp")]
@@ -252,17 +250,14 @@ def plan_power(pilot, n_tokens: int, alpha: float, tolerance: float = 0.0, draft
     a_omni = alpha * OMNIBUS_SHARE
     a_pooled = a_omni / 2 / len(ORDERS) if positions else a_omni / len(ORDERS)
     a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional)
-    zb = float(sps.norm.ppf(power))
 
     def temperature():
-        have = [r for r in recs if "tg" in r]
+        have = [r for r in recs if "tk" in r]
         if not have:
             return math.inf
-        v = sum(r["tv"] for r in have) * n_tokens / len(have)
-        bias = tolerance * sum(r["tr"] for r in have) * n_tokens / len(have)
-        za = float(sps.norm.isf(a_dir / 2))
-        need = (za + zb) * math.sqrt(v) + bias
-        return need / v if v > 0 else math.inf
+        f = n_tokens / len(have)
+        v = sum(r["tv"] for r in have) * f
+        return temperature_detectable(v, temperature_penalties(have, tolerance) * f, a_dir, power)
 
     def mixture(key):
         n, _, m, v, q = mixture_sums(recs, key)

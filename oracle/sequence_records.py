@@ -29,7 +29,11 @@ Record fields (JSON keys)
 - ``k``: cells other than "other" (V for a whole law); ``o``: the mass of "other".
 - ``tg, tm, tv``: the temperature score: g(cell) = log p(cell) (clipped below at
   ``LOG_FLOOR``; "other" takes the smallest top cell's value), its value at x, its mean and its
-  variance under the cells' law; ``tr``: the range of g over the cells (for the float tolerance).
+  variance under the cells' law; ``tr``: the range of g over the cells (for the float tolerance);
+  ``tk``: for each θ of ``THETAS``, K(θ) = log Σ_cells p·e^{θ·g}, the cumulant generating function
+  of g (the temperature e-value's normaliser: p·e^{θg−K(θ)} is the law at β = 1 + θ);
+  ``tx``: [min g, max g] over every cell, LOG_FLOOR where the law has a cell of mass 0 (the
+  e-value's tolerance).
 - ``se, sm, sv, sq``: the position-shift likelihood ratios (positions t ≥ 1): for each λ of
   ``LAMBDAS``, g_λ(y) = log(1 − λ + λ·r(y)), r = p_{t−1}(y) / p_t(y) — the log-likelihood ratio of
   the mixture (1 − λ)·p_t + λ·p_{t−1} against p_t — its value at x (``se``), its mean and variance
@@ -98,6 +102,9 @@ MAX_ROUNDED_DECIMALS = 6
 # a top-k list whose "other" mass (upper bound) is at most this (plus twice its precision δ) claims
 # nearly all the law: a token sampled outside it is flagged (``ox``)
 OTHER_NEAR_ZERO = 1e-3
+# the temperature e-value's grid: θ = β − 1, the tempered law ∝ p^{1+θ} (T' = T / (1 + θ): θ 0.11 is
+# T' = 0.9, −0.09 is T' = 1.1)
+THETAS = (-0.4, -0.2, -0.1, -0.05, -0.02, 0.02, 0.05, 0.1, 0.2, 0.4)
 # the truncation test's levels (oracle.sequence_scores.truncation_test): the top-p nuclei, the
 # min-p sets, the top-k sets, then a top-k law's own list ("top set")
 NUCLEI = (0.9, 0.95, 0.99)
@@ -133,6 +140,14 @@ def _levels(sorted_probs: np.ndarray, rank: int, resolved_mass: float, other: fl
         out.append(entry(j) if j < k else [0.0, 0])
     out.append([0.0, 0] if other is None else [float(other), int(rank >= k)])
     return out
+
+
+def _cgf(p: np.ndarray, g: np.ndarray) -> list:
+    """K(θ) = log Σ p·e^{θ g} over the cells of positive mass, for θ in ``THETAS`` (g ≤ 0, clipped at
+    ``LOG_FLOOR``: the exponents stay within ±0.4·18.5)."""
+    live = p > 0
+    pl, gl = p[live], g[live]
+    return [float(np.log(_dot(pl, np.exp(th * gl)))) for th in THETAS]
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -216,7 +231,9 @@ def records_from_laws(tokens, laws, draft_laws=None) -> list[dict]:
         lo_prob = float(row[higher].sum() + row[:x][row[:x] == px].sum())
         g = np.maximum(np.log(np.where(row > 0, row, 1.0)), LOG_FLOOR)
         m, v, rng = _moments(row, g)
-        rec.update(c=px, lo=lo_prob, li=lo_id, tg=float(g[x]), tm=m, tv=v, tr=rng)
+        rec.update(c=px, lo=lo_prob, li=lo_id, tg=float(g[x]), tm=m, tv=v, tr=rng, tk=_cgf(row, g))
+        live_g = g[row > 0]
+        rec["tx"] = [LOG_FLOOR if live_g.size < row.size else float(live_g.min()), float(live_g.max())]
         desc = -np.sort(-row)
         rank = int(np.count_nonzero(higher)) + int(np.count_nonzero(row[:x] == px))
         rec["nu"] = _levels(desc, rank, 1.0)
@@ -335,7 +352,7 @@ def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list
             out.append(rec)
             prev = (ids, probs, other)
             continue
-        rec.update(c=c, lo=lo, li=li, tg=gx, tm=m, tv=v, tr=rng)
+        rec.update(c=c, lo=lo, li=li, tg=gx, tm=m, tv=v, tr=rng, tk=_cgf(cells, g), tx=[float(g.min()), float(g.max())])
         rank = int(hit[0]) if hit.size else ids.size
         rec["nu"] = _levels(probs, rank, top_mass, other)
         if prev is not None:

@@ -4,10 +4,14 @@ The omnibus PIT test (``oracle.sequence_test``) sees any deviation but pays for 
 in samples.  These tests each aim at one family of defects and run on the per-token records of
 ``oracle.sequence_records`` (whole laws or top-k coarsened laws alike):
 
-- **temperature** — a sampler at T' instead of T draws from p^β / Z(β), β = T / T'.  The score of
-  β at β = 1 is s(x) = log p(x) − E_p[log p], whose sum over tokens is also the Neyman–Pearson
-  statistic of that one-parameter exponential family (uniformly most powerful one-sided; the test
-  is two-sided).  Exact null mean 0 and variance Var_p(log p) per token (from the record).
+- **temperature** — a sampler at T' instead of T draws from p^β / Z(β), β = T / T'.  With g = log p
+  (clipped at ``LOG_FLOOR``), the law at β = 1 + θ is p·e^{θg − K(θ)}, K the cumulant generating
+  function of g under p (record ``tk``), and e^{θ g(x) − K(θ)} its likelihood ratio against p — the
+  Neyman–Pearson statistic of that one-parameter exponential family, mean 1 under p.  The test
+  mixes θ over ``sequence_records.THETAS`` (both signs: two-sided) — an e-value, exact in size at
+  every N (below), where the normal approximation of the score Σ (g − E_p g) it replaced
+  (``score_test``, kept for comparison) over-rejected at N = 5 in its lower tail (the heavy tail
+  of log p; benchmarks/SEQUENCE_SIZES.md).
 - **position shift** — a sampler that reads the law one position early or late (stale logits)
   draws from p_{t−1} instead of p_t for a fraction ε of tokens: the likelihood ratio of that
   alternative, W_λ = Π_t (1 − λ + λ·p_{t−1}(x_t)/p_t(x_t)), mixed over the grid λ ∈
@@ -24,11 +28,10 @@ in samples.  These tests each aim at one family of defects and run on the per-to
   (below), where the normal approximation of the count it replaced over-rejected at small N and
   needed ~2.5× the samples of the likelihood-ratio test against top-p 0.95.
 
-The temperature statistic is a sum of martingale differences with exact
-conditional means and variances (each token's law is known given its past): z = Σ (g − m) / √Σ v
-is asymptotically N(0, 1) (martingale CLT, self-normalised: Hall & Heyde 1980, Cor. 3.1); the
-normal approximation's real false-alarm rate is measured by simulation from exact laws
-(tests/oracle/test_sequence_family.py, benchmarks/SEQUENCE_POWER.md).
+The score statistic of ``score_test`` is a sum of martingale differences with exact conditional
+means and variances (each token's law is known given its past): z = Σ (g − m) / √Σ v is
+asymptotically N(0, 1) (martingale CLT, self-normalised: Hall & Heyde 1980, Cor. 3.1), not exactly
+at small N; the family runs ``temperature_test`` instead.
 
 The shift and leak ratios are heavy-tailed (a token the target almost never emits but the stale
 or draft law does has a huge ratio), where a normal approximation over-rejects at small N.  They
@@ -47,8 +50,9 @@ rounding takes, |p'(y)/p(y) − 1| ≤ 2η): E[1 − λ + λ·r] ≤ 1 + 2λη p
 W_λ is divided by (1 + 2λη)^n.
 
 Detectable deviations (power 0.99, normal approximation, linear in the defect's size):
-temperature |Δβ| ≥ ((z_α + z_0.99)·√V + B) / V with V = Σ Var_p(log p), B the tolerance's bias
-(at T = 1, |ΔT| ≈ |Δβ|); shift or leak weight ε: the smallest over λ of the ε at which the drift
+temperature |Δβ| ≥ min over θ of (log(|THETAS|/α) + z_0.99·|θ|·√V + θ²V/2 + pen_θ) / (|θ|·V) with
+V = Σ Var_p(log p), pen_θ the tolerance's penalty (at T = 1, |ΔT| ≈ |Δβ|; the score test's was
+((z_α + z_0.99)·√V + B) / V); shift or leak weight ε: the smallest over λ of the ε at which the drift
 of log W_λ, Σ [(1 − ε)·E_p g_λ + ε·E_q g_λ − log(1 + 2λη)], reaches log(|LAMBDAS|/α) +
 z_0.99·√(Σ Var_p g_λ).
 """
@@ -62,7 +66,7 @@ import numpy as np
 from scipy import stats as sps
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_records import LAMBDAS, LEVEL_NAMES
+from spectr_gbv.oracle.sequence_records import LAMBDAS, LEVEL_NAMES, THETAS
 
 # the truncation test's levels (sequence_records' ``nu``): top-p nuclei, min-p sets, top-k sets, the
 # top set; its mixture weights over λ (the full truncation λ = 1 weighs half: the defect servers ship)
@@ -75,7 +79,7 @@ DEFAULT_POWER = 0.99
 SCORES = {"temperature": ("t", 0)}
 MIXTURES = {"position shift": "s", "draft leak": "d"}
 # every test whose statistic is log W (an e-value), by its name before any " (…)"
-EVALUE_TESTS = ("position shift", "draft leak", "truncation")
+EVALUE_TESTS = ("position shift", "draft leak", "truncation", "temperature")
 
 
 def is_evalue(name: str) -> bool:
@@ -171,6 +175,82 @@ def score_test(records, name: str, alpha: float, tolerance: float = 0.0,
     det = need / v if v > 0 else math.inf
     return DirectionalResult(name, float(z), p, n, float(g), float(m), float(v), bias, alpha, sided,
                              float(det), unit, p >= alpha)
+
+
+def temperature_detectable(variance: float, penalties, alpha: float, power: float = DEFAULT_POWER) -> float:
+    """The |Δβ| the temperature e-value catches with power ``power`` (normal approximation of its
+    drift): the smallest over the grid θ of (log(G/α) + z·|θ|·√V + θ²V/2 + pen_θ) / (|θ|·V), V the
+    null variance Σ Var(g), pen_θ the tolerance's penalty at θ, G = |THETAS|."""
+    if variance <= 0:
+        return math.inf
+    need = math.log(len(THETAS) / alpha)
+    zb = float(sps.norm.ppf(power))
+    sd = math.sqrt(variance)
+    return min((need + zb * abs(th) * sd + th * th * variance / 2 + pen) / (abs(th) * variance)
+               for th, pen in zip(THETAS, penalties))
+
+
+def temperature_penalties(records, tolerance: float) -> np.ndarray:
+    """Σ_t log(1 + η_t·a_t(θ)) per θ of ``THETAS`` (float64 [G]) over records carrying ``tk``:
+    the tolerance's penalty on log W_θ (``temperature_test``)."""
+    recs = [r for r in records if not r.get("imp") and "tk" in r]
+    if not recs:
+        return np.zeros(len(THETAS))
+    th = np.asarray(THETAS)[None, :]
+    K = np.array([r["tk"] for r in recs])
+    gx = np.array([r["tx"] for r in recs])
+    eta = float(tolerance) + np.array([r.get("pe", 0.0) for r in recs])
+    hi = np.exp(np.maximum(th * gx[:, :1], th * gx[:, 1:]) - K)
+    lo = np.exp(np.minimum(th * gx[:, :1], th * gx[:, 1:]) - K)
+    return np.log1p(eta[:, None] * (hi - lo)).sum(axis=0)
+
+
+def temperature_test(records, alpha: float, tolerance: float = 0.0,
+                     power: float = DEFAULT_POWER) -> DirectionalResult:
+    """The temperature test by e-value (module doc): W = the mean over θ of ``THETAS`` of
+    Π_t e^{θ g(x_t) − K_t(θ)} / (1 + η_t·a_t(θ)); p = min(1, 1/W), exact at every N (Ville).
+
+    Each factor e^{θg − K(θ)} is the likelihood ratio of the law tempered to β = 1 + θ (p^{1+θ},
+    normalised; with g clipped at ``LOG_FLOOR``) against p: mean 1 under p given the past, the
+    Neyman–Pearson statistic of that one-parameter family.  Under a law within TV η_t of the
+    cells its mean is at most 1 + η_t·a_t(θ), a_t the factor's range over the cells (record
+    ``tx``); η_t = η + the cells' precision ``pe``.
+
+    Args:
+        records: per-token records (flattened; those without ``tk``, written before this test,
+            are skipped); alpha: this test's false-alarm rate; tolerance: η; power: the power at
+            which ``detectable`` is stated.
+    Returns:
+        ``DirectionalResult`` named "temperature": statistic log W; observed Σ g, expected Σ m,
+        variance Σ v; bias: the tolerance's penalty (nats) at the deciding θ; sided: the sign of
+        that θ (+1: the sampler runs colder than T, β > 1; −1: hotter); detectable: |Δβ| caught
+        with power ``power`` (``temperature_detectable``).  An empty pass with no record.
+    Raises:
+        ValueError: alpha, power or tolerance out of range.
+    Source: the exponential family p^β (module doc); Ville 1939; Grünwald, de Heide & Koolen 2024.
+    """
+    alpha = check_alpha(alpha)
+    power = check_alpha(power, "power")
+    if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    recs = [r for r in records if not r.get("imp") and "tk" in r]
+    unit = "|Δβ| (≈ |ΔT|/T)"
+    if not recs:
+        return DirectionalResult("temperature", math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 0, math.inf, unit, True)
+    th = np.asarray(THETAS)
+    g = np.array([r["tg"] for r in recs])
+    K = np.array([r["tk"] for r in recs])  # [n, G]
+    pen = temperature_penalties(recs, tolerance)
+    log_w_th = th * g.sum() - K.sum(axis=0) - pen
+    top = float(log_w_th.max())
+    log_w = top + math.log(float(np.exp(log_w_th - top).mean()))
+    p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+    j = int(np.argmax(log_w_th))
+    m = float(sum(r["tm"] for r in recs))
+    v = float(sum(r["tv"] for r in recs))
+    det = temperature_detectable(v, pen, alpha, power)
+    return DirectionalResult("temperature", float(log_w), p, len(recs), float(g.sum()), m, v, float(pen[j]), alpha,
+                             int(np.sign(THETAS[j])), float(det), unit, p >= alpha)
 
 
 def _record_sums(records, key: str, fields: str, width: int) -> tuple[int, list[np.ndarray]]:

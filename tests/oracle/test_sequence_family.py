@@ -12,12 +12,14 @@
   and MMD: benchmarks/SEQUENCE_POWER.md).
 """
 
+import math
+
 import numpy as np
 import pytest
 
 from spectr_gbv.oracle.sequence_family import DIRECTIONAL, family_test, planned_directional, record_pits
 from spectr_gbv.oracle.sequence_records import records_from_laws, records_from_top
-from spectr_gbv.oracle.sequence_scores import mixture_test, score_test, truncation_test
+from spectr_gbv.oracle.sequence_scores import mixture_test, score_test, temperature_test, truncation_test
 from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
 
@@ -49,7 +51,7 @@ def test_the_family_keeps_its_false_alarm_rate(small, top):
         samples = _samples(small, 20, 8, rng, top=top)
         rejected += not family_test(samples, alpha=0.05, seed=run).passed
         flat = [r for s in samples for r in s]
-        alone["temperature"] += not score_test(flat, "temperature", 0.05).passed
+        alone["temperature"] += not temperature_test(flat, 0.05).passed
         alone["position shift"] += not mixture_test(flat, "position shift", 0.05).passed
         alone["truncation"] += not truncation_test(flat, 0.05).passed
     assert rejected / runs <= 0.10
@@ -220,4 +222,32 @@ def test_silent_truncations_are_caught_at_16_sequences(chain, defect):
         flat = [r for s in _samples(chain, 16, 16, rng, defect) for r in s]
         res = truncation_test(flat, 2.5e-4)
         caught += not res.passed and res.name.startswith("truncation (")
+    assert caught == 10
+
+
+def test_the_temperature_e_value_keeps_its_size_where_the_score_did_not():
+    """At N = 5 sequences of 16 tokens the normal approximation of the temperature score rejects
+    beyond its level in the lower tail (the heavy tail of log p); the e-value cannot (Ville).  300
+    runs at α = 0.05 on V = 512 whole laws and top-20 laws: at most 0.09 rejected (a true 0.05
+    exceeds it with probability 0.004); the table at α = 1e-3 and 1e-2, N = 5, 20, 80 and both
+    tails: benchmarks/SEQUENCE_SIZES.md."""
+    chain = MarkovChain(512, seed=0)
+    rng = np.random.default_rng(79)
+    rejected = {None: 0, 20: 0}
+    for _ in range(300):
+        for top in rejected:
+            flat = [r for s in _samples(chain, 5, 16, rng, top=top) for r in s]
+            rejected[top] += not temperature_test(flat, 0.05).passed
+    assert all(v / 300 <= 0.09 for v in rejected.values()), rejected
+
+
+@pytest.mark.parametrize("T,sign", [(0.9, 1), (1.15, -1)])
+def test_the_temperature_e_value_catches_both_directions(chain, T, sign):
+    """V = 512, whole laws, N = 60 × 16 tokens, its family share 2.5e-4: T' = 0.9 (β = 1.11) and
+    T' = 1.15 (β = 0.87) caught in 10 of 10 runs, the deciding θ on the defect's side."""
+    rng = np.random.default_rng(23)
+    caught = 0
+    for _ in range(10):
+        res = temperature_test([r for s in _samples(chain, 60, 16, rng, ("temperature", T)) for r in s], 2.5e-4)
+        caught += (not res.passed) and res.sided == sign and res.statistic > math.log(1 / 2.5e-4)
     assert caught == 10

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from spectr_gbv.oracle.sequence_records import (FLOAT32_LOGPROB_ERR, FLOAT64_LOGPROB_ERR, LAMBDAS, LEVEL_NAMES, LOG_FLOOR,
+from spectr_gbv.oracle.sequence_records import (FLOAT32_LOGPROB_ERR, FLOAT64_LOGPROB_ERR, LAMBDAS, LEVEL_NAMES, LOG_FLOOR, THETAS,
                                                records_from_laws, records_from_top, reported_precision)
 
 LAW = np.array([0.1, 0.4, 0.2, 0.3])  # probability order: 1, 3, 2, 0
@@ -22,6 +22,9 @@ def test_whole_law_record_values_are_exact():
     assert r["tg"] == pytest.approx(math.log(0.2), abs=1e-15) and r["tm"] == pytest.approx(m, abs=1e-15)
     assert r["tv"] == pytest.approx(float((LAW * (g - m) ** 2).sum()), abs=1e-15)
     assert r["tr"] == pytest.approx(math.log(0.4) - math.log(0.1), abs=1e-15)
+    # the temperature e-value's normaliser: K(θ) = log Σ p^{1+θ}, the range of g over the cells
+    assert r["tk"] == pytest.approx([math.log(float((LAW ** (1 + th)).sum())) for th in THETAS], abs=1e-14)
+    assert r["tx"] == pytest.approx([math.log(0.1), math.log(0.4)], abs=1e-15)
     # nuclei (rank of token 2 is 2): 0.9 → {1, 3, 2}: mass 0.9, out 0; 0.95 and 0.99 → all four; the
     # min-p sets hold all four (0.1 ≥ 0.1·0.4), the top-k sets too, the top set is a top-k law's only
     assert len(r["nu"]) == len(LEVEL_NAMES) == 10
