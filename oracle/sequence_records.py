@@ -26,7 +26,8 @@ Record fields (JSON keys)
 - ``c``: the probability of x's cell; ``lo``: the mass of the cells before it in probability
   order; ``li``: the mass of the cells before it in id order (top cells by id, "other" last).
   The randomized PIT in each order is ``lo + U·c`` / ``li + U·c`` (``oracle.sequence_test``).
-- ``k``: cells other than "other" (V for a whole law); ``o``: the mass of "other".
+- ``k``: cells other than "other" (V for a whole law); ``o``: the mass of "other"; ``oc`` (top-k
+  laws): 1 when x lies in "other".
 - ``tg, tm, tv``: the temperature score: g(cell) = log p(cell) (clipped below at
   ``LOG_FLOOR``; "other" takes the smallest top cell's value), its value at x, its mean and its
   variance under the cells' law; ``tr``: the range of g over the cells (for the float tolerance);
@@ -335,7 +336,7 @@ def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list
         m, v, rng = _moments(cells, g)
         hit = np.flatnonzero(ids == x)
         lp_given = None if token_logprobs is None or token_logprobs[t] is None else float(token_logprobs[t])
-        rec = {"x": x, "k": int(ids.size), "o": other, "pe": pe, "pr": pr}
+        rec = {"x": x, "k": int(ids.size), "o": other, "pe": pe, "pr": pr, "oc": int(not hit.size)}
         if other <= OTHER_NEAR_ZERO + 2 * delta:
             rec["ox"] = int(not hit.size)
         if hit.size:

@@ -26,6 +26,16 @@ share of the certificate's α (``REPORT_SHARE``, taken from the family's per-pos
   1946, J. Am. Stat. Assoc. 41:557–566).  No assumption on the noise's shape or scale: heavy tails
   and single outliers count once each.  A single wildly wrong report is the deterministic bound's
   (``certify.endpoint.run.LogprobCheck``), not this test's.
+- **independence: shared prefixes** (``independence_test``): samples of one prompt, taken in index
+  order.  When sample j's first t tokens equal those of earlier samples of its prompt, its token t
+  has, under independence, the reference law at that very prefix, so the chance that it falls in a
+  cell some earlier sample took after that prefix is π = Σ of those cells' probabilities (read from
+  the earlier samples' records: the same law), exactly.  W = mean over λ ∈ ``SHARE_LAMBDAS`` of
+  Π (1 − λ + λ·I/π') over such positions (I: it did; π' = min(1, π + η_t): the tolerance), an
+  e-value exact at every N (Ville).  Samples that copy each other's prefixes (a cache keyed on a
+  prefix, a seed shared by some requests) make I = 1 where π is small: the verdict then says
+  "samples dependent", and the law tests — which assume independent samples — are read as
+  conditional on it.  With a top-k reference, a token in "other" shares the cell "other".
 """
 
 from __future__ import annotations
@@ -147,35 +157,113 @@ def logprob_shift_test(gaps, alpha: float, shift: float = DEFAULT_SHIFT,
                              alpha, 0, float(det), "nats (systematic shift)", p >= alpha)
 
 
-def report_tests(records, alpha: float, gaps=None, shift: float = DEFAULT_SHIFT) -> tuple:
-    """The report tests a run plans and their results, each at ``alpha`` split equally among those
-    planned: the other-cell test when any record is flagged, the log-prob shift test when any gap
-    is known.
+SHARE_LAMBDAS = (0.5, 0.1, 0.02)
+INDEPENDENCE = "independence: shared prefixes"
+
+
+def _cell(rec) -> object:
+    """The record's cell: its token id, or "other" for a token in a top-k law's "other" cell (records
+    written before ``oc`` existed key such a token by its id: the event "the same token" has
+    probability at most the cell's, so the test stays valid)."""
+    return "other" if rec.get("oc") else int(rec["x"])
+
+
+def independence_test(samples, groups, alpha: float, tolerance: float = 0.0) -> DirectionalResult | None:
+    """The shared-prefix test of independence (module doc).
 
     Args:
-        records: the run's per-token records, flattened; alpha: the report tests' whole share;
-        gaps: signed gaps reported − reference (``signed_gaps``), or None; shift: τ.
+        samples: the samples' record lists, in sample-index order; groups: each sample's prompt (any
+            hashable: samples of different prompts are never compared); alpha: this test's
+            false-alarm rate; tolerance: η (each position's π' adds η + its cells' precision).
+    Returns:
+        ``DirectionalResult`` named ``INDEPENDENCE`` (statistic log W; observed: positions whose
+        token fell in a cell an earlier sample took after the same prefix; expected: Σ π', the most
+        independence allows; n: positions with π' < 1 compared), or None when no prompt has two
+        samples (the test is not planned).
+    Raises:
+        ValueError: samples and groups of different lengths; alpha or tolerance out of range.
+    """
+    alpha = check_alpha(alpha)
+    if not (isinstance(tolerance, (int, float)) and 0 <= float(tolerance) < 1):
+        raise ValueError(f"tolerance must be in [0, 1), got {tolerance!r}")
+    samples, groups = list(samples), list(groups)
+    if len(samples) != len(groups):
+        raise ValueError(f"{len(samples)} samples for {len(groups)} groups")
+    counts: dict = {}
+    for g in groups:
+        counts[g] = counts.get(g, 0) + 1
+    if not counts or max(counts.values()) < 2:
+        return None
+    tries: dict = {}
+    hits, pis = [], []
+    for recs, grp in zip(samples, groups):
+        trie = tries.setdefault(grp, {})
+        prefix: tuple = ()
+        for r in recs:
+            seen = trie.get(prefix)
+            if seen and not r.get("imp") and "c" in r:
+                pi = min(1.0, sum(seen.values()) + float(tolerance) + r.get("pe", 0.0))
+                if pi < 1.0:
+                    hits.append(_cell(r) in seen)
+                    pis.append(pi)
+            prefix += (int(r["x"]),)
+        prefix = ()
+        for r in recs:  # this sample's cells join the prefixes it followed, for the samples after it
+            if not r.get("imp") and "c" in r:
+                trie.setdefault(prefix, {}).setdefault(_cell(r), float(r["c"]))
+            prefix += (int(r["x"]),)
+    unit = "positions sharing a cell (caught: 1)"
+    if not pis:
+        return DirectionalResult(INDEPENDENCE, 0.0, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 1, 0.0, unit, True)
+    I, P = np.asarray(hits, dtype=bool), np.asarray(pis)
+    logs = [float(np.log(np.where(I, (1 - lam) + lam / P, 1 - lam)).sum()) for lam in SHARE_LAMBDAS]
+    top = max(logs)
+    log_w = top + math.log(float(np.mean(np.exp(np.array(logs) - top))))
+    p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+    return DirectionalResult(INDEPENDENCE, float(log_w), p, int(P.size), float(I.sum()), float(P.sum()),
+                             float((P * (1 - P)).sum()), 0.0, alpha, 1, 0.0, unit, p >= alpha)
+
+
+def report_tests(records, alpha: float, gaps=None, shift: float = DEFAULT_SHIFT, samples=None, groups=None,
+                 tolerance: float = 0.0) -> tuple:
+    """The tests beside the law family a run plans and their results, each at ``alpha`` split
+    equally among those planned: the other-cell test when any record is flagged, the log-prob shift
+    test when any gap is known, the independence test when ``samples`` and ``groups`` are given and
+    a prompt has two samples.
+
+    Args:
+        records: the run's per-token records, flattened; alpha: these tests' whole share;
+        gaps: signed gaps reported − reference (``signed_gaps``), or None; shift: τ;
+        samples, groups: the samples' record lists in index order and their prompts (or None);
+        tolerance: η (the independence test's).
     Returns:
         a tuple of ``DirectionalResult`` (empty when none is planned).
     """
-    planned = _planned(records, gaps)
+    planned = _planned(records, gaps, groups)
     if not planned:
         return ()
     share = alpha / len(planned)
     out = []
     for name in planned:
-        out.append(other_cell_test(records, share) if name == "other cell" else
-                   logprob_shift_test(gaps, share, shift))
+        if name == "other cell":
+            out.append(other_cell_test(records, share))
+        elif name == "log-prob shift":
+            out.append(logprob_shift_test(gaps, share, shift))
+        else:
+            out.append(independence_test(samples, groups, share, tolerance))
     return tuple(out)
 
 
-def _planned(records, gaps) -> list[str]:
+def _planned(records, gaps, groups=None) -> list[str]:
     planned = ["other cell"] if any("ox" in r for r in records) else []
     if gaps is not None and any(math.isfinite(g) for g in gaps):
         planned.append("log-prob shift")
+    if groups is not None and len(groups) > len(set(groups)):
+        planned.append("independence")
     return planned
 
 
-def planned_share(records, alpha: float, gaps=None) -> float:
-    """The part of α the report tests take for these records and gaps (0 when none is planned)."""
-    return alpha * REPORT_SHARE if _planned(records, gaps) else 0.0
+def planned_share(records, alpha: float, gaps=None, groups=None) -> float:
+    """The part of α the tests beside the family take for these records, gaps and prompt groups
+    (0 when none is planned)."""
+    return alpha * REPORT_SHARE if _planned(records, gaps, groups) else 0.0

@@ -25,7 +25,8 @@ def decided_by(cert) -> list[str]:
     (smallest first).  Empty when nothing failed."""
     out = []
     if getattr(cert, "dependence", ""):
-        out.append(f"samples dependent ({cert.duplicates[0]} identical pairs for different seeds)")
+        out.append(f"samples dependent ({cert.duplicates[0]} identical pairs for different seeds)" if cert.duplicates[0]
+                   and "identical samples" in cert.dependence else "samples dependent (shared prefixes)")
     if cert.impossible:
         out.append(f"{len(cert.impossible)} impossible samples")
     fam = cert.family
@@ -119,7 +120,7 @@ def text_report(cert) -> str:
                      + (" (the deployment reproduces a sample from its seed)" if same == n else
                         " (the deployment does not reproduce a sample from its seed; the test does not need it)"))
     pairs, expected = cert.duplicates
-    lines.append(f"independence: {pairs} identical pairs for different seeds (at most {expected:.2g} expected)"
+    lines.append(f"identical samples: {pairs} pairs for different seeds (at most {expected:.2g} expected)"
                  + (f"{FAIL}\n  {cert.dependence}" if getattr(cert, "dependence", "") else ""))
     if cert.short:
         lines.append(f"the reference gave fewer than k = {plan.k} alternatives at {cert.short} positions (those "
@@ -142,13 +143,16 @@ def _report_line(r) -> str:
     if r.name.startswith("reported top-k"):
         what = (f"{r.observed:.0f} sampled tokens outside top-k lists that claim nearly the whole law "
                 f"({r.n} such positions; at most {r.expected:.2g} expected from their 'other' mass)")
+    elif r.name.startswith("independence"):
+        what = (f"{r.observed:.0f} tokens of samples of one prompt fell where earlier samples went after the same "
+                f"prefix ({r.n} positions compared; at most {r.expected:.2g} expected under independence)")
     elif r.name.startswith("reported log-probs"):
         side = "above +" if r.statistic > 0 else "below -" if r.statistic < 0 else "beyond +-"
         what = (f"{r.observed:.0f} of {r.n} sampled tokens' reported log-probs {side}{r.bias:g} nats from the "
                 f"reference's (the null allows half); catches a systematic shift >= {r.detectable:.2g} nats")
     else:
         what = f"observed {r.observed:.4g} vs expected {r.expected:.4g}"
-    stat = f"log W {_p(r.statistic)}" if r.unit.startswith("tokens outside") else f"z {_p(r.statistic)}"
+    stat = f"log W {_p(r.statistic)}" if r.unit.startswith(("tokens outside", "positions")) else f"z {_p(r.statistic)}"
     return f"{r.name}: {what}; {stat}, p {_p(r.pvalue)} (alpha {r.alpha:.2g})" + ("" if r.passed else FAIL)
 
 

@@ -22,7 +22,8 @@ The whole path, in order:
    verdict says whether the deployment reproduces a sample from its seed (informational).
 5. **Tests**: ``oracle.sequence_family.family_test`` on every sample's records (omnibus PIT and
    directional tests, Bonferroni over the family); the report tests of ``oracle.sequence_reports``
-   (top-k lists that claim the whole law while samples leave them; the engine's reported
+   (top-k lists that claim the whole law while samples leave them; samples of one prompt sharing
+   prefixes beyond what independence allows — then the verdict says "samples dependent"; the engine's reported
    log-probabilities of its sampled tokens against the reference's, temperature 1 as servers
    report them, by a sign test of their median gap against ``Plan.logprob_shift``), at their
    share of α taken from the family's per-position rows; and a deterministic bound on each
@@ -50,7 +51,7 @@ from spectr_gbv.certify.endpoint.references import raw_logprob_gap
 from spectr_gbv.certify.endpoint.servers import ProtocolError
 from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
-from spectr_gbv.oracle.sequence_reports import DEFAULT_SHIFT, planned_share, report_tests, signed_gaps
+from spectr_gbv.oracle.sequence_reports import DEFAULT_SHIFT, INDEPENDENCE, planned_share, report_tests, signed_gaps
 
 PIT_STREAM = 0x50495421  # the PIT's uniforms: a stream no engine seed shares
 SEED_STREAM = 0x53454544  # the engine seeds
@@ -407,8 +408,15 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         samples = cert.records
         flat = [r for s in samples for r in s]
         signed = [g for i in order for g in signed_gaps(done[i].get("reported"), done[i].get("raw"))]
-        reserved = planned_share(flat, plan.alpha, signed)  # the report tests' share, outside the family
-        cert.reports = report_tests(flat, reserved, signed, plan.logprob_shift)
+        groups = [done[i]["prompt"] for i in order]
+        reserved = planned_share(flat, plan.alpha, signed, groups)  # the report tests' share, outside the family
+        cert.reports = report_tests(flat, reserved, signed, plan.logprob_shift, samples, groups, eta)
+        shared = next((r for r in cert.reports if r.name == INDEPENDENCE and not r.passed), None)
+        if shared is not None and not cert.dependence:
+            cert.dependence = (f"samples dependent: {shared.observed:.0f} tokens of samples of one prompt fell where "
+                               f"earlier samples went after the same prefix, at most {shared.expected:.2g} expected "
+                               f"under independence (log W {shared.statistic:.3g}, p {shared.pvalue:.2g}); the law "
+                               "tests assume independent samples: read them as conditional on it")
         cert.family = family_test(samples, plan.alpha, eta, seed=pit_seed(plan.seed), indices=order,
                                   reserved=reserved)
         if plan.auto_tolerance and gaps:

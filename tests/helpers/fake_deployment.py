@@ -15,7 +15,9 @@ Defects (``defect=``): "temperature-0.9" (samples at 0.9·T), "top-p-0.95", "top
 tokens from the previous position's law), "wrong-logprobs" (reported log-probabilities of the
 previous position's law), "zero-logprobs" (every token's log-probability but the first reported
 as 0, as llama-server reports its draft-model speculation's tokens: docs/upstream/), "seed-ignored" (one shared generator: every request differs, the same
-seed included), "cached" (the first sample of a prompt returned for every seed), "malformed-once"
+seed included), "cached" (the first sample of a prompt returned for every seed), "shared-prefix"
+(every request of an odd seed copies the first 8 tokens of its prompt's first sample and samples
+the rest exactly: each sample's own law is the chain's, half the samples share a prefix), "malformed-once"
 (every request's first answer is not JSON), "malformed" (no answer is JSON), "out-of-vocab" (the
 last token of every sample is V), "fewer-top" (the echo returns half the top-k asked), "http-500"
 (every third request fails with 500 once).
@@ -54,7 +56,8 @@ from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
 DEFECTS = ("temperature-0.9", "top-p-0.95", "top-k-50", "min-p-0.05", "stale-0.1", "wrong-logprobs", "zero-logprobs", "seed-ignored", "cached",
            "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500", "rounded-logprobs",
-           "float32-logprobs", "renormalised-top", "logprobs-plus-0.3", "one-wrong-logprob", "bf16-logprob-noise")
+           "float32-logprobs", "renormalised-top", "logprobs-plus-0.3", "one-wrong-logprob", "bf16-logprob-noise",
+           "shared-prefix")
 
 
 def default_chain() -> MarkovChain:
@@ -150,7 +153,12 @@ class FakeDeployment:
         defect = self._defect_tuple()
         if temperature != 1.0:
             defect = ("temperature", temperature * (defect[1] if defect and defect[0] == "temperature" else 1.0))
-        toks = self.model.sample(prompt, n, rng, defect)
+        first = self.cache.get(tuple(prompt))
+        if self.defect == "shared-prefix" and first is not None and seed % 2 == 1:
+            head = list(first[:min(8, n)])
+            toks = head + self.model.sample(list(prompt) + head, n - len(head), rng, defect)
+        else:
+            toks = self.model.sample(prompt, n, rng, defect)
         if self.defect == "out-of-vocab":
             toks = toks[:-1] + [self.model.V]
         self.cache.setdefault(tuple(prompt), toks)

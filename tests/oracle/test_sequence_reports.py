@@ -86,3 +86,52 @@ def test_signed_gaps_and_the_plan_of_report_tests():
     assert planned_share([], 1e-3, gaps=[0.1]) == pytest.approx(1e-3 * REPORT_SHARE)
     with pytest.raises(ValueError, match="shift"):
         logprob_shift_test([0.0], 0.01, shift=-1)
+
+
+def _chain_samples(chain, rng, n_samples=80, n_prompts=8, copy=False):
+    """Records (top 20) of ``n_samples`` samples of 16 tokens over ``n_prompts`` one-token prompts;
+    with ``copy``, every odd sample copies the first 8 tokens of its prompt's first sample."""
+    from spectr_gbv.oracle.sequence_records import records_from_top
+
+    prompts = rng.integers(chain.V, size=n_prompts)
+    firsts, samples, groups = {}, [], []
+    for i in range(n_samples):
+        g = i % n_prompts
+        prompt = [int(prompts[g])]
+        if copy and i % 2 == 1 and g in firsts:
+            head = firsts[g][:8]
+            toks = head + chain.sample(prompt + head, 8, rng)
+        else:
+            toks = chain.sample(prompt, 16, rng)
+        firsts.setdefault(g, toks)
+        laws = chain.laws(prompt, toks)
+        ids = np.argsort(-laws, axis=1, kind="stable")[:, :20]
+        samples.append(records_from_top(toks, ids, np.log(np.take_along_axis(laws, ids, 1))))
+        groups.append(g)
+    return samples, groups
+
+
+def test_the_shared_prefix_test_keeps_its_size_and_names_copied_prefixes():
+    """The fake server's chain (V = 64, row entropies 1–2.5), 80 samples × 16 tokens over 8
+    prompts, top-20 records: exact independent samples rejected in 0 of 150 runs at α = 0.05 when
+    measured (smallest p 0.074); asserted: at most 15 of 150 at
+    α = 0.05 (Ville bounds the rate by α; a true 0.05 exceeds 15 in 150 runs with probability 0.004);
+    half the samples copying 8 tokens of another: caught in 20 of 20 at the endpoint's share
+    α/48 ≈ 2.1e-5."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from helpers.fake_deployment import default_chain
+    from spectr_gbv.oracle.sequence_reports import INDEPENDENCE, independence_test
+
+    chain = default_chain()
+    rng = np.random.default_rng(5)
+    rejected = sum(not independence_test(*_chain_samples(chain, rng), 0.05).passed for _ in range(150))
+    assert rejected <= 15
+    caught = 0
+    for _ in range(20):
+        r = independence_test(*_chain_samples(chain, rng, copy=True), 1e-3 / 48)
+        caught += (not r.passed) and r.name == INDEPENDENCE
+    assert caught == 20
+    assert independence_test([[{"x": 1, "c": 0.5}]], [0], 0.01) is None  # one sample per prompt: not planned
