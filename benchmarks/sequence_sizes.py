@@ -27,8 +27,12 @@ The temperature and truncation statistics are computed here from per-row tables 
 K(θ), the levels' masses and memberships), vectorised over runs; ``check`` asserts they equal the
 records-based tests (``records_from_laws`` + the test functions) on 20 runs to 1e-9.
 
-Run: ``python benchmarks/sequence_sizes.py [--runs-scale S] [--family RUNS]`` (S scales the run
-counts, default 1: 200,000 runs at N = 5, 100,000 at 20, 40,000 at 80).  Writes
+Also (``--parts power``) the power of the changed tests alone at 2.5e-4 (a directional test's share at
+α = 1e-3) against T 0.9, T 1.1, top-p 0.95, top-k 50 and min-p 0.05 on the same chain, 400 runs a
+point, beside the normal approximations they replaced.
+
+Run: ``python benchmarks/sequence_sizes.py [--runs-scale S] [--family RUNS] [--parts ...]`` (S scales
+the run counts, default 1: 200,000 runs at N = 5, 100,000 at 20, 40,000 at 80).  Writes
 benchmarks/raw/sequence_sizes.json and prints the tables of benchmarks/SEQUENCE_SIZES.md.
 """
 
@@ -186,6 +190,57 @@ def measure_chain_tests(tab: Tables, rng, scale: float) -> dict:
     return out
 
 
+POWER_DEFECTS = {"T 0.9": ("temperature", 0.9), "T 1.1": ("temperature", 1.1), "top-p 0.95": ("top_p", 0.95),
+                 "top-k 50": ("top_k", 50), "min-p 0.05": ("min_p", 0.05)}
+POWER_NS = (5, 10, 15, 20, 30, 40, 60, 80, 120)
+POWER_ALPHA = 2.5e-4  # a directional test's share of the family at α = 1e-3 (3α/4 over 3 tests)
+
+
+def measure_power(tab: Tables, chain: MarkovChain, rng, runs: int = 400) -> dict:
+    """Power of the changed tests alone at ``POWER_ALPHA`` against planted samplers (the chain's
+    ``defect_matrix``), the new e-values beside the normal approximations they replaced."""
+    from spectr_gbv.oracle.sequence_simulation import defect_matrix
+
+    null_cdf = tab.cdf
+    out = {}
+    zc = float(sps.norm.isf(POWER_ALPHA / 2))
+    try:
+        for name, defect in POWER_DEFECTS.items():
+            tab.cdf = (np.cumsum(defect_matrix(chain, defect), axis=1) + np.arange(chain.V)[:, None]).ravel()
+            rows = {}
+            for N in POWER_NS:
+                first = rng.integers(chain.V, size=runs * N)
+                X = tab.sample(first, rng)
+                prev = np.concatenate([first[:, None], X[:, :-1]], axis=1)
+                X, prev = X.reshape(runs, -1), prev.reshape(runs, -1)
+                lw, _, z = temperature_stats(tab, prev, X)
+                tw, tp = truncation_stats(tab, prev, X)
+                rows[N] = {"temperature e-value": float((lw >= math.log(1 / POWER_ALPHA)).mean()),
+                           "temperature score z": float((np.abs(z) > zc).mean()),
+                           "truncation e-value": float((tw >= math.log(1 / POWER_ALPHA)).mean()),
+                           "truncation normal count": float((tp < POWER_ALPHA).mean())}
+            out[name] = {"runs": runs, "points": rows}
+            print(f"power {name}: done", flush=True)
+    finally:
+        tab.cdf = null_cdf
+    return out
+
+
+def n_at_power(points: dict, test: str, level: float = 0.9):
+    """The N at which ``test``'s power reaches ``level`` (log-linear interpolation), or None."""
+    Ns = sorted(int(n) for n in points)
+    prev = None
+    for N in Ns:
+        pw = points[str(N)][test] if str(N) in points else points[N][test]
+        if pw >= level:
+            if prev is None or prev[1] >= level:
+                return float(N)
+            (n0, p0) = prev
+            return float(math.exp(math.log(n0) + (level - p0) / (pw - p0) * (math.log(N) - math.log(n0))))
+        prev = (N, pw)
+    return None
+
+
 def measure_report_tests(rng, scale: float) -> dict:
     out = {}
     for N in NS:
@@ -263,6 +318,17 @@ def tables(res: dict) -> str:
             lo, hi = clopper_pearson(k, n)
             cells.append(f"{k / n:.2g} [{lo:.2g}, {hi:.2g}] ({k}/{n})")
         lines.append(f"| {name} | {a} | {tail} | " + " | ".join(cells) + " |")
+    pw = res.get("power")
+    if pw:
+        tests = ("temperature e-value", "temperature score z", "truncation e-value", "truncation normal count")
+        lines += ["", f"N (sequences × 16 tokens) at power 0.9, each test alone at α = {POWER_ALPHA:g}:", "",
+                  "| planted sampler | " + " | ".join(tests) + " |", "|---|" + "---|" * len(tests)]
+        for name, block in pw.items():
+            cells = []
+            for t in tests:
+                n = n_at_power(block["points"], t)
+                cells.append("—" if n is None else f"{n:.0f}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     fam = res.get("family")
     if fam:
         lo, hi = fam["ci95"]
@@ -279,11 +345,11 @@ def main(argv=None) -> int:
     ap.add_argument("--family", type=int, default=0, help="runs of the endpoint's default plan (0: skip)")
     ap.add_argument("--seed", type=int, default=56)
     ap.add_argument("--parts", default="chain,reports,family",
-                    help="comma-separated parts to run (chain, reports, family); the others are kept from --out")
+                    help="comma-separated parts to run (chain, reports, family, power); the others are kept from --out")
     ap.add_argument("--out", default=str(HERE / "raw" / "sequence_sizes.json"))
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
-    rng = np.random.default_rng([args.seed, sum(b for name, b in (("chain", 1), ("reports", 2), ("family", 4))
+    rng = np.random.default_rng([args.seed, sum(b for name, b in (("chain", 1), ("reports", 2), ("family", 4), ("power", 8))
                                                   if name in parts)])
     out = Path(args.out)
     res = {}
@@ -296,6 +362,10 @@ def main(argv=None) -> int:
         print(f"tables and check: {time.time() - t0:.0f} s", flush=True)
         res["chain"] = {str(k): v for k, v in measure_chain_tests(tab, rng, args.runs_scale).items()}
         res["chain_date"] = stamp
+    if "power" in parts:
+        chain = MarkovChain(512, seed=0)
+        res["power"] = measure_power(Tables(chain), chain, rng)
+        res["power_date"] = stamp
     if "reports" in parts:
         res["reports"] = {str(k): v for k, v in measure_report_tests(rng, args.runs_scale).items()}
         res["reports_date"] = stamp
