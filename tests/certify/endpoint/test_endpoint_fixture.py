@@ -61,6 +61,9 @@ def test_spectr_endpoint_passes_a_correct_server_and_fails_a_hot_one(pytester, m
     server sampling at 0.9 T fails at N = 160 with a message naming the temperature test, an
     unreachable URL fails in one line, and unknown keywords raise TypeError.
 
+    The counts below were measured with the former temperature test (a normal score, z); the test
+    is now an e-value exact at every N (oracle.sequence_scores), and this seeded run's hot server
+    fails it at N = 160 with log W 14.2 (p 6.7e-7 against its 2.5e-4); the counts were not re-run.
     Measured through ``certify_endpoint`` against this server, the plan's seed 0, 1, … varied (its
     engine seeds and PIT uniforms), 16 tokens, top-20 ``self`` reference, α = 1e-3: the 0.9 T
     server failed in 27 of 30 runs at N = 80 (temperature z 3.5-6.6, median 4.9, against the 3.66
@@ -81,7 +84,7 @@ def test_spectr_endpoint_passes_a_correct_server_and_fails_a_hot_one(pytester, m
     assert "FAILED test_deployment.py::test_hot_server" in out
     result.stdout.re_match_lines([
         rf"E +Failed: deployment {hot} \(fake-chain, reference self\): verdict FAIL",
-        r"E +temperature test failed: z [0-9.]+, p [0-9.e-]+ < alpha 0\.00025 \(observed .* vs expected .*\)",
+        r"E +temperature test failed: log W [0-9.]+, p [0-9.e-]+ < alpha 0\.00025 \(observed .* vs expected .*\)",
         r"E +report:",
         r"E +verdict: FAIL",
         rf"E +plan: N = {ENDPOINT_DEFECT_N} samples × 16 tokens, T = 1, alpha = 0\.001 \(family\).*",

@@ -148,15 +148,15 @@ def test_first_token_law_is_the_engines_processing(tiny):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--target", "tiny"], "--target needs --engine"),
-    (["--draft-temperature", "2"], "--draft-temperature needs --engine"),
-    (["--max-new-tokens", "4"], "--max-new-tokens needs --engine"),
-    (["--engine", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
-    (["--engine", "--draft-temperature", "0"], "--draft-temperature"),
-    (["--engine", "--rules", "mdbv"], "rule 'mdbv' is not certified on the engine"),
-    (["--engine", "--rules", "spectr_gbv"], "unknown rule(s) spectr_gbv"),
-    (["--engine", "--markdown", "x.md"], "--markdown is not available with --engine"),
-    (["--engine", "--target", "no/such/dir/"], "--target"),
+    (["verifiers", "--target", "tiny"], "unrecognized arguments: --target tiny"),
+    (["verifiers", "--draft-temperature", "2"], "unrecognized arguments: --draft-temperature 2"),
+    (["verifiers", "--max-new-tokens", "4"], "unrecognized arguments: --max-new-tokens 4"),
+    (["our-engine", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1"),
+    (["our-engine", "--draft-temperature", "0"], "--draft-temperature"),
+    (["our-engine", "--rules", "mdbv"], "rule 'mdbv' is not certified on the engine"),
+    (["our-engine", "--rules", "spectr_gbv"], "unknown rule(s) spectr_gbv"),
+    (["our-engine", "--markdown", "x.md"], "unrecognized arguments: --markdown x.md"),
+    (["our-engine", "--target", "no/such/dir/"], "--target"),
 ])
 def test_engine_argument_errors_exit_2(argv, message, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
