@@ -349,8 +349,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(HERE / "raw" / "sequence_sizes.json"))
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
-    rng = np.random.default_rng([args.seed, sum(b for name, b in (("chain", 1), ("reports", 2), ("family", 4), ("power", 8))
-                                                  if name in parts)])
+    bits = {"chain": 1, "reports": 2, "family": 4, "power": 8}
+    rng = np.random.default_rng([args.seed, sum(b for name, b in bits.items() if name in parts)])
     out = Path(args.out)
     res = {}
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

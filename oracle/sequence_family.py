@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_scores import MIXTURES, DirectionalResult, mixture_test, temperature_test, truncation_test
+from spectr_gbv.oracle.sequence_scores import (MIXTURES, DirectionalResult, mixture_test, temperature_test,
+                                               truncation_test)
 from spectr_gbv.oracle.sequence_test import ORDERS, SequenceRow, ks_uniform_test
 
 DIRECTIONAL = ("temperature", "truncation", "position shift", "draft leak")

@@ -41,13 +41,15 @@ sample size: the p-value is min(1, 1/W), exact in size with no approximation (Vi
 de Heide & Koolen 2024, J. R. Stat. Soc. B 86:1091–1128, "Safe testing").  The mixture over λ
 costs log |LAMBDAS| nats against the test that knows ε.
 
-Float tolerance η.  The engine's law at a token may differ from the reference's by TV ≤ η (float
-rounding): E[g] then moves by at most η·range(g) per token (the record's ``tr`` field), so the
-temperature test subtracts Σ η·range from |Σ (g − m)| before standardising (the truncation
-e-value: each factor's mean is at most 1 + λ·(min(1, M + η)/M − 1), and W is divided by it); the
-score clips log-probabilities at ``sequence_records.LOG_FLOOR`` so that the range stays finite.  The e-value tests read η as a relative error of each probability (the form
-rounding takes, |p'(y)/p(y) − 1| ≤ 2η): E[1 − λ + λ·r] ≤ 1 + 2λη per token under it, and each
-W_λ is divided by (1 + 2λη)^n.
+Float tolerance η.  The engine's law at a token may differ from the reference's by TV ≤ η_t (float
+rounding; η_t = η plus the reported cells' precision ``pe``, ``sequence_records``).  An e-value
+factor f with mean 1 under the reference has mean at most 1 + η_t·(max f − min f) under such a
+law, and each test divides W by that bound: the temperature factor's range comes from the record's
+``tx`` (g clipped at ``sequence_records.LOG_FLOOR`` keeps it finite); the truncation factor's
+mean is at most 1 + λ·(min(1, M + η_t)/M − 1).  The shift and leak tests read η as a relative
+error of each probability (the form rounding takes, |p'(y)/p(y) − 1| ≤ 2η, times the cells' own
+1 + ``pr``): E[1 − λ + λ·r] ≤ 1 + λ·((1 + 2η)(1 + pr) − 1) per token.  ``score_test`` (kept for
+comparison) subtracts Σ η_t·range from |Σ (g − m)| before standardising.
 
 Detectable deviations (power 0.99, normal approximation, linear in the defect's size):
 temperature |Δβ| ≥ min over θ of (log(|THETAS|/α) + z_0.99·|θ|·√V + θ²V/2 + pen_θ) / (|θ|·V) with

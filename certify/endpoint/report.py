@@ -82,7 +82,8 @@ def text_report(cert) -> str:
             bad = [r for r in pos if not r.passed]
             lines.append(f"  per position: smallest p {_p(w.pvalue)} ({w.scope}, {w.order}; alpha {w.alpha:.2g} each)"
                          + (f"; {len(bad)} of {len(pos)} rows below their alpha{FAIL}" if bad else ""))
-            lines.extend(f"    {r.scope}, {r.order} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g}){FAIL}" for r in bad[:8])
+            lines.extend(f"    {r.scope}, {r.order} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g}){FAIL}"
+                         for r in bad[:8])
             if len(bad) > 8:
                 lines.append(f"    ... {len(bad) - 8} more failing position rows (the JSON lists every row)")
         for d in fam.directional:
@@ -244,8 +245,9 @@ def certificate_json(cert) -> dict:
         "logprobs": None if cert.logprobs is None else {
             "n": cert.logprobs.n, "median": cert.logprobs.median, "largest": cert.logprobs.largest,
             "bound": cert.logprobs.bound, "over": cert.logprobs.over, "passed": cert.logprobs.passed},
-        "reports": [{"name": r.name, "statistic": r.statistic if math.isfinite(r.statistic) else None, "pvalue": r.pvalue, "n": r.n, "observed": r.observed,
-                     "expected": r.expected, "alpha": r.alpha, "passed": r.passed}
+        "reports": [{"name": r.name, "statistic": r.statistic if math.isfinite(r.statistic) else None,
+                     "pvalue": r.pvalue, "n": r.n, "observed": r.observed, "expected": r.expected, "alpha": r.alpha,
+                     "passed": r.passed}
                     for r in getattr(cert, "reports", ())],
         "family": None if fam is None else {
             "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,

@@ -22,12 +22,12 @@ The whole path, in order:
    verdict says whether the deployment reproduces a sample from its seed (informational).
 5. **Tests**: ``oracle.sequence_family.family_test`` on every sample's records (omnibus PIT and
    directional tests, Bonferroni over the family); the report tests of ``oracle.sequence_reports``
-   (top-k lists that claim the whole law while samples leave them; samples of one prompt sharing
-   prefixes beyond what independence allows — then the verdict says "samples dependent"; the engine's reported
-   log-probabilities of its sampled tokens against the reference's, temperature 1 as servers
-   report them, by a sign test of their median gap against ``Plan.logprob_shift``), at their
-   share of α taken from the family's per-position rows; and a deterministic bound on each
-   single gap: ≤ ``Plan.logprob_tolerance`` nats.
+   (top-k lists that claim the whole law while samples leave them; samples of one prompt
+   sharing prefixes beyond what independence allows — then the verdict says "samples
+   dependent"; the engine's reported log-probabilities of its sampled tokens against the
+   reference's, temperature 1 as servers report them, by a sign test of their median gap
+   against ``Plan.logprob_shift``), at their share of α taken from the family's per-position
+   rows; and a deterministic bound on each single gap: ≤ ``Plan.logprob_tolerance`` nats.
 6. **Stopping**: Ctrl-C or SIGTERM stops the workers; the certificate is computed on the samples
    collected so far (``complete`` False) and the run file keeps them.
 
@@ -160,7 +160,8 @@ class DeploymentCertificate:
             law changed" from "this deployment's numerics differ from the reference"; else None.
         notes: lines for the report; refused: why the run was refused, else "" (no check refuses
         today: dependent samples FAIL, ``dependence``); dependence: why the samples are not
-        independent (identical samples for different seeds), else "".  complete: every planned sample collected.  wall_s: seconds.
+        independent (identical samples for different seeds, or the shared-prefix test), else "".
+        complete: every planned sample collected.  wall_s: seconds.
         records: the tested samples' per-token records, in sample order (not in the JSON).
         new_samples: the samples drawn by this run (the others were read back from the run file).
     """
@@ -197,8 +198,9 @@ class DeploymentCertificate:
     @property
     def failed(self) -> bool:
         """A deviation was found (a FAIL even on part of the plan)."""
-        return bool(self.impossible) or bool(self.dependence) or (self.family is not None and not self.family.passed) or (
-            self.logprobs is not None and not self.logprobs.passed) or any(not r.passed for r in self.reports)
+        return (bool(self.impossible) or bool(self.dependence)
+                or (self.family is not None and not self.family.passed)
+                or (self.logprobs is not None and not self.logprobs.passed) or any(not r.passed for r in self.reports))
 
     @property
     def verdict(self) -> str:

@@ -54,10 +54,10 @@ import numpy as np
 
 from spectr_gbv.oracle.sequence_simulation import MarkovChain
 
-DEFECTS = ("temperature-0.9", "top-p-0.95", "top-k-50", "min-p-0.05", "stale-0.1", "wrong-logprobs", "zero-logprobs", "seed-ignored", "cached",
-           "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500", "rounded-logprobs",
-           "float32-logprobs", "renormalised-top", "logprobs-plus-0.3", "one-wrong-logprob", "bf16-logprob-noise",
-           "shared-prefix")
+DEFECTS = ("temperature-0.9", "top-p-0.95", "top-k-50", "min-p-0.05", "stale-0.1", "wrong-logprobs", "zero-logprobs",
+           "seed-ignored", "cached", "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500",
+           "rounded-logprobs", "float32-logprobs", "renormalised-top", "logprobs-plus-0.3", "one-wrong-logprob",
+           "bf16-logprob-noise", "shared-prefix")
 
 
 def default_chain() -> MarkovChain:

@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from spectr_gbv.oracle.sequence_records import (FLOAT32_LOGPROB_ERR, FLOAT64_LOGPROB_ERR, LAMBDAS, LEVEL_NAMES, LOG_FLOOR, THETAS,
-                                               records_from_laws, records_from_top, reported_precision)
+from spectr_gbv.oracle.sequence_records import (FLOAT32_LOGPROB_ERR, FLOAT64_LOGPROB_ERR, LAMBDAS, LEVEL_NAMES, LOG_FLOOR,
+                                               THETAS, records_from_laws, records_from_top, reported_precision)
 
 LAW = np.array([0.1, 0.4, 0.2, 0.3])  # probability order: 1, 3, 2, 0
 
@@ -94,7 +94,8 @@ def test_topk_cells_and_the_other_cell():
     ids, lps = [[7, 3, 9]], [[math.log(0.5), math.log(0.2), math.log(0.1)]]
     (inside,) = records_from_top([3], ids, lps)
     assert inside["k"] == 3 and inside["o"] == pytest.approx(1 - 0.8 * SHRINK, abs=1e-15)
-    assert inside["c"] == pytest.approx(0.2 * SHRINK, abs=1e-15) and inside["lo"] == pytest.approx(0.5 * SHRINK, abs=1e-15)
+    assert inside["c"] == pytest.approx(0.2 * SHRINK, abs=1e-15)
+    assert inside["lo"] == pytest.approx(0.5 * SHRINK, abs=1e-15)
     assert inside["li"] == 0.0  # 3 is the smallest top id
     (outside,) = records_from_top([1], ids, lps, token_logprobs=[math.log(0.05)])
     assert outside["c"] == pytest.approx(1 - 0.8 * SHRINK, abs=1e-15)
