@@ -102,8 +102,9 @@ FAMILY_SEES = {
     "toy": "V = 3 prefix-dependent rows, draft close to the target (long acceptances)",
     "prefix": "V = 5 rows depending on the whole prefix, draft far from the target",
     "large": "V = 4,096 peaked rows: corrections or bonus draws truncated to the top k, narrow-dtype CDFs",
-    "vocab": "V = 151,936 (Qwen2.5's vocabulary) rows of a language model's rank profile: draws at a real "
-             "vocabulary (top-k, narrow-dtype CDFs, tokens below a probability floor)",
+    "vocab": "V = 151,936 (Qwen2.5's vocabulary) rows of a real model's shape, their likely tokens at ids ≥ 65,536 "
+             "(V − 1 drafted): token ids kept in 16 bits, draws at a real vocabulary (top-k, narrow-dtype CDFs, "
+             "tokens below a probability floor)",
     "zeros": "target probability 0 on drafted tokens (a zero-probability token accepted)",
     "disjoint": "near-disjoint rows (the residual carries almost everything)",
     "equal": "p = q (every draft accepted by a lossless single-path rule)",
@@ -153,9 +154,12 @@ VOCAB_V = 151_936
 VOCAB_L = 1
 VOCAB_SEED = 31
 # The "vocab" case runs at min(N, VOCAB_SAMPLES): 5,000 rows hand over 2.3·10^9 probabilities,
-# four times the V = 4,096 case at N = 20,000, and its coarsened test then states δ = 0.079 (0.039
-# at 20,000), its identity test 0.31 (tests/oracle/test_vocab_family.py).
+# four times the V = 4,096 case at N = 20,000.  Its rows are a real model's shape (``HighIdRows``):
+# the joint G-test states δ ≤ 0.2 on the whole law there (tests/oracle/test_vocab_family.py).
 VOCAB_SAMPLES = 5_000
+# Token ids at and above this do not fit 16 bits: the "vocab" case drafts and emits them on purpose
+# (a verifier that keeps ids in uint16 or int16 wraps them).
+ID_WRAP = 2**16
 
 
 def vocab_models(V: int = VOCAB_V, seed: int = VOCAB_SEED) -> tuple[ToyModel, ToyModel]:
@@ -167,22 +171,92 @@ def vocab_models(V: int = VOCAB_V, seed: int = VOCAB_SEED) -> tuple[ToyModel, To
     return Mixture(target, PermutedZipf(V, seed + 7919), 0.5), target
 
 
+class HighIdRows(ToyModel):
+    """A real model's row at a real vocabulary, its likely tokens at ids that need 17 bits.
+
+    After each prefix: mass 1 − ``tail`` on a head of ``head`` tokens with Zipf(``exponent``)
+    weights by rank, the head's ids drawn in [``ID_WRAP``, V − 1) per (``ids_seed``, prefix) plus
+    V − 1 itself, so models of one ``ids_seed`` share their head's ids and differ in its order
+    (ranks shuffled per (``seed``, prefix); V − 1 at rank ``top_rank`` when given); mass ``tail``
+    on the whole vocabulary, a share ``zipf_share`` of it as ``PermutedZipf(V, seed + 1)`` and the
+    rest flat (each token 1/V of it: 10^-7–10^-6, the tail a probability floor or a float16 CDF
+    drops).
+
+    Args:
+        vocab_size: V > ``ID_WRAP``.  ids_seed, seed: ints ≥ 0.  head: 2 ≤ head < V − ID_WRAP.
+        exponent: > 0.  tail, zipf_share: in [0, 1).  top_rank: None or 1..head.
+    Raises:
+        ValueError: a parameter out of range.
+    """
+
+    def __init__(self, vocab_size: int, ids_seed: int, seed: int, head: int = 32, exponent: float = 1.0,
+                 tail: float = 0.06, zipf_share: float = 0.3, top_rank: int | None = None):
+        if int(vocab_size) != vocab_size or vocab_size <= ID_WRAP:
+            raise ValueError(f"vocab_size must be an integer > {ID_WRAP}, got {vocab_size!r}")
+        if not 2 <= head < vocab_size - ID_WRAP:
+            raise ValueError(f"head must lie in [2, {vocab_size - ID_WRAP}), got {head!r}")
+        if not exponent > 0 or not 0 <= tail < 1 or not 0 <= zipf_share < 1:
+            raise ValueError(f"need exponent > 0 and tail, zipf_share in [0, 1); got {exponent!r}, {tail!r}, "
+                             f"{zipf_share!r}")
+        if top_rank is not None and not 1 <= top_rank <= head:
+            raise ValueError(f"top_rank must be None or in [1, {head}], got {top_rank!r}")
+        self.vocab_size, self.ids_seed, self.seed, self.head = int(vocab_size), int(ids_seed), int(seed), int(head)
+        self.exponent, self.tail, self.zipf_share = float(exponent), float(tail), float(zipf_share)
+        self.top_rank = top_rank
+        weights = np.arange(1, head + 1, dtype=np.float64) ** -self.exponent
+        self._head = weights / weights.sum()
+        self._zipf = PermutedZipf(self.vocab_size, self.seed + 1)
+
+    def _conditional(self, prefix) -> np.ndarray:
+        V = self.vocab_size
+        ids = ID_WRAP + np.random.default_rng([self.ids_seed, V, len(prefix), *prefix]).choice(
+            V - 1 - ID_WRAP, self.head - 1, replace=False)
+        ids = np.concatenate([[V - 1], ids])
+        ranked = ids[np.random.default_rng([self.seed, V, len(prefix), *prefix]).permutation(self.head)]
+        if self.top_rank is not None:
+            at = int(np.flatnonzero(ranked == V - 1)[0])
+            ranked[[at, self.top_rank - 1]] = ranked[[self.top_rank - 1, at]]
+        row = np.full(V, self.tail * (1.0 - self.zipf_share) / V)
+        if self.zipf_share:
+            row += self.tail * self.zipf_share * self._zipf.conditional(prefix)
+        row[ranked] += (1.0 - self.tail) * self._head
+        return row / row.sum()
+
+    def __repr__(self) -> str:
+        return (f"HighIdRows({self.vocab_size}, {self.ids_seed}, {self.seed}, {self.head}, {self.exponent}, "
+                f"{self.tail}, {self.zipf_share}, {self.top_rank})")
+
+
+def vocab_case_models(V: int = VOCAB_V, seed: int = VOCAB_SEED) -> tuple[ToyModel, ToyModel]:
+    """(draft, target) of the "vocab" case: target ``HighIdRows(V, seed, seed, top_rank=3)``
+    (32 head tokens, Zipf(1) by rank, 94 % of the mass; V − 1 third), draft the even mixture of
+    it and ``HighIdRows(V, seed, seed + 7919, tail=0.02, top_rank=1)`` (the same head ids in
+    another order, V − 1 first, a lighter tail, so the residual (q − p)_+ keeps tail mass)."""
+    target = HighIdRows(V, seed, seed, top_rank=3)
+    other = HighIdRows(V, seed, seed + 7919, tail=0.02, top_rank=1)
+    return Mixture(target, other, 0.5), target
+
+
 def vocab_case(rule: str, K: int, backend_dtype: str = "float64") -> FixedCase:
-    """The "vocab" case, run at min(N, ``VOCAB_SAMPLES``) = 5,000 rows: ``vocab_models()``,
-    blocks of ``VOCAB_L`` = 1 token, the K drafts the K
-    most likely target tokens among those whose token-level acceptance q/p = 2q/(q + o) lies in
-    [0.4, 0.6] (o the mixture's other row: SD accepts about half the time, so the correction row
-    and the bonus rows both carry mass; E[τ] = 0.46 for "sd", 0.56 for K-SEQ at K = 2).
+    """The "vocab" case, run at min(N, ``VOCAB_SAMPLES``) = 5,000 rows: ``vocab_case_models()``,
+    blocks of ``VOCAB_L`` = 1 token, the K drafts the K tokens of highest id among those of
+    target probability ≥ 10^-3 whose token-level acceptance q/p lies in [0.4, 0.6] — V − 1 first
+    — so that ids ≥ ``ID_WRAP`` = 65,536 are drafted, accepted and emitted on purpose (a verifier
+    that keeps token ids in 16 bits moves nearly all of the law).  SD accepts about half the time,
+    so the correction row and the bonus row both carry mass.
 
     Raises:
-        ValueError: unknown rule, K ≠ 1 for a single-draft rule.
+        ValueError: unknown rule, K ≠ 1 for a single-draft rule, fewer than K such tokens.
     """
-    draft, target = vocab_models()
+    draft, target = vocab_case_models()
     q, p = target.conditional(()), draft.conditional(())
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(p > 0, q / p, 0.0)
-    candidates = np.flatnonzero((ratio >= 0.4) & (ratio <= 0.6))
-    chosen = candidates[np.argsort(-q[candidates], kind="stable")][:K]
+    candidates = np.flatnonzero((ratio >= 0.4) & (ratio <= 0.6) & (q >= 1e-3) & (np.arange(q.size) >= ID_WRAP))
+    if candidates.size < K:
+        raise ValueError(f"vocab_case: {candidates.size} tokens of q ≥ 10^-3 with q/p in [0.4, 0.6], fewer than "
+                         f"K = {K}")
+    chosen = candidates[::-1][:K]
     tokens, dp, tp = Decoder(draft, target, K, VOCAB_L).block_inputs(DecodeState(), [(int(x),) for x in chosen])
     return FixedCase(f"{rule} vocab V={VOCAB_V} K={K} L={VOCAB_L} {backend_dtype}", rule, rule, tokens, dp, tp,
                      backend_dtype=backend_dtype, samples_cap=VOCAB_SAMPLES)
@@ -328,9 +402,10 @@ def case_family(family: str, rule: str, K: int, L: int, dtype: str = "float64", 
       * "prefix": V = 5, rows depending on the whole prefix, draft far from target;
       * "large": V = 4,096 peaked rows (a correction or bonus truncated to the top k tokens
         moves this law);
-      * "vocab": V = 151,936 (Qwen2.5's vocabulary), rows of a language model's rank profile,
-        blocks of one token (``vocab_case``); rules whose registry spec has ``bench`` False
-        (a host plan too slow at a real vocabulary) are skipped;
+      * "vocab": V = 151,936 (Qwen2.5's vocabulary), rows of a real model's shape whose likely
+        tokens have ids ≥ 65,536 (``HighIdRows``), blocks of one token (``vocab_case``); rules
+        whose registry spec has ``bench`` False (a host plan too slow at a real vocabulary) are
+        skipped;
       * "zeros": toy rows, V = max(3, K + 1), target probability 0 on the tokens drafted at
         the last depth and on other drafts' first tokens (``_zero_target_mass``);
       * "disjoint": V = 8, target rows nearly disjoint from the draft's;
