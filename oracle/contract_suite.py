@@ -9,9 +9,10 @@ cases.  ``assert_contract`` draws batches from ``oracle.strategies.batched_input
 K, L, prefix-dependent rows of every kind: peaked, flat, disjoint supports, target zeros on
 drafted tokens, p = q) and seeds, and checks on each (``PROPERTIES``, in this order):
 
-1. "shapes and dtypes": ``tau``, ``selected`` and ``num_emitted`` integer [B], ``tokens``
-   integer [B, L+1], num_emitted = τ + 1;
-2. "τ and padding": τ ∈ [0, L], the τ + 1 emitted ids in [0, V), −1 after them;
+1. "output shapes and dtypes": ``tau``, ``selected`` and ``num_emitted`` integer [B], ``tokens``
+   integer [B, L+1];
+2. "τ, num_emitted and padding": τ ∈ [0, L], num_emitted = τ + 1, the τ + 1 emitted ids in
+   [0, V), −1 after them;
 3. "accepted tokens are drafts": where τ > 0, ``selected`` ∈ [0, K) and the τ accepted tokens
    are that draft's first τ tokens;
 4. "emitted ids in the target's support": every accepted token, and the correction or bonus
@@ -50,7 +51,8 @@ from spectr_gbv.reference.contract import to_numpy
 
 __all__ = ["PROPERTIES", "ContractFailed", "assert_contract", "reproducer"]
 
-PROPERTIES = ("shapes and dtypes", "τ and padding", "accepted tokens are drafts", "emitted ids in the target's support",
+PROPERTIES = ("output shapes and dtypes", "τ, num_emitted and padding", "accepted tokens are drafts",
+              "emitted ids in the target's support",
               "seed replay", "batch independence", "impossible inputs refused")
 _SEEDS = st.integers(min_value=0, max_value=2**63 - 1)
 
@@ -99,15 +101,15 @@ def _outcome(verdict, B: int, L: int):
         tau, tokens = to_numpy(verdict.tau), to_numpy(verdict.tokens)
         selected, emitted = to_numpy(verdict.selected), to_numpy(verdict.num_emitted)
     except AttributeError as err:
-        raise _Broken("shapes and dtypes", f"the verdict has no {err.name if hasattr(err, 'name') else err}",
+        raise _Broken("output shapes and dtypes", f"the verdict has no {err.name if hasattr(err, 'name') else err}",
                       "assert all(hasattr(verdict, f) for f in ('tau', 'tokens', 'selected', 'num_emitted'))")
     for name, a, shape in (("tau", tau, (B,)), ("selected", selected, (B,)), ("num_emitted", emitted, (B,)),
                            ("tokens", tokens, (B, L + 1))):
         if a.shape != shape or not np.issubdtype(a.dtype, np.integer):
-            raise _Broken("shapes and dtypes", f"{name} is {a.dtype} of shape {list(a.shape)}, expected integers "
+            raise _Broken("output shapes and dtypes", f"{name} is {a.dtype} of shape {list(a.shape)}, expected integers "
                           f"of shape {list(shape)}", f"assert np.asarray(verdict.{name}).shape == {shape}")
     if not np.array_equal(emitted, tau + 1):
-        raise _Broken("shapes and dtypes", f"num_emitted {emitted.tolist()} is not τ + 1 = {(tau + 1).tolist()}",
+        raise _Broken("τ, num_emitted and padding", f"num_emitted {emitted.tolist()} is not τ + 1 = {(tau + 1).tolist()}",
                       "assert (np.asarray(verdict.num_emitted) == np.asarray(verdict.tau) + 1).all()")
     return tau.astype(np.int64), tokens.astype(np.int64), selected.astype(np.int64)
 
@@ -121,12 +123,12 @@ def _check_verdict(rows, verdict) -> tuple:
     for b in range(B):
         t = int(tau[b])
         if not 0 <= t <= L:
-            raise _Broken("τ and padding", f"row {b}: τ = {t} outside [0, {L}]", f"assert 0 <= verdict.tau[{b}] <= {L}")
+            raise _Broken("τ, num_emitted and padding", f"row {b}: τ = {t} outside [0, {L}]", f"assert 0 <= verdict.tau[{b}] <= {L}")
         if not ((tokens[b, :t + 1] >= 0) & (tokens[b, :t + 1] < V)).all():
-            raise _Broken("τ and padding", f"row {b}: emitted ids {tokens[b, :t + 1].tolist()} not all in [0, {V})",
+            raise _Broken("τ, num_emitted and padding", f"row {b}: emitted ids {tokens[b, :t + 1].tolist()} not all in [0, {V})",
                           f"assert ((verdict.tokens[{b}, :{t + 1}] >= 0) & (verdict.tokens[{b}, :{t + 1}] < {V})).all()")
         if (tokens[b, t + 1:] != -1).any():
-            raise _Broken("τ and padding", f"row {b}: tokens {tokens[b].tolist()} not −1 after the τ + 1 = {t + 1} "
+            raise _Broken("τ, num_emitted and padding", f"row {b}: tokens {tokens[b].tolist()} not −1 after the τ + 1 = {t + 1} "
                           "emitted", f"assert (verdict.tokens[{b}, {t + 1}:] == -1).all()")
         k = int(selected[b]) if t > 0 else 0
         if t > 0:
@@ -161,7 +163,7 @@ def _one_example(verifier, rows, seeds, data) -> None:
     name = data.draw(st.sampled_from([n for n, _, _ in INPUT_PROBES]), label="impossible input")
     where = (data.draw(st.integers(0, B - 1), label="row"), data.draw(st.integers(0, rows[0].shape[1] - 1), label="draft"),
              data.draw(st.integers(0, rows[0].shape[2] - 1), label="depth"))
-    first = _check_verdict(rows, _call(verifier, rows, seeds, "shapes and dtypes"))
+    first = _check_verdict(rows, _call(verifier, rows, seeds, "output shapes and dtypes"))
     again = _check_verdict(rows, _call(verifier, rows, seeds, "seed replay"))
     if not (np.array_equal(first[0], again[0]) and np.array_equal(first[1], again[1])):
         raise _Broken("seed replay", f"τ {first[0].tolist()} then {again[0].tolist()}, tokens {first[1].tolist()} "

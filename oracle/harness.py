@@ -7,18 +7,26 @@
 ``my_verifier`` is any object with the batched contract of reference/contract.py (numpy or
 torch; it gets numpy arrays and per-row seeds).  It is run on the built-in case families of
 ``oracle.certify_cases.case_family`` (toy, prefix-dependent, V = 4,096 rows, V = 151,936 rows
-of a language model's rank profile, zero target mass where drafts land, near-disjoint rows,
+of a real model's shape with their likely tokens at ids ≥ 65,536, zero target mass where drafts land, near-disjoint rows,
 p = q, the rule's branch-coverage case that the project's own plan runs, one-hot draft rows,
 multi-draft branches, blocks of L = 8; families without a case for the rule are skipped with a
-note) and on the caller's own ``FixedCase`` rows, and each case's outcomes are tested against
-the reference rule's exact law given the drafts (oracle/certify.py: per case N, α, the
+note) and on the caller's own ``FixedCase`` rows, sampled in production batches: rows of several
+cases in one call, zero-padded to one vocabulary, with greedy rows beside them, at sizes that
+cross the tiles of 64, 128 and 256 rows (oracle/mixed_batches.py).  Each row's outcome is tested
+against its own case's exact law given the drafts (oracle/certify.py: per case N, α, the
 detectable δ, four (six on large cases) p-values and the names of the failed tests, the measured
 TV, mean τ with its interval against the exact E[τ], the worst outcome cells, and the case's
 deterministic checks: the verifier's output within the contract and, for a rule that modifies
-later targets, its Algorithm 2 record, oracle/record_check.py).  Then the seed contract's three
-checks (oracle/seed_contract.py) and the input probes (oracle/input_probes.py).  Every defect it
-detects is a failed row or check with its reason, never an exception; the report's
-``not_seen`` names what it did not look at.  ``one_hot_drafts=True`` certifies on one-hot drafts
+later targets, its Algorithm 2 record, oracle/record_check.py).  Beside the laws, every
+deterministic check of the batched contract, by name (``CONTRACT_CHECK_NAMES``, in
+``report.seed_checks``): seed replay, seed dependence, seed narrowing, batch independence and the
+single-request path (oracle/seed_contract.py, on a batch of rows of several cases), the output
+checks over every call and the greedy rows (oracle/output_checks.py), inputs not modified; then
+the input probes (oracle/input_probes.py).  ``certify_lossless`` runs the same checks.  Every
+defect it detects is a failed row or check with its reason, never an exception (a failed check
+comes first in ``table()``, with a reproducer where one is small enough to print: hypothesis's
+shrunk batch when ``oracle.contract_suite`` reaches it); the report's ``checked`` lists what it
+looked at and ``not_seen`` what it did not.  ``one_hot_drafts=True`` certifies on one-hot drafts
 (``one_hot_draft_case``: n-gram speculation, vLLM's ``draft_probs=None``).  N defaults to
 ``oracle.defaults.DEFAULT_SAMPLES``.
 
@@ -42,31 +50,66 @@ from typing import Sequence
 from spectr_gbv.reference.contract import to_numpy
 from spectr_gbv.reference.rules import registry
 
-from spectr_gbv.oracle.certify import CertificationReport, FixedCase, certify
+from spectr_gbv.oracle.certify import CertificationReport, FixedCase
 from spectr_gbv.oracle.certify_cases import FAMILIES, FamilyNotApplicable, case_family, one_hot_draft_case  # noqa: F401 (one_hot_draft_case: public here)
 from spectr_gbv.oracle.defaults import DEFAULT_ALPHA, DEFAULT_SAMPLES
 from spectr_gbv.oracle.input_probes import INPUT_PROBES, Probe, input_probes  # noqa: F401 (Probe, INPUT_PROBES: public here)
 from spectr_gbv.oracle.lossless import LosslessCaseResult, LosslessReport, ToyPair, certify_lossless  # noqa: F401 (re-exported)
 from spectr_gbv.oracle.lossless import not_seen_by_probes
+from spectr_gbv.oracle.mixed_batches import certify_mixed, check_batch
+from spectr_gbv.oracle.output_checks import inputs_not_modified
+from spectr_gbv.oracle.seed_contract import SeedCheck, check_batch_contract
+from spectr_gbv.oracle.seeding import CaseSeeds
 
 
 @dataclass
 class HarnessReport(CertificationReport):
-    """``certify_verifier``'s report: the CertificationReport of the cases run (with its seed
-    checks and input probes), ``skipped``, one note per family asked for (by default or by name)
-    that has no case for this rule and K (why, e.g. "branches" for a single-draft rule), and
-    ``not_seen``, one line per thing this certification did not look at (``not_seen_by``: the
-    families the caller left out, per-request temperatures, the drafter, the boundary probes, the
-    input probes when turned off; and how the Algorithm 2 record was checked); the notes are
-    printed under ``table()``, so a PASS names what it did not see."""
+    """``certify_verifier``'s report: the CertificationReport of the cases run (their laws, tested
+    on mixed batches), ``seed_checks`` (every deterministic check of the batched contract, each
+    by name: ``CONTRACT_CHECK_NAMES``), the input probes, ``skipped``, one note per family asked
+    for (by default or by name) that has no case for this rule and K (why, e.g. "branches" for a
+    single-draft rule), ``not_seen``, one line per thing this certification did not look at
+    (``not_seen_by``: the families the caller left out, per-request temperatures, the drafter, the
+    boundary probes, the input probes when turned off; and how the Algorithm 2 record was
+    checked), and ``lanes``, how the cases were batched (oracle/mixed_batches.py).  ``table()``
+    prints the failed checks first, then the cases, the checks and the probes, what was checked
+    (``checked``) and the notes, so a PASS lists what it checked and what it did not see."""
 
     skipped: list = field(default_factory=list)
     not_seen: list = field(default_factory=list)
+    lanes: list = field(default_factory=list)
+
+    @property
+    def checks(self) -> dict:
+        """check name → SeedCheck (the deterministic checks of ``seed_checks``)."""
+        return {c.name: c for c in self.seed_checks}
+
+    @property
+    def checked(self) -> list[str]:
+        """What the run checked, one line each: the cases' laws and how they were batched, the
+        contract checks by name, the input probes."""
+        out = [f"laws: {len(self.results)} cases, each against its own exact law, in batches of several "
+               f"requests (oracle/mixed_batches.py):"] + [f"  {line}" for line in self.lanes]
+        out.append("contract checks: " + ", ".join(c.name for c in self.seed_checks))
+        if self.probes:
+            out.append(f"input probes: {len(self.probes)} impossible inputs, each to be refused with ValueError")
+        return out
 
     def table(self) -> str:
-        notes = "".join(f"\nskipped: {note}" for note in self.skipped)
+        failed = [c for c in self.seed_checks if not c.passed]
+        head = "".join(f"FAILED CHECK {c.name}: {c.detail}\n" for c in failed)
+        notes = "".join(f"\nchecked: {line}" for line in self.checked)
+        notes += "".join(f"\nskipped: {note}" for note in self.skipped)
         notes += "".join(f"\nnot seen: {note}" for note in self.not_seen)
-        return super().table() + notes
+        return head + super().table() + notes
+
+
+# Every deterministic check of ``certify_verifier`` (``HarnessReport.seed_checks``), in order: the
+# seed and batch checks (oracle/seed_contract.py), the output checks over every call and the greedy
+# rows (oracle/output_checks.py, oracle/mixed_batches.py), the inputs check.
+CONTRACT_CHECK_NAMES = ("seed replay", "seed dependence", "seed narrowing", "batch independence", "single-request path",
+                        "output shapes and dtypes", "τ, num_emitted and padding", "accepted tokens are drafts",
+                        "emitted ids in the target's support", "greedy rows", "inputs not modified")
 
 
 def not_seen_by(verifier, rule: str, families, input_checks: bool) -> list[str]:
@@ -140,13 +183,18 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         HarnessReport (a CertificationReport): ``ok``, ``table()``, ``to_json()``, per case a
         CaseResult named "<rule> <family> …" (its deterministic ``checks``: the verifier's
         output within the contract, and for a rule that modifies later targets its Algorithm 2
-        record, ``oracle.record_check``), the seed checks, the input probes, ``skipped`` (the
-        notes of the families without a case) and ``not_seen`` (``not_seen_by``).  A defect it
-        detects — a wrong law, a malformed output, a raised error, a wrong record, a broken seed
-        contract, an impossible input accepted — is a failed row or check with its reason.
+        record, ``oracle.record_check``), ``seed_checks`` (every check of
+        ``CONTRACT_CHECK_NAMES``: ``contract_checks``; ``report.checks`` by name), the input
+        probes, ``skipped`` (the notes of the families without a case), ``lanes`` and
+        ``checked`` (how the cases were batched, what was checked) and ``not_seen``
+        (``not_seen_by``).  A defect it detects — a wrong law, a malformed output, a raised
+        error, a wrong record, a broken seed or batch contract, a narrowed seed, a single-request
+        path that draws otherwise, an input written into, an impossible input accepted — is a
+        failed row or check with its reason.
     Raises:
         ValueError: unknown rule or family, bad K, L, n_samples, chunk or dtype (the caller's
             arguments; never for a defect of the verifier).
+        TypeError: ``verifier`` is not callable.
         FamilyNotApplicable (a ValueError): every family asked for was skipped and no ``cases``
             were given (nothing would be certified).
     """
@@ -165,10 +213,86 @@ def certify_verifier(verifier, rule: str, *, K: int | None = None, L: int = 3,
         raise FamilyNotApplicable("no case to run: " + "; ".join(skipped))
     if one_hot_drafts:
         all_cases = [one_hot_draft_case(c) for c in all_cases]
-    report = certify(verifier, all_cases, n_samples, alpha, chunk, seed, progress)
+    if not callable(verifier):
+        raise TypeError(f"verifier must be callable with the batched contract, got {type(verifier).__name__}")
+    run = certify_mixed(verifier, all_cases, n_samples, alpha, chunk, seed, progress)
+    checks = contract_checks(verifier, all_cases, seed, run.checks)
+    if any(not c.passed for c in checks):
+        checks = with_reproducers(checks, verifier, rule, K)
     probes = input_probes(verifier, K, L) if input_checks else []
-    return HarnessReport(report.results, report.seed_checks, probes, skipped,
-                         not_seen_by(verifier, rule, families, input_checks))
+    return HarnessReport(run.results, checks, probes, skipped, not_seen_by(verifier, rule, families, input_checks),
+                         run.lanes)
+
+
+def contract_checks(verifier, cases, seed: int, run_checks) -> list[SeedCheck]:
+    """Every deterministic check of ``certify_verifier`` in ``CONTRACT_CHECK_NAMES`` order: the
+    five seed and batch checks (``oracle.seed_contract.check_batch_contract``) on the batch of
+    ``oracle.mixed_batches.check_batch`` (rows of several cases, neighbours from different cases,
+    at least 513 rows, every one re-run alone; with no case of V ≤ 64, the smallest case's row
+    repeated, in calls of at most 2^27 probabilities), ``run_checks`` (the output checks over every call
+    of the law families and "greedy rows": ``oracle.mixed_batches.certify_mixed``) and "inputs not
+    modified" on writable copies of the check batch.
+
+    Args:
+        verifier: the batched verifier.  cases: the run's FixedCase list.  seed: base seed.
+        run_checks: the checks ``certify_mixed`` returned.
+    Returns:
+        list of SeedCheck (empty seed and batch checks when ``cases`` is empty).
+    """
+    built = check_batch(cases, seed)
+    if built is None:
+        return list(run_checks)
+    rows, collisions, subject, rng, max_rows = built
+    B = len(collisions)
+    seeds = CaseSeeds(seed, 0).check_seeds(B)
+    fresh = CaseSeeds(seed, 0).check_seeds(B, fresh=True)
+    batch = check_batch_contract(verifier, *rows, seeds, fresh, rng, collision=collisions, subject=subject,
+                                 max_rows=max_rows)
+    n = B if max_rows is None else max_rows  # the rows one call holds
+    inputs = inputs_not_modified(verifier, tuple(a[:n] for a in rows), seeds[:n], subject)
+    return [*batch, *run_checks, inputs]
+
+
+REPRODUCER_EXAMPLES = 50  # hypothesis batches tried for a shrunk reproducer of a failed check
+
+
+def with_reproducers(checks, verifier, rule: str, K: int) -> list[SeedCheck]:
+    """``checks`` with a shrunk reproducer on the failed ones that hypothesis can reach.
+
+    Where hypothesis is installed, ``oracle.contract_suite.assert_contract(verifier, rule, K=K)``
+    runs (``REPRODUCER_EXAMPLES`` batches of at most 4 rows, V ≤ 6, L ≤ 3); the minimal failing
+    batch it shrinks, as code, becomes the ``reproducer`` of the failed check of the same name
+    ("batch independence" covers "single-request path" there: its rows are re-run alone).  A
+    failed check it cannot reach keeps its own reproducer (a failing row alone, where small) and
+    says so in its detail.  Without hypothesis the checks are returned as they are.
+    """
+    import dataclasses
+
+    try:
+        from spectr_gbv.oracle.contract_suite import ContractFailed, assert_contract
+    except ImportError:  # hypothesis is an extra (pip install 'spectr-gbv[oracle]')
+        return list(checks)
+    found = None
+    try:
+        assert_contract(verifier, rule, K=K, max_examples=REPRODUCER_EXAMPLES)
+    except ContractFailed as failure:
+        found = failure
+    except Exception:  # noqa: BLE001 - hypothesis could not run this verifier: no reproducer
+        found = None
+    out = []
+    for c in checks:
+        if c.passed or c.name not in CONTRACT_CHECK_NAMES:
+            out.append(c)
+            continue
+        prop = found.property if found is not None else None
+        if prop == c.name or (prop == "batch independence" and c.name == "single-request path"):
+            code = (f"# shrunk by hypothesis (oracle.contract_suite.assert_contract), property {prop!r}: "
+                    f"{found.detail}\n" + found.reproducer)
+            out.append(dataclasses.replace(c, reproducer=code))
+        else:
+            out.append(dataclasses.replace(c, detail=c.detail + " (hypothesis found no failing batch of at most 4 "
+                                           "rows at V ≤ 6 for this check: the batch that fails is the certification's)"))
+    return out
 
 
 def accepts_zero_target(case: FixedCase, tokens, tau: int) -> bool:

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from spectr_gbv.oracle import harness
+from spectr_gbv.oracle.harness import CONTRACT_CHECK_NAMES
 from spectr_gbv.oracle.lossless import (TESTS, LosslessReport, ToyPair, certify_lossless, default_pairs,
                                         lossless_ceiling, position_test_name)
 from spectr_gbv.oracle.prefix_match import prefix_match_bound
@@ -137,10 +138,10 @@ def test_sampler_match_passes():
     assert abs(toy.mean_tau - 532 / 729) < 5 * se and ceiling.pvalue == 1.0
     assert report.failed == {}
     assert json.loads(json.dumps(report.to_json()))[0]["verdict"] == "PASS"
-    # + the 3 seed checks and the 7 input probes (the example refuses impossible rows)
-    assert report.table().count("| PASS |") == sum(len(r.tests) for r in report.results) + 3 + 7
-    assert [c.name for c in report.seed_checks if c.passed] == ["seed replay", "seed dependence",
-                                                                 "batch independence"]
+    # + the 11 contract checks (oracle.harness.CONTRACT_CHECK_NAMES) and the 7 input probes (the example
+    # refuses impossible rows)
+    assert report.table().count("| PASS |") == sum(len(r.tests) for r in report.results) + len(CONTRACT_CHECK_NAMES) + 7
+    assert [c.name for c in report.seed_checks if c.passed] == list(CONTRACT_CHECK_NAMES)
 
 
 @pytest.mark.parametrize("rule", registry.names(lossless=True))
@@ -251,13 +252,17 @@ def test_torch_verifiers_that_modify_later_targets_pass(rule, one_torch_thread):
 def test_transformers_ensemble_mode_fails(one_torch_thread):
     """``assistant_ensemble_weight`` = 0.5 accepts with v = (q + p)/2: every test fails on every
     pair at N = 5,000 (measured first-token TV 0.17 on the toy against δ 0.053; it accepts 2.11
-    tokens where no lossless rule passes 1.85)."""
+    tokens where no lossless rule passes 1.85), and on the greedy rows of the contract checks it
+    accepts drafted tokens of target probability 0 (v = p/2 > 0 there): "emitted ids in the
+    target's support" and "greedy rows" fail, deterministic checks."""
     pytest.importorskip("transformers")
     from spectr_gbv.gpu_backend.adapters.transformers_sd import TransformersSpeculativeSampling
 
     report = certify_lossless(TransformersSpeculativeSampling(0.5), K=1, L=3, n_samples=5_000, models=OLD_PAIRS,
                               input_checks=False)
-    assert {p: _old_tests(f) for p, f in report.failed.items()} == {p: TESTS for p in PAIRS}
+    failed = dict(report.failed)
+    assert failed.pop("seed contract") == ("emitted ids in the target's support", "greedy rows")
+    assert {p: _old_tests(f) for p, f in failed.items()} == {p: TESTS for p in PAIRS}
     for r in report.results:
         assert all(r.test(name).pvalue < r.test(name).alpha for name in TESTS)
         assert r.mean_tau_low > r.ceiling

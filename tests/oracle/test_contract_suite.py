@@ -90,12 +90,12 @@ def _edited(edit):
 
 
 @pytest.mark.parametrize("edit, prop", [
-    (lambda out, t: BatchVerdict(out.tau, out.selected, out.tokens[:, :-1], out.num_emitted), "shapes and dtypes"),
-    (lambda out, t: BatchVerdict(out.tau, out.selected, out.tokens, out.tau), "shapes and dtypes"),
+    (lambda out, t: BatchVerdict(out.tau, out.selected, out.tokens[:, :-1], out.num_emitted), "output shapes and dtypes"),
+    (lambda out, t: BatchVerdict(out.tau, out.selected, out.tokens, out.tau), "τ, num_emitted and padding"),
     (lambda out, t: BatchVerdict(np.minimum(out.tau + 1, t.shape[2]), out.selected, out.tokens,
-                                 np.minimum(out.tau + 1, t.shape[2]) + 1), "τ and padding"),
+                                 np.minimum(out.tau + 1, t.shape[2]) + 1), "τ, num_emitted and padding"),
     (lambda out, t: BatchVerdict(out.tau, out.selected, np.where(out.tokens < 0, 0, out.tokens), out.num_emitted),
-     "τ and padding"),
+     "τ, num_emitted and padding"),
     (lambda out, t: BatchVerdict(out.tau, np.where(out.tau > 0, 5, -1), out.tokens, out.num_emitted),
      "accepted tokens are drafts"),
 ])
@@ -119,7 +119,7 @@ def test_a_verifier_raising_on_valid_rows_fails_the_first_property():
             raise RuntimeError("V > 3 unsupported")
         return sd(draft_tokens, draft_probs, target_probs, seeds=seeds)
 
-    err = _fails(fragile, "shapes and dtypes")
+    err = _fails(fragile, "output shapes and dtypes")
     assert "RuntimeError: V > 3 unsupported" in str(err)
 
 

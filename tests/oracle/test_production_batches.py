@@ -18,9 +18,10 @@ times, the seed checks' 4 rows alone, hashed seeds):
 Statistics: the law tests run at N = 20,000 per case (5,000 at V = 151,936), α = 10^-6 per case
 (the defaults); the contract checks are deterministic (false alarm 0 for a verifier keeping the
 contract) but "seed dependence" and "seed narrowing", whose false alarm is ≤ 10^-12 by
-construction (oracle/seed_contract.py).  The CI tests run the small families at the default N
-(and the "vocab" family at N = 1,000 for the 16-bit ids, whose effect is TV 0.99); the ``long``
-tests run ``certify_verifier(v, "sd")`` at its defaults, every family.
+construction (oracle/seed_contract.py), and none depends on N.  The CI tests run three small
+families at N = 4,096 (α = 10^-6 per case: the laws of the defects that keep SD's law pass) and
+the "toy" and "vocab" families at N = 1,000 for the 16-bit ids (whose effect is TV 1.00 there: caught at any
+N); the ``long`` tests run ``certify_verifier(v, "sd")`` at its defaults, every family.
 """
 
 from __future__ import annotations
@@ -30,10 +31,8 @@ import pytest
 from helpers import scratch_verifiers as sv
 from spectr_gbv.oracle.harness import certify_verifier
 
-# issue 57 in progress: the checks that catch these defects are being built (removed as they land)
-NOT_YET = pytest.mark.xfail(strict=True, reason="issue 57: the check is not built yet")
-
-SMALL = ("toy", "zeros", "disjoint", "equal", "coverage", "onehot")
+SMALL = ("toy", "zeros", "disjoint")
+N_SMALL = 4_096  # N per case of the CI tests (the checks do not depend on N; the laws hold at α = 1e-6)
 
 # defective verifier, the check that must fail (None: a case's law), what its detail names
 DEFECTS = {
@@ -69,33 +68,30 @@ def _assert_caught(report, name: str) -> None:
         assert all(r.passed for r in report.results), report.table()
 
 
-@NOT_YET
 @pytest.mark.parametrize("name", list(DEFECTS))
 def test_caught_on_the_small_families(name):
-    report = certify_verifier(getattr(sv, name), "sd", K=1, L=3, families=SMALL)
+    report = certify_verifier(getattr(sv, name), "sd", K=1, L=3, families=SMALL, n_samples=N_SMALL)
     _assert_caught(report, name)
 
 
-@NOT_YET
 def test_16_bit_token_ids_caught_by_the_vocab_family():
-    report = certify_verifier(sv.uint16_ids_sd, "sd", K=1, L=3, families=("vocab",), n_samples=1_000)
+    report = certify_verifier(sv.uint16_ids_sd, "sd", K=1, L=3, families=("toy", "vocab"), n_samples=1_000)
     _assert_caught(report, "uint16_ids_sd")
 
 
 @pytest.mark.parametrize("twin", sorted(set(TWINS.values())))
 def test_twins_pass_on_the_small_families(twin):
-    report = certify_verifier(getattr(sv, twin), "sd", K=1, L=3, families=SMALL)
+    report = certify_verifier(getattr(sv, twin), "sd", K=1, L=3, families=SMALL, n_samples=N_SMALL)
     assert report.ok, report.table()
     assert all(c.passed for c in report.seed_checks)
 
 
 def test_twin_passes_the_vocab_family():
-    report = certify_verifier(sv.sd, "sd", K=1, L=3, families=("vocab",), n_samples=1_000)
+    report = certify_verifier(sv.sd, "sd", K=1, L=3, families=("toy", "vocab"), n_samples=1_000)
     assert report.ok, report.table()
 
 
 @pytest.mark.long  # the defaults, every family: about 1-2 min per verifier on 2 cores
-@NOT_YET
 @pytest.mark.parametrize("name", list(TWINS))
 def test_each_defect_caught_at_the_defaults(name):
     _assert_caught(certify_verifier(getattr(sv, name), "sd"), name)

@@ -1,14 +1,16 @@
 """The seeds the harness sends (oracle/seeding.py) and the seed contract it checks
 (oracle/seed_contract.py): hashed 63-bit row seeds, independent runs at nearby base seeds, and
 the "seed replay" / "seed dependence" / "batch independence" checks of every certification
-(the third: tests/oracle/test_batch_independence.py).
+(the third: tests/oracle/test_batch_independence.py), and beside them the public doors' other
+contract checks (seed narrowing: tests/oracle/test_seed_narrowing.py; the single-request path
+and the output checks: tests/oracle/test_production_batches.py).
 
 Statistics: the one sampled rate here (first tokens repeating between runs at seeds s and s + 1)
 is compared with its exact chance rate 5/9 over n = 19,000 pairs: |rate − 5/9| ≤ 5 σ,
 σ = √(5/9 · 4/9 / n) = 0.0036, false alarm 5.7e-7 (normal approximation), detecting a deviation
 ≥ 0.027 with power 0.99.  The certifications run at α = 1e-6 per case; the seed checks'
 false-alarm rate is 0 (replay, batch independence) and < 1e-12 (seed dependence, c^B from the case's exact law,
-asserted below).  Everything is seeded: the outcomes asserted are reproducible.
+asserted below; seed narrowing, by its sign test).  Everything is seeded: the outcomes asserted are reproducible.
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from spectr_gbv.oracle.certify import chunk_seeds
 from spectr_gbv.oracle.harness import certify_lossless, certify_verifier
 from spectr_gbv.oracle.lossless import ToyPair
 from spectr_gbv.oracle.pytest_plugin import CertificationFailed, assert_lossless
-from spectr_gbv.oracle.seed_contract import (FALSE_ALARM, MAX_CHECK_ROWS, REPLAY_ROWS, SEED_CHECK_NAMES,
-                                             collision_probability, rows_needed)
+from spectr_gbv.oracle.harness import CONTRACT_CHECK_NAMES
+from spectr_gbv.oracle.mixed_batches import CHECK_ROWS
+from spectr_gbv.oracle.seed_contract import (FALSE_ALARM, MAX_CHECK_ROWS, NARROWING_ROWS, REPLAY_ROWS, SEED_CHECK_NAMES,
+                                             SEED_CONTRACT_NAMES, collision_probability, rows_needed)
 from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.reference.models import ContextFree
 from spectr_gbv.reference.rules import get_rule
@@ -151,16 +155,17 @@ def test_a_verifier_that_keeps_the_contract_passes_the_checks():
     report = certify_verifier(SD, "sd", K=1, L=3, families=("toy", "zeros"), n_samples=4096)
     assert report.ok, report.table()
     checks = _checks(report)
-    assert tuple(checks) == SEED_CHECK_NAMES
+    assert tuple(checks) == CONTRACT_CHECK_NAMES
     replay, dep = checks["seed replay"], checks["seed dependence"]
     assert replay.passed and replay.changed == 0 and replay.false_alarm == 0.0
     assert dep.passed and dep.changed > 0 and dep.false_alarm < FALSE_ALARM
-    assert replay.rows == dep.rows == REPLAY_ROWS
+    # the check batch: rows of both cases, neighbours from different cases, at least 513 rows
+    assert replay.rows == dep.rows >= CHECK_ROWS and "rows of 2 cases" in replay.subject
     assert "seed replay" in report.table() and "seed dependence" in report.table()
     rows = [r for r in report.to_json() if r.get("kind") == "seed contract"]
-    assert [r.get("check") for r in rows] == list(SEED_CHECK_NAMES)
+    assert [r.get("check") for r in rows] == list(SEED_CONTRACT_NAMES)
     assert all(r["verdict"] == "PASS" for r in rows)
-    assert len(report.to_json()) == len(report.results) + 3 + len(report.probes)
+    assert len(report.to_json()) == len(report.results) + len(CONTRACT_CHECK_NAMES) + len(report.probes)
 
 
 _GLOBAL = np.random.default_rng(2024)
@@ -213,7 +218,7 @@ def test_a_verifier_reseeding_a_fixed_stream_ignores_its_seeds():
     assert checks["seed replay"].passed
     dep = checks["seed dependence"]
     assert not dep.passed and dep.changed == 0 and dep.false_alarm < FALSE_ALARM
-    assert dep.detail.startswith("ignores its seeds: the same 256 rows with fresh seeds gave identical outputs")
+    assert dep.detail.startswith(f"ignores its seeds: the same {dep.rows} rows with fresh seeds gave identical outputs")
     assert not report.ok
 
 
@@ -226,31 +231,36 @@ def test_a_verifier_not_deterministic_given_its_seeds_fails_replay():
     assert not report.ok
 
 
-def test_a_float32_seeded_verifier_now_passes():
+def test_a_float32_seeded_verifier_passes_the_laws_and_fails_seed_narrowing():
     """Seeding each row from float32(seed) is lossless per row once the harness's seeds are
-    unrelated 63-bit words.  With the old consecutive seeds a whole chunk shared one float32 value,
-    hence one stream: measured with them on this call (toy family, K = 1, L = 3, N = 20,000) the
-    case FAILED all four tests with p = 0 (measured TV 0.235 against δ 0.029, mean τ 2.61 against
-    the exact 2.34)."""
+    unrelated 63-bit words, so every law passes (with the old consecutive seeds a whole chunk shared
+    one float32 value: measured then on this call, toy family, K = 1, L = 3, N = 20,000, the case
+    FAILED all four tests with p = 0, measured TV 0.235 against δ 0.029).  The contract forbids the
+    narrowing all the same: "seed narrowing" sends seeds that round to one float32 and fails it,
+    naming the float32 round trip (tests/oracle/test_seed_narrowing.py)."""
     report = certify_verifier(float32_seeded_sd, "sd", K=1, L=3, families=("toy",), n_samples=20_000)
-    assert report.ok, report.table()
-    assert {c.name for c in report.seed_checks if c.passed} == set(SEED_CHECK_NAMES)
+    assert all(r.passed for r in report.results), report.table()
+    failed = [c for c in report.seed_checks if not c.passed]
+    assert [c.name for c in failed] == ["seed narrowing"] and "(float32 round trip)" in failed[0].detail
 
 
 def test_certify_lossless_checks_the_seed_contract():
     calls: list = []
     ok = certify_lossless(sampler_match, K=1, L=1, models=[TOY], n_samples=2_000)
-    assert ok.ok and tuple(c.name for c in ok.seed_checks) == SEED_CHECK_NAMES
-    assert all(c.rows == 1024 and c.passed for c in ok.seed_checks)
+    assert ok.ok and tuple(c.name for c in ok.seed_checks) == CONTRACT_CHECK_NAMES  # the same checks as certify_verifier's
+    rows = {c.name: c.rows for c in ok.seed_checks}
+    assert rows["seed replay"] == rows["single-request path"] == rows["inputs not modified"] == 1024
+    assert rows["seed narrowing"] == NARROWING_ROWS and rows["greedy rows"] == 32 and rows["τ, num_emitted and padding"] == 1056
     assert "seed replay" in ok.table()
-    assert [r["check"] for r in ok.to_json() if r.get("kind") == "seed contract"][-1] == "batch independence"
+    assert [r["check"] for r in ok.to_json() if r.get("kind") == "seed contract"][-1] == "single-request path"
 
     def global_match(draft_tokens, draft_probs, target_probs, *, seeds):
         return sampler_match(draft_tokens, draft_probs, target_probs, seeds=_GLOBAL.integers(0, 2**63, len(seeds)))
 
     bad = certify_lossless(_recording(global_match, calls), K=1, L=1, models=[TOY], n_samples=2_000)
     assert all(r.passed for r in bad.results), bad.table()
-    assert not bad.ok and bad.failed == {"seed contract": SEED_CHECK_NAMES}
+    assert not bad.ok and bad.failed == {"seed contract": ("seed replay", "seed dependence", "batch independence",
+                                                           "single-request path")}
     assert "ignores its seeds" in bad.seed_checks[1].detail
 
 
