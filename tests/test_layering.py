@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TOP = ("reference", "oracle", "proofs_check", "gpu_backend", "certify", "cli")
 # a folder may import only folders of earlier entries (and itself)
 TOP_LAYERS = (("reference",), ("oracle",), ("proofs_check", "gpu_backend"), ("certify",), ("cli",))
-CERTIFY_LAYERS = (".", "verifiers", "samplers", "engine", "our_engine", "endpoint")
+CERTIFY_LAYERS = (".", "verifiers", "samplers", "engine", "our_engine", "endpoint", "log")
 GPU_BACKEND_LAYERS = ("verifiers", "models", "decoding", "torch_backend", "llamacpp", "engine", "tuning", ".",
                       "bench", "adapters")
 

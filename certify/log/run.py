@@ -1,0 +1,392 @@
+"""``certify_log``: stream a log through the family's tally, chunk by chunk, and certify it.
+
+The file is read line by line (binary, never whole): lines [start, stop) of it, numbered from
+``first_line`` (a piece of a split log keeps its place in the whole); ``CHUNK_LINES`` lines at a
+time go to ``workers`` processes (at most 2 chunks per worker in flight: memory stays bounded
+whatever the file's length), each returns the chunk's ``tally.Tally`` and the main process adds
+them.  Every ``checkpoint_s`` seconds and at the end the running tally is written to ``out`` (a
+partial result: the lines it covers, its sums), so a stopped run continues with ``resume`` from
+the last checkpoint, and shards of one log merge (``merge_files``) into the certificate one pass
+gives.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spectr_gbv.certify.log.cells import DEFAULT_MAX_BOUND, SKIP_REASONS, record_arrays, reported_precisions, request_law
+from spectr_gbv.certify.log.parse import parse_line
+from spectr_gbv.certify.log.tally import Tally
+from spectr_gbv.oracle.outcome import verdict_word
+
+CHUNK_LINES = 1000
+
+
+@dataclass
+class LogPlan:
+    """What a log certification asks.
+
+    Attributes:
+        alpha: the family's false-alarm rate; tolerance: η (per-token TV put down to numerics);
+        seed: the PIT uniforms' seed; vocab: V when known (T > 1 needs it unless the lists cover
+        the law); max_bound: the largest bound of a position's law kept (``cells``); workers:
+        processes; checkpoint_s: seconds between partial results written.
+    """
+
+    alpha: float = 1e-3
+    tolerance: float = 1e-3
+    seed: int = 0
+    vocab: int = 0
+    max_bound: float = DEFAULT_MAX_BOUND
+    workers: int = 1
+    checkpoint_s: float = 30.0
+
+    def check(self) -> None:
+        """Raises ValueError naming the first field out of range."""
+        for name, ok in (("alpha", 0 < self.alpha < 1), ("tolerance", 0 <= self.tolerance < 1),
+                         ("seed", self.seed >= 0), ("vocab", self.vocab >= 0), ("max_bound", 0 < self.max_bound <= 1),
+                         ("workers", self.workers >= 1), ("checkpoint_s", self.checkpoint_s > 0)):
+            if not ok:
+                raise ValueError(f"{name} = {getattr(self, name)!r} is out of range")
+
+
+def process_samples(samples, tally: Tally, vocab: int = 0, max_bound: float = DEFAULT_MAX_BOUND) -> None:
+    """Add parsed samples (``parse.Sample``) to ``tally``: their arrays, the request's law at each
+    position (``cells.request_law``), the record fields (``cells.record_arrays``), the sums."""
+    got = chunk_records(samples, tally, vocab, max_bound)
+    if got is not None:
+        ra, line, choice, pos, sample_of, kept = got
+        tally.add(ra, line, choice, pos, sample_of, len(kept))
+
+
+def chunk_records(samples, tally: Tally, vocab: int = 0, max_bound: float = DEFAULT_MAX_BOUND):
+    """The record arrays of parsed samples (``cells.record_arrays``) and where each row belongs:
+    (arrays, line, choice, position, sample index, the samples), or None when there is none;
+    samples skipped whole and positions skipped are counted in ``tally``."""
+    if not samples:
+        return None
+    lens = np.fromiter(itertools.chain.from_iterable(s.lens for s in samples), dtype=np.int64)
+    npos = np.array([len(s.lens) for s in samples], dtype=np.int64)
+    N = int(npos.sum())
+    if N == 0:
+        return None
+    k = int(lens.max())
+    try:
+        lps = np.array(list(itertools.chain.from_iterable(s.lps for s in samples)), dtype=np.float64)
+        ids = np.fromiter(itertools.chain.from_iterable(s.ids for s in samples), dtype=np.int64, count=int(lens.sum()))
+    except (TypeError, ValueError):  # a value that is no number: find the sample, skip it, redo
+        good = []
+        for s in samples:
+            try:
+                np.array(s.lps, dtype=np.float64)
+                np.array(s.ids, dtype=np.int64)
+                good.append(s)
+            except (TypeError, ValueError, OverflowError):
+                tally.skipped["shape"] += 1
+        return chunk_records(good, tally, vocab, max_bound)
+    row = np.repeat(np.arange(N), lens)
+    starts = np.cumsum(lens) - lens
+    col = np.arange(lens.sum()) - np.repeat(starts, lens)
+    L = np.full((N, k), -np.inf)
+    I = np.full((N, k), -1, dtype=np.int64)
+    L[row, col] = lps
+    I[row, col] = ids
+    sample_of = np.repeat(np.arange(len(samples)), npos)
+    bad_row = np.any(np.isnan(L) | (L > 1e-6), axis=1)
+    order = np.lexsort((I, -L), axis=1)
+    L = np.take_along_axis(L, order, axis=1)
+    I = np.take_along_axis(I, order, axis=1)
+    valid = np.isfinite(L)
+    I = np.where(valid, I, -1)
+    count = valid.sum(axis=1)
+    srt = np.sort(np.where(valid, I, -1 - np.arange(k)[None, :]), axis=1)
+    dup = np.any(srt[:, 1:] == srt[:, :-1], axis=1)
+    bad_row |= (count == 0) | dup
+    x = np.fromiter(itertools.chain.from_iterable(s.x for s in samples), dtype=np.int64, count=N)
+    lpx = np.fromiter(itertools.chain.from_iterable(s.lpx for s in samples), dtype=np.float64, count=N)
+    per = lambda attr, dt: np.repeat(np.array([getattr(s, attr) for s in samples], dtype=dt), npos)  # noqa: E731
+    beta, top_k, top_p, min_p = per("beta", float), per("top_k", np.int64), per("top_p", float), per("min_p", float)
+    starts_s = np.cumsum(npos) - npos
+    pos = np.arange(N) - np.repeat(starts_s, npos)
+    first = pos == 0
+    delta = reported_precisions(L, valid)
+    law = request_law(L, np.maximum(count, 1), delta, beta, top_k, top_p, min_p, vocab, max_bound)
+    # a sample with a malformed list or a list summing above 1 is skipped whole (records_from_top
+    # refuses it)
+    bad_sample = np.zeros(len(samples), dtype=bool)
+    np.logical_or.at(bad_sample, sample_of, bad_row)
+    over = np.zeros(len(samples), dtype=bool)
+    np.logical_or.at(over, sample_of, law["skip"] == 6)
+    for i in np.flatnonzero(bad_sample):
+        tally.skipped["shape"] += 1
+    for i in np.flatnonzero(over & ~bad_sample):
+        tally.skipped["topk sum"] += 1
+    drop = np.repeat(bad_sample | over, npos)
+    skip = law["skip"]
+    codes = np.bincount(skip[~drop], minlength=len(SKIP_REASONS))
+    for code in range(1, len(SKIP_REASONS)):
+        if codes[code]:
+            tally.skipped_positions[SKIP_REASONS[code]] += int(codes[code])
+    law["skip"] = np.where(drop, 7, skip)
+    for s, b in zip(samples, bad_sample | over):
+        if not b:
+            tally.temperatures[f"{1.0 / s.beta:g}"] += 1
+    ra = record_arrays(law, I, x, lpx, first)
+    line = np.repeat(np.array([s.line for s in samples], dtype=np.int64), npos)
+    choice = np.repeat(np.array([s.choice for s in samples], dtype=np.int64), npos)
+    return ra, line, choice, pos, sample_of, samples
+
+
+def tally_lines(lines, plan: LogPlan) -> Tally:
+    """The tally of (line number, text) pairs."""
+    t = Tally(plan.alpha, plan.tolerance, plan.seed)
+    samples = []
+    for no, text in lines:
+        t.counts["lines"] += 1
+        got, skips = parse_line(text, no)
+        samples.extend(got)
+        for key in skips:
+            t.skipped[key] += 1
+    process_samples(samples, t, plan.vocab, plan.max_bound)
+    return t
+
+
+def _work(args):
+    lines, plan = args
+    t = tally_lines(lines, plan)
+    return t, sum(len(text) for _, text in lines)
+
+
+@dataclass
+class LogCertificate:
+    """Result of ``certify_log`` or ``merge_files``.
+
+    Attributes:
+        plan: the ``LogPlan``; source: the file(s) certified; tally: the sums (``tally.Tally``).
+        family: its ``FamilyResult`` (None when no token was tested); reports: the report tests.
+        complete: every line asked for was read (False when stopped); wall_s: seconds;
+        notes: lines for the report.  ``impossible``, ``logprobs``, ``dependence``: the fields
+        ``certify.endpoint.report.decided_by`` reads (a log has no impossible *samples*, no
+        second log-prob reference and no duplicate check).
+    """
+
+    plan: LogPlan
+    source: str
+    tally: Tally
+    family: object = None
+    reports: tuple = ()
+    complete: bool = True
+    wall_s: float = 0.0
+    bytes_read: int = 0
+    notes: list = field(default_factory=list)
+    impossible: list = field(default_factory=list)
+    logprobs: object = None
+    dependence: str = ""
+    refused: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return (self.family is not None and not self.family.passed) or any(not r.passed for r in self.reports)
+
+    @property
+    def verdict(self) -> str:
+        """FAIL on any failed test; PASS when complete, something was tested and nothing failed;
+        INCOMPLETE when stopped before the end; NO DATA when no token could be tested."""
+        if self.failed:
+            return verdict_word(False)
+        if self.family is None:
+            return "NO DATA"
+        return verdict_word(True) if self.complete else "INCOMPLETE"
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tally.counts["records"] / self.wall_s if self.wall_s > 0 else math.nan
+
+    def to_json(self) -> dict:
+        from spectr_gbv.certify.log.report import certificate_json
+
+        return certificate_json(self)
+
+
+def finish(cert: LogCertificate) -> LogCertificate:
+    """Compute the certificate's tests from its tally."""
+    cert.family = cert.tally.family()
+    cert.reports = cert.tally.reports() if cert.family is not None else ()
+    return cert
+
+
+def write_partial(tally: Tally, path: str, source: str, complete: bool) -> None:
+    """The tally as a partial-result file (written to a temporary name, then renamed)."""
+    d = tally.to_json()
+    d["source"], d["complete"] = source, bool(complete)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(d, f)
+    os.replace(tmp, path)
+
+
+def read_partial(path: str, what: str) -> tuple[Tally, dict]:
+    """(tally, the file's dict) of a partial-result file.
+
+    Raises:
+        ValueError: unreadable or not a partial result (``what`` names the argument).
+    """
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except OSError as err:
+        raise ValueError(f"{what}: cannot read {path}: {err.strerror}") from None
+    except ValueError:
+        raise ValueError(f"{what}: {path} is not JSON (a certify log partial result is)") from None
+    return Tally.from_json(d, f"{what} {path}"), d
+
+
+def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = None, first_line: int = 0,
+                out: str | None = None, resume: str | None = None, progress=None,
+                stop_event=None) -> LogCertificate:
+    """Certify the lines [start, stop) of the log at ``path`` (module doc).
+
+    Args:
+        path: the JSONL log; plan: ``LogPlan``.
+        start, stop: the lines (0-based, of this file) to read; stop None: to the end.
+        first_line: the number of this file's first line in the whole log (a split piece).
+        out: the partial-result file to write (checkpoints and the end), or None.
+        resume: a partial-result file of an earlier run of the same lines to continue from.
+        progress: optional tqdm-like bar (``update(bytes)``, ``set_postfix``); stop_event: a
+            ``threading.Event`` that stops the run when set (Ctrl-C also does).
+    Returns:
+        ``LogCertificate``.
+    Raises:
+        ValueError: a bad plan or range, an unreadable file, a resume file of other lines or
+            settings.
+    """
+    plan.check()
+    if start < 0 or (stop is not None and stop <= start) or first_line < 0:
+        raise ValueError(f"lines: need 0 <= start < stop and first_line >= 0, got start {start}, stop {stop}, "
+                         f"first_line {first_line}")
+    if not os.path.isfile(path):
+        raise ValueError(f"FILE: {path} is not a file")
+    started = time.perf_counter()
+    tally = Tally(plan.alpha, plan.tolerance, plan.seed)
+    resume_at = start
+    if resume:
+        tally, d = read_partial(resume, "--resume")
+        if (tally.alpha, tally.tolerance, tally.seed) != (plan.alpha, plan.tolerance, plan.seed):
+            raise ValueError(f"--resume: {resume} was run with alpha {tally.alpha}, tolerance {tally.tolerance}, "
+                             f"seed {tally.seed}; this run asks {plan.alpha}, {plan.tolerance}, {plan.seed}")
+        if len(tally.ranges) != 1 or tally.ranges[0][0] != first_line + start:
+            raise ValueError(f"--resume: {resume} covers lines {tally.ranges} of the log, not a run from line "
+                             f"{first_line + start}")
+        resume_at = tally.ranges[0][1] - first_line
+    source = os.path.abspath(path)
+    cert = LogCertificate(plan, source, tally)
+    next_line = resume_at
+    pending: deque = deque()
+    pool = None
+    if plan.workers > 1:
+        import multiprocessing as mp
+
+        pool = mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(plan.workers)
+
+    def absorb(t, nbytes):
+        nonlocal tally
+        tally.merge(t)
+        if progress is not None:
+            progress.update(nbytes)
+            progress.set_postfix(lines=tally.counts["lines"], tokens=tally.counts["records"], refresh=False)
+
+    def chunks():
+        with open(path, "rb") as f:
+            it = enumerate(f)
+            batch = []
+            for no, text in it:
+                if no < resume_at:
+                    if progress is not None:
+                        progress.update(len(text))
+                    continue
+                if stop is not None and no >= stop:
+                    break
+                batch.append((first_line + no, text))
+                if len(batch) >= CHUNK_LINES:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
+    last_write = time.perf_counter()
+    covered_from = first_line + resume_at
+
+    def covered(upto):
+        tally.ranges = [[covered_from if not tally.ranges else tally.ranges[0][0], first_line + upto, source]]
+
+    try:
+        for batch in chunks():
+            upto = batch[-1][0] - first_line + 1
+            if pool is None:
+                absorb(*_work((batch, plan)))
+                next_line = upto
+            else:
+                pending.append((pool.apply_async(_work, ((batch, plan),)), upto))
+                while len(pending) >= 2 * plan.workers:
+                    res, upto_done = pending.popleft()
+                    absorb(*res.get())
+                    next_line = upto_done
+            if out and time.perf_counter() - last_write > plan.checkpoint_s:
+                covered(next_line)
+                write_partial(tally, out, source, False)
+                last_write = time.perf_counter()
+            if stop_event is not None and stop_event.is_set():
+                raise KeyboardInterrupt
+        while pending:
+            res, upto_done = pending.popleft()
+            absorb(*res.get())
+            next_line = upto_done
+    except KeyboardInterrupt:
+        cert.complete = False
+        cert.notes.append(f"stopped by the user after line {first_line + next_line - 1}; --resume the partial result "
+                          "to continue")
+    finally:
+        if pool is not None:
+            pool.terminate()
+    if stop is not None and cert.complete:
+        next_line = stop
+    covered(next_line)
+    if out:
+        write_partial(tally, out, source, cert.complete)
+    cert.tally = tally
+    cert.wall_s = time.perf_counter() - started
+    return finish(cert)
+
+
+def merge_files(paths, plan: LogPlan | None = None) -> LogCertificate:
+    """The certificate of several partial results merged (shards of one log).
+
+    Raises:
+        ValueError: fewer than one file, an unreadable one, or shards that disagree (α, η, seed)
+            or overlap.
+    """
+    if not paths:
+        raise ValueError("--merge: give at least one partial-result file")
+    started = time.perf_counter()
+    tally, complete, sources = None, True, []
+    for p in paths:
+        t, d = read_partial(p, "--merge")
+        complete &= bool(d.get("complete", False))
+        sources.append(str(d.get("source", p)))
+        tally = t if tally is None else tally.merge(t)
+    plan = plan or LogPlan()
+    plan = LogPlan(tally.alpha, tally.tolerance, tally.seed, plan.vocab, plan.max_bound, plan.workers, plan.checkpoint_s)
+    cert = LogCertificate(plan, ", ".join(sorted(set(sources))), tally, complete=complete)
+    if not complete:
+        cert.notes.append("a shard's partial result was written before its run finished (INCOMPLETE)")
+    cert.wall_s = time.perf_counter() - started
+    return finish(cert)
+
