@@ -127,7 +127,8 @@ def request_law(L, count, delta, beta, top_k, top_p, min_p, vocab: int = 0, max_
     if mp.any():
         with np.errstate(divide="ignore"):
             thr = L[:, 0] + np.where(mp, np.log(np.where(mp, min_p, 1.0)), -np.inf) / beta
-        gap = L - thr[:, None]
+        with np.errstate(invalid="ignore"):
+            gap = L - thr[:, None]
         skip[mp & np.any(listed & amb(gap), axis=1) & (skip == 0)] = 1
         kept_mp = np.count_nonzero(listed & (gap > 0), axis=1)
         below = mp & (kept_mp < count)

@@ -9,7 +9,8 @@ Tokens are vLLM's ``"token_id:N"`` strings (``return_tokens_as_token_ids``), els
 token is identified by a 32-bit hash of its UTF-8 bytes (two tokens of one text are one cell; the
 id order of the PIT is then the hash order, fixed before sampling).  Each top list is cut to the
 request's k most probable entries (probability descending, ties by id: a server that appends the
-sampled token when it is outside its top k, as vLLM and OpenAI do, has it dropped again).
+sampled token when it is outside its top k, as vLLM and OpenAI do, has it dropped again) when the
+chunk's arrays are built.
 
 Skipped and counted (``SAMPLE_SKIPS``), never an error: a line that is not such an object, a
 request that asked for no log-probabilities or an answer without them, greedy decoding
@@ -21,10 +22,14 @@ client asked for, which is the point.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import warnings
 import zlib
 from dataclasses import dataclass
+
+import numpy as np
 
 # why a whole sample (or line) is skipped
 SAMPLE_SKIPS = {
@@ -52,8 +57,11 @@ class Sample:
 
     Attributes:
         line: its line (0-based, in the whole log); choice: its index in ``choices``.
-        x: its token ids; lpx: each token's own reported log-probability (NaN: not reported).
-        ids, lps: every position's top list cut to k, flattened; lens: each list's length.
+        x: its token ids (int64 array); lpx: each token's own reported log-probability (NaN: not
+        reported).
+        ids, lps: every position's top list as sent, flattened (ids an int64 array); lens: each
+        list's length; k: the request's ``logprobs`` (each list is cut to its k most probable
+        entries, ties by id, when the arrays are built: ``run.chunk_records``).
         beta: 1/T; top_k (0: none), top_p (1: none), min_p (0: none).
     """
 
@@ -64,6 +72,7 @@ class Sample:
     ids: list
     lps: list
     lens: list
+    k: int
     beta: float
     top_k: int
     top_p: float
@@ -149,20 +158,28 @@ def parse_line(text: str, line: int) -> tuple[list, list]:
     return out, skips
 
 
+def _ids(keys: list) -> np.ndarray:
+    """Token ids of ``"token_id:N"`` strings (one numpy parse for the whole list), else of text
+    tokens (their 32-bit hashes, module doc)."""
+    if not keys:
+        return np.zeros(0, dtype=np.int64)
+    joined = ",".join(keys)
+    if joined.count("token_id:") == len(keys):
+        with warnings.catch_warnings():  # a malformed id stops the parse early (and warns): caught below
+            warnings.simplefilter("ignore")
+            ids = np.fromstring(joined.replace("token_id:", ""), dtype=np.int64, sep=",")
+        if ids.size == len(keys):
+            return ids
+        raise ValueError("a token_id key that is not an integer")
+    return np.fromiter((_tid(t) for t in keys), dtype=np.int64, count=len(keys))
+
+
 def _sample(line, ci, toks, own, tops, k, beta, top_k, top_p, min_p):
-    x = [_tid(t) for t in toks]
-    lpx = [math.nan if v is None else float(v) for v in own] if own else [math.nan] * len(x)
-    ids, lps, lens = [], [], []
-    for d in tops:
-        if not d:
-            return None
-        if len(d) > k:  # the sampled token appended: keep the k most probable (ties by id)
-            pairs = sorted(((float(v), _tid(key)) for key, v in d.items()), key=lambda p: (-p[0], p[1]))[:k]
-            lps.extend(p[0] for p in pairs)
-            ids.extend(p[1] for p in pairs)
-            lens.append(k)
-        else:
-            ids.extend(_tid(key) for key in d)
-            lps.extend(d.values())
-            lens.append(len(d))
-    return Sample(line, ci, x, lpx, ids, lps, lens, beta, top_k if top_k > 0 else 0, top_p, min_p)
+    lens = [len(d) for d in tops]
+    if not all(lens) or not all(isinstance(d, dict) for d in tops):
+        return None
+    x = _ids(toks)
+    lpx = [math.nan if v is None else float(v) for v in own] if own else [math.nan] * len(toks)
+    ids = _ids(list(itertools.chain.from_iterable(tops)))
+    lps = list(itertools.chain.from_iterable(d.values() for d in tops))
+    return Sample(line, ci, x, lpx, ids, lps, lens, k, beta, top_k if top_k > 0 else 0, top_p, min_p)

@@ -81,17 +81,16 @@ def chunk_records(samples, tally: Tally, vocab: int = 0, max_bound: float = DEFA
     k = int(lens.max())
     try:
         lps = np.array(list(itertools.chain.from_iterable(s.lps for s in samples)), dtype=np.float64)
-        ids = np.fromiter(itertools.chain.from_iterable(s.ids for s in samples), dtype=np.int64, count=int(lens.sum()))
     except (TypeError, ValueError):  # a value that is no number: find the sample, skip it, redo
         good = []
         for s in samples:
             try:
                 np.array(s.lps, dtype=np.float64)
-                np.array(s.ids, dtype=np.int64)
                 good.append(s)
             except (TypeError, ValueError, OverflowError):
                 tally.skipped["shape"] += 1
         return chunk_records(good, tally, vocab, max_bound)
+    ids = np.concatenate([s.ids for s in samples])
     row = np.repeat(np.arange(N), lens)
     starts = np.cumsum(lens) - lens
     col = np.arange(lens.sum()) - np.repeat(starts, lens)
@@ -104,15 +103,16 @@ def chunk_records(samples, tally: Tally, vocab: int = 0, max_bound: float = DEFA
     order = np.lexsort((I, -L), axis=1)
     L = np.take_along_axis(L, order, axis=1)
     I = np.take_along_axis(I, order, axis=1)
-    valid = np.isfinite(L)
+    per = lambda attr, dt: np.repeat(np.array([getattr(s, attr) for s in samples], dtype=dt), npos)  # noqa: E731
+    valid = np.isfinite(L) & (np.arange(k)[None, :] < per("k", np.int64)[:, None])  # cut to the request's k
+    L = np.where(valid, L, -np.inf)
     I = np.where(valid, I, -1)
     count = valid.sum(axis=1)
     srt = np.sort(np.where(valid, I, -1 - np.arange(k)[None, :]), axis=1)
     dup = np.any(srt[:, 1:] == srt[:, :-1], axis=1)
     bad_row |= (count == 0) | dup
-    x = np.fromiter(itertools.chain.from_iterable(s.x for s in samples), dtype=np.int64, count=N)
+    x = np.concatenate([s.x for s in samples])
     lpx = np.fromiter(itertools.chain.from_iterable(s.lpx for s in samples), dtype=np.float64, count=N)
-    per = lambda attr, dt: np.repeat(np.array([getattr(s, attr) for s in samples], dtype=dt), npos)  # noqa: E731
     beta, top_k, top_p, min_p = per("beta", float), per("top_k", np.int64), per("top_p", float), per("min_p", float)
     starts_s = np.cumsum(npos) - npos
     pos = np.arange(N) - np.repeat(starts_s, npos)

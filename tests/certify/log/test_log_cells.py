@@ -41,7 +41,7 @@ def _random_samples(rng, n_samples=40, n=12, V=50, k=8, style="float32"):
             ids.extend(int(i) for i in top[perm])
             lps.extend(float(v) for v in lp[perm])
             lens.append(kk)
-        out.append(Sample(s, 0, x, lpx, ids, lps, lens, 1.0, 0, 1.0, 0.0))
+        out.append(Sample(s, 0, np.array(x), lpx, np.array(ids, dtype=np.int64), lps, lens, kk, 1.0, 0, 1.0, 0.0))
     return out
 
 
@@ -49,7 +49,7 @@ def _reference_records(samples):
     recs = []
     for s in samples:
         off = np.cumsum([0] + s.lens)
-        top_ids = [s.ids[off[t]:off[t + 1]] for t in range(len(s.lens))]
+        top_ids = [s.ids[off[t]:off[t + 1]].tolist() for t in range(len(s.lens))]
         top_lps = [s.lps[off[t]:off[t + 1]] for t in range(len(s.lens))]
         recs.append(records_from_top(s.x, top_ids, top_lps, s.lpx))
     return recs

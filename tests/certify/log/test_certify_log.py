@@ -1,0 +1,147 @@
+"""``certify log`` on recorded logs (tests/helpers/recorded_logs.py: the test chain's exact law as
+each request asks for it, requests of temperatures 0.7–1.2 with top-p, top-k and min-p mixed in one
+file): a correct server PASSes, a planted T 0.9 (0.9 × every request's T) and a silent top-p 0.95
+FAIL, shards merged give one pass's certificate, a stopped run resumes to it, and lines that cannot
+be tested are skipped and counted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers.recorded_logs import make_log
+from spectr_gbv.certify.endpoint.report import decided_by
+from spectr_gbv.certify.log.run import LogPlan, certify_log, merge_files
+from spectr_gbv.certify.log.report import certificate_json, text_report
+
+LINES = 400
+PLAN = LogPlan(vocab=64)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("logs")
+    out = {}
+    for defect in (None, "temperature-0.9", "top-p-0.95"):
+        p = d / f"log-{defect or 'correct'}.jsonl"
+        make_log(p, LINES, seed=2, defect=defect)
+        out[defect] = str(p)
+    return out
+
+
+def _stable(cert):
+    """The certificate's JSON without what depends on the run (time, files, workers), its floats
+    rounded to 9 significant digits: the sums of shards add in another order than one pass's
+    (equal to ~1e-15 relative), every count, row, verdict and decision equal."""
+    d = certificate_json(cert)
+    for key in ("wall_s", "tokens_per_second", "source", "ranges", "notes", "complete", "plan"):
+        d.pop(key)
+    return _round(d)
+
+
+def _round(x):
+    if isinstance(x, dict):
+        return {k: _round(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_round(v) for v in x]
+    if isinstance(x, float) and x == x and abs(x) != float("inf"):
+        return float(f"{x:.9g}")
+    return x
+
+
+def test_correct_server_passes_with_mixed_temperatures(logs):
+    cert = certify_log(logs[None], PLAN)
+    assert cert.verdict == "PASS", text_report(cert)
+    t = cert.tally
+    assert t.counts["lines"] == LINES and t.counts["samples"] >= 390
+    assert {float(k) for k in t.temperatures} == {0.7, 0.8, 0.9, 1.0, 1.2}
+    assert t.counts["records"] > 4000  # of 6,400 positions: the rest skipped with their reasons
+    assert sum(t.skipped_positions.values()) + t.counts["records"] == LINES * 16
+    for d in cert.family.directional:
+        assert d.pvalue > 0.01, d
+    assert cert.reports and cert.reports[0].passed
+
+
+def test_planted_temperature_fails_on_the_temperature_test(logs):
+    cert = certify_log(logs["temperature-0.9"], PLAN)
+    assert cert.verdict == "FAIL"
+    temp = cert.family.test("temperature")
+    assert not temp.passed and temp.statistic > 20 and temp.sided == 1  # colder than asked
+    # a colder sampler also leaves the nuclei less often: the truncation test fails beside it
+    assert any(line.startswith("temperature (log W") for line in decided_by(cert))
+    assert any(line.startswith("  temperature:") and line.endswith("<- FAIL") for line in text_report(cert).splitlines())
+
+
+def test_silent_top_p_fails_on_the_truncation_test(logs):
+    cert = certify_log(logs["top-p-0.95"], PLAN)
+    assert cert.verdict == "FAIL"
+    trunc = cert.family.test("truncation")
+    assert not trunc.passed and trunc.name == "truncation (top-p 0.95)" and trunc.observed == 0
+    assert trunc.statistic > 40
+    assert "decided by truncation (top-p 0.95)" in text_report(cert).splitlines()[0]
+
+
+def test_shards_merge_to_one_pass(logs, tmp_path):
+    """Three shards by --lines, and a split piece by --first-line, merge to one pass's
+    certificate exactly (every row, p-value and count)."""
+    one = certify_log(logs["temperature-0.9"], PLAN)
+    parts = []
+    for i, (a, b) in enumerate(((0, 150), (150, 151), (151, None))):
+        out = str(tmp_path / f"part{i}.json")
+        certify_log(logs["temperature-0.9"], PLAN, start=a, stop=b, out=out)
+        parts.append(out)
+    merged = merge_files(parts)
+    assert merged.verdict == one.verdict == "FAIL"
+    assert _stable(merged) == _stable(one)
+    # a piece of a split log keeps its place with --first-line
+    lines = open(logs["temperature-0.9"]).read().splitlines(keepends=True)
+    head, tail = tmp_path / "head.jsonl", tmp_path / "tail.jsonl"
+    head.write_text("".join(lines[:200]))
+    tail.write_text("".join(lines[200:]))
+    certify_log(str(head), PLAN, out=str(tmp_path / "h.json"))
+    certify_log(str(tail), PLAN, first_line=200, out=str(tmp_path / "t.json"))
+    assert _stable(merge_files([str(tmp_path / "t.json"), str(tmp_path / "h.json")])) == _stable(one)
+    with pytest.raises(ValueError, match="overlap"):
+        merge_files([parts[0], parts[0]])
+    other = str(tmp_path / "seed1.json")
+    certify_log(str(head), LogPlan(vocab=64, seed=1), out=other)
+    with pytest.raises(ValueError, match="different seed"):
+        merge_files([other, str(tmp_path / "t.json")])
+
+
+def test_a_stopped_run_resumes_to_one_pass(logs, tmp_path):
+    one = certify_log(logs[None], PLAN)
+    out = str(tmp_path / "partial.json")
+    certify_log(logs[None], PLAN, stop=123, out=out)
+    resumed = certify_log(logs[None], PLAN, resume=out, out=out)
+    assert _stable(resumed) == _stable(one)
+    assert json.load(open(out))["ranges"][0][:2] == [0, LINES]
+
+
+def test_two_workers_give_one_workers_certificate(logs):
+    plan2 = LogPlan(vocab=64, workers=2)
+    assert _stable(certify_log(logs["top-p-0.95"], plan2)) == _stable(certify_log(logs["top-p-0.95"], PLAN))
+
+
+def test_lines_that_cannot_be_tested_are_skipped_and_counted(tmp_path):
+    p = tmp_path / "mixed.jsonl"
+    extra = ["not json", json.dumps({"request": {"prompt": "a"}, "response": {"choices": [{"text": "b"}]}}),
+             json.dumps({"request": {"prompt": "a", "logprobs": 5, "temperature": 0},
+                         "response": {"choices": [{"text": "b", "logprobs": {"tokens": ["b"], "token_logprobs": [-0.1],
+                                                                            "top_logprobs": [{"b": -0.1}]}}]}}),
+             json.dumps({"request": {"prompt": "a", "logprobs": 5, "presence_penalty": 0.5},
+                         "response": {"choices": [{"text": "b"}]}}),
+             json.dumps({"request": {"prompt": "a", "logprobs": 5}, "response": {"error": "overloaded"}})]
+    make_log(p, 60, seed=3, extra=extra)
+    cert = certify_log(str(p), PLAN)
+    assert cert.verdict == "PASS"
+    assert cert.tally.counts["lines"] == 65
+    assert dict(cert.tally.skipped) == {"json": 1, "nologprobs": 1, "greedy": 1, "penalties": 1, "error": 1}
+    text = text_report(cert)
+    assert "skipped 1 samples: greedy decoding (temperature 0)" in text
+    # a file with nothing to test says so, and is no PASS
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n".join(extra) + "\n")
+    none = certify_log(str(empty), PLAN)
+    assert none.verdict == "NO DATA" and none.family is None
