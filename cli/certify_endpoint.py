@@ -2,7 +2,7 @@
 
     spectr-gbv certify endpoint URL [--model NAME] [--server openai|sglang|tgi|llama.cpp]
         [--reference self|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
-        [--samples N] [--max-new-tokens n] [--temperature T] [--top-k k] [--concurrency C]
+        [--samples N | --max-samples N --max-time S] [--max-new-tokens n] [--temperature T] [--top-k k] [--concurrency C]
         [--alpha A] [--tolerance ETA|auto] [--logprob-tolerance NATS] [--seed S] [--power]
         [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--insecure]
         [--timeout S] [--retries R] [--max-rps R] [--threads T]
@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-DEFAULTS = dict(samples=80, max_new_tokens=16, top_k=20, concurrency=8, alpha=1e-3, tolerance=1e-3,
+DEFAULTS = dict(samples=80, max_samples=1280, max_time=600.0, max_new_tokens=16, top_k=20, concurrency=8, alpha=1e-3, tolerance=1e-3,
                 logprob_tolerance=1.0)
 
 
@@ -51,8 +51,18 @@ def register(sub) -> None:
     p.add_argument("--prompts", type=existing_file, default=None, help="JSONL prompts, one object per line "
                    "with text (text/prompt/instruction) or token ids (ids/token_ids/input_ids); default: a "
                    "shipped set of 8 varied prompts")
-    p.add_argument("--samples", type=positive_int, default=DEFAULTS["samples"],
-                   help=f"N samples (default {DEFAULTS['samples']})")
+    p.add_argument("--samples", type=positive_int, default=None,
+                   help="a fixed plan of N samples, one look at alpha (default: the sequential plan: a pilot of "
+                   f"{DEFAULTS['samples']} samples, then doubling, until the samples resolve temperature |dbeta| <= "
+                   "0.05, a truncation of 1%% of the mass (top-p 0.99) and an omnibus per-token TV of 0.05 at power "
+                   "0.99, a look fails, or --max-samples / --max-time end it; the verdict says what was resolved; "
+                   "valid under optional stopping: docs/guarantees.md)")
+    p.add_argument("--max-samples", dest="max_samples", type=positive_int, default=None,
+                   help=f"the sequential plan's sample budget (default {DEFAULTS['max_samples']}: looks at 80, 160, "
+                   "320, 640, 1280)")
+    p.add_argument("--max-time", dest="max_time", type=positive_float, default=None,
+                   help=f"the sequential plan's time budget in seconds (default {DEFAULTS['max_time']:g}); the "
+                   "samples collected by then are tested")
     p.add_argument("--max-new-tokens", dest="max_new_tokens", type=positive_int, default=DEFAULTS["max_new_tokens"],
                    help=f"tokens per sample (default {DEFAULTS['max_new_tokens']})")
     p.add_argument("--temperature", type=positive_temperature_value, default=1.0,
@@ -119,6 +129,12 @@ def check(args: argparse.Namespace) -> None:
 
     if args.record and args.resume:
         raise UsageError("--record and --resume: give one (--resume appends to the file it continues)")
+    if args.samples is not None and (args.max_samples is not None or args.max_time is not None):
+        raise UsageError("--samples N fixes the plan; --max-samples and --max-time are the sequential (default) "
+                         "plan's budget: give one or the other")
+    if args.max_samples is not None and args.max_samples < DEFAULTS["samples"]:
+        raise UsageError(f"--max-samples {args.max_samples}: the sequential plan's pilot is {DEFAULTS['samples']} "
+                         f"samples; give at least that, or --samples {args.max_samples} for a fixed plan")
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     try:
         import torch
@@ -133,7 +149,12 @@ def request_from(args: argparse.Namespace):
     from spectr_gbv.certify.endpoint.run import Plan
 
     auto = args.tolerance == "auto"
-    plan = Plan(n_samples=args.samples, n_new=args.max_new_tokens, temperature=args.temperature, k=args.top_k,
+    sequential = args.samples is None
+    budget = dict(sequential=sequential,
+                  max_samples=args.max_samples if args.max_samples is not None else DEFAULTS["max_samples"],
+                  max_time_s=args.max_time if args.max_time is not None else DEFAULTS["max_time"])
+    plan = Plan(n_samples=DEFAULTS["samples"] if sequential else args.samples, n_new=args.max_new_tokens,
+                temperature=args.temperature, k=args.top_k, **budget,
                 alpha=args.alpha, tolerance=DEFAULTS["tolerance"] if auto else args.tolerance, auto_tolerance=auto,
                 logprob_tolerance=args.logprob_tolerance, seed=args.seed, concurrency=args.concurrency)
     return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,

@@ -108,7 +108,8 @@ def planned_directional(draft_known: bool) -> tuple[str, ...]:
 
 
 def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int = 0, indices=None,
-                directional=None, positions: bool = True, reserved: float = 0.0) -> FamilyResult:
+                directional=None, positions: bool = True, reserved: float = 0.0,
+                directional_alpha: float | None = None) -> FamilyResult:
     """Run the family (module doc) on N sequences of records.
 
     Args:
@@ -123,6 +124,10 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
         reserved: the part of α spent outside the family (the report tests of
             ``oracle.sequence_reports``), in [0, α/8): taken from the per-position rows' share (from
             the pooled rows' without positions); the directional shares do not change.
+        directional_alpha: the α whose share (3/4, split equally) the directional tests take
+            (default ``alpha``).  A sequential plan (``certify.endpoint.sequential``) passes its whole
+            α at every look, where ``alpha`` is the look's spent share: each directional test is an
+            e-value, valid at every look by Ville's inequality.
     Returns:
         ``FamilyResult``.
     Raises:
@@ -173,7 +178,9 @@ def family_test(samples, alpha: float = 1e-3, tolerance: float = 0.0, seed: int 
             r = ks_uniform_test(u[~np.isnan(u)], a_pos, row_eta(pj))
             rows.append(SequenceRow(f"position {j}", o, "KS", r.statistic, r.pvalue, r.n, a_pos,
                                     r.detectable, r.passed))
-    a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional) if directional else 0.0
+    a_full = alpha if directional_alpha is None else check_alpha(directional_alpha)
+    a_dir = a_full * (1 - OMNIBUS_SHARE) / len(directional) if directional else 0.0
+
     def run(name):
         if name == "truncation":
             return truncation_test(flat, a_dir, eta)

@@ -265,7 +265,7 @@ def power_endpoint(req: EndpointRequest, pilot: int = 16, progress=None, log=Non
     from spectr_gbv.oracle.sequence_family import plan_power
 
     prep = prepare(req, log)
-    small = replace(prep.plan, n_samples=min(pilot, prep.plan.n_samples), replays=0)
+    small = replace(prep.plan, n_samples=min(pilot, prep.plan.n_samples), replays=0, sequential=False)
     bar = progress(small.n_samples) if progress is not None else None
     try:
         cert = certify_deployment(prep.engine, prep.reference, prep.prompts, small, prep.run_file,
@@ -278,9 +278,21 @@ def power_endpoint(req: EndpointRequest, pilot: int = 16, progress=None, log=Non
     if cert.samples == 0 or not records:
         raise DeploymentInputError("--power: the pilot gave no sample (" + "; ".join(cert.first_errors[:1] or
                                                                               cert.notes[:1] or ["?"]) + ")")
-    pp = plan_power(records, prep.plan.n_samples * prep.plan.n_new, prep.plan.alpha, prep.plan.tolerance,
+    pp = plan_power(records, prep.plan.planned_samples * prep.plan.n_new, prep.plan.alpha, prep.plan.tolerance,
                     n_positions=prep.plan.n_new)
-    return power_report(pp, prep.plan, cert.samples, cert.samples_per_second) + "\n" + "\n".join(
+    extra = ""
+    if prep.plan.sequential:
+        from spectr_gbv.certify.endpoint.sequential import TARGETS, samples_needed
+
+        need = samples_needed(records, len(records) / max(1, cert.samples), prep.plan.alpha, prep.plan.tolerance,
+                              prep.plan.looks())
+        extra = (f"\nthe sequential plan (looks at {', '.join(map(str, prep.plan.looks()))} samples) resolves temperature "
+                 f"|Δβ| <= {TARGETS['temperature']:g}, a truncation of {TARGETS['truncation']:.0%} of the mass and an "
+                 f"omnibus TV of {TARGETS['omnibus']:g} at about "
+                 + (f"{need} samples" if need is not None else "no sample count within reach (the reference's lists do "
+                    "not reach the top-p 0.99 nucleus, or the budget is far below the need)")
+                 + (f" (beyond --max-samples {prep.plan.max_samples})" if need and need > prep.plan.max_samples else ""))
+    return power_report(pp, prep.plan, cert.samples, cert.samples_per_second) + extra + "\n" + "\n".join(
         f"note: {n}" for n in prep.notes)
 
 
@@ -296,7 +308,7 @@ def certify_endpoint(req: EndpointRequest, progress=None, log=None):
         DeploymentInputError: as ``prepare``.
     """
     prep = prepare(req, log)
-    bar = progress(prep.plan.n_samples) if progress is not None else None
+    bar = progress(prep.plan.looks()[0]) if progress is not None else None
     try:
         cert = certify_deployment(prep.engine, prep.reference, prep.prompts, prep.plan, prep.run_file,
                                   server=prep.server, model=prep.model, reference_name=prep.reference_name,

@@ -53,7 +53,50 @@ def _verdict_line(cert) -> str:
         line += f" — decided by {deciders[0]}"
         if len(deciders) > 1:
             line += f"; {len(deciders) - 1} more failing line{'s' if len(deciders) > 2 else ''} marked <- FAIL below"
+    elif getattr(cert, "sequence", None) and cert.sequence.get("resolution"):
+        line += " — " + resolved_phrase(cert)
     return line
+
+
+_ENDED = {"resolved": "every target resolved", "max-samples": "the sample budget (--max-samples) ended it",
+          "max-time": "the time budget (--max-time) ended it", "user": "stopped by the user",
+          "stopped": "the run stopped", "fail": "a look failed"}
+
+
+def resolved_phrase(cert) -> str:
+    """What a sequential plan's last look resolved and did not (power 0.99), and why it ended."""
+    from spectr_gbv.certify.endpoint.sequential import describe
+
+    seq = cert.sequence
+    ok, bad = describe(seq["resolution"])
+    out = f"resolved at power 0.99: {ok or 'none of the targets'}"
+    if bad:
+        out += f"; NOT resolved: {bad}"
+        if seq.get("needed"):
+            out += f" (the pilot puts every target at about {seq['needed']} samples)"
+        elif seq.get("needed") is None:
+            out += " (the pilot puts no sample count within reach)"
+    return out + f"; {_ENDED.get(seq['stopped'], seq['stopped'])} after {cert.samples} samples"
+
+
+def _n_planned(cert) -> str:
+    plan = cert.plan
+    if getattr(plan, "sequential", False):
+        return f"{plan.n_samples} (pilot) to {plan.max_samples} (sequential)"
+    return str(plan.n_samples)
+
+
+def _sequence_line(cert) -> str | None:
+    seq = getattr(cert, "sequence", None)
+    if not seq:
+        return None
+    plan = cert.plan
+    made = ", ".join(str(n) for n in seq["tested"]) or "none"
+    budget = f"--max-samples {plan.max_samples}" + (f", --max-time {plan.max_time_s:g} s" if plan.max_time_s else "")
+    return (f"sequential plan: looks at {', '.join(str(n) for n in seq['looks'])} samples ({budget}); looks made at "
+            f"{made}; the omnibus rows and report tests take alpha/{len(seq['looks'])} = "
+            f"{plan.alpha / len(seq['looks']):.2g} per look, the directional e-values their whole share at every look "
+            f"(Ville); {_ENDED.get(seq['stopped'], seq['stopped'] or 'running')}")
 
 
 def text_report(cert) -> str:
@@ -63,10 +106,12 @@ def text_report(cert) -> str:
     plan, fam = cert.plan, cert.family
     lines = [_verdict_line(cert),
              f"server {cert.server}  model {cert.model or '-'}  reference {cert.reference}",
-             f"plan: N = {plan.n_samples} samples × {plan.n_new} tokens, T = {plan.temperature:g}, "
+             f"plan: N = {_n_planned(cert)} samples × {plan.n_new} tokens, T = {plan.temperature:g}, "
              f"alpha = {plan.alpha:g} (family), eta = {fam.tolerance if fam is not None else plan.tolerance:g}"
              f"{' (auto)' if plan.auto_tolerance else ''}, concurrency {plan.concurrency}; "
              f"tested {cert.samples} samples" + ("" if cert.complete else " (INCOMPLETE: the run stopped early)")]
+    if _sequence_line(cert):
+        lines.append(_sequence_line(cert))
     if fam is not None:
         coarse = ("whole laws" if fam.coarsened > plan.k else
                   f"top-{fam.coarsened} laws + 'other' (mass moved inside 'other' is not seen)")
@@ -206,7 +251,8 @@ def power_report(pp, plan, pilot_samples: int, rate: float) -> str:
     """A plan's power (``oracle.sequence_family.PlanPower``) as lines: what N × n detects with
     power 0.99, and the samples (and time at the pilot's rate) for the omnibus target."""
     T = plan.temperature
-    lines = [f"plan: N = {plan.n_samples} samples × {plan.n_new} tokens = {pp.n_tokens} tokens, alpha = "
+    lines = [f"plan: N = {getattr(plan, 'planned_samples', plan.n_samples)} samples × {plan.n_new} tokens = "
+             f"{pp.n_tokens} tokens, alpha = "
              f"{pp.alpha:g}, eta = {pp.tolerance:g} (scaled from a pilot of {pilot_samples} samples)",
              "detected with power 0.99:",
              f"  omnibus PIT tests: a per-token TV d >= {pp.omnibus:.3f} (monotone deviation)",
@@ -226,6 +272,15 @@ def power_report(pp, plan, pilot_samples: int, rate: float) -> str:
     return "\n".join(lines)
 
 
+def _sequence_json(seq):
+    if not seq:
+        return None
+    res = seq.get("resolution") or {}
+    return {**{k: v for k, v in seq.items() if k != "resolution"},
+            "resolution": {k: {"figure": v if math.isfinite(v) else None, "resolved": bool(ok)}
+                           for k, (v, ok) in res.items()}}
+
+
 def certificate_json(cert) -> dict:
     """The certificate as a JSON-ready dict (every test row)."""
     from dataclasses import asdict
@@ -240,6 +295,7 @@ def certificate_json(cert) -> dict:
         "replays": {"asked": cert.replays[0], "identical": cert.replays[1]},
         "duplicates": {"pairs": cert.duplicates[0], "expected_at_most": cert.duplicates[1]},
         "errors": dict(cert.errors), "short": cert.short, "notes": cert.notes,
+        "sequence": _sequence_json(getattr(cert, "sequence", None)),
         "numerics": None if cert.numerics is None else {
             "eta": cert.numerics[0], "gap_q99": cert.numerics[1], "exact_test_passed": cert.numerics[2]},
         "logprobs": None if cert.logprobs is None else {

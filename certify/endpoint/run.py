@@ -48,6 +48,8 @@ import numpy as np
 
 from spectr_gbv.certify.endpoint.client import EndpointError
 from spectr_gbv.certify.endpoint.references import raw_logprob_gap
+from spectr_gbv.certify.endpoint.sequential import (MAX_SAMPLES, MAX_TIME_S, TARGETS, look_alpha, looks,
+                                                     resolution, samples_needed)
 from spectr_gbv.certify.endpoint.servers import ProtocolError
 from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
@@ -74,6 +76,10 @@ class Plan:
         seed: the run's seed (engine
         seeds and PIT uniforms derive from it); concurrency: C requests in flight; replays: seeds
         asked twice; max_errors: failed requests before the run stops.
+        sequential: the plan sized by what it must resolve (``certify.endpoint.sequential``: the
+        CLI's default): ``n_samples`` is then the pilot, the first of the looks, and sampling goes on
+        by doubling until the targets are resolved, a look fails, or ``max_samples`` samples or
+        ``max_time_s`` seconds (None: no limit) are spent; False: one look of ``n_samples`` at α.
     """
 
     n_samples: int = 80  # power >= 0.99 against T 0.9 and top-p 0.95 with a top-20 reference (benchmarks/DEPLOYMENT.md)
@@ -89,6 +95,18 @@ class Plan:
     concurrency: int = 8
     replays: int = 3
     max_errors: int = 20
+    sequential: bool = False
+    max_samples: int = MAX_SAMPLES
+    max_time_s: float | None = MAX_TIME_S
+
+    def looks(self) -> list[int]:
+        """The looks' sample counts (``sequential.looks``; one look of ``n_samples`` when fixed)."""
+        return looks(self.n_samples, self.max_samples) if self.sequential else [self.n_samples]
+
+    @property
+    def planned_samples(self) -> int:
+        """The most samples the plan may draw."""
+        return self.looks()[-1]
 
     def check(self) -> None:
         """Raises ValueError naming the first field out of range."""
@@ -97,7 +115,9 @@ class Plan:
                   ("tolerance", 0 <= self.tolerance < 1), ("logprob_tolerance", self.logprob_tolerance > 0),
                   ("logprob_shift", 0 <= self.logprob_shift < math.inf),
                   ("seed", self.seed >= 0), ("concurrency", self.concurrency >= 1), ("replays", self.replays >= 0),
-                  ("max_errors", self.max_errors >= 0)]
+                  ("max_errors", self.max_errors >= 0),
+                  ("max_samples", not self.sequential or self.max_samples >= self.n_samples),
+                  ("max_time_s", self.max_time_s is None or self.max_time_s > 0)]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"{name} = {getattr(self, name)!r} is out of range")
@@ -161,7 +181,13 @@ class DeploymentCertificate:
         notes: lines for the report; refused: why the run was refused, else "" (no check refuses
         today: dependent samples FAIL, ``dependence``); dependence: why the samples are not
         independent (identical samples for different seeds, or the shared-prefix test), else "".
-        complete: every planned sample collected.  wall_s: seconds.
+        complete: every planned sample collected (a sequential plan: it ended by a look's verdict, the
+            targets resolved or a budget spent).  wall_s: seconds.
+        sequence: a sequential plan's course (``sequential``): looks planned, samples tested and
+            α_k at each look made, why it stopped ("fail", "resolved", "max-samples", "max-time",
+            "user", "stopped"), the last look's resolution {target: (figure, resolved)}, the
+            samples the pilot says resolve every target (None: none within reach), the targets;
+            None for a fixed plan.
         records: the tested samples' per-token records, in sample order (not in the JSON).
         new_samples: the samples drawn by this run (the others were read back from the run file).
     """
@@ -188,6 +214,7 @@ class DeploymentCertificate:
     dependence: str = ""
     complete: bool = False
     wall_s: float = 0.0
+    sequence: dict | None = None
 
     @property
     def passed(self) -> bool:
@@ -225,6 +252,10 @@ class _Stop(Exception):
     pass
 
 
+class _Budget(Exception):
+    """The sequential plan's time budget ran out."""
+
+
 def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *, server: str = "",
                        model: str = "", reference_name: str = "", vocab: int | None = None,
                        progress=None, log=None, stop: threading.Event | None = None) -> DeploymentCertificate:
@@ -238,7 +269,8 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         plan: the ``Plan``; run_file: ``store.RunFile`` (read back and appended to).
         server, model, reference_name: for the certificate.
         vocab: V when known (ids ≥ V are impossible).
-        progress: optional object with ``update(n)`` (a tqdm bar); log: optional line callback.
+        progress: optional object with ``update(n)`` (a tqdm bar; its ``total`` follows the looks);
+            log: optional line callback.
         stop: an event that stops the run when set (else only KeyboardInterrupt does).
     Returns:
         ``DeploymentCertificate`` (``complete`` False when stopped or when too many requests failed).
@@ -252,20 +284,19 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     cert = DeploymentCertificate(plan, server, model, reference_name)
     cert.notes.extend(run_file.notes)
     started = time.perf_counter()
+    deadline = None if not plan.sequential or plan.max_time_s is None else started + plan.max_time_s
     done: dict = dict(run_file.samples)
     impossible: dict = dict(run_file.impossible)
-    todo = [i for i in range(plan.n_samples) if i not in done and i not in impossible]
-    if progress is not None and (done or impossible):
-        progress.update(len(done) + len(impossible))
+    schedule = plan.looks()
     stop = stop or threading.Event()
     tasks: queue.Queue = queue.Queue()
     results: queue.Queue = queue.Queue()
-    for i in todo:
-        tasks.put(("sample", i))
     n_replays = min(plan.replays, plan.n_samples)
     replayed_before = {int(e["i"]) for e in run_file.replays}
     for e in run_file.replays:
         cert.replays = (cert.replays[0] + 1, cert.replays[1] + int(bool(e.get("identical"))))
+    if progress is not None and (done or impossible):
+        progress.update(sum(1 for i in list(done) + list(impossible) if i < schedule[0]))
 
     def work():
         while not stop.is_set():
@@ -300,12 +331,8 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             return ("error", i, f"reference of sample {i}: {err}", None)
         return ("sample", i, (s, rows, recs), None)
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(plan.concurrency, max(1, len(todo))))]
-    for t in threads:
-        t.start()
-    pending = len(todo)
     buffer: list = []
-    errors = 0
+    state = {"errors": 0, "pending": 0, "replays_asked": False}
 
     def record_sample(i, s, rows, recs):
         event = {"kind": "sample", "i": i, "seed": sample_seed(plan.seed, i), "prompt": i % len(prompts),
@@ -322,20 +349,31 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             record_sample(i, s, rows, rows.records(s.tokens))
         buffer.clear()
 
-    replays_asked = False
-    try:
-        while pending > 0:
+    def start_workers(n):
+        for _ in range(min(plan.concurrency, max(1, n))):
+            threading.Thread(target=work, daemon=True).start()
+
+    def collect(upto: int):
+        """Sample every index below ``upto`` not yet collected (the module doc's loop)."""
+        todo = [i for i in range(upto) if i not in done and i not in impossible]
+        for i in todo:
+            tasks.put(("sample", i))
+        state["pending"] += len(todo)
+        start_workers(len(todo))
+        while state["pending"] > 0:
+            if deadline is not None and time.perf_counter() > deadline:
+                raise _Budget
             try:
                 kind, i, payload, s = results.get(timeout=0.2)
             except queue.Empty:
                 continue
             if kind == "sample":
-                pending -= 1
+                state["pending"] -= 1
                 record_sample(i, *payload)
             elif kind == "sampled":
                 buffer.append((i, payload))
             elif kind == "impossible":
-                pending -= 1
+                state["pending"] -= 1
                 event = {"kind": "impossible", "i": i, "seed": sample_seed(plan.seed, i),
                          "prompt": i % len(prompts), "tokens": [int(t) for t in s.tokens], "reason": payload}
                 run_file.write(event)
@@ -343,23 +381,23 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                 if progress is not None:
                     progress.update(1)
             elif kind == "replay":
-                pending -= 1
+                state["pending"] -= 1
                 same = [int(t) for t in payload] == done[i]["tokens"]
                 run_file.write({"kind": "replay", "i": i, "identical": same})
                 cert.replays = (cert.replays[0] + 1, cert.replays[1] + int(same))
             elif kind == "error":
-                pending -= 1
-                errors += 1
+                state["pending"] -= 1
+                state["errors"] += 1
                 run_file.write({"kind": "error", "i": i, "reason": payload})
                 cert.errors[payload.split(": ", 1)[-1][:80]] += 1
                 if len(cert.first_errors) < 5:
                     cert.first_errors.append(payload)
                 say(payload)
-                if errors > plan.max_errors:
+                if state["errors"] > plan.max_errors:
                     cert.notes.append(f"stopped: more than {plan.max_errors} requests failed")
                     raise _Stop
-            if buffer and (len(buffer) >= getattr(reference, "batch", 8) or len(buffer) >= pending):
-                pending -= len(buffer)  # a local reference: one batched forward for the buffered samples
+            if buffer and (len(buffer) >= getattr(reference, "batch", 8) or len(buffer) >= state["pending"]):
+                state["pending"] -= len(buffer)  # a local reference: one batched forward for the buffered samples
                 flush_local()
             if kind in ("sample", "sampled") and len(done) in _CHECKPOINTS:
                 dup = _duplicates(done, len(prompts))
@@ -368,33 +406,123 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                     cert.dependence = _dependence(dup)
                     cert.notes.append(f"stopped: samples dependent after {len(done)} samples")
                     raise _Stop
-            if pending == 0 and not replays_asked:
-                replays_asked = True  # a few seeds asked again once the samples are in
+            if state["pending"] == 0 and not state["replays_asked"]:
+                state["replays_asked"] = True  # a few seeds asked again once the first look's samples are in
                 again = [j for j in sorted(done)[:n_replays] if j not in replayed_before]
                 for j in again:
                     tasks.put(("replay", j))
-                pending += len(again)
-                for _ in range(min(plan.concurrency, len(again))):
-                    threading.Thread(target=work, daemon=True).start()
+                state["pending"] += len(again)
+                start_workers(len(again))
+
+    def prefix() -> int:
+        """The longest run of indices 0 … m − 1 collected (sampled or impossible)."""
+        m = 0
+        while m in done or m in impossible:
+            m += 1
+        return m
+
+    seq = {"looks": schedule, "tested": [], "alphas": [], "stopped": "", "resolution": None, "needed": None,
+           "targets": dict(TARGETS)} if plan.sequential else None
+    alpha_k = look_alpha(plan.alpha, len(schedule))
+    k = 0
+    try:
+        while True:
+            if k > 0 and progress is not None:
+                if hasattr(progress, "total"):
+                    progress.total = schedule[k]
+                progress.update(sum(1 for i in list(done) + list(impossible) if schedule[k - 1] <= i < schedule[k]))
+            ended = False
+            if deadline is not None and k > 0 and time.perf_counter() > deadline:
+                seq["stopped"] = "max-time"
+                cert.notes.append(f"the time budget ({plan.max_time_s:g} s) ended sampling after look {k} of "
+                                  f"{len(schedule)}")
+                break
+            try:
+                collect(schedule[k])
+            except _Budget:
+                stop.set()
+                ended = True
+                seq["stopped"] = "max-time"
+                cert.notes.append(f"the time budget ({plan.max_time_s:g} s) ended sampling during look {k + 1} of "
+                                  f"{len(schedule)}, after {len(done) + len(impossible)} samples; the longest "
+                                  "prefix of sample indices collected is tested at that look's share")
+            n_k = prefix() if ended else schedule[k]
+            if ended and seq["tested"] and n_k <= seq["tested"][-1]:
+                break  # nothing new in the prefix: the last look's results stand
+            _test_samples(cert, plan, done, impossible, n_k, alpha_k, len(prompts))
+            if seq is None:
+                break
+            seq["tested"].append(n_k)
+            seq["alphas"].append(alpha_k)
+            recs = [r for rs in cert.records for r in rs]
+            if cert.failed:
+                seq["stopped"] = "fail"
+                say(f"look {k + 1} of {len(schedule)} ({n_k} samples): FAIL")
+                break
+            eta = cert.family.tolerance if cert.family is not None else plan.tolerance
+            res = resolution(recs, len(recs), plan.alpha, alpha_k, eta, family=cert.family) if recs else None
+            seq["resolution"] = res
+            if k == 0 and recs:
+                seq["needed"] = samples_needed(recs, len(recs) / max(1, cert.samples), plan.alpha, eta, schedule)
+            say(f"look {k + 1} of {len(schedule)} ({n_k} samples): pass; resolves "
+                + ", ".join(f"{name} {v:.3g}" + (" (target met)" if ok else f" (target {TARGETS[name]:g})")
+                            for name, (v, ok) in (res or {}).items())
+                + ("" if k or seq["needed"] is None else f"; from the pilot's information per sample, about "
+                   f"{seq['needed']} samples resolve every target"))
+            if ended:
+                break
+            if res is not None and all(ok for _, ok in res.values()):
+                seq["stopped"] = "resolved"
+                break
+            if k + 1 >= len(schedule):
+                seq["stopped"] = "max-samples"
+                break
+            k += 1
     except KeyboardInterrupt:
-        cert.notes.append(f"stopped by the user after {len(done) + len(impossible)} of {plan.n_samples} samples")
+        cert.notes.append(f"stopped by the user after {len(done) + len(impossible)} of {schedule[k]} samples")
+        upto = prefix() if seq is not None else schedule[k]
+        _stopped_tests(cert, plan, done, impossible, upto, alpha_k, len(prompts), seq, "user")
     except _Stop:
-        pass
+        upto = prefix() if seq is not None else schedule[k]
+        _stopped_tests(cert, plan, done, impossible, upto, alpha_k, len(prompts), seq, "stopped")
     finally:
         stop.set()
         run_file.close()
-    cert.samples = len(done)
+    cert.sequence = seq
     cert.new_samples = len(done) + len(impossible) - len(run_file.samples) - len(run_file.impossible)
-    cert.impossible = sorted((i, e.get("reason", "")) for i, e in impossible.items())
-    cert.complete = (len(done) + len(impossible) >= plan.n_samples and not cert.refused
-                     and not any(n.startswith("stopped") for n in cert.notes))
+    stopped = any(n.startswith("stopped") for n in cert.notes)
+    if seq is None:
+        cert.complete = len(done) + len(impossible) >= plan.n_samples and not cert.refused and not stopped
+    else:
+        cert.complete = seq["stopped"] in ("fail", "resolved", "max-samples", "max-time") and not stopped
+    cert.wall_s = time.perf_counter() - started
+    return cert
+
+
+def _stopped_tests(cert, plan, done, impossible, upto, alpha_k, n_prompts, seq, why):
+    """The tests of a run stopped inside a look (Ctrl-C, too many errors, dependent samples): the
+    samples below ``upto`` (a sequential plan: the longest prefix collected) at that look's share."""
+    _test_samples(cert, plan, done, impossible, upto, alpha_k, n_prompts)
+    if seq is not None:
+        seq["stopped"] = why
+        seq["tested"].append(upto)
+        seq["alphas"].append(alpha_k)
+
+
+def _test_samples(cert, plan, done, impossible, upto: int, alpha: float, n_prompts: int) -> None:
+    """Run the tests on the samples of indices below ``upto`` at the fixed-sample tests' share
+    ``alpha`` (the directional e-values at the plan's whole α); fills the certificate's test fields."""
+    cert.samples = sum(1 for i in done if i < upto)
+    cert.impossible = sorted((i, e.get("reason", "")) for i, e in impossible.items() if i < upto)
     if not cert.dependence:
-        cert.duplicates = _duplicates(done, len(prompts))
+        sub = {i: e for i, e in done.items() if i < upto}
+        cert.duplicates = _duplicates(sub, n_prompts)
         if cert.duplicates[0] >= 2 and _dup_pvalue(*cert.duplicates) < DUPLICATE_P:
             cert.dependence = _dependence(cert.duplicates)
-    order = sorted(done)
+    order = sorted(i for i in done if i < upto)
     cert.short = sum(int(done[i].get("short") or 0) for i in order)
     gaps = [g for i in order for g in raw_logprob_gap(done[i].get("reported"), done[i].get("raw"))]
+    cert.logprobs = None
     if gaps:
         cert.logprobs = LogprobCheck(len(gaps), float(np.median(gaps)), float(max(gaps)), plan.logprob_tolerance,
                                      sum(g > plan.logprob_tolerance for g in gaps))
@@ -403,7 +531,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         if gaps:
             q99 = float(np.quantile(gaps, 0.99))
             eta = min(0.5, math.expm1(q99) / 2)
-        else:
+        elif not any(n.startswith("--tolerance auto") for n in cert.notes):
             cert.notes.append(f"--tolerance auto: the engine reports no log-probabilities; eta = {plan.tolerance:g}")
     cert.records = [done[i]["records"] for i in order]
     if order and not cert.refused:
@@ -411,7 +539,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         flat = [r for s in samples for r in s]
         signed = [g for i in order for g in signed_gaps(done[i].get("reported"), done[i].get("raw"))]
         groups = [done[i]["prompt"] for i in order]
-        reserved = planned_share(flat, plan.alpha, signed, groups)  # the report tests' share, outside the family
+        reserved = planned_share(flat, alpha, signed, groups)  # the report tests' share, outside the family
         cert.reports = report_tests(flat, reserved, signed, plan.logprob_shift, samples, groups, eta)
         shared = next((r for r in cert.reports if r.name == INDEPENDENCE and not r.passed), None)
         if shared is not None and not cert.dependence:
@@ -419,14 +547,12 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                                f"earlier samples went after the same prefix, at most {shared.expected:.2g} expected "
                                f"under independence (log W {shared.statistic:.3g}, p {shared.pvalue:.2g}); the law "
                                "tests assume independent samples: read them as conditional on it")
-        cert.family = family_test(samples, plan.alpha, eta, seed=pit_seed(plan.seed), indices=order,
-                                  reserved=reserved)
+        cert.family = family_test(samples, alpha, eta, seed=pit_seed(plan.seed), indices=order,
+                                  reserved=reserved, directional_alpha=plan.alpha)
         if plan.auto_tolerance and gaps:
-            exact = family_test(samples, plan.alpha, 0.0, seed=pit_seed(plan.seed), indices=order,
-                                reserved=reserved)
+            exact = family_test(samples, alpha, 0.0, seed=pit_seed(plan.seed), indices=order,
+                                reserved=reserved, directional_alpha=plan.alpha)
             cert.numerics = (eta, q99, exact.passed)
-    cert.wall_s = time.perf_counter() - started
-    return cert
 
 
 # sample counts at which the early duplicate check runs (it costs O(samples · tokens))

@@ -25,6 +25,8 @@ from spectr_gbv.oracle.sequence_simulation import MarkovChain
 def _run(capsys, url, tmp_path, *extra, name="run"):
     out = tmp_path / f"{name}.json"
     argv = ["certify", "endpoint", url, "--json", str(out), "--record", str(tmp_path / f"{name}.jsonl")] + list(extra)
+    if not {"--samples", "--max-samples", "--max-time"} & set(extra):
+        argv += ["--samples", "80"]  # the fixed plan these tests were sized for (the default is sequential)
     code = cli_main.main(argv)
     captured = capsys.readouterr()
     return code, captured.out, captured.err, json.loads(out.read_text()) if out.exists() else None

@@ -1,0 +1,104 @@
+"""The default plan of ``certify endpoint``: sequential, sized by what it must resolve
+(certify/endpoint/sequential.py), against the loopback test servers.
+
+The broad-law server (``fake_deployment.broad_chain``: V = 128, row entropies 3.5–4.5 nats, its top
+20 a minority of each law) at a silent T 0.9 (|Δβ| = 0.11): the fixed plan of 80 × 16 tokens PASSES
+it at seed 1 (temperature log W 2.1; the report itself says that plan resolves only |Δβ| >= 0.25),
+the default plan FAILs it at its second look (160 samples; log W 10.2 > log(1/2.5e-4) = 8.3).  The
+correct broad server PASSES the default plan, which runs to its budget (1,280 samples) and says
+what it did not resolve (temperature |Δβ| ~0.06 > 0.05; top-p 0.99 not reachable through a top-20
+reference).  False alarms of the default plan measured in benchmarks/sequential_plan.py.
+"""
+
+import json
+
+import pytest
+
+from helpers.fake_deployment import broad_chain, serve
+from spectr_gbv.certify.endpoint.sequential import TARGETS, look_alpha, looks
+from spectr_gbv.cli import main as cli_main
+
+
+def _run(capsys, url, tmp_path, *extra, name="run"):
+    out = tmp_path / f"{name}.json"
+    argv = ["certify", "endpoint", url, "--json", str(out), "--record", str(tmp_path / f"{name}.jsonl")] + list(extra)
+    code = cli_main.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err, json.loads(out.read_text()) if out.exists() else None
+
+
+def _temperature(cert):
+    return next(d for d in cert["family"]["directional"] if d["name"] == "temperature")
+
+
+def test_the_looks_and_their_alpha_are_fixed_before_any_sample():
+    assert looks(80, 1280) == [80, 160, 320, 640, 1280]
+    assert looks(80, 1000) == [80, 160, 320, 640, 1000]
+    assert looks(80, 80) == [80]
+    assert look_alpha(1e-3, 5) * 5 == pytest.approx(1e-3)
+    assert TARGETS == {"temperature": 0.05, "truncation": 0.01, "omnibus": 0.05}
+
+
+def test_a_broad_law_model_at_a_silent_t_0_9_fails_the_default_plan(capsys, tmp_path):
+    with serve("temperature-0.9", model=broad_chain()) as (url, _):
+        code80, out80, err80, fixed = _run(capsys, url, tmp_path, "--samples", "80", "--seed", "1", name="fixed")
+        code, out, err, cert = _run(capsys, url, tmp_path, "--seed", "1", name="default")
+    # the fixed plan of 80 misses it, and says it resolves only |Δβ| >= 0.25
+    assert code80 == 0 and fixed["verdict"] == "PASS", out80 + err80
+    t80 = _temperature(fixed)
+    assert t80["detectable"] > 0.2 and t80["statistic"] < 8.29 and fixed["sequence"] is None
+    # the default plan fails it at its second look, by the temperature e-value at its whole share
+    assert code == 1 and cert["verdict"] == "FAIL", out + err
+    seq = cert["sequence"]
+    assert seq["looks"] == [80, 160, 320, 640, 1280] and seq["tested"] == [80, 160] and seq["stopped"] == "fail"
+    assert cert["samples"] == 160 and cert["family"]["n_tokens"] == 160 * 16
+    t = _temperature(cert)
+    assert not t["passed"] and t["alpha"] == pytest.approx(2.5e-4) and t["pvalue"] < 2.5e-4 and t["statistic"] > 8.29
+    assert cert["family"]["alpha"] == pytest.approx(2e-4)  # the omnibus rows: alpha / 5 per look
+    assert out.splitlines()[0].startswith("verdict: FAIL — decided by ")
+    assert any(x.strip().startswith("temperature: log W") and x.endswith("<- FAIL") for x in out.splitlines())
+    assert "look 1 of 5 (80 samples): pass" in err and "look 2 of 5 (160 samples): FAIL" in err
+
+
+def test_the_correct_broad_server_passes_the_default_plan_and_says_what_it_did_not_resolve(capsys, tmp_path):
+    with serve(model=broad_chain()) as (url, _):
+        code, out, err, cert = _run(capsys, url, tmp_path)
+    assert code == 0 and cert["verdict"] == "PASS" and cert["complete"], out + err
+    seq = cert["sequence"]
+    assert seq["tested"] == [80, 160, 320, 640, 1280] and seq["stopped"] == "max-samples"
+    res = seq["resolution"]
+    assert 0.05 < res["temperature"]["figure"] < 0.08 and not res["temperature"]["resolved"]
+    assert res["omnibus"]["figure"] < 0.05 and res["omnibus"]["resolved"]
+    assert not res["truncation"]["resolved"]
+    first = out.splitlines()[0]
+    assert first.startswith("verdict: PASS — resolved at power 0.99: ") and "NOT resolved: temperature" in first
+    assert "the sample budget (--max-samples) ended it after 1280 samples" in first
+
+
+def test_a_budget_ends_the_default_plan_with_what_it_resolved(capsys, tmp_path):
+    with serve() as (url, _):
+        code, out, err, cert = _run(capsys, url, tmp_path, "--max-samples", "320")
+    assert code == 0 and cert["verdict"] == "PASS", out + err
+    seq = cert["sequence"]
+    assert seq["looks"] == [80, 160, 320] and seq["tested"] == [80, 160, 320] and seq["stopped"] == "max-samples"
+    assert cert["family"]["alpha"] == pytest.approx(1e-3 / 3)
+    res = seq["resolution"]
+    assert 0.05 < res["temperature"]["figure"] < 0.1 and res["truncation"]["resolved"]  # V = 64: top 20 reach 0.99
+    assert seq["needed"] == 1280  # the pilot's information per sample: every target at 1,280 samples
+    assert "NOT resolved: temperature" in out.splitlines()[0]
+
+
+def test_a_time_budget_tests_the_samples_collected(capsys, tmp_path):
+    with serve(serial_s=0.01) as (url, _):
+        code, out, err, cert = _run(capsys, url, tmp_path, "--max-time", "1.5", "--concurrency", "2")
+    assert code == 0 and cert["verdict"] == "PASS", out + err
+    seq = cert["sequence"]
+    assert seq["stopped"] == "max-time" and len(seq["tested"]) == 1 and 0 < seq["tested"][0] < 80
+    assert cert["samples"] == seq["tested"][0]
+    assert "the time budget (--max-time) ended it" in out.splitlines()[0]
+
+
+def test_a_fixed_plan_and_a_budget_are_not_both_given(capsys):
+    code = cli_main.main(["certify", "endpoint", "http://127.0.0.1:1", "--samples", "80", "--max-samples", "640"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--samples N fixes the plan" in err
