@@ -286,11 +286,12 @@ def power_endpoint(req: EndpointRequest, pilot: int = 16, progress=None, log=Non
 
         need = samples_needed(records, len(records) / max(1, cert.samples), prep.plan.alpha, prep.plan.tolerance,
                               prep.plan.looks())
-        extra = (f"\nthe sequential plan (looks at {', '.join(map(str, prep.plan.looks()))} samples) resolves temperature "
-                 f"|Δβ| <= {TARGETS['temperature']:g}, a truncation of {TARGETS['truncation']:.0%} of the mass and an "
-                 f"omnibus TV of {TARGETS['omnibus']:g} at about "
-                 + (f"{need} samples" if need is not None else "no sample count within reach (the reference's lists do "
-                    "not reach the top-p 0.99 nucleus, or the budget is far below the need)")
+        targets = (f"temperature |Δβ| <= {TARGETS['temperature']:g}, a truncation of {TARGETS['truncation']:.0%} of the "
+                   f"mass (top-p 0.99) and an omnibus TV of {TARGETS['omnibus']:g}")
+        extra = (f"\nthe sequential plan (looks at {', '.join(map(str, prep.plan.looks()))} samples): "
+                 + (f"{targets} resolved at about {need} samples" if need is not None else
+                    f"{targets} not all resolved within 4 million samples (a top-k reference whose lists do not reach "
+                    "the top-p 0.99 nucleus never resolves that level)")
                  + (f" (beyond --max-samples {prep.plan.max_samples})" if need and need > prep.plan.max_samples else ""))
     return power_report(pp, prep.plan, cert.samples, cert.samples_per_second) + extra + "\n" + "\n".join(
         f"note: {n}" for n in prep.notes)

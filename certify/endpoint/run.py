@@ -507,6 +507,10 @@ def _stopped_tests(cert, plan, done, impossible, upto, alpha_k, n_prompts, seq, 
         seq["stopped"] = why
         seq["tested"].append(upto)
         seq["alphas"].append(alpha_k)
+        recs = [r for rs in cert.records for r in rs]
+        if recs and cert.family is not None and not cert.failed:
+            seq["resolution"] = resolution(recs, len(recs), plan.alpha, alpha_k, cert.family.tolerance,
+                                           family=cert.family)
 
 
 def _test_samples(cert, plan, done, impossible, upto: int, alpha: float, n_prompts: int) -> None:

@@ -102,3 +102,65 @@ def test_a_fixed_plan_and_a_budget_are_not_both_given(capsys):
     code = cli_main.main(["certify", "endpoint", "http://127.0.0.1:1", "--samples", "80", "--max-samples", "640"])
     err = capsys.readouterr().err
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--samples N fixes the plan" in err
+
+
+class _Engine:
+    """The fake server's sampling in process; interrupts the main thread (Ctrl-C) at call ``stop_at``."""
+
+    def __init__(self, stop_at: int):
+        from helpers.fake_deployment import FakeDeployment
+
+        self.server, self.calls, self.stop_at = FakeDeployment(), 0, stop_at
+
+    def sample(self, prompt, n, seed):
+        import _thread
+
+        from spectr_gbv.certify.endpoint.servers import Sample
+
+        self.calls += 1
+        if self.calls == self.stop_at:
+            _thread.interrupt_main()
+        toks = self.server.sample(list(prompt), n, seed, 1.0)
+        rows = self.server.logprob_rows(prompt, toks)
+        return Sample(toks, [float(rows[t, x]) for t, x in enumerate(toks)])
+
+
+class _Reference:
+    """The fake server's top-20 echo in process (what reference ``self`` gets)."""
+
+    remote = True
+
+    def __init__(self, server):
+        self.server = server
+
+    def rows(self, prompt, tokens, texts=None):
+        import numpy as np
+
+        from spectr_gbv.certify.endpoint.references import ReferenceRows
+        from spectr_gbv.certify.endpoint.servers import TopLaws
+
+        rows = self.server.logprob_rows(prompt, tokens)
+        ids = np.lexsort((np.broadcast_to(np.arange(rows.shape[1]), rows.shape), -rows), axis=1)[:, :20]
+        own = [float(rows[t, x]) for t, x in enumerate(tokens)]
+        top = TopLaws([list(map(int, r)) for r in ids],
+                      [list(map(float, r)) for r in np.take_along_axis(rows, ids, 1)], own)
+        return ReferenceRows(top=top, raw=own)
+
+
+def test_a_stop_inside_a_look_tests_the_prefix_and_ends_in_a_verdict_line(tmp_path):
+    from spectr_gbv.certify.endpoint.report import text_report
+    from spectr_gbv.certify.endpoint.run import Plan, certify_deployment
+    from spectr_gbv.certify.endpoint.store import RunFile
+
+    engine = _Engine(stop_at=120)
+    plan = Plan(sequential=True, concurrency=1, replays=0)
+    cert = certify_deployment(engine, _Reference(engine.server), [[1], [2], [3]], plan,
+                              RunFile(tmp_path / "r.jsonl", {"plan": "test"}))
+    seq = cert.sequence
+    assert seq["stopped"] == "user" and seq["tested"][0] == 80 and len(seq["tested"]) == 2
+    assert 110 <= seq["tested"][1] <= 121 and cert.samples == seq["tested"][1]
+    assert cert.verdict == "INCOMPLETE" and not cert.complete
+    assert seq["resolution"]["temperature"][0] > 0.05  # the prefix's own figure (0.15 at 80 on this chain)
+    first = text_report(cert).splitlines()[0]
+    assert first.startswith("verdict: INCOMPLETE — resolved at power 0.99: ")
+    assert f"stopped by the user after {cert.samples} samples" in first
