@@ -62,13 +62,23 @@ def reported_precisions(L: np.ndarray, valid: np.ndarray) -> np.ndarray:
     8 ulp), not by repr (tests/certify/log/test_log_cells.py: equal on rounded, float32 and float64
     lists)."""
     v = np.where(valid, L, 0.0)
-    dec = np.full(v.shape, MAX_ROUNDED_DECIMALS + 1, dtype=np.int64)
-    for d in range(MAX_ROUNDED_DECIMALS, -1, -1):
-        x = v * 10.0 ** d
-        ok = np.abs(x - np.rint(x)) <= 8 * np.finfo(np.float64).eps * np.maximum(1.0, np.abs(x))
-        dec = np.where(ok, d, dec)
-    dec = np.where(valid, np.maximum(dec, 1), 0)  # repr writes an integral value as "3.0": one decimal
-    row_dec = dec.max(axis=1)
+    tol = 8 * np.finfo(np.float64).eps
+
+    def whole(x):  # x is an integer within 8 ulp
+        return np.abs(x - np.rint(x)) <= tol * np.maximum(1.0, np.abs(x))
+
+    # most rows (float32 or float64 log-softmax values) carry more than 6 decimals: one pass decides
+    # them; the rows that are rounded get their decimals counted
+    ok6 = whole(v * 10.0 ** MAX_ROUNDED_DECIMALS) | ~valid
+    rounded_rows = np.flatnonzero(ok6.all(axis=1))
+    row_dec = np.full(v.shape[0], MAX_ROUNDED_DECIMALS + 1, dtype=np.int64)
+    if rounded_rows.size:
+        vr, val = v[rounded_rows], valid[rounded_rows]
+        dec = np.full(vr.shape, MAX_ROUNDED_DECIMALS, dtype=np.int64)
+        for d in range(MAX_ROUNDED_DECIMALS - 1, -1, -1):
+            dec = np.where(whole(vr * 10.0 ** d), d, dec)
+        dec = np.where(val, np.maximum(dec, 1), 0)  # repr writes an integral value as "3.0": one decimal
+        row_dec[rounded_rows] = dec.max(axis=1)
     f32 = np.all((v.astype(np.float32).astype(np.float64) == v) | ~valid, axis=1)
     table = np.array([0.5 * 10.0 ** -d + FLOAT32_LOGPROB_ERR for d in range(MAX_ROUNDED_DECIMALS + 1)])
     rounded = table[np.minimum(row_dec, MAX_ROUNDED_DECIMALS)]
@@ -91,6 +101,22 @@ def request_law(L, count, delta, beta, top_k, top_p, min_p, vocab: int = 0, max_
         ``m`` [N] kept top cells, ``pe``, ``pr`` [N] (module doc), ``skip`` [N] (index into
         ``SKIP_REASONS``; 0 kept), ``dmax`` [N] the precision the "other"-cell flag uses (βδ).
     """
+    plain = (beta == 1.0) & (top_k <= 0) & (top_p >= 1.0) & (min_p <= 0.0)
+    if plain.all() or not plain.any():
+        return _law_rows(L, count, delta, beta, top_k, top_p, min_p, vocab, max_bound)
+    out = {}
+    for rows in (np.flatnonzero(plain), np.flatnonzero(~plain)):  # the T = 1 rows skip the general case
+        part = _law_rows(L[rows], count[rows], delta[rows], beta[rows], top_k[rows], top_p[rows], min_p[rows],
+                         vocab, max_bound)
+        for key, v in part.items():
+            if key not in out:
+                out[key] = np.zeros((L.shape[0],) + v.shape[1:], dtype=v.dtype)
+            out[key][rows] = v
+    return out
+
+
+def _law_rows(L, count, delta, beta, top_k, top_p, min_p, vocab, max_bound):
+    """``request_law`` on rows that are all plain (T = 1, no truncation) or any mix."""
     N, k = L.shape
     cols = np.arange(k)[None, :]
     listed = cols < count[:, None]
@@ -106,6 +132,10 @@ def request_law(L, count, delta, beta, top_k, top_p, min_p, vocab: int = 0, max_
         scale = (1.0 - o_hi) / total
         pe_plain = np.minimum(1.0, total * np.maximum(np.abs(scale - np.exp(-delta)), np.abs(np.exp(delta) - scale)))
         pr_plain = np.maximum(0.0, np.exp(delta) / scale - 1.0)
+    if plain.all():
+        return {"P": np.where(np.isfinite(raw * scale[:, None]), raw * scale[:, None], 0.0), "O": o_hi,
+                "m": count.copy(), "pe": np.where(np.isfinite(pe_plain), pe_plain, 1.0),
+                "pr": np.where(np.isfinite(pr_plain), pr_plain, np.inf), "skip": skip, "dmax": delta.astype(float)}
     # the general case
     db = beta * delta
     last = L[np.arange(N), count - 1]
@@ -142,7 +172,8 @@ def request_law(L, count, delta, beta, top_k, top_p, min_p, vocab: int = 0, max_
         cut = tk & (top_k < m)
         j = np.clip(top_k, 1, k) - 1
         nxt = np.clip(top_k, 0, k - 1)
-        gapk = L[np.arange(N), j] - L[np.arange(N), nxt]
+        with np.errstate(invalid="ignore"):
+            gapk = L[np.arange(N), j] - L[np.arange(N), nxt]
         skip[cut & amb(gapk) & (skip == 0)] = 2
         inside |= tk & (top_k <= count)
         m = np.where(cut, top_k, m)
@@ -247,8 +278,7 @@ def record_arrays(law: dict, ids: np.ndarray, x: np.ndarray, lpx: np.ndarray, fi
     cl = np.where(live, cells, 0.0)
     tm = (cl * g).sum(axis=1)
     tv = np.maximum((cl * (g - tm[:, None]) ** 2).sum(axis=1), 0.0)
-    th = np.asarray(THETAS)
-    tk = np.log((cl[:, :, None] * np.exp(th[None, None, :] * g[:, :, None])).sum(axis=1))
+    tk = np.log(_cgf_sums(cl, g))
     tx = np.stack([g_last, g_top[:, 0]], axis=1)
     tg = np.where(hit, g_top[rows, np.minimum(j, k - 1)], g_last)
     cumP = np.cumsum(np.where(kept, P, 0.0), axis=1)
@@ -261,6 +291,24 @@ def record_arrays(law: dict, ids: np.ndarray, x: np.ndarray, lpx: np.ndarray, fi
            "tk": tk, "tx": tx, "nu": nu, "pe": law["pe"], "pr": law["pr"], "o": O, "ox": ox, "k": m,
            "oc": (~hit).astype(np.int64)}
     out.update(_shift(P, O, kept, ids, np.where(hit, j, k), rec, first, has_c))
+    return out
+
+
+def _cgf_sums(cl: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Σ_cells cl·e^{θ g} for θ of ``THETAS`` ([N, G]): two exponentials (θ = 0.02, 0.05) and their
+    powers and reciprocals instead of one per θ (equal to 1e-14 relative)."""
+    th = tuple(THETAS)
+    e = {0.02: np.exp(0.02 * g), 0.05: np.exp(0.05 * g)}
+    e[0.1] = e[0.05] * e[0.05]
+    e[0.2] = e[0.1] * e[0.1]
+    e[0.4] = e[0.2] * e[0.2]
+    out = np.empty((g.shape[0], len(th)))
+    for i, t in enumerate(th):
+        if abs(t) in e:
+            f = e[abs(t)] if t > 0 else 1.0 / e[abs(t)]
+        else:
+            f = np.exp(t * g)
+        out[:, i] = (cl * f).sum(axis=1)
     return out
 
 
@@ -305,9 +353,11 @@ def _shift(P, O, kept, ids, j, rec, first, has_c) -> dict:
     pi = idx - 1
     Pp, Op, keptp = P[pi], O[pi], kept[pi]
     stand = np.where(Op > 0, np.minimum(np.where(keptp, Pp, np.inf).min(axis=1), Op), 0.0)
-    eq = (ids[idx][:, :, None] == ids[pi][:, None, :]) & keptp[:, None, :] & kept[idx][:, :, None]
+    cur = np.where(kept[idx], ids[idx], -1)
+    eq = cur[:, :, None] == np.where(keptp, ids[pi], -2)[:, None, :]
     found = eq.any(axis=2)
-    prev_top = np.where(found, (eq * Pp[:, None, :]).sum(axis=2), stand[:, None])
+    at = eq.argmax(axis=2)
+    prev_top = np.where(found, np.take_along_axis(Pp, at, axis=1), stand[:, None])
     prev_top = np.where(kept[idx], prev_top, 0.0)
     prev_other = np.maximum(0.0, 1.0 - prev_top.sum(axis=1))
     prev = np.concatenate([prev_top, prev_other[:, None]], axis=1)
@@ -319,12 +369,14 @@ def _shift(P, O, kept, ids, j, rec, first, has_c) -> dict:
     jj = j[idx]
     n = idx.size
     se, sm, sv, sq = (np.zeros((N, L)) for _ in range(4))
+    cl = np.where(live, cells, 0.0)
+    rows = np.arange(n)
     for a, lam in enumerate(LAMBDAS):
         gl = np.log((1.0 - lam) + lam * r)
-        cl = np.where(live, cells, 0.0)
-        mean = (cl * np.where(live, gl, 0.0)).sum(axis=1)
-        var = np.maximum((cl * np.where(live, (gl - mean[:, None]) ** 2, 0.0)).sum(axis=1), 0.0)
-        se[idx, a] = gl[np.arange(n), jj]
+        mean = (cl * gl).sum(axis=1)  # cl is 0 off the live cells
+        dev = gl - mean[:, None]
+        var = np.maximum((cl * dev * dev).sum(axis=1), 0.0)
+        se[idx, a] = gl[rows, jj]
         sm[idx, a] = mean
         sv[idx, a] = var
         sq[idx, a] = (prev * gl).sum(axis=1)

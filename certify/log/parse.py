@@ -25,7 +25,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import warnings
 import zlib
 from dataclasses import dataclass
 
@@ -63,6 +62,7 @@ class Sample:
         list's length; k: the request's ``logprobs`` (each list is cut to its k most probable
         entries, ties by id, when the arrays are built: ``run.chunk_records``).
         beta: 1/T; top_k (0: none), top_p (1: none), min_p (0: none).
+        text: the tokens are text (hashed ids, which may collide: checked), not token ids.
     """
 
     line: int
@@ -77,6 +77,7 @@ class Sample:
     top_k: int
     top_p: float
     min_p: float
+    text: bool = False
 
 
 def _tid(s) -> int:
@@ -165,9 +166,8 @@ def _ids(keys: list) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     joined = ",".join(keys)
     if joined.count("token_id:") == len(keys):
-        with warnings.catch_warnings():  # a malformed id stops the parse early (and warns): caught below
-            warnings.simplefilter("ignore")
-            ids = np.fromstring(joined.replace("token_id:", ""), dtype=np.int64, sep=",")
+        # a malformed id stops the parse early (numpy warns once): the length check below refuses it
+        ids = np.fromstring(joined.replace("token_id:", ""), dtype=np.int64, sep=",")
         if ids.size == len(keys):
             return ids
         raise ValueError("a token_id key that is not an integer")
@@ -180,6 +180,8 @@ def _sample(line, ci, toks, own, tops, k, beta, top_k, top_p, min_p):
         return None
     x = _ids(toks)
     lpx = [math.nan if v is None else float(v) for v in own] if own else [math.nan] * len(toks)
-    ids = _ids(list(itertools.chain.from_iterable(tops)))
+    keys = list(itertools.chain.from_iterable(tops))
+    ids = _ids(keys)
     lps = list(itertools.chain.from_iterable(d.values() for d in tops))
-    return Sample(line, ci, x, lpx, ids, lps, lens, k, beta, top_k if top_k > 0 else 0, top_p, min_p)
+    text = not (keys and keys[0].startswith("token_id:"))
+    return Sample(line, ci, x, lpx, ids, lps, lens, k, beta, top_k if top_k > 0 else 0, top_p, min_p, text)

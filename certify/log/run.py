@@ -100,17 +100,20 @@ def chunk_records(samples, tally: Tally, vocab: int = 0, max_bound: float = DEFA
     I[row, col] = ids
     sample_of = np.repeat(np.arange(len(samples)), npos)
     bad_row = np.any(np.isnan(L) | (L > 1e-6), axis=1)
-    order = np.lexsort((I, -L), axis=1)
-    L = np.take_along_axis(L, order, axis=1)
-    I = np.take_along_axis(I, order, axis=1)
+    # probability descending, ties by id (servers send their lists sorted: then nothing moves)
+    if not np.all((L[:, 1:] < L[:, :-1]) | (L[:, 1:] == -np.inf)):
+        order = np.lexsort((I, -L), axis=1)
+        L = np.take_along_axis(L, order, axis=1)
+        I = np.take_along_axis(I, order, axis=1)
     per = lambda attr, dt: np.repeat(np.array([getattr(s, attr) for s in samples], dtype=dt), npos)  # noqa: E731
     valid = np.isfinite(L) & (np.arange(k)[None, :] < per("k", np.int64)[:, None])  # cut to the request's k
     L = np.where(valid, L, -np.inf)
     I = np.where(valid, I, -1)
     count = valid.sum(axis=1)
-    srt = np.sort(np.where(valid, I, -1 - np.arange(k)[None, :]), axis=1)
-    dup = np.any(srt[:, 1:] == srt[:, :-1], axis=1)
-    bad_row |= (count == 0) | dup
+    bad_row |= count == 0
+    if any(s.text for s in samples):  # "token_id:N" keys of one dict are distinct; text hashes may collide
+        srt = np.sort(np.where(valid, I, -1 - np.arange(k)[None, :]), axis=1)
+        bad_row |= np.any(srt[:, 1:] == srt[:, :-1], axis=1)
     x = np.concatenate([s.x for s in samples])
     lpx = np.fromiter(itertools.chain.from_iterable(s.lpx for s in samples), dtype=np.float64, count=N)
     beta, top_k, top_p, min_p = per("beta", float), per("top_k", np.int64), per("top_p", float), per("min_p", float)

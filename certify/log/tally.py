@@ -299,7 +299,7 @@ class Tally:
             return DirectionalResult(name, math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 1, math.inf, "weight ε", True)
         log_w = s["s_e"] - s["s_pen"]
         log_mean = _log_mean_exp(log_w)
-        p = min(1.0, math.exp(-log_mean)) if log_mean < 700 else 0.0
+        p = _p_of(log_mean)
         j = int(np.argmax(log_w))
         det = mixture_detectable(n, s["s_m"], s["s_v"], s["s_q"], alpha, self.tolerance)
         return DirectionalResult(name, log_mean, p, n, float(s["s_e"][j]), float(s["s_m"][j]), float(s["s_v"][j]),
@@ -344,13 +344,21 @@ class Tally:
             log_w = math.inf
         else:
             log_w = _log_mean_exp(s["o_f"])
-        p = 0.0 if log_w == math.inf else min(1.0, math.exp(-log_w)) if log_w < 700 else 0.0
+        p = _p_of(log_w)
         lam = OTHER_LAMBDAS[0]
         one = math.log((1 - lam) + lam / max(self.o_min, 1e-300)) + (n - 1) * math.log1p(-lam)
         return (DirectionalResult("reported top-k: other cell", float(log_w), p, n, float(s["o_out"]), float(s["o_o"]),
                                   float(s["o_oo"]), 0.0, alpha, 1,
                                   float(one - math.log(len(OTHER_LAMBDAS)) >= math.log(1 / alpha)),
                                   "tokens outside (caught: 1)", p >= alpha),)
+
+
+def _p_of(log_w: float) -> float:
+    """min(1, 1/W) from log W (an e-value's p-value; no overflow at log W below −709, where
+    ``sequence_scores.mixture_test``'s ``math.exp(-log_w)`` raises on long runs)."""
+    if log_w <= 0:
+        return 1.0
+    return math.exp(-log_w) if log_w < 700 else 0.0
 
 
 def _log_sum_exp(values) -> float:

@@ -159,3 +159,14 @@ def test_truncations_inside_the_list_are_exact_and_ambiguous_ones_skipped():
     assert SKIP_REASONS[_law(part, beta=0.8)["skip"][0]].startswith("temperature > 1")
     law = _law(part, beta=0.8, vocab=6)
     assert law["pe"][0] > 0 and not math.isinf(law["pe"][0])
+
+
+def test_an_e_value_far_below_one_is_p_one_not_an_overflow():
+    """Seen on a 320,000-token log: the shift e-value's log W was below −709 and exp(−log W)
+    overflowed (as ``sequence_scores.mixture_test`` still does)."""
+    t = Tally()
+    t.counts["n_s"] = t.counts["n_o"] = 10
+    t.sums["s_e"][:] = -2000.0
+    t.sums["o_f"][:] = -2000.0
+    assert t._shift(1e-3).pvalue == 1.0
+    assert t.reports()[0].pvalue == 1.0

@@ -1,0 +1,132 @@
+"""``spectr-gbv certify log``: throughput (sampled tokens a second) and peak memory, on logs written
+by tests/helpers/recorded_logs.py (the test chain, V = 64, requests of T 0.7–1.2 with top-p, top-k
+and min-p mixed; vLLM's response shape with float32 log-probabilities and ``"token_id:N"`` keys).
+
+Parts:
+
+- ``throughput``: a log of ``--lines`` lines × 16 tokens, top-20 lists (the sampled token appended
+  when outside, as vLLM sends them: ~12 KB a line), and the same with top-5 lists; for each, one
+  process's CPU time per token (``time.process_time``: what a core gives, whatever else runs on the
+  machine) and the command's wall time with ``--workers 1`` and ``--workers 2`` (wall depends on the
+  machine's load: the load average is printed beside it).
+- ``memory``: a log of ``--big`` lines (default 10^6) × 4 tokens with top-5 lists (~1.1 KB a line),
+  written by repeating 2,000 generated lines (the line numbers, hence the PIT's uniforms, differ),
+  certified by the command with ``--workers 2`` under ``/usr/bin/time -v``: its peak RSS (the
+  largest process of the tree: the main process or a worker) and wall time.
+
+Every figure is printed as a Markdown table row; the CPU is named from /proc/cpuinfo.
+
+    .venv/bin/python benchmarks/certify_log.py [--parts throughput memory] [--lines 20000] [--big 1000000]
+
+Progress on stderr; the last line is ``certify log benchmark: done``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def cpu_name() -> str:
+    text = Path("/proc/cpuinfo").read_text()
+    name = re.search(r"model name\s*:\s*(.*)", text)
+    flags = re.search(r"flags\s*:\s*(.*)", text)
+    f = set(flags.group(1).split()) if flags else set()
+    return (f"{name.group(1).strip() if name else '?'}, {os.cpu_count()} cores, "
+            + "/".join(x for x in ("avx2", "avx512f") if x in f))
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def cpu_throughput(path: str) -> tuple[int, float]:
+    """(positions, positions per CPU second) of one process tallying the file."""
+    from spectr_gbv.certify.log.run import CHUNK_LINES, LogPlan, tally_lines
+
+    plan = LogPlan(vocab=64)
+    lines, positions = [], 0
+    t0 = time.process_time()
+    total = None
+    with open(path, "rb") as f:
+        for no, text in enumerate(f):
+            lines.append((no, text))
+            if len(lines) == CHUNK_LINES:
+                t = tally_lines(lines, plan)
+                total = t if total is None else total.merge(t)
+                lines = []
+    if lines:
+        t = tally_lines(lines, plan)
+        total = t if total is None else total.merge(t)
+    cpu = time.process_time() - t0
+    positions = total.counts["records"] + sum(total.skipped_positions.values())
+    return positions, positions / cpu
+
+
+def command(path: str, workers: int, timed: bool = False) -> tuple[float, str, int | None]:
+    """(wall s, the report's first line, peak RSS KiB or None) of ``certify log`` on the file."""
+    cmd = [str(ROOT / ".venv" / "bin" / "spectr-gbv"), "certify", "log", path, "--vocab", "64", "--workers", str(workers)]
+    if timed:
+        cmd = ["/usr/bin/time", "-v"] + cmd
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", out.stderr)
+    return wall, (out.stdout.splitlines() or ["(no output)"])[0], int(rss.group(1)) if rss else None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--parts", nargs="+", default=["throughput", "memory"], choices=["throughput", "memory"])
+    ap.add_argument("--lines", type=int, default=20000)
+    ap.add_argument("--big", type=int, default=1_000_000)
+    args = ap.parse_args()
+    from helpers.recorded_logs import make_log
+
+    print(f"CPU: {cpu_name()}; load average at start {os.getloadavg()[0]:.1f}")
+    with tempfile.TemporaryDirectory() as d:
+        if "throughput" in args.parts:
+            print("\n| log | lines | positions | per CPU second (1 process) | wall, --workers 1 | wall, --workers 2 "
+                  "| load avg | verdict |\n|---|---|---|---|---|---|---|---|")
+            for k in (20, 5):
+                p = os.path.join(d, f"top{k}.jsonl")
+                say(f"writing {args.lines} lines, top-{k} ...")
+                make_log(p, args.lines, k=k, seed=1)
+                n, per_cpu = cpu_throughput(p)
+                w1, v1, _ = command(p, 1)
+                w2, v2, _ = command(p, 2)
+                print(f"| 16 tokens, top-{k} ({os.path.getsize(p) / args.lines / 1024:.1f} KiB/line) | {args.lines} | "
+                      f"{n} | {per_cpu:,.0f} tokens/s | {n / w1:,.0f} tokens/s ({w1:.1f} s) | {n / w2:,.0f} tokens/s "
+                      f"({w2:.1f} s) | {os.getloadavg()[0]:.1f} | {v2.split(' — ')[0]} |", flush=True)
+        if "memory" in args.parts:
+            pool = os.path.join(d, "pool.jsonl")
+            say("writing the pool of 2,000 lines ...")
+            make_log(pool, 2000, n_new=4, k=5, seed=2)
+            pool_lines = Path(pool).read_text().splitlines(keepends=True)
+            big = os.path.join(d, "big.jsonl")
+            say(f"writing {args.big} lines ...")
+            with open(big, "w") as f:
+                for i in range(args.big):
+                    f.write(pool_lines[i % len(pool_lines)])
+            size = os.path.getsize(big)
+            say("certifying it (--workers 2, under /usr/bin/time -v) ...")
+            wall, verdict, rss = command(big, 2, timed=True)
+            print(f"\n| log | size | wall, --workers 2 | tokens/s | peak RSS (largest process) | load avg | verdict |"
+                  f"\n|---|---|---|---|---|---|---|\n| {args.big} lines × 4 tokens, top-5 | {size / 2**30:.2f} GiB | "
+                  f"{wall:.0f} s | {4 * args.big / wall:,.0f} | {rss / 1024 if rss else float('nan'):.0f} MiB | "
+                  f"{os.getloadavg()[0]:.1f} | {verdict.split(' — ')[0]} |", flush=True)
+    say("certify log benchmark: done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
