@@ -353,11 +353,18 @@ def _shift(P, O, kept, ids, j, rec, first, has_c) -> dict:
     pi = idx - 1
     Pp, Op, keptp = P[pi], O[pi], kept[pi]
     stand = np.where(Op > 0, np.minimum(np.where(keptp, Pp, np.inf).min(axis=1), Op), 0.0)
-    cur = np.where(kept[idx], ids[idx], -1)
-    eq = cur[:, :, None] == np.where(keptp, ids[pi], -2)[:, None, :]
-    found = eq.any(axis=2)
-    at = eq.argmax(axis=2)
-    prev_top = np.where(found, np.take_along_axis(Pp, at, axis=1), stand[:, None])
+    # each current token's cell in the previous list: one global sorted search (row offsets keep
+    # the rows apart; ids are < 2^32, text hashes included)
+    cur = np.where(kept[idx], ids[idx], -1) + 3
+    prv = np.where(keptp, ids[pi], -2) + 3
+    order = np.argsort(prv, axis=1, kind="stable")
+    off = (np.arange(idx.size, dtype=np.int64) << 34)[:, None]
+    flat = (np.take_along_axis(prv, order, axis=1) + off).ravel()
+    q = (cur + off).ravel()
+    at = np.minimum(np.searchsorted(flat, q), flat.size - 1)
+    found = (flat[at] == q).reshape(cur.shape)
+    col = order.ravel()[at].reshape(cur.shape)
+    prev_top = np.where(found, np.take_along_axis(Pp, col, axis=1), stand[:, None])
     prev_top = np.where(kept[idx], prev_top, 0.0)
     prev_other = np.maximum(0.0, 1.0 - prev_top.sum(axis=1))
     prev = np.concatenate([prev_top, prev_other[:, None]], axis=1)
