@@ -145,3 +145,16 @@ def test_lines_that_cannot_be_tested_are_skipped_and_counted(tmp_path):
     empty.write_text("\n".join(extra) + "\n")
     none = certify_log(str(empty), PLAN)
     assert none.verdict == "NO DATA" and none.family is None
+
+
+def test_text_tokens_give_the_token_ids_certificate(logs, tmp_path):
+    """The same log with text tokens (OpenAI's shape: no ids) instead of "token_id:N": the same
+    tokens tested and the same directional statistics (they do not depend on the id order)."""
+    text = tmp_path / "text.jsonl"
+    with open(logs["top-p-0.95"]) as src, open(text, "w") as dst:
+        for line in src:
+            dst.write(line.replace('"token_id:', '"tok '))
+    a, b = certify_log(logs["top-p-0.95"], PLAN), certify_log(str(text), PLAN)
+    assert a.verdict == b.verdict == "FAIL" and a.tally.counts == b.tally.counts
+    for x, y in zip(a.family.directional, b.family.directional):
+        assert x.name == y.name and x.statistic == pytest.approx(y.statistic, rel=1e-9)
