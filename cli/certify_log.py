@@ -2,7 +2,8 @@
 
     spectr-gbv certify log FILE [--lines START:STOP] [--first-line N] [--out PARTIAL.json]
         [--resume PARTIAL.json] [--alpha A] [--tolerance ETA] [--seed S] [--vocab V]
-        [--max-bound B] [--workers W] [--json FILE|-]
+        [--max-bound B] [--workers W] [--audit URL [--audit-fraction F] [--audit-samples M] [--model NAME]]
+        [--json FILE|-]
     spectr-gbv certify log --merge PARTIAL.json [PARTIAL.json ...] [--json FILE|-]
 
 The library is certify/log/ (``run.certify_log``, ``run.merge_files``); this module only parses
@@ -72,6 +73,15 @@ def register(sub) -> None:
     p.add_argument("--max-bound", dest="max_bound", type=unit_interval_open, default=1e-3, metavar="B",
                    help="skip positions whose law, computed from the list, is bounded no tighter than TV B beyond "
                    "the list's precision (default 1e-3)")
+    p.add_argument("--audit", default=None, metavar="URL",
+                   help="re-score a subsample of the samples by prefill against this running server (an "
+                   "OpenAI-compatible completions API with echo log-probs): catches a server that reports the law it "
+                   "wrongly samples from, which the log alone cannot; at its own alpha")
+    p.add_argument("--audit-fraction", dest="audit_fraction", type=unit_interval_open, default=0.1, metavar="F",
+                   help="the share of lines audited (a hash of the line: the same in every shard; default 0.1)")
+    p.add_argument("--audit-samples", dest="audit_samples", type=positive_int, default=64, metavar="M",
+                   help="at most M samples audited (default 64)")
+    p.add_argument("--model", default=None, help="the audit's model field (default: each logged request's own)")
     p.add_argument("--workers", type=positive_int, default=1, metavar="W",
                    help="worker processes (default 1; 2 on 2 cores roughly doubles the throughput)")
     add_json_flag(p, "the certificate")
@@ -86,8 +96,8 @@ def check(args: argparse.Namespace) -> None:
         raise UsageError("give FILE or --merge PARTIAL..., not both")
     if not args.merge and not args.file:
         raise UsageError("FILE is required (or --merge PARTIAL.json ...)")
-    if args.merge and (args.out or args.resume or args.lines != (0, None) or args.first_line):
-        raise UsageError("--merge: --out, --resume, --lines and --first-line belong to a run over FILE")
+    if args.merge and (args.out or args.resume or args.lines != (0, None) or args.first_line or args.audit):
+        raise UsageError("--merge: --out, --resume, --lines, --first-line and --audit belong to a run over FILE")
     if not 0 <= args.tolerance < 1:
         raise UsageError(f"--tolerance must be in [0, 1), got {args.tolerance!r}")
 
@@ -98,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
     from tqdm.auto import tqdm
 
+    from spectr_gbv.certify.endpoint.client import EndpointError
     from spectr_gbv.certify.log.report import text_report
     from spectr_gbv.certify.log.run import LogPlan, certify_log, merge_files
     from spectr_gbv.cli.args import UsageError, text_stream, write_json
@@ -118,8 +129,19 @@ def run(args: argparse.Namespace) -> int:
                       file=sys.stderr, dynamic_ncols=True, mininterval=0.5 if sys.stderr.isatty() else 10.0) as bar:
                 cert = certify_log(args.file, plan, start=args.lines[0], stop=args.lines[1],
                                    first_line=args.first_line, out=args.out, resume=args.resume, progress=bar)
+            if args.audit and cert.complete:
+                from spectr_gbv.certify.log.audit import audit_log
+
+                cert.audit = audit_log(args.file, plan, args.audit, fraction=args.audit_fraction,
+                                       max_samples=args.audit_samples, model=args.model, start=args.lines[0],
+                                       stop=args.lines[1], first_line=args.first_line)
+                if cert.audit.incomplete:
+                    cert.complete = False
+                    cert.notes.append(f"the audit re-scored no sample: {cert.audit.errors} requests failed")
     except ValueError as err:
         raise UsageError(str(err)) from None
+    except EndpointError as err:  # the audit's server
+        raise UsageError(f"--audit: {err}") from None
     finally:
         signal.signal(signal.SIGTERM, old)
     print(text_report(cert), file=text_stream(args))

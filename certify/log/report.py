@@ -18,9 +18,29 @@ def _p(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
 
 
+def all_deciders(cert) -> list[str]:
+    """``decided_by`` of the log's tests, then the audit's failed members."""
+    out = decided_by(cert)
+    a = cert.audit
+    if a is not None:
+        if a.gaps[2]:
+            out.append(f"audit: {a.gaps[2]} reported log-probs over the {1:g}-nat bound from the prefill's")
+        out += [f"audit: {x}" for x in decided_by(_AuditView(a))]
+        if a.shift is not None and not a.shift.passed:
+            out.append(f"audit: {a.shift.name} (p {_p(a.shift.pvalue)} < alpha {a.shift.alpha:.2g})")
+    return out
+
+
+class _AuditView:
+    """The audit's tests in the shape ``decided_by`` reads."""
+
+    def __init__(self, a):
+        self.family, self.reports, self.impossible, self.logprobs, self.dependence = a.family, a.reports, [], None, ""
+
+
 def verdict_line(cert) -> str:
     line = f"verdict: {cert.verdict}"
-    deciders = decided_by(cert)
+    deciders = all_deciders(cert)
     if deciders:
         line += f" — decided by {deciders[0]}"
         if len(deciders) > 1:
@@ -74,15 +94,47 @@ def text_report(cert) -> str:
         lines.append(f"{r.name}: {r.observed:.0f} sampled tokens outside top-k lists that claim nearly the whole law "
                      f"({r.n} such positions; at most {r.expected:.2g} expected); log W {_p(r.statistic)}, p "
                      f"{_p(r.pvalue)} (alpha {r.alpha:.2g})" + ("" if r.passed else FAIL))
-    lines.append("not run on a log: the independence test (needs every sample of a prompt at once), the reported "
-                 "log-prob tests (the reference is the report itself: a server that reports the law it wrongly "
-                 "samples from is not seen without --audit)")
+    if cert.audit is not None:
+        lines.extend(audit_lines(cert.audit))
+    lines.append("not run on a log: the independence test (needs every sample of a prompt at once)"
+                 + ("" if cert.audit is not None else "; the reported log-probs against a prefill (the reference is "
+                    "the report itself: a server that reports the law it wrongly samples from is seen only by --audit)"))
     lines.extend(f"note: {n}" for n in cert.notes)
     rate = cert.tokens_per_second
     lines.append(f"{c['records']} tokens in {cert.wall_s:.1f} s" + (f" ({rate:,.0f} tokens/s)" if math.isfinite(rate)
                                                                       and c["records"] else ""))
     lines.append(f"what certify log sees and misses: {SEE}")
     return "\n".join(lines)
+
+
+def audit_lines(a) -> list[str]:
+    """The audit's lines (``audit.AuditResult``), failing ones marked."""
+    f = a.fraction
+    lines = [f"audit against {a.url}: {a.samples} samples re-scored by prefill (lines with hash < {f:g}; "
+             f"{a.skipped} not auditable, {a.errors} failed requests); misreporting on a fraction f of samples is "
+             f"unseen with probability <= (1 - f)^{a.samples}" + (f" ({(1 - 0.05) ** a.samples:.2g} at f = 0.05)"
+                                                                  if a.samples else "")]
+    lines.extend(f"  {e}" for e in a.first_errors)
+    fam = a.family
+    if fam is not None:
+        for d in fam.directional:
+            lines.append(f"  audit {d.name}: log W {_p(d.statistic)}, p {_p(d.pvalue)} (alpha {d.alpha:.2g})"
+                         + ("" if d.passed else FAIL))
+        for o in ("probability", "id"):
+            r = fam.pooled(o)
+            lines.append(f"  audit omnibus PIT KS, {o} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g})"
+                         + ("" if r.passed else FAIL))
+        for r in a.reports:
+            lines.append(f"  audit {r.name}: log W {_p(r.statistic)}, p {_p(r.pvalue)}" + ("" if r.passed else FAIL))
+    n, largest, over = a.gaps
+    if n:
+        lines.append(f"  audit: reported vs prefill log-probs of {n} sampled tokens: largest gap {largest:.3g} nats "
+                     f"(bound 1): " + ("ok" if not over else f"{over} over the bound{FAIL}"))
+    if a.shift is not None:
+        s = a.shift
+        lines.append(f"  audit {s.name}: {s.observed:.0f} of {s.n} gaps beyond +-{s.bias:g} nats on one side; p "
+                     f"{_p(s.pvalue)} (alpha {s.alpha:.2g})" + ("" if s.passed else FAIL))
+    return lines
 
 
 def certificate_json(cert) -> dict:
@@ -94,18 +146,31 @@ def certificate_json(cert) -> dict:
         "tokens_per_second": cert.tokens_per_second if math.isfinite(cert.tokens_per_second) else None,
         "skipped_samples": dict(t.skipped), "skipped_positions": dict(t.skipped_positions),
         "temperatures": dict(t.temperatures), "ranges": t.ranges, "notes": cert.notes,
+        "audit": None if cert.audit is None else {
+            "url": cert.audit.url, "fraction": cert.audit.fraction, "samples": cert.audit.samples,
+            "failed": cert.audit.failed, "errors": cert.audit.errors, "skipped": cert.audit.skipped,
+            "gaps": {"n": cert.audit.gaps[0], "largest": cert.audit.gaps[1], "over_bound": cert.audit.gaps[2]},
+            "shift": None if cert.audit.shift is None else {"pvalue": cert.audit.shift.pvalue,
+                                                            "alpha": cert.audit.shift.alpha,
+                                                            "passed": cert.audit.shift.passed},
+            "family": None if cert.audit.family is None else _family_json(cert.audit.family)},
         "reports": [{"name": r.name, "statistic": r.statistic if math.isfinite(r.statistic) else None,
                      "pvalue": r.pvalue, "n": r.n, "observed": r.observed, "expected": r.expected, "alpha": r.alpha,
                      "passed": r.passed} for r in cert.reports],
-        "family": None if fam is None else {
-            "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,
-            "n_sequences": fam.n_sequences, "early_stops": fam.early_stops, "impossible": fam.impossible,
-            "coarsened_k": fam.coarsened, "detectable": fam.detectable,
-            "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
-                      "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
-                      "passed": r.passed} for r in fam.rows],
-            "directional": [{"name": d.name, "statistic": d.statistic, "pvalue": d.pvalue, "n": d.n,
-                             "observed": d.observed, "expected": d.expected, "variance": d.variance,
-                             "bias": d.bias, "alpha": d.alpha, "sided": d.sided, "detectable": d.detectable,
-                             "unit": d.unit, "passed": d.passed} for d in fam.directional]},
+        "family": None if fam is None else _family_json(fam),
     }
+
+
+def _family_json(fam) -> dict:
+    """A ``FamilyResult`` with ``certify endpoint``'s JSON keys."""
+    return {
+        "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,
+        "n_sequences": fam.n_sequences, "early_stops": fam.early_stops, "impossible": fam.impossible,
+        "coarsened_k": fam.coarsened, "detectable": fam.detectable,
+        "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
+                  "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
+                  "passed": r.passed} for r in fam.rows],
+        "directional": [{"name": d.name, "statistic": d.statistic, "pvalue": d.pvalue, "n": d.n,
+                         "observed": d.observed, "expected": d.expected, "variance": d.variance,
+                         "bias": d.bias, "alpha": d.alpha, "sided": d.sided, "detectable": d.detectable,
+                         "unit": d.unit, "passed": d.passed} for d in fam.directional]}

@@ -176,7 +176,8 @@ class LogCertificate:
         plan: the ``LogPlan``; source: the file(s) certified; tally: the sums (``tally.Tally``).
         family: its ``FamilyResult`` (None when no token was tested); reports: the report tests.
         complete: every line asked for was read (False when stopped); wall_s: seconds;
-        notes: lines for the report.  ``impossible``, ``logprobs``, ``dependence``: the fields
+        notes: lines for the report; audit: the ``audit.AuditResult`` (``--audit URL``) or None.
+        ``impossible``, ``logprobs``, ``dependence``: the fields
         ``certify.endpoint.report.decided_by`` reads (a log has no impossible *samples*, no
         second log-prob reference and no duplicate check).
     """
@@ -194,10 +195,12 @@ class LogCertificate:
     logprobs: object = None
     dependence: str = ""
     refused: str = ""
+    audit: object = None
 
     @property
     def failed(self) -> bool:
-        return (self.family is not None and not self.family.passed) or any(not r.passed for r in self.reports)
+        return ((self.family is not None and not self.family.passed) or any(not r.passed for r in self.reports)
+                or (self.audit is not None and self.audit.failed))
 
     @property
     def verdict(self) -> str:

@@ -244,18 +244,25 @@ class Tally:
         return t
 
     # -- the certificate ------------------------------------------------------------------------
-    def reserved(self) -> float:
-        """The report tests' share (the other-cell test when any token is flagged)."""
-        return self.alpha * REPORT_SHARE if self.counts["n_o"] else 0.0
+    def reserved(self, extra: int = 0) -> float:
+        """The report tests' share: α·``REPORT_SHARE`` when any is planned (the other-cell test when
+        any token is flagged, and ``extra`` more: the audit's log-prob shift test), else 0."""
+        return self.alpha * REPORT_SHARE if self.counts["n_o"] or extra else 0.0
 
-    def family(self) -> FamilyResult | None:
+    def report_alpha(self, extra: int = 0) -> float:
+        """Each report test's α: ``reserved`` split equally among those planned."""
+        planned = int(bool(self.counts["n_o"])) + extra
+        return self.reserved(extra) / planned if planned else 0.0
+
+    def family(self, extra: int = 0) -> FamilyResult | None:
         """The family's result (``FamilyResult``, as ``family_test`` gives it on the same records but
-        for the binned KS bound), or None when no token was tested."""
+        for the binned KS bound), or None when no token was tested; ``extra``: report tests planned
+        beside the other-cell test (their share is taken from the per-position rows)."""
         if not self.counts["records"]:
             return None
         alpha, eta = self.alpha, self.tolerance
         directional = tuple(d for d in DIRECTIONAL if d != "draft leak")
-        reserved = self.reserved()
+        reserved = self.reserved(extra)
         longest = max(self.lengths) if self.lengths else 0
         n_pos = min(longest, MAX_POSITIONS)
         a_omni = alpha * OMNIBUS_SHARE
@@ -333,12 +340,12 @@ class Tally:
                                  float(s["u_m"][i]), float(s["u_mm"][i]), pen, alpha, -1,
                                  float(full >= math.log(1 / alpha)), unit, p >= alpha)
 
-    def reports(self) -> tuple:
-        """The report tests (the other-cell test when planned), at ``reserved()``."""
+    def reports(self, extra: int = 0) -> tuple:
+        """The other-cell test when planned, at ``report_alpha(extra)``."""
         n = self.counts["n_o"]
         if not n:
             return ()
-        alpha = self.reserved()
+        alpha = self.report_alpha(extra)
         s = self.sums
         if self.counts["o_zero_out"]:
             log_w = math.inf

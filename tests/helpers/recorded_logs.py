@@ -7,7 +7,9 @@ is drawn from that law (vLLM v1's order: temperature, min-p, top-k, top-p), with
 when asked, and the response reports the raw (T = 1) top-k log-probabilities of every position as
 float32 values with ``"token_id:N"`` keys, the sampled token appended when outside the top k (as
 vLLM does).  Defects: "temperature-0.9" (samples at 0.9 × the requested T), "top-p-0.95" (a top-p
-0.95 applied after the request's own truncations, silently).
+0.95 applied after the request's own truncations, silently), "reports-sampled-law" (samples from
+the chain tempered to T 0.9 before the request's own fields, and reports that tempered law as the
+raw one: the log is consistent with itself, only a prefill audit sees it).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 
 import numpy as np
 
-DEFECTS = ("temperature-0.9", "top-p-0.95")
+DEFECTS = ("temperature-0.9", "top-p-0.95", "reports-sampled-law")
 # (temperature, top_p, top_k, min_p) per request, drawn uniformly
 DEFAULT_MIX = ((1.0, 1.0, -1, 0.0), (0.7, 1.0, -1, 0.0), (0.8, 0.9, -1, 0.0), (1.0, 1.0, 10, 0.0),
                (1.2, 1.0, -1, 0.0), (1.0, 0.8, 20, 0.0), (0.9, 1.0, -1, 0.1))
@@ -54,6 +56,9 @@ def make_log(path, lines: int, n_new: int = 16, k: int = 20, seed: int = 0, defe
         raise ValueError(f"defect must be one of {DEFECTS}, got {defect!r}")
     chain = chain or default_chain()
     P = chain.probs
+    if defect == "reports-sampled-law":
+        P = P ** (1 / 0.9)
+        P = P / P.sum(axis=1, keepdims=True)
     V = P.shape[0]
     rng = np.random.default_rng(seed)
     with np.errstate(divide="ignore"):
