@@ -18,6 +18,9 @@ same cases, each with its own N, in batches that mix them:
   ``FILLER_EVERY`` rows, whose exact law is a point mass (checked: the "greedy rows" check);
 * sizes: each lane's first calls have ``BOUNDARY_SIZES`` rows (1, 63–65, 127–129, 255–257: the
   common tile boundaries), then calls of up to ``chunk`` rows (``oracle.certify.rows_per_call``);
+  a lane of a real vocabulary (V > ``VOCAB_MIX_V``) mixes calls of 1 and 63–65 rows only
+  (``VOCAB_BOUNDARY_SIZES``: each of its rows is K·(2L + 1)·V probabilities; the larger
+  boundaries are crossed by the small and V = 4,096 lanes), the rest of its case its row repeated;
 * order: each call's rows in a drawn order in which neighbours come from different cases wherever
   the call's rows allow it.
 
@@ -47,12 +50,17 @@ from spectr_gbv.oracle.seeding import CaseSeeds
 from spectr_gbv.reference.contract import BatchModification, BatchVerdict, ContractViolation, to_numpy
 from spectr_gbv.reference.rules import get_rule
 
-__all__ = ["SMALL_V", "BOUNDARY_SIZES", "FILLER_EVERY", "PARTNER_EVERY", "CHECK_ROWS", "GREEDY_CHECK",
+__all__ = ["SMALL_V", "BOUNDARY_SIZES", "VOCAB_MIX_V", "VOCAB_BOUNDARY_SIZES", "boundary_sizes", "FILLER_EVERY",
+           "PARTNER_EVERY", "CHECK_ROWS", "GREEDY_CHECK",
            "pad_rows", "greedy_filler", "call_sizes", "neighbour_order", "certify_mixed", "MixedRun",
            "check_batch"]
 
 SMALL_V = 64
 BOUNDARY_SIZES = (1, 63, 64, 65, 127, 128, 129, 255, 256, 257)
+# a lane of a real vocabulary (V > VOCAB_MIX_V) mixes only the first tile's boundary: at V = 151,936 a
+# row is K·(2L + 1)·V probabilities, and the 127–129 and 255–257 boundaries are crossed by the other lanes
+VOCAB_MIX_V = 65_536
+VOCAB_BOUNDARY_SIZES = (1, 63, 64, 65)
 FILLER_EVERY = 32
 PARTNER_EVERY = 8
 # rows of the seed and batch checks' batch (at least): crosses the tiles of 64, 128, 256 and 512 rows
@@ -181,6 +189,12 @@ class MixedRun:
     checks: list
     calls: int
     lanes: list
+
+
+def boundary_sizes(V: int) -> tuple[int, ...]:
+    """The sizes of the first mixed calls of a lane of vocabulary V: ``BOUNDARY_SIZES``, or
+    ``VOCAB_BOUNDARY_SIZES`` for V > ``VOCAB_MIX_V`` (module doc)."""
+    return VOCAB_BOUNDARY_SIZES if V > VOCAB_MIX_V else BOUNDARY_SIZES
 
 
 def _lanes(cases: list) -> list[_Lane]:
@@ -339,7 +353,7 @@ def certify_mixed(verifier, cases, n_samples: int, alpha: float, chunk: int = 40
     borrowed: dict[int, dict[int, int]] = {}
     for li, lane in enumerate(lanes):
         if lane.partners:
-            share = max(1, sum(BOUNDARY_SIZES) // 4 // len(lane.partners))
+            share = max(1, sum(boundary_sizes(lane.V)) // 4 // len(lane.partners))
             borrowed[li] = {j: min(share, states[j].n // 4) for j in lane.partners}
     lent = {j: sum(b.get(j, 0) for b in borrowed.values()) for j in range(len(cases))}
     run = _Run(verifier, states, cases, rng, filler_rng)
@@ -372,7 +386,7 @@ class _Run:
 
     def lane(self, lane: _Lane, quota: dict, cap: int, small: bool) -> str:
         """Run one lane (module doc): a small lane's rows all in mixed calls; a large lane's first
-        rows (``BOUNDARY_SIZES``) in mixed calls with the borrowed rows, the rest of its case in
+        rows (``boundary_sizes(V)``) in mixed calls with the borrowed rows, the rest of its case in
         calls of its row repeated.  Returns the lane's line for the report."""
         members = list(quota)
         sources = [pad_rows(self.cases[j], lane.V) for j in members] + [
@@ -385,13 +399,13 @@ class _Run:
         else:
             main = quota[lane.main[0]]
             borrowed = labels.size - main
-            mixed_rows = min(labels.size, sum(BOUNDARY_SIZES))
+            mixed_rows = min(labels.size, sum(boundary_sizes(lane.V)))
             take_main = max(0, mixed_rows - borrowed)
             labels = np.concatenate([np.zeros(take_main, dtype=np.int64), labels[main:]])
             shared_rows = main - take_main
         order = self.rng.permutation(labels)
         pos, sizes = 0, []
-        for size in call_sizes(mixed_rows, cap) if small else [s for s in BOUNDARY_SIZES if s <= cap]:
+        for size in call_sizes(mixed_rows, cap) if small else [s for s in boundary_sizes(lane.V) if s <= cap]:
             if pos >= order.size:
                 break
             size = min(size, order.size - pos)

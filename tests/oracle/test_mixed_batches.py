@@ -18,7 +18,8 @@ from helpers.scratch_verifiers import sd
 from spectr_gbv.oracle.certify import exact_verdict_law
 from spectr_gbv.oracle.certify_cases import case_family
 from spectr_gbv.oracle.harness import certify_verifier
-from spectr_gbv.oracle.mixed_batches import (BOUNDARY_SIZES, CHECK_ROWS, FILLER_EVERY, SMALL_V, call_sizes,
+from spectr_gbv.oracle.mixed_batches import (BOUNDARY_SIZES, CHECK_ROWS, FILLER_EVERY, SMALL_V, VOCAB_BOUNDARY_SIZES,
+                                             VOCAB_MIX_V, boundary_sizes, call_sizes,
                                              certify_mixed, check_batch, greedy_filler, neighbour_order, pad_rows)
 from spectr_gbv.reference.rules import get_rule, registry
 
@@ -120,3 +121,16 @@ def test_a_raising_call_stops_only_the_cases_in_it():
     assert not by["large"].passed and "MemoryError: V too large" in by["large"].failed_checks[0][1]
     assert not by["toy"].passed  # its borrowed rows were in the large lane's calls
     assert "MemoryError: V too large" in by["toy"].failed_checks[0][1] and "V = 4096" in by["toy"].failed_checks[0][1]
+
+
+def test_a_real_vocabulary_lane_mixes_the_first_tile_only():
+    assert boundary_sizes(4_096) == BOUNDARY_SIZES and boundary_sizes(VOCAB_MIX_V) == BOUNDARY_SIZES
+    assert boundary_sizes(151_936) == VOCAB_BOUNDARY_SIZES == (1, 63, 64, 65)
+    cases = [case_family(f, "sd", 1, 1) for f in ("toy", "vocab")]
+    calls: list = []
+    run = certify_mixed(_recording(sd, calls), cases, 600, 1e-6, 4096, 0)
+    assert all(r.passed for r in run.results), [r.failed_tests for r in run.results]
+    vocab = [c for c in calls if c[1].shape[-1] == 151_936]
+    mixed = [c for c in vocab if (c[1][:, 0, 0, 8:] == 0).all(axis=-1).any()]  # calls holding borrowed toy rows
+    assert 1 <= len(mixed) <= len(VOCAB_BOUNDARY_SIZES) and max(len(c[2]) for c in mixed) <= 65 + 65 // 32 + 1
+    assert sum(len(c[2]) for c in vocab) - sum(len(c[2]) for c in mixed) > 300  # the rest: its row repeated
