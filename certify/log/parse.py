@@ -102,11 +102,12 @@ def parse_line(text: str, line: int) -> tuple[list, list]:
         skipped.
     """
     try:
-        obj = json.loads(text)
+        # bytes decoded here: json.loads' own encoding detection costs more than the decode
+        obj = json.loads(text.decode("utf-8") if isinstance(text, (bytes, bytearray)) else text)
         req, resp = obj["request"], obj["response"]
         if not isinstance(req, dict) or not isinstance(resp, dict):
             raise TypeError
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
         return [], ["json"]
     choices = resp.get("choices")
     if not isinstance(choices, list) or not choices:

@@ -80,7 +80,8 @@ def chunk_records(samples, tally: Tally, vocab: int = 0, max_bound: float = DEFA
         return None
     k = int(lens.max())
     try:
-        lps = np.array(list(itertools.chain.from_iterable(s.lps for s in samples)), dtype=np.float64)
+        lps = np.fromiter(itertools.chain.from_iterable(s.lps for s in samples), dtype=np.float64,
+                          count=int(lens.sum()))
     except (TypeError, ValueError):  # a value that is no number: find the sample, skip it, redo
         good = []
         for s in samples:
@@ -107,9 +108,11 @@ def chunk_records(samples, tally: Tally, vocab: int = 0, max_bound: float = DEFA
         I = np.take_along_axis(I, order, axis=1)
     per = lambda attr, dt: np.repeat(np.array([getattr(s, attr) for s in samples], dtype=dt), npos)  # noqa: E731
     valid = np.isfinite(L) & (np.arange(k)[None, :] < per("k", np.int64)[:, None])  # cut to the request's k
-    L = np.where(valid, L, -np.inf)
-    I = np.where(valid, I, -1)
     count = valid.sum(axis=1)
+    k = max(1, int(count.max()))  # the columns past every request's k (an appended token) go
+    L = np.where(valid, L, -np.inf)[:, :k]
+    I = np.where(valid, I, -1)[:, :k]
+    valid = valid[:, :k]
     bad_row |= count == 0
     if any(s.text for s in samples):  # "token_id:N" keys of one dict are distinct; text hashes may collide
         srt = np.sort(np.where(valid, I, -1 - np.arange(k)[None, :]), axis=1)
