@@ -6,6 +6,8 @@
 #   - the oracle's harness (certify_verifier, certify_lossless) imported without torch;
 #   - spectr-gbv certify endpoint URL --reference self against a correct loopback test server
 #     (tests/helpers/fake_deployment.py: an exact Markov chain on 127.0.0.1): exit 0, PASS;
+#   - spectr-gbv certify log on a recorded log of the same chain (tests/helpers/recorded_logs.py):
+#     exit 0, PASS;
 #   - commands that need an extra (certify verifiers: torch; oracle: cvxpy) answer one line
 #     naming the extra to install, exit 2, no traceback.
 # Prints the wheel's size and the install time; the last line is `light check: PASS`, or it
@@ -122,6 +124,18 @@ echo "certify endpoint --reference self: $(grep -m1 -w PASS "$work/endpoint.out"
 kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
 server_pid=""
+
+# 4b. certify log on a recorded log of the same chain (tests/helpers/recorded_logs.py): exit 0, PASS
+PYTHONPATH="$ROOT/tests" "$venv/bin/python" -c "from helpers.recorded_logs import make_log
+make_log('$work/traffic.jsonl', 200, seed=1)" || fail "writing a recorded log"
+t0=$(date +%s.%N)
+rc=0
+"$SG" certify log "$work/traffic.jsonl" --vocab 64 >"$work/log.out" 2>"$work/log.err" || rc=$?
+if [ "$rc" != 0 ] || ! grep -q "^verdict: PASS" "$work/log.out" || grep -q Traceback "$work/log.err"; then
+  cat "$work/log.out" >&2; tail -20 "$work/log.err" >&2
+  fail "certify log: exit $rc (expected 0 and a PASS line)"
+fi
+echo "certify log: $(head -1 "$work/log.out") ($(elapsed "$t0") s)"
 
 # 5. a command that needs an extra: one line naming it, exit 2, no traceback
 expect_one_line() {  # extra, command...
