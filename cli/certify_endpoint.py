@@ -2,13 +2,16 @@
 
     spectr-gbv certify endpoint URL [--model NAME] [--server openai|sglang|tgi|llama.cpp]
         [--reference self|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
-        [--samples N | --max-samples N --max-time S] [--max-new-tokens n] [--temperature T] [--top-k k] [--concurrency C]
+        [--samples N | --max-samples N --max-time S] [--max-new-tokens n] [--temperature T]
+        [--top-k k] [--concurrency C]
         [--alpha A] [--tolerance ETA|auto] [--logprob-tolerance NATS] [--seed S] [--power]
         [--record FILE | --resume FILE] [--json FILE|-] [--api-key-env VAR] [--insecure]
         [--timeout S] [--retries R] [--max-rps R] [--threads T]
 
 The library is certify/endpoint/ (``endpoint.certify_endpoint``); this module only
-parses and prints.  Exit status: 0 PASS, 1 FAIL, 2 bad input, an unreachable server, or a run that
+parses and prints.  The default plan is sequential (certify/endpoint/sequential.py); a PASS whose
+budget ended before every target was resolved is still 0, its verdict line saying what was not.
+Exit status: 0 PASS, 1 FAIL, 2 bad input, an unreachable server, or a run that
 could not finish (INCOMPLETE, REFUSED), 130 stopped by Ctrl-C or SIGTERM (the samples so far are
 kept in the run file and the partial result printed).
 """
@@ -30,7 +33,9 @@ def register(sub) -> None:
     p = sub.add_parser(
         "endpoint", help="certify a deployment (an OpenAI-compatible, SGLang, TGI or llama.cpp server) "
         "through its own API, against its own prompt log-probabilities or another reference",
-        description="Samples N continuations from the server with speculation as deployed, asks the "
+        description="Samples continuations from the server with speculation as deployed (by default until "
+        "they resolve temperature, truncation and omnibus targets at power 0.99, or a budget ends; "
+        "--samples N: a fixed N), asks the "
         "reference for the target's law of every sampled token, and tests the samples (omnibus "
         "randomized-PIT tests and directional tests for temperature, truncation and stale logits; "
         "Bonferroni over the family) and the server's reported log-probabilities.  The reference "

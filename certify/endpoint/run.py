@@ -5,7 +5,11 @@ The whole path, in order:
 1. **Plan** (``Plan``): N samples of n tokens at temperature T, spread over the prompts (sample i
    uses prompt i mod P and the engine seed ``sample_seed(seed, i)``), k alternatives per position
    from the reference, α and η of the test family, at most C requests in flight (the client's
-   ``pacing.Pacer`` lowers that while the server times out or says it is overloaded).
+   ``pacing.Pacer`` lowers that while the server times out or says it is overloaded).  A
+   sequential plan (``Plan.sequential``, the CLI's default; ``sequential``) samples in looks at
+   counts fixed before any sample (N, 2N, 4N, … up to ``max_samples``) and runs the tests (5.)
+   at each look, stopping at the first FAIL, when the look resolves its targets, or when its
+   budget ends.
 2. **Sampling**: C worker threads each take a sample index, ask the engine for it
    (``ServerEngine``: one seeded request), and — for a remote reference — ask the reference for the
    continuation's laws at once (the server batches the requests in flight).  A local reference
@@ -29,7 +33,8 @@ The whole path, in order:
    against ``Plan.logprob_shift``), at their share of α taken from the family's per-position
    rows; and a deterministic bound on each single gap: ≤ ``Plan.logprob_tolerance`` nats.
 6. **Stopping**: Ctrl-C or SIGTERM stops the workers; the certificate is computed on the samples
-   collected so far (``complete`` False) and the run file keeps them.
+   collected so far (a sequential plan: the longest prefix of indices, at that look's share;
+   ``complete`` False) and the run file keeps them.
 
 Requests that fail (after the client's retries) are logged and asked again on resumption; more
 than ``Plan.max_errors`` of them stop the run.
