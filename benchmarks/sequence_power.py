@@ -74,7 +74,7 @@ ALPHA = 0.01
 PROMPT = 0  # the one-token prompt every sequence continues
 DRAFT_NOISE = 3.0
 GRID = {"T 0.9": [2, 3, 5, 7, 10, 15, 20, 30, 40, 50, 60, 75, 100, 150, 200, 300],
-        "top-p 0.95": [2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60],
+        "top-p 0.95": [2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17, 20, 23, 26, 30, 35, 40, 50, 60],
         "leak 1%": [50, 100, 150, 200, 250, 300, 400, 500, 600, 750, 1000, 1250, 1500, 2000, 3000],
         "stale 10%": [1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30]}
 MMD_GRID = [50, 100, 200, 500, 1000, 2000, 5000, 10000]
@@ -436,6 +436,7 @@ def plot(out, tag: str = "") -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     names = [n for n in DEFECTS if n in out["curves"]]
     fig, axes = plt.subplots(1, len(names), figsize=(4 * len(names), 3.8), sharey=True, squeeze=False)
@@ -446,6 +447,7 @@ def plot(out, tag: str = "") -> None:
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=label, ms=4)
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set_title(name)
         ax.set_xlabel("sequences N (16 tokens each)")
         ax.axhline(0.9, color="grey", lw=0.5)
