@@ -231,6 +231,38 @@ class FastFamily:
         return worst
 
 
+LEAK_GRIDS = ((0.5, 0.1, 0.02, 0.004), (0.5, 0.1, 0.02, 0.01, 0.004), (0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002),
+              (0.01,), (0.004,))
+
+
+def leak_grid_need(chain, draft, lams, a: float, level: float = 0.9, draws: int = 4000) -> int | None:
+    """N at which the draft-leak e-value with the λ grid ``lams`` (equal weights) reaches power
+    ``level`` at level a against the 1 % leak, by the normal approximation of its per-λ sums: each
+    token's log factors have the mean and covariance of the leaked rows, rows weighted by their
+    occupation over the 16 positions from the prompt (``--leak-grids``; a grid-design aid)."""
+    P, Q = chain.probs, draft.probs
+    eps = DEFECTS["leak 1%"][1]
+    M = (1 - eps) * P + eps * Q
+    pi, occ = np.zeros(chain.V), np.zeros(chain.V)
+    pi[PROMPT] = 1.0
+    for _ in range(N_TOKENS):
+        occ += pi / N_TOKENS
+        pi = pi @ M
+    F = np.log((1 - np.asarray(lams))[:, None, None] + np.asarray(lams)[:, None, None] * (Q / P)[None])
+    mu = np.einsum("v,vx,gvx->g", occ, M, F)
+    rowm = np.einsum("vx,gvx->gv", M, F)
+    cov = np.einsum("v,vx,gvx,hvx->gh", occ, M, F, F) - np.einsum("v,gv,hv->gh", occ, rowm, rowm)
+    L = np.linalg.cholesky(cov + 1e-12 * np.eye(len(lams)))
+    z = np.random.default_rng(0).standard_normal((draws, len(lams)))
+    for N in np.exp(np.arange(math.log(20), math.log(20000), 0.01)):
+        S = N_TOKENS * N * mu + math.sqrt(N_TOKENS * N) * z @ L.T
+        top = S.max(axis=1, keepdims=True)
+        lw = top[:, 0] + np.log(np.exp(S - top).mean(axis=1))
+        if (lw >= math.log(1 / a)).mean() >= level:
+            return int(round(N))
+    return None
+
+
 def mmd_pvalue(X, Y, V, rng, B: int = 200) -> float:
     """Permutation p-value of the unbiased MMD² with the Hamming kernel (module doc)."""
     Z = np.concatenate([X, Y])
@@ -337,8 +369,17 @@ def main() -> None:
                          "null (the family's false alarms); the others are read from --merge")
     ap.add_argument("--merge", default=None, help="a raw JSON of an earlier run whose other parts are kept")
     ap.add_argument("--check", type=int, default=4, help="runs per defect of FastFamily.check (0: skip)")
+    ap.add_argument("--leak-grids", action="store_true",
+                    help="print leak_grid_need for LEAK_GRIDS at 3α/16 and α, and stop")
     args = ap.parse_args()
     alpha = float(args.alpha)
+    if args.leak_grids:
+        chain = MarkovChain(512, seed=0)
+        draft = chain.draft(noise=DRAFT_NOISE)
+        for lams in LEAK_GRIDS:
+            print(f"λ grid {lams}: N at power 0.9 {leak_grid_need(chain, draft, lams, 3 * alpha / 16)} at 3α/16, "
+                  f"{leak_grid_need(chain, draft, lams, alpha)} at α", flush=True)
+        return
     only = set(args.only.split(","))
     defects = [d for d in args.defects.split(",") if d]
     runs = 24 if args.quick else args.runs
