@@ -29,7 +29,8 @@ def lines_range(text: str) -> tuple[int, int | None]:
         start = int(parts[0]) if parts[0] else 0
         stop = int(parts[1]) if parts[1] else None
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be START:STOP (0-based line numbers, STOP excluded), got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be START:STOP (0-based line numbers, STOP excluded), "
+                                         f"got {text!r}") from None
     if start < 0 or (stop is not None and stop <= start):
         raise argparse.ArgumentTypeError(f"must have 0 <= START < STOP, got {text!r}")
     return start, stop
@@ -64,7 +65,8 @@ def register(sub) -> None:
                    "--resume")
     p.add_argument("--resume", type=existing_file, default=None, metavar="PARTIAL.json",
                    help="continue a stopped run from its partial result (same FILE, lines and settings)")
-    p.add_argument("--alpha", type=unit_interval_open, default=1e-3, help="the family's false-alarm rate (default 1e-3)")
+    p.add_argument("--alpha", type=unit_interval_open, default=1e-3,
+                   help="the family's false-alarm rate (default 1e-3)")
     p.add_argument("--tolerance", type=float, default=1e-3, metavar="ETA",
                    help="per-token TV put down to numerics, in [0, 1) (default 1e-3)")
     p.add_argument("--seed", type=seed_int, default=0, help="the PIT uniforms' seed (default 0; shards must agree)")

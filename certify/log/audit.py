@@ -88,8 +88,9 @@ def _prompt_ids(req: dict, ep, dia, model: str):
     return None
 
 
-def audit_log(path: str, tally_plan, url: str, *, fraction: float = 0.1, max_samples: int = 64, model: str | None = None,
-              start: int = 0, stop: int | None = None, first_line: int = 0, endpoint=None) -> AuditResult:
+def audit_log(path: str, tally_plan, url: str, *, fraction: float = 0.1, max_samples: int = 64,
+              model: str | None = None, start: int = 0, stop: int | None = None, first_line: int = 0,
+              endpoint=None) -> AuditResult:
     """Audit the lines [start, stop) of the log at ``path`` against the server at ``url``.
 
     Args:

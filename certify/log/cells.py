@@ -139,7 +139,8 @@ def _law_rows(L, count, delta, beta, top_k, top_p, min_p, vocab, max_bound):
     # the general case
     db = beta * delta
     last = L[np.arange(N), count - 1]
-    m_rest = np.minimum(np.exp(np.minimum(last, 0.0) + delta), np.maximum(o_hi, 1e-300))  # raw bound of any unlisted token
+    # the raw bound of any unlisted token
+    m_rest = np.minimum(np.exp(np.minimum(last, 0.0) + delta), np.maximum(o_hi, 1e-300))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a = np.where(listed, np.exp(beta[:, None] * np.minimum(L, 0.0)), 0.0)
         S = a.sum(axis=1)
@@ -337,9 +338,10 @@ def _levels(P, kept, m, cumP, top_mass, O, rank) -> np.ndarray:
 
 
 def _shift(P, O, kept, ids, j, rec, first, has_c) -> dict:
-    """(``j``: each row's cell column, k for "other".)  ``sequence_records._add_top_shift`` for every row whose previous row (same sample) is a
-    record: the mixture ratios of the cells against the previous position's cells known on its
-    own list (an unlisted token takes the stand-in min(smallest top, other))."""
+    """``sequence_records._add_top_shift`` for every row whose previous row (same sample) is a
+    record (``j``: each row's cell column, k for "other"): the mixture ratios of the cells against
+    the previous position's cells known on its own list (an unlisted token takes the stand-in
+    min(smallest top, other))."""
     N, k = P.shape
     prev_ok = np.zeros(N, dtype=bool)
     prev_ok[1:] = ~first[1:] & rec[:-1]

@@ -80,7 +80,8 @@ def text_report(cert) -> str:
             lines.append(f"  per position (first {len(pos) // 2}): smallest p {_p(w.pvalue)} ({w.scope}, {w.order}; "
                          f"alpha {w.alpha:.2g} each)" + (f"; {len(bad)} of {len(pos)} rows below their alpha{FAIL}"
                                                           if bad else ""))
-            lines.extend(f"    {r.scope}, {r.order} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g}){FAIL}" for r in bad[:8])
+            lines.extend(f"    {r.scope}, {r.order} order: p {_p(r.pvalue)} (alpha {r.alpha:.2g}){FAIL}"
+                         for r in bad[:8])
         for d in fam.directional:
             stat = "log W" if is_evalue(d.name) else "z"
             det = (f"catches {d.unit} >= {d.detectable:.3g}" if d.unit.startswith(("|", "weight"))
@@ -97,8 +98,9 @@ def text_report(cert) -> str:
     if cert.audit is not None:
         lines.extend(audit_lines(cert.audit))
     lines.append("not run on a log: the independence test (needs every sample of a prompt at once)"
-                 + ("" if cert.audit is not None else "; the reported log-probs against a prefill (the reference is "
-                    "the report itself: a server that reports the law it wrongly samples from is seen only by --audit)"))
+                 + ("" if cert.audit is not None else "; the reported log-probs against a prefill (the reference "
+                    "is the report itself: a server that reports the law it wrongly samples from is seen only by "
+                    "--audit)"))
     lines.extend(f"note: {n}" for n in cert.notes)
     rate = cert.tokens_per_second
     lines.append(f"{c['records']} tokens in {cert.wall_s:.1f} s" + (f" ({rate:,.0f} tokens/s)" if math.isfinite(rate)
@@ -142,7 +144,8 @@ def certificate_json(cert) -> dict:
     fam, t = cert.family, cert.tally
     return {
         "verdict": cert.verdict, "source": cert.source, "plan": asdict(cert.plan), "complete": cert.complete,
-        "wall_s": cert.wall_s, "lines": t.counts["lines"], "samples": t.counts["samples"], "tokens": t.counts["records"],
+        "wall_s": cert.wall_s, "lines": t.counts["lines"], "samples": t.counts["samples"],
+        "tokens": t.counts["records"],
         "tokens_per_second": cert.tokens_per_second if math.isfinite(cert.tokens_per_second) else None,
         "skipped_samples": dict(t.skipped), "skipped_positions": dict(t.skipped_positions),
         "temperatures": dict(t.temperatures), "ranges": t.ranges, "notes": cert.notes,

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spectr_gbv.certify.log.cells import DEFAULT_MAX_BOUND, SKIP_REASONS, record_arrays, reported_precisions, request_law
+from spectr_gbv.certify.log.cells import (DEFAULT_MAX_BOUND, SKIP_REASONS, record_arrays, reported_precisions,
+                                          request_law)
 from spectr_gbv.certify.log.parse import parse_line
 from spectr_gbv.certify.log.tally import Tally
 from spectr_gbv.oracle.outcome import verdict_word
@@ -302,8 +303,13 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
     pool = None
     if plan.workers > 1:
         import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
 
-        pool = mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(plan.workers)
+        # workers forked from a clean server, not from this process (its progress bar's thread may
+        # hold a lock at fork: a forked worker then hangs); a worker that dies raises
+        # BrokenProcessPool instead of leaving its chunk unanswered
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        pool = ProcessPoolExecutor(plan.workers, mp_context=mp.get_context(method))
 
     def absorb(t, nbytes):
         nonlocal tally
@@ -343,10 +349,10 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
                 absorb(*_work((batch, plan)))
                 next_line = upto
             else:
-                pending.append((pool.apply_async(_work, ((batch, plan),)), upto))
+                pending.append((pool.submit(_work, (batch, plan)), upto))
                 while len(pending) >= 2 * plan.workers:
                     res, upto_done = pending.popleft()
-                    absorb(*res.get())
+                    absorb(*res.result())
                     next_line = upto_done
             if out and time.perf_counter() - last_write > plan.checkpoint_s:
                 covered(next_line)
@@ -356,7 +362,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
                 raise KeyboardInterrupt
         while pending:
             res, upto_done = pending.popleft()
-            absorb(*res.get())
+            absorb(*res.result())
             next_line = upto_done
     except KeyboardInterrupt:
         cert.complete = False
@@ -364,7 +370,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
                           "to continue")
     finally:
         if pool is not None:
-            pool.terminate()
+            pool.shutdown(wait=False, cancel_futures=True)
     if stop is not None and cert.complete:
         next_line = stop
     covered(next_line)
@@ -392,7 +398,8 @@ def merge_files(paths, plan: LogPlan | None = None) -> LogCertificate:
         sources.append(str(d.get("source", p)))
         tally = t if tally is None else tally.merge(t)
     plan = plan or LogPlan()
-    plan = LogPlan(tally.alpha, tally.tolerance, tally.seed, plan.vocab, plan.max_bound, plan.workers, plan.checkpoint_s)
+    plan = LogPlan(tally.alpha, tally.tolerance, tally.seed, plan.vocab, plan.max_bound, plan.workers,
+                   plan.checkpoint_s)
     cert = LogCertificate(plan, ", ".join(sorted(set(sources))), tally, complete=complete)
     if not complete:
         cert.notes.append("a shard's partial result was written before its run finished (INCOMPLETE)")

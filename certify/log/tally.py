@@ -60,7 +60,8 @@ def uniforms(seed: int, line, choice, pos) -> np.ndarray:
     """The PIT's uniforms of tokens (line, choice, position): float64 in [0, 1), a hash of (seed,
     line, choice, position), independent of the sampled tokens and the same in any shard."""
     with np.errstate(over="ignore"):
-        h = _mix64(np.asarray(line, dtype=np.uint64) + np.uint64(int(seed) % (1 << 63) * 2 + 1) * np.uint64(0x9E3779B97F4A7C15))
+        key = np.uint64(int(seed) % (1 << 63) * 2 + 1) * np.uint64(0x9E3779B97F4A7C15)
+        h = _mix64(np.asarray(line, dtype=np.uint64) + key)
         h = _mix64(h ^ (np.asarray(choice, dtype=np.uint64) * np.uint64(0xD1B54A32D192ED03)))
         h = _mix64(h + np.asarray(pos, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
     return (h >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
@@ -289,7 +290,8 @@ class Tally:
         s, n = self.sums, self.counts["n_t"]
         unit = "|Δβ| (≈ |ΔT|/T)"
         if not n:
-            return DirectionalResult("temperature", math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 0, math.inf, unit, True)
+            return DirectionalResult("temperature", math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 0, math.inf, unit,
+                                     True)
         th = np.asarray(THETAS)
         log_w_th = th * s["t_g"] - s["t_k"] - s["t_pen"]
         log_w = _log_mean_exp(log_w_th)

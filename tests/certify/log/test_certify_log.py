@@ -70,7 +70,8 @@ def test_planted_temperature_fails_on_the_temperature_test(logs):
     assert not temp.passed and temp.statistic > 20 and temp.sided == 1  # colder than asked
     # a colder sampler also leaves the nuclei less often: the truncation test fails beside it
     assert any(line.startswith("temperature (log W") for line in decided_by(cert))
-    assert any(line.startswith("  temperature:") and line.endswith("<- FAIL") for line in text_report(cert).splitlines())
+    assert any(line.startswith("  temperature:") and line.endswith("<- FAIL")
+               for line in text_report(cert).splitlines())
 
 
 def test_silent_top_p_fails_on_the_truncation_test(logs):

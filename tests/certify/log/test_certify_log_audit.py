@@ -12,7 +12,6 @@ import pytest
 from helpers.fake_deployment import serve
 from helpers.recorded_logs import make_log
 from spectr_gbv.certify.log.audit import audit_log, audited
-from spectr_gbv.certify.log.report import text_report
 from spectr_gbv.certify.log.run import LogPlan, certify_log
 from spectr_gbv.cli import main as cli_main
 

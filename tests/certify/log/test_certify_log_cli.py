@@ -35,8 +35,8 @@ def test_run_shards_and_merge(capsys, log_file, tmp_path):
     assert code == 1 and merged["verdict"] == "FAIL" and captured.err.startswith("verdict: FAIL")
     assert merged["family"]["n_tokens"] == one["family"]["n_tokens"]
     assert [d["name"] for d in merged["family"]["directional"]] == [d["name"] for d in one["family"]["directional"]]
-    assert merged["family"]["directional"][1]["statistic"] == pytest.approx(one["family"]["directional"][1]["statistic"],
-                                                                            rel=1e-12)
+    want = one["family"]["directional"][1]["statistic"]
+    assert merged["family"]["directional"][1]["statistic"] == pytest.approx(want, rel=1e-12)
 
 
 @pytest.mark.parametrize("argv,needle", [
