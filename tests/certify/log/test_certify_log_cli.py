@@ -55,3 +55,16 @@ def test_bad_arguments_are_one_line(capsys, log_file, argv, needle):
     assert cli_main.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("spectr-gbv certify log") and needle in err[0], err
+
+
+def test_two_workers_under_the_progress_bar_finish(log_file):
+    """The command with --workers 2 and its progress bar, three times in fresh processes: each ends
+    with a verdict within 120 s (workers forked from the main process while the bar's thread held
+    a lock hung there: seen on a 300-line log)."""
+    import subprocess
+    import sys
+
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-m", "spectr_gbv", "certify", "log", log_file, "--vocab", "64",
+                              "--workers", "2"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 1 and out.stdout.startswith("verdict: FAIL"), out.stderr[-2000:]
