@@ -18,6 +18,7 @@ import math
 import os
 import time
 from collections import deque
+from concurrent.futures import BrokenExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -166,6 +167,13 @@ def tally_lines(lines, plan: LogPlan) -> Tally:
     return t
 
 
+def _quiet_worker() -> None:
+    """A worker ignores Ctrl-C: the main process stops the run and prints its verdict."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _work(args):
     lines, plan = args
     t = tally_lines(lines, plan)
@@ -208,13 +216,13 @@ class LogCertificate:
 
     @property
     def verdict(self) -> str:
-        """FAIL on any failed test; PASS when complete, something was tested and nothing failed;
-        INCOMPLETE when stopped before the end; NO DATA when no token could be tested."""
+        """FAIL on any failed test; else INCOMPLETE when stopped before the end; NO DATA when no
+        token could be tested; else PASS."""
         if self.failed:
             return verdict_word(False)
-        if self.family is None:
-            return "NO DATA"
-        return verdict_word(True) if self.complete else "INCOMPLETE"
+        if not self.complete:
+            return "INCOMPLETE"
+        return "NO DATA" if self.family is None else verdict_word(True)
 
     @property
     def tokens_per_second(self) -> float:
@@ -309,7 +317,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
         # hold a lock at fork: a forked worker then hangs); a worker that dies raises
         # BrokenProcessPool instead of leaving its chunk unanswered
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        pool = ProcessPoolExecutor(plan.workers, mp_context=mp.get_context(method))
+        pool = ProcessPoolExecutor(plan.workers, mp_context=mp.get_context(method), initializer=_quiet_worker)
 
     def absorb(t, nbytes):
         nonlocal tally
@@ -366,8 +374,13 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
             next_line = upto_done
     except KeyboardInterrupt:
         cert.complete = False
-        cert.notes.append(f"stopped by the user after line {first_line + next_line - 1}; --resume the partial result "
-                          "to continue")
+        cert.notes.append(f"stopped by the user: {next_line - resume_at} lines certified by this run, lines "
+                          f"{first_line + start}..{first_line + next_line - 1} in all; --resume the partial result "
+                          "(--out) to continue")
+    except BrokenExecutor as err:  # a worker died (killed, out of memory, Ctrl-C reaching it first)
+        cert.complete = False
+        cert.notes.append(f"stopped: a worker process died ({err}); lines {first_line + start}.."
+                          f"{first_line + next_line - 1} certified; --resume the partial result (--out) to continue")
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
