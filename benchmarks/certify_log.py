@@ -73,10 +73,13 @@ def cpu_throughput(path: str) -> tuple[int, float]:
 
 
 def command(path: str, workers: int) -> tuple[float, str, int, float]:
-    """(wall s, the report's first line, peak RSS KiB of the largest process, CPU s of the whole
-    process tree: user + system) of ``certify log`` on the file, under ``/usr/bin/time -v``."""
+    """(wall s, the report's first line, peak RSS KiB of the largest process, CPU s of all its
+    processes) of ``certify log`` on the file, under ``/usr/bin/time -v``: the main process's and
+    the forkserver's user + system time (time's own account) plus the workers' (the JSON's
+    ``chunk_cpu_s``: forkserver workers are not the command's waited-for children)."""
+    js = path + ".cert.json"
     cmd = ["/usr/bin/time", "-v", str(ROOT / ".venv" / "bin" / "spectr-gbv"), "certify", "log", path, "--vocab", "64",
-           "--workers", str(workers)]
+           "--workers", str(workers), "--json", js]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -87,6 +90,11 @@ def command(path: str, workers: int) -> tuple[float, str, int, float]:
         return float(re.search(name + r": ([\d.]+)", out.stderr).group(1))
 
     cpu = field(r"User time \(seconds\)") + field(r"System time \(seconds\)")
+    if workers > 1:
+        import json
+
+        with open(js) as f:
+            cpu += json.load(f)["chunk_cpu_s"]
     return wall, out.stdout.splitlines()[0], int(field(r"Maximum resident set size \(kbytes\)")), cpu
 
 

@@ -176,8 +176,9 @@ def _quiet_worker() -> None:
 
 def _work(args):
     lines, plan = args
+    cpu = time.process_time()
     t = tally_lines(lines, plan)
-    return t, sum(len(text) for _, text in lines)
+    return t, sum(len(text) for _, text in lines), time.process_time() - cpu
 
 
 @dataclass
@@ -188,7 +189,8 @@ class LogCertificate:
         plan: the ``LogPlan``; source: the file(s) certified; tally: the sums (``tally.Tally``).
         family: its ``FamilyResult`` (None when no token was tested); reports: the report tests.
         complete: every line asked for was read (False when stopped); wall_s: seconds;
-        notes: lines for the report; audit: the ``audit.AuditResult`` (``--audit URL``) or None.
+        notes: lines for the report; audit: the ``audit.AuditResult`` (``--audit URL``) or None;
+        chunk_cpu_s: CPU seconds the chunks took, in whichever process ran them (workers included).
         ``impossible``, ``logprobs``, ``dependence``: the fields
         ``certify.endpoint.report.decided_by`` reads (a log has no impossible *samples*, no
         second log-prob reference and no duplicate check).
@@ -208,6 +210,7 @@ class LogCertificate:
     dependence: str = ""
     refused: str = ""
     audit: object = None
+    chunk_cpu_s: float = 0.0
 
     @property
     def failed(self) -> bool:
@@ -319,8 +322,9 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         pool = ProcessPoolExecutor(plan.workers, mp_context=mp.get_context(method), initializer=_quiet_worker)
 
-    def absorb(t, nbytes):
+    def absorb(t, nbytes, cpu):
         nonlocal tally
+        cert.chunk_cpu_s += cpu
         tally.merge(t)
         if progress is not None:
             progress.update(nbytes)
