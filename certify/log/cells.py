@@ -163,7 +163,8 @@ def _law_rows(L, count, delta, beta, top_k, top_p, min_p, vocab, max_bound):
         skip[mp & np.any(listed & amb(gap), axis=1) & (skip == 0)] = 1
         kept_mp = np.count_nonzero(listed & (gap > 0), axis=1)
         below = mp & (kept_mp < count)
-        none_rest = mp & ~below & (np.log(np.maximum(m_rest, 1e-300)) < thr)  # no unlisted token reaches it
+        # no unlisted token reaches the threshold, whatever the precision moves
+        none_rest = mp & ~below & (np.log(np.maximum(m_rest, 1e-300)) < thr - delta)
         inside |= below | none_rest
         m = np.where(below, kept_mp, m)
         R_lo = np.where(mp & ~inside, 0.0, R_lo)
