@@ -246,6 +246,10 @@ PLANTED = [  # (verifier, K, L, the pair that sees it, tests that must fail ther
 ]
 
 
+# the contract checks that also catch a planted verifier (its "seed contract" entry of report.failed)
+CONTRACT_CATCHES = {"sd_accepts_zero_target": {"emitted ids in the target's support", "greedy rows"}}
+
+
 @pytest.mark.parametrize("verifier, K, L, pair, tests", PLANTED, ids=lambda x: getattr(x, "__name__", None))
 def test_planted_fails_on_its_pair(verifier, K, L, pair, tests):
     """Each planted defect fails on the pair that sees it, those tests with p < α/m, and the
@@ -260,7 +264,13 @@ def test_planted_fails_on_its_pair(verifier, K, L, pair, tests):
     for name in tests:
         assert r.test(name).pvalue < r.test(name).alpha
         assert f"| {pair} |" in report.table() and f"| {name} |" in report.table()
-    assert report.failed == {pair: r.failed}
+    # beside its pair's law, the one door's contract checks (oracle/seed_contract.py) name what
+    # they see of the same defect: an accepted token of target probability 0 is outside the
+    # target's support, and a greedy row (one-hot rows) accepts its drafted non-argmax token
+    failed = report.failed
+    contract = failed.pop("seed contract", ())
+    assert failed == {pair: r.failed}
+    assert set(contract) == CONTRACT_CATCHES.get(verifier.__name__, set()), contract
 
 
 @pytest.mark.parametrize("verifier", [sd_top_k_20, sd_accepts_zero_target, sd_one_hot_bug, sd_deep_bug],
