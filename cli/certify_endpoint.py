@@ -1,7 +1,9 @@
 """``spectr-gbv certify endpoint URL``: certify a deployment through its own API.
 
     spectr-gbv certify endpoint URL [--model NAME] [--server openai|sglang|tgi|llama.cpp]
-        [--reference self|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
+        [--reference self|reported|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
+        [--audit FRACTION] [--audit-reference self|endpoint:URL]
+        [--as-client [--request-template FILE]] [--top-p P] [--min-p M] [--sampling-top-k K]
         [--samples N | --max-samples N --max-time S] [--max-new-tokens n] [--temperature T]
         [--top-k k] [--concurrency C]
         [--alpha A] [--tolerance ETA|auto] [--logprob-tolerance NATS] [--seed S] [--power]
@@ -28,7 +30,8 @@ DEFAULTS = dict(samples=80, max_samples=1280, max_time=600.0, max_new_tokens=16,
 def register(sub) -> None:
     """Add ``endpoint`` to the ``certify`` sub-commands (``sub``: their subparsers action)."""
     from spectr_gbv.cli.args import (add_json_flag, existing_file, nonneg_int, output_file, positive_float,
-                                    positive_int, positive_temperature_value, seed_int, unit_interval_open)
+                                    positive_int, positive_temperature_value, probability_value, seed_int,
+                                    top_p_value, unit_interval_open)
 
     p = sub.add_parser(
         "endpoint", help="certify a deployment (an OpenAI-compatible, SGLang, TGI or llama.cpp server) "
@@ -72,6 +75,26 @@ def register(sub) -> None:
                    help=f"tokens per sample (default {DEFAULTS['max_new_tokens']})")
     p.add_argument("--temperature", type=positive_temperature_value, default=1.0,
                    help="the sampling temperature T (default 1; T != 1 needs --reference hf: or gguf:)")
+    p.add_argument("--as-client", dest="as_client", action="store_true",
+                   help="send the requests as the client sends them: no sampling field (or the fields of "
+                   "--request-template), and test against the law declared by --temperature, --top-p, "
+                   "--sampling-top-k, --min-p (default: the OpenAI defaults, T 1, no truncation); from a top-k "
+                   "reference the declared law is exact where the truncation lies inside the top k and bounded "
+                   "otherwise (docs/guarantees.md)")
+    p.add_argument("--request-template", dest="request_template", type=existing_file, default=None,
+                   help="with --as-client: a JSON request body as the client sends it; prompt, max_tokens, seed and "
+                   "logprobs are filled in")
+    p.add_argument("--top-p", dest="top_p", type=top_p_value, default=1.0,
+                   help="the declared top-p (default 1: none)")
+    p.add_argument("--min-p", dest="min_p", type=probability_value, default=0.0,
+                   help="the declared min-p (default 0: none)")
+    p.add_argument("--sampling-top-k", dest="sampling_top_k", type=nonneg_int, default=0,
+                   help="the declared top-k truncation (default 0: none; --top-k is the reference's alternatives)")
+    p.add_argument("--audit", type=probability_value, default=0.1,
+                   help="with --reference reported: the fraction of samples re-scored by prefill (default 0.1, at "
+                   "least 8 samples; 0: no audit)")
+    p.add_argument("--audit-reference", dest="audit_reference", default=None,
+                   help="with --reference reported: the audit's prefill reference, self (default) or endpoint:URL")
     p.add_argument("--top-k", dest="top_k", type=positive_int, default=DEFAULTS["top_k"],
                    help=f"alternatives per position asked of a server reference (default {DEFAULTS['top_k']}; "
                    "vLLM caps it at its --max-logprobs, 20 by default)")
@@ -132,6 +155,10 @@ def check(args: argparse.Namespace) -> None:
 
     from spectr_gbv.cli.args import UsageError
 
+    if args.request_template and not args.as_client:
+        raise UsageError("--request-template: it shapes the requests of --as-client; add --as-client")
+    if args.min_p >= 1:
+        raise UsageError(f"--min-p must be in [0, 1), got {args.min_p:g}")
     if args.record and args.resume:
         raise UsageError("--record and --resume: give one (--resume appends to the file it continues)")
     if args.samples is not None and (args.max_samples is not None or args.max_time is not None):
@@ -158,14 +185,30 @@ def request_from(args: argparse.Namespace):
     budget = dict(sequential=sequential,
                   max_samples=args.max_samples if args.max_samples is not None else DEFAULTS["max_samples"],
                   max_time_s=args.max_time if args.max_time is not None else DEFAULTS["max_time"])
+    template = None
+    if args.request_template:
+        import json
+
+        from spectr_gbv.cli.args import UsageError
+
+        try:
+            with open(args.request_template, encoding="utf-8") as f:
+                template = json.load(f)
+        except (OSError, ValueError) as err:
+            raise UsageError(f"--request-template {args.request_template}: not a JSON body ({err})") from None
+        if not isinstance(template, dict):
+            raise UsageError(f"--request-template {args.request_template}: a JSON object is needed, got "
+                             f"{type(template).__name__}")
     plan = Plan(n_samples=DEFAULTS["samples"] if sequential else args.samples, n_new=args.max_new_tokens,
-                temperature=args.temperature, k=args.top_k, **budget,
+                temperature=args.temperature, k=args.top_k, **budget, top_p=args.top_p,
+                sampling_top_k=args.sampling_top_k, min_p=args.min_p, as_client=args.as_client, template=template,
+                reported=args.reference.strip() == "reported", audit=args.audit,
                 alpha=args.alpha, tolerance=DEFAULTS["tolerance"] if auto else args.tolerance, auto_tolerance=auto,
                 logprob_tolerance=args.logprob_tolerance, seed=args.seed, concurrency=args.concurrency)
     return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,
                            prompts=args.prompts, plan=plan, record=args.record, resume=args.resume,
                            api_key_env=args.api_key_env, insecure=args.insecure, timeout_s=args.timeout,
-                           retries=args.retries, max_rps=args.max_rps)
+                           retries=args.retries, max_rps=args.max_rps, audit_reference=args.audit_reference)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -30,8 +30,8 @@ from pathlib import Path
 
 from spectr_gbv.certify.endpoint.client import Endpoint, EndpointError, EndpointUnreachable
 from spectr_gbv.certify.endpoint.prompts import DEFAULT_PROMPTS, load_prompts
-from spectr_gbv.certify.endpoint.references import (GGUFReference, HFReference, ServerReference,
-                                                                  parse_reference)
+from spectr_gbv.certify.endpoint.references import (GGUFReference, HFReference, ReportedReference,
+                                                   ServerReference, parse_reference)
 from spectr_gbv.certify.endpoint.run import Plan, ServerEngine, certify_deployment, plan_dict
 from spectr_gbv.certify.endpoint.servers import ProtocolError, dialect
 from spectr_gbv.certify.endpoint.store import RunFile
@@ -84,6 +84,7 @@ class EndpointRequest:
     retries: int = 4
     max_rps: float | None = None
     adaptive: bool = True
+    audit_reference: str | None = None
 
 
 @dataclass
@@ -100,6 +101,7 @@ class Prepared:
     reference_name: str
     vocab: int | None
     notes: list
+    audit_reference: object = None
 
 
 def _endpoint(url: str, req: EndpointRequest, flag: str) -> Endpoint:
@@ -156,10 +158,30 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
         ref_kind, ref_arg = parse_reference(req.reference)
     except ValueError as err:
         raise DeploymentInputError(str(err)) from None
-    if ref_kind in ("self", "endpoint") and req.plan.temperature != 1.0:
+    plan = req.plan
+    declared_law = plan.temperature != 1.0 or plan.top_p < 1 or plan.sampling_top_k > 0 or plan.min_p > 0
+    if ref_kind in ("self", "endpoint") and declared_law and not plan.as_client:
         raise DeploymentInputError(
-            f"--temperature {req.plan.temperature:g} needs a whole-law reference (--reference hf:… or gguf:…): a "
-            "server's prompt log-probabilities are before temperature and its top k do not give the law at T ≠ 1")
+            f"--temperature {plan.temperature:g} needs a whole-law reference (--reference hf:… or gguf:…): a "
+            "server's prompt log-probabilities are before temperature and its top k do not give the law at T ≠ 1 "
+            "(--as-client tests a declared law from them, exactly where the truncation lies inside the top k and "
+            "within stated bounds otherwise)")
+    if (ref_kind == "reported" or plan.as_client) and req.server != "openai":
+        raise DeploymentInputError(f"--server {req.server}: --reference reported and --as-client speak the OpenAI "
+                                   "completions API only (--server openai)")
+    if ref_kind == "reported" and plan.k < 1:
+        raise DeploymentInputError("--top-k: --reference reported needs k >= 1 alternatives per position")
+    if req.audit_reference is not None and ref_kind != "reported":
+        raise DeploymentInputError("--audit-reference: the audit is part of --reference reported only")
+    audit_kind, audit_arg = "self", ""
+    if req.audit_reference is not None:
+        try:
+            audit_kind, audit_arg = parse_reference(req.audit_reference)
+        except ValueError as err:
+            raise DeploymentInputError(str(err).replace("--reference", "--audit-reference")) from None
+        if audit_kind not in ("self", "endpoint"):
+            raise DeploymentInputError(f"--audit-reference {req.audit_reference}: the audit re-scores by a server's "
+                                       "prefill: self or endpoint:URL")
     ep = _endpoint(req.url, req, "URL")
     notes = list(ep.notes)
     if req.api_key_env != EndpointRequest.api_key_env and not os.environ.get(req.api_key_env):
@@ -217,18 +239,41 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
         if hasattr(dia, "prompt_texts"):
             dia.prompt_texts[tuple(ids)] = p
         prompts.append(ids)
-    if ref_kind == "self":
-        reference, vocab = ServerReference(ep, dia, model, req.plan.k), None
+    declared = plan.declared() if declared_law else None
+    audit_ref = None
+    if ref_kind == "reported":
+        reference, vocab = ReportedReference(plan.k, declared), None
+        if plan.audit > 0:
+            if audit_kind == "endpoint":
+                aep = _endpoint(audit_arg, req, "--audit-reference endpoint:")
+                amodel = dia.model_name(_probe(aep, dia, "--audit-reference endpoint:")) or model
+                audit_ref = ServerReference(aep, dia, amodel, plan.k, declared)
+            else:
+                audit_ref = ServerReference(ep, dia, model, plan.k, declared)
+            notes.append(f"--reference reported: the samples are tested against the laws their own answers report; "
+                         f"an audit re-scores {plan.audit:.0%} of them (at least {plan.audit_min}) by prefill against "
+                         f"{req.audit_reference or 'self'}")
+        else:
+            notes.append("--reference reported with --audit 0: no audit; a server that reports the law it wrongly "
+                         "samples from passes (docs/guarantees.md)")
+    elif ref_kind == "self":
+        reference, vocab = ServerReference(ep, dia, model, req.plan.k, declared), None
     elif ref_kind == "endpoint":
-        reference, vocab = ServerReference(ref_ep, dia, ref_model, req.plan.k), None
+        reference, vocab = ServerReference(ref_ep, dia, ref_model, req.plan.k, declared), None
     else:
         reference = load_local()
+        reference.declared = declared
         vocab = reference.vocab
         beyond = [t for p in prompts for t in p if t >= vocab]
         if beyond:
             raise DeploymentInputError(f"--reference {req.reference}: the server's prompt holds token id {beyond[0]}, "
                                        f"outside the reference's vocabulary of {vocab:,}: not the same vocabulary")
-    if ref_kind != "self":
+    if plan.as_client:
+        notes.append("--as-client: requests as the client sends them (" + (
+            "the fields of --request-template" if plan.template else "no sampling field") + "), tested against the "
+            f"declared law T {plan.temperature:g}, top-p {plan.top_p:g}, top-k {plan.sampling_top_k or 'none'}, "
+            f"min-p {plan.min_p:g}")
+    if ref_kind not in ("self", "reported"):
         gap = prompt_gap(ep, dia, model, reference, prompts[0])
         if gap is None:
             notes.append("the reference's agreement with the server was not checked (no prompt log-probabilities)")
@@ -248,8 +293,8 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
     except (ValueError, OSError) as err:
         raise DeploymentInputError(str(err)) from None
     notes.append(f"samples are appended to {Path(path)}; `--resume {Path(path)}` continues this run")
-    return Prepared(ServerEngine(ep, dia, model, req.plan.temperature), reference, prompts, req.plan, run_file,
-                    root, model, req.reference, vocab, notes)
+    return Prepared(ServerEngine(ep, dia, model, req.plan.temperature, req.plan), reference, prompts, req.plan,
+                    run_file, root, model, req.reference, vocab, notes, audit_ref)
 
 
 def power_endpoint(req: EndpointRequest, pilot: int = 16, progress=None, log=None) -> str:
@@ -313,7 +358,7 @@ def certify_endpoint(req: EndpointRequest, progress=None, log=None):
     try:
         cert = certify_deployment(prep.engine, prep.reference, prep.prompts, prep.plan, prep.run_file,
                                   server=prep.server, model=prep.model, reference_name=prep.reference_name,
-                                  vocab=prep.vocab, progress=bar, log=log)
+                                  vocab=prep.vocab, progress=bar, log=log, audit_reference=prep.audit_reference)
     finally:
         if bar is not None and hasattr(bar, "close"):
             bar.close()

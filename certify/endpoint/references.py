@@ -11,6 +11,14 @@
   model, a folder, a ``.gguf`` file): the whole law at the sampling temperature, many
   continuations per forward (``HFReference.rows_many``).
 - ``gguf:PATH`` — a local GGUF file on llama.cpp (llama-cpp-python, ``logits_all``): the whole law.
+- ``reported`` — the top-k lists the sampling answer itself reports at each sampled position
+  (``ReportedReference``: no second request); an audit re-scores a subsample by prefill
+  (``run``: ``Plan.audit``).
+
+The declared law (``Declared``: T, top-p, top-k, min-p; ``--as-client``, ``--temperature``) is
+computed from a top-k view by ``certify.log.laws.declared_records`` (exact where the truncation
+keeps a set inside the list, bounded or skipped otherwise: its module doc), and from whole laws
+exactly (``truncate``: min-p, top-k, top-p on the tempered law, vLLM v1's order).
 
 Every reference returns, per continuation, ``ReferenceRows``: either the top-k view
 (``servers.TopLaws``) or whole laws (float64 [n, V]), plus the reference's raw log-probability
@@ -28,38 +36,90 @@ import numpy as np
 from spectr_gbv.oracle.sequence_records import records_from_laws, records_from_top
 
 
+@dataclass(frozen=True)
+class Declared:
+    """The sampling law a client declares: temperature T > 0, top-p in (0, 1] (1: none), top-k
+    ≥ 0 (0: none), min-p in [0, 1) (0: none); ``vocab``: V when known (T > 1 from a top-k view
+    needs it where the list leaves mass)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    vocab: int = 0
+
+    @property
+    def plain(self) -> bool:
+        """T = 1 and no truncation: the raw law itself."""
+        return self.temperature == 1.0 and self.top_p >= 1.0 and self.top_k <= 0 and self.min_p <= 0.0
+
+    @property
+    def truncated(self) -> bool:
+        return self.top_p < 1.0 or self.top_k > 0 or self.min_p > 0.0
+
+
 @dataclass
 class ReferenceRows:
-    """One continuation's reference: ``top`` (``servers.TopLaws``) or ``laws`` (float64 [n, V]);
-    ``raw``: log p(x_t) at temperature 1 per token (None where unknown); ``short``: positions
-    with fewer than k alternatives."""
+    """One continuation's reference: ``top`` (``servers.TopLaws``, raw: T = 1) or ``laws``
+    (float64 [n, V], already at the declared law); ``raw``: log p(x_t) at temperature 1 per token
+    (None where unknown); ``short``: positions with fewer than k alternatives; ``declared``: the
+    law the top-k view is transformed to (``Declared``; None or plain: the raw law)."""
 
     top: object = None
     laws: np.ndarray | None = None
     raw: list | None = None
     short: int = 0
+    declared: Declared | None = None
 
     def records(self, tokens, draft_laws=None) -> list[dict]:
-        """Per-token records (``oracle.sequence_records``)."""
+        """Per-token records (``oracle.sequence_records``; a declared law from a top-k view:
+        ``certify.log.laws.declared_records``, whose skipped positions carry no cell)."""
         if self.laws is not None:
             return records_from_laws(tokens, self.laws, draft_laws)
-        return records_from_top(tokens, self.top.top_ids, self.top.top_logprobs, self.top.token_logprobs)
+        d = self.declared
+        if d is None or d.plain:
+            return records_from_top(tokens, self.top.top_ids, self.top.top_logprobs, self.top.token_logprobs)
+        from spectr_gbv.certify.log.laws import declared_records
+
+        recs, _ = declared_records(tokens, self.top.top_ids, self.top.top_logprobs, self.top.token_logprobs,
+                                   temperature=d.temperature, top_p=d.top_p, top_k=d.top_k, min_p=d.min_p,
+                                   vocab=d.vocab)
+        return recs
+
+
+def truncate(laws: np.ndarray, declared: Declared | None) -> np.ndarray:
+    """Whole laws [n, V] (already at the declared temperature) cut by the declared min-p, top-k
+    and top-p, in that order, each renormalised (``oracle.sequence_simulation``'s cuts)."""
+    if declared is None or not declared.truncated:
+        return laws
+    from spectr_gbv.oracle.sequence_simulation import min_p, top_k, top_p
+
+    out = []
+    for row in laws:
+        if declared.min_p > 0:
+            row = min_p(row, declared.min_p)
+        if declared.top_k > 0:
+            row = top_k(row, declared.top_k)
+        if declared.top_p < 1:
+            row = top_p(row, declared.top_p)
+        out.append(row)
+    return np.stack(out) if out else laws
 
 
 def parse_reference(value: str) -> tuple[str, str]:
-    """``(kind, argument)`` of a ``--reference`` value: ("self", ""), ("endpoint", URL),
+    """``(kind, argument)`` of a ``--reference`` value: ("self", ""), ("reported", ""), ("endpoint", URL),
     ("hf", NAME_OR_PATH) or ("gguf", PATH).
 
     Raises:
         ValueError: anything else (the message lists the forms).
     """
     value = (value or "").strip()
-    if value == "self":
-        return "self", ""
+    if value in ("self", "reported"):
+        return value, ""
     kind, sep, arg = value.partition(":")
     if sep and kind in ("endpoint", "hf", "gguf") and arg:
         return kind, arg
-    raise ValueError(f"--reference must be self, endpoint:URL, hf:NAME_OR_PATH or gguf:PATH, got {value!r}")
+    raise ValueError(f"--reference must be self, reported, endpoint:URL, hf:NAME_OR_PATH or gguf:PATH, got {value!r}")
 
 
 class ServerReference:
@@ -73,8 +133,9 @@ class ServerReference:
     remote = True
     whole = False
 
-    def __init__(self, endpoint, dialect, model: str, k: int):
+    def __init__(self, endpoint, dialect, model: str, k: int, declared: Declared | None = None):
         self.endpoint, self.dialect, self.model, self.k = endpoint, dialect, model, int(k)
+        self.declared = declared
 
     def rows(self, prompt_ids, tokens, texts=None) -> ReferenceRows:
         """The top-k view of ``tokens`` after ``prompt_ids`` (``texts``: the tokens' texts, for
@@ -83,7 +144,35 @@ class ServerReference:
         answers = [self.endpoint.post(path, body)
                    for path, body in self.dialect.reference_requests(self.model, prompt_ids, tokens, self.k, texts)]
         top = self.dialect.parse_reference(answers, prompt_ids, tokens, self.k)
-        return ReferenceRows(top=top, raw=list(top.token_logprobs), short=top.short)
+        return ReferenceRows(top=top, raw=list(top.token_logprobs), short=top.short, declared=self.declared)
+
+
+class ReportedReference:
+    """``--reference reported``: the top-k lists the sampling answer reported (``servers.Sample.top``,
+    raw log-probabilities as vLLM reports them by default), transformed to the declared law; no
+    request of its own.  ``raw`` is None: the sampled tokens' reported log-probabilities are
+    compared with a prefill's by the audit only (comparing them with the same answer's lists
+    would test nothing)."""
+
+    remote = True
+    whole = False
+    reported = True
+
+    def __init__(self, k: int, declared: Declared | None = None):
+        self.k, self.declared = int(k), declared
+
+    def rows_of(self, sample) -> ReferenceRows:
+        """The reference of one ``servers.Sample``.
+
+        Raises:
+            ValueError: the answer reported no top-k lists (the server ignores ``logprobs: k``).
+        """
+        top = getattr(sample, "top", None)
+        if top is None:
+            raise ValueError("the sampling answer reports no top-k log-probabilities (choices[0].logprobs."
+                             "top_logprobs): --reference reported needs a server that returns them")
+        return ReferenceRows(top=top, raw=None, short=sum(len(t) < self.k for t in top.top_ids),
+                             declared=self.declared)
 
 
 class HFReference:
@@ -119,18 +208,19 @@ class HFReference:
         return self.rows_many([(prompt_ids, tokens)])[0]
 
     def rows_many(self, items) -> list[ReferenceRows]:
-        return [_whole_rows(z, tokens, self.T) for z, (_, tokens) in zip(self.inner.logits_many(items, self.batch), items)]
+        return [_whole_rows(z, tokens, self.T, getattr(self, "declared", None))
+                for z, (_, tokens) in zip(self.inner.logits_many(items, self.batch), items)]
 
 
-def _whole_rows(z: np.ndarray, tokens, temperature: float) -> ReferenceRows:
-    """``ReferenceRows`` of whole laws from float64 logits [n, V]: the law at T, and each sampled
-    token's raw (T = 1) log-probability."""
+def _whole_rows(z: np.ndarray, tokens, temperature: float, declared: Declared | None = None) -> ReferenceRows:
+    """``ReferenceRows`` of whole laws from float64 logits [n, V]: the law at T (cut by the
+    declared truncations, ``truncate``), and each sampled token's raw (T = 1) log-probability."""
     from spectr_gbv.certify.engine.generate import softmax64
 
     raw = z - z.max(axis=-1, keepdims=True)
     raw = raw - np.log(np.exp(raw).sum(axis=-1, keepdims=True))
     V = z.shape[1]
-    return ReferenceRows(laws=softmax64(z, temperature),
+    return ReferenceRows(laws=truncate(softmax64(z, temperature), declared),
                          raw=[float(raw[t, int(x)]) if 0 <= int(x) < V else None for t, x in enumerate(tokens)])
 
 
@@ -151,7 +241,8 @@ class GGUFReference:
         return [int(t) for t in self.inner.llama.tokenize(text.encode(), add_bos=True)]
 
     def rows(self, prompt_ids, tokens, texts=None) -> ReferenceRows:
-        return _whole_rows(self.inner.logits(prompt_ids, tokens).astype(np.float64), tokens, self.inner.temperature)
+        return _whole_rows(self.inner.logits(prompt_ids, tokens).astype(np.float64), tokens, self.inner.temperature,
+                           getattr(self, "declared", None))
 
     def rows_many(self, items) -> list[ReferenceRows]:
         return [self.rows(p, t) for p, t in items]

@@ -43,7 +43,56 @@ def decided_by(cert) -> list[str]:
     ranked += [(r.pvalue / r.alpha, f"{r.name} (p {_p(r.pvalue)} < alpha {r.alpha:.2g})")
                for r in getattr(cert, "reports", ()) if not r.passed]
     out += [name for _, name in sorted(ranked, key=lambda x: x[0])]
+    au = getattr(cert, "audit", None)
+    if au is not None and not au.passed:
+        out += [f"the audit: {line}" for line in _audit_failures(au)]
     return out
+
+
+def _audit_failures(au) -> list[str]:
+    """The audit's failed members, as short phrases."""
+    out = []
+    if au.logprobs is not None and not au.logprobs.passed:
+        out.append(f"reported log-probs of sampled tokens vs prefill: {au.logprobs.over} over the "
+                   f"{au.logprobs.bound:g}-nat bound")
+    if au.lists[2]:
+        out.append(f"reported top-k lists vs prefill: {au.lists[2]} entries over the bound")
+    for r in au.reports:
+        if not r.passed:
+            out.append(f"{r.name} (p {_p(r.pvalue)} < alpha {r.alpha:.2g})")
+    if au.family is not None and not au.family.passed:
+        bad = [d for d in au.family.directional if not d.passed] + [r for r in au.family.rows if not r.passed]
+        out.append("the family on the prefill's laws (" + ", ".join(
+            getattr(d, "name", None) or f"omnibus PIT KS {d.scope}" for d in bad[:3]) + ")")
+    return out
+
+
+def audit_lines(au) -> list[str]:
+    """The audit of ``--reference reported`` as report lines (its power: misreporting on a fraction
+    f of the samples is unseen with probability ≤ (1 − f)^m)."""
+    if au is None:
+        return []
+    m = au.samples
+    lines = [f"audit ({au.fraction:.0%} of the samples, at least 8): {m} samples re-scored by prefill; misreporting "
+             f"on a fraction f of the samples goes unseen with probability <= (1 - f)^{m}"
+             + (f" (f = {au.unseen_fraction:.2f}: 0.05)" if m else "")
+             + ("" if au.passed else FAIL)]
+    if au.family is not None:
+        fam = au.family
+        worst = min(list(fam.rows) + list(fam.directional), key=lambda r: r.pvalue / r.alpha)
+        lines.append(f"  the family on the prefill's laws: {'pass' if fam.passed else 'FAIL'} ({fam.n_tokens} tokens; "
+                     f"smallest p/alpha {worst.pvalue / worst.alpha:.2g})" + ("" if fam.passed else FAIL))
+    if au.logprobs is not None:
+        lp = au.logprobs
+        lines.append(f"  reported vs prefilled log-probs of the sampled tokens: {lp.n} tokens, median gap "
+                     f"{lp.median:.2g}, largest {lp.largest:.3g} nats (bound {lp.bound:g})"
+                     + ("" if lp.passed else f": {lp.over} over{FAIL}"))
+    n, largest, over = au.lists
+    if n:
+        lines.append(f"  reported vs prefilled top-k lists: {n} entries, largest gap {largest:.3g} nats"
+                     + ("" if not over else f": {over} over the bound{FAIL}"))
+    lines.extend("  " + _report_line(r) for r in au.reports)
+    return lines
 
 
 def _verdict_line(cert) -> str:
@@ -156,6 +205,7 @@ def text_report(cert) -> str:
                      f"{lp.largest:.3g} nats (bound {lp.bound:g}): " + ("ok" if lp.passed else f"{lp.over} over the bound{FAIL}"))
     for r in getattr(cert, "reports", ()):
         lines.append(_report_line(r))
+    lines.extend(audit_lines(getattr(cert, "audit", None)))
     for i, reason in cert.impossible[:5]:
         lines.append(f"impossible sample {i}: {reason}{FAIL}")
     if len(cert.impossible) > 5:
@@ -301,6 +351,7 @@ def certificate_json(cert) -> dict:
         "logprobs": None if cert.logprobs is None else {
             "n": cert.logprobs.n, "median": cert.logprobs.median, "largest": cert.logprobs.largest,
             "bound": cert.logprobs.bound, "over": cert.logprobs.over, "passed": cert.logprobs.passed},
+        "audit": _audit_json(getattr(cert, "audit", None)),
         "reports": [{"name": r.name, "statistic": r.statistic if math.isfinite(r.statistic) else None,
                      "pvalue": r.pvalue, "n": r.n, "observed": r.observed, "expected": r.expected, "alpha": r.alpha,
                      "passed": r.passed}
@@ -317,3 +368,19 @@ def certificate_json(cert) -> dict:
                              "bias": d.bias, "alpha": d.alpha, "sided": d.sided, "detectable": d.detectable,
                              "unit": d.unit, "passed": d.passed} for d in fam.directional]},
     }
+
+
+def _audit_json(au):
+    if au is None:
+        return None
+    fam = au.family
+    return {"samples": au.samples, "fraction": au.fraction, "passed": au.passed,
+            "unseen_at_0.05": au.unseen_fraction,
+            "family_passed": None if fam is None else fam.passed,
+            "family_tokens": None if fam is None else fam.n_tokens,
+            "directional": [] if fam is None else [{"name": d.name, "pvalue": d.pvalue, "alpha": d.alpha,
+                                                    "passed": d.passed} for d in fam.directional],
+            "logprobs": None if au.logprobs is None else {"n": au.logprobs.n, "median": au.logprobs.median,
+                                                          "largest": au.logprobs.largest, "over": au.logprobs.over},
+            "lists": {"n": au.lists[0], "largest": au.lists[1], "over": au.lists[2]},
+            "reports": [{"name": r.name, "pvalue": r.pvalue, "alpha": r.alpha, "passed": r.passed} for r in au.reports]}

@@ -32,6 +32,16 @@ The whole path, in order:
    reference's, temperature 1 as servers report them, by a sign test of their median gap
    against ``Plan.logprob_shift``), at their share of α taken from the family's per-position
    rows; and a deterministic bound on each single gap: ≤ ``Plan.logprob_tolerance`` nats.
+   With ``--reference reported`` (``Plan.reported``) the sampling request asks for the top-k
+   lists of every sampled position and the samples are tested against those reported laws; an
+   **audit** (``Plan.audit``: a fraction of the samples, at least ``Plan.audit_min``, chosen by a
+   hash of (seed, index) the server cannot see) re-scores its samples by prefill (``self`` or
+   ``--audit-reference``): the family on the prefill's laws, the reported log-probabilities of the
+   sampled tokens against the prefill's (sign test and the 1-nat bound) and the reported lists
+   against the prefill's lists (the 1-nat bound per listed token), at their own α
+   (``AuditCheck``).  ``--as-client`` (``Plan.as_client``) sends the request as the client does
+   (no sampling field, or ``Plan.template``'s) and tests against the declared law
+   (``references.Declared``).
 6. **Stopping**: Ctrl-C or SIGTERM stops the workers; the certificate is computed on the samples
    collected so far (a sequential plan: the longest prefix of indices, at that look's share;
    ``complete`` False) and the run file keeps them.
@@ -61,6 +71,7 @@ from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
 from spectr_gbv.oracle.sequence_reports import DEFAULT_SHIFT, INDEPENDENCE, planned_share, report_tests, signed_gaps
 
 PIT_STREAM = 0x50495421  # the PIT's uniforms: a stream no engine seed shares
+AUDIT_STREAM = 0x41554454  # the audit's selection: a stream no other draw shares
 SEED_STREAM = 0x53454544  # the engine seeds
 
 
@@ -103,6 +114,30 @@ class Plan:
     sequential: bool = False
     max_samples: int = MAX_SAMPLES
     max_time_s: float | None = MAX_TIME_S
+    top_p: float = 1.0
+    sampling_top_k: int = 0
+    min_p: float = 0.0
+    as_client: bool = False
+    template: dict | None = None
+    reported: bool = False
+    audit: float = 0.1
+    audit_min: int = 8
+
+    def declared(self, vocab: int = 0):
+        """The law the samples are tested against (``references.Declared``)."""
+        from spectr_gbv.certify.endpoint.references import Declared
+
+        return Declared(self.temperature, self.top_p, self.sampling_top_k, self.min_p, int(vocab or 0))
+
+    def audited(self, i: int) -> bool:
+        """Whether sample i is audited (``reported`` only): a uniform of (seed, i) below ``audit``,
+        or among the ``audit_min`` smallest uniforms of the first look's indices."""
+        if not self.reported or self.audit <= 0:
+            return False
+        if _audit_u(self.seed, i) < self.audit:
+            return True
+        first = self.looks()[0]
+        return i < first and i in _audit_floor(self.seed, first, self.audit_min)
 
     def looks(self) -> list[int]:
         """The looks' sample counts (``sequential.looks``; one look of ``n_samples`` when fixed)."""
@@ -122,7 +157,10 @@ class Plan:
                   ("seed", self.seed >= 0), ("concurrency", self.concurrency >= 1), ("replays", self.replays >= 0),
                   ("max_errors", self.max_errors >= 0),
                   ("max_samples", not self.sequential or self.max_samples >= self.n_samples),
-                  ("max_time_s", self.max_time_s is None or self.max_time_s > 0)]
+                  ("max_time_s", self.max_time_s is None or self.max_time_s > 0),
+                  ("top_p", 0 < self.top_p <= 1), ("sampling_top_k", self.sampling_top_k >= 0),
+                  ("min_p", 0 <= self.min_p < 1), ("audit", 0 <= self.audit <= 1), ("audit_min", self.audit_min >= 0),
+                  ("template", self.template is None or isinstance(self.template, dict))]
         for name, ok in checks:
             if not ok:
                 raise ValueError(f"{name} = {getattr(self, name)!r} is out of range")
@@ -134,19 +172,89 @@ def sample_seed(seed: int, i: int) -> int:
     return int(np.random.SeedSequence([int(seed), int(i), SEED_STREAM]).generate_state(1)[0]) % (2**31 - 1)
 
 
+def _audit_u(seed: int, i: int) -> float:
+    return float(np.random.SeedSequence([int(seed), int(i), AUDIT_STREAM]).generate_state(1)[0]) / 2**32
+
+
+_FLOORS: dict = {}
+
+
+def _audit_floor(seed: int, first: int, m: int) -> frozenset:
+    key = (seed, first, m)
+    if key not in _FLOORS:
+        u = [_audit_u(seed, i) for i in range(first)]
+        _FLOORS[key] = frozenset(int(j) for j in np.argsort(u, kind="stable")[:m])
+    return _FLOORS[key]
+
+
+def audit_power(m: int, beta: float = 0.05) -> float:
+    """The smallest fraction f of misreported samples that m audited samples see with
+    probability ≥ 1 − β: (1 − f)^m ≤ β."""
+    return 1.0 - beta ** (1.0 / m) if m > 0 else 1.0
+
+
 def pit_seed(seed: int) -> int:
     return int(np.random.SeedSequence([int(seed), PIT_STREAM]).generate_state(1)[0])
 
 
 class ServerEngine:
-    """The engine side: one seeded sampling request (``servers.Dialect.sample_request``)."""
+    """The engine side: one seeded sampling request (``servers.Dialect.sample_request``: every
+    sampling field at the declared law; ``--as-client``: ``client_request``, the client's shape).
+    ``plan`` (optional): its declared law, ``as_client``, ``template`` and, with ``reported``,
+    ``logprobs: k`` (the answer's top-k lists, cut to the k most probable)."""
 
-    def __init__(self, endpoint, dialect, model: str, temperature: float):
+    def __init__(self, endpoint, dialect, model: str, temperature: float, plan: Plan | None = None):
         self.endpoint, self.dialect, self.model, self.T = endpoint, dialect, model, float(temperature)
+        self.plan = plan
 
     def sample(self, prompt_ids, n: int, seed: int):
-        path, body = self.dialect.sample_request(self.model, prompt_ids, n, seed, self.T)
-        return self.dialect.parse_sample(self.endpoint.post(path, body), n)
+        plan = self.plan
+        if plan is None:
+            path, body = self.dialect.sample_request(self.model, prompt_ids, n, seed, self.T)
+            return self.dialect.parse_sample(self.endpoint.post(path, body), n)
+        lp = plan.k if plan.reported else 1
+        if plan.as_client:
+            path, body = self.dialect.client_request(self.model, prompt_ids, n, seed, lp, plan.template)
+        elif plan.reported or plan.top_p < 1 or plan.sampling_top_k > 0 or plan.min_p > 0:
+            path, body = self.dialect.sample_request(self.model, prompt_ids, n, seed, self.T, lp, plan.top_p,
+                                                     plan.sampling_top_k, plan.min_p)
+        else:
+            path, body = self.dialect.sample_request(self.model, prompt_ids, n, seed, self.T)
+        s = self.dialect.parse_sample(self.endpoint.post(path, body), n)
+        if s.top is not None:
+            from spectr_gbv.certify.endpoint.servers import _top_k
+
+            for t in range(len(s.top.top_ids)):
+                ids, lps, _ = _top_k(list(zip(s.top.top_ids[t], s.top.top_logprobs[t])), plan.k)
+                s.top.top_ids[t], s.top.top_logprobs[t] = ids, lps
+        return s
+
+
+@dataclass
+class AuditCheck:
+    """The audit of ``--reference reported`` (module doc): samples re-scored by prefill, the share
+    asked, the family on the prefill's laws, the report tests (the sampled tokens' reported
+    log-probabilities against the prefill's: sign test), the 1-nat bound on those
+    (``logprobs``) and on every listed token's reported log-probability against the prefill's
+    (``lists``: (entries compared, largest gap, entries over the bound))."""
+
+    samples: int
+    fraction: float
+    family: FamilyResult | None = None
+    reports: tuple = ()
+    logprobs: LogprobCheck | None = None
+    lists: tuple = (0, 0.0, 0)
+    reference: str = "self"
+
+    @property
+    def passed(self) -> bool:
+        return ((self.family is None or self.family.passed) and all(r.passed for r in self.reports)
+                and (self.logprobs is None or self.logprobs.passed) and self.lists[2] == 0)
+
+    @property
+    def unseen_fraction(self) -> float:
+        """Misreporting on this fraction of samples is missed with probability ≤ 0.05."""
+        return audit_power(self.samples)
 
 
 @dataclass
@@ -220,19 +328,22 @@ class DeploymentCertificate:
     complete: bool = False
     wall_s: float = 0.0
     sequence: dict | None = None
+    audit: AuditCheck | None = None
 
     @property
     def passed(self) -> bool:
         return (not self.refused and not self.dependence and not self.impossible and self.family is not None
                 and self.family.passed
-                and all(r.passed for r in self.reports) and (self.logprobs is None or self.logprobs.passed))
+                and all(r.passed for r in self.reports) and (self.logprobs is None or self.logprobs.passed)
+                and (self.audit is None or self.audit.passed))
 
     @property
     def failed(self) -> bool:
         """A deviation was found (a FAIL even on part of the plan)."""
         return (bool(self.impossible) or bool(self.dependence)
                 or (self.family is not None and not self.family.passed)
-                or (self.logprobs is not None and not self.logprobs.passed) or any(not r.passed for r in self.reports))
+                or (self.logprobs is not None and not self.logprobs.passed) or any(not r.passed for r in self.reports)
+                or (self.audit is not None and not self.audit.passed))
 
     @property
     def verdict(self) -> str:
@@ -263,7 +374,8 @@ class _Budget(Exception):
 
 def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *, server: str = "",
                        model: str = "", reference_name: str = "", vocab: int | None = None,
-                       progress=None, log=None, stop: threading.Event | None = None) -> DeploymentCertificate:
+                       progress=None, log=None, stop: threading.Event | None = None,
+                       audit_reference=None) -> DeploymentCertificate:
     """Certify ``engine`` against ``reference`` (module doc).
 
     Args:
@@ -277,6 +389,8 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         progress: optional object with ``update(n)`` (a tqdm bar; its ``total`` follows the looks);
             log: optional line callback.
         stop: an event that stops the run when set (else only KeyboardInterrupt does).
+        audit_reference: with ``plan.reported``, the prefill reference of the audited samples
+            (``references.ServerReference``; None: no audit).
     Returns:
         ``DeploymentCertificate`` (``complete`` False when stopped or when too many requests failed).
     Raises:
@@ -326,8 +440,14 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         if not getattr(reference, "remote", False):
             return ("sampled", i, s, None)
         try:
-            rows = reference.rows(prompt, s.tokens, s.texts)
-            recs = rows.records(s.tokens)
+            if getattr(reference, "reported", False):
+                rows = reference.rows_of(s)
+                recs = rows.records(s.tokens)
+                if audit_reference is not None and plan.audited(i):
+                    rows.audit = _audit_event(audit_reference, prompt, s, plan.logprob_tolerance)
+            else:
+                rows = reference.rows(prompt, s.tokens, s.texts)
+                recs = rows.records(s.tokens)
         except EndpointError as err:
             if getattr(err, "status", None) in (400, 422):  # the prefill refuses the sampled tokens
                 return ("impossible", i, f"the reference refused the sample ({err})", s)
@@ -343,6 +463,8 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         event = {"kind": "sample", "i": i, "seed": sample_seed(plan.seed, i), "prompt": i % len(prompts),
                  "tokens": [int(t) for t in s.tokens], "reported": s.reported, "raw": rows.raw,
                  "short": rows.short, "records": recs}
+        if getattr(rows, "audit", None) is not None:
+            event["audit"] = rows.audit
         run_file.write(event)
         done[i] = event
         if progress is not None:
@@ -558,10 +680,53 @@ def _test_samples(cert, plan, done, impossible, upto: int, alpha: float, n_promp
                                "tests assume independent samples: read them as conditional on it")
         cert.family = family_test(samples, alpha, eta, seed=pit_seed(plan.seed), indices=order,
                                   reserved=reserved, directional_alpha=plan.alpha)
+        cert.audit = _audit_check(plan, done, order, alpha, eta, cert.reference) if plan.reported else None
         if plan.auto_tolerance and gaps:
             exact = family_test(samples, alpha, 0.0, seed=pit_seed(plan.seed), indices=order,
                                 reserved=reserved, directional_alpha=plan.alpha)
             cert.numerics = (eta, q99, exact.passed)
+
+
+def _audit_event(audit_reference, prompt, s, bound: float) -> dict:
+    """One audited sample: the prefill's records at the declared law, its raw log-probabilities
+    of the sampled tokens, and the reported lists' largest gap to the prefill's lists (nats, over
+    the tokens both list)."""
+    rows = audit_reference.rows(prompt, s.tokens, s.texts)
+    recs = rows.records(s.tokens)
+    gaps = []
+    if rows.top is not None and s.top is not None:
+        for ids_r, lps_r, ids_p, lps_p in zip(s.top.top_ids, s.top.top_logprobs, rows.top.top_ids,
+                                              rows.top.top_logprobs):
+            pre = dict(zip(ids_p, lps_p))
+            gaps.extend(abs(float(v) - float(pre[i])) for i, v in zip(ids_r, lps_r) if i in pre)
+    return {"records": recs, "raw": rows.raw, "list_n": len(gaps), "list_max": max(gaps, default=0.0),
+            "list_over": sum(g > bound for g in gaps)}
+
+
+def _audit_check(plan, done, order, alpha, eta, reference) -> AuditCheck | None:
+    """The audit's tests on the audited samples below the look (their own α: ``alpha``, the same
+    share as the main tests at this look)."""
+    aud = [i for i in order if done[i].get("audit")]
+    res = AuditCheck(len(aud), plan.audit)
+    if not aud:
+        return res
+    samples = [done[i]["audit"]["records"] for i in aud]
+    flat = [r for s in samples for r in s]
+    signed = [g for i in aud for g in signed_gaps(done[i].get("reported"), done[i]["audit"].get("raw"))]
+    gaps = [g for i in aud for g in raw_logprob_gap(done[i].get("reported"), done[i]["audit"].get("raw"))]
+    if gaps:
+        res.logprobs = LogprobCheck(len(gaps), float(np.median(gaps)), float(max(gaps)), plan.logprob_tolerance,
+                                    sum(g > plan.logprob_tolerance for g in gaps))
+    over = sum(int(done[i]["audit"].get("list_over", 0)) for i in aud)
+    res.lists = (sum(int(done[i]["audit"].get("list_n", 0)) for i in aud),
+                 max(float(done[i]["audit"].get("list_max", 0.0)) for i in aud), int(over))
+    groups = [done[i]["prompt"] for i in aud]
+    if flat:
+        reserved = planned_share(flat, alpha, signed, groups)
+        res.reports = report_tests(flat, reserved, signed, plan.logprob_shift, samples, groups, eta)
+        res.family = family_test(samples, alpha, eta, seed=pit_seed(plan.seed + 1), indices=aud,
+                                 reserved=reserved, directional_alpha=plan.alpha)
+    return res
 
 
 # sample counts at which the early duplicate check runs (it costs O(samples · tokens))

@@ -55,11 +55,14 @@ class Sample:
         reported: the engine's reported log-probability of each sampled token (raw: before
             temperature, as the dialect's ``reports_raw``), or None when it reports none.
         texts: each token's text where the dialect needs it (TGI: its inputs are text).
+        top: the top-k lists the answer reported at each sampled position (``TopLaws``; the
+            OpenAI dialect with ``logprobs: k``: ``--reference reported``), or None.
     """
 
     tokens: list
     reported: list | None = None
     texts: list | None = None
+    top: object = None
 
 
 @dataclass
@@ -169,12 +172,30 @@ class OpenAIDialect(Dialect):
     name = "openai"
     probe_paths = ("/v1/models",)
 
-    def sample_request(self, model, prompt_ids, n, seed, temperature):
+    def sample_request(self, model, prompt_ids, n, seed, temperature, logprobs: int = 1, top_p: float = 1.0,
+                       top_k: int = 0, min_p: float = 0.0):
+        """Every sampling field sent (the declared law: ``temperature``, ``top_p``, ``top_k`` (0:
+        none, sent as −1), ``min_p``); ``logprobs``: the top-k lists asked per sampled position."""
         return "/v1/completions", {
             "model": model, "prompt": [int(t) for t in prompt_ids], "max_tokens": int(n),
-            "temperature": float(temperature), "top_p": 1.0, "top_k": -1, "min_p": 0.0,
+            "temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k) if top_k > 0 else -1,
+            "min_p": float(min_p),
             "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-            "seed": _seed(seed), "logprobs": 1, "return_tokens_as_token_ids": True, "ignore_eos": True}
+            "seed": _seed(seed), "logprobs": int(logprobs), "return_tokens_as_token_ids": True, "ignore_eos": True}
+
+    def client_request(self, model, prompt_ids, n, seed, logprobs: int = 1, template: dict | None = None):
+        """``--as-client``: the request as the client sends it — the fields of ``template`` (a
+        JSON body; None: no sampling field at all) with ``model`` (unless the template names one),
+        ``prompt``, ``max_tokens``, ``seed`` and ``logprobs`` filled in, plus
+        ``return_tokens_as_token_ids`` (token ids back) and ``ignore_eos`` (a fixed length),
+        which change no sampling law."""
+        body = dict(template or {})
+        body.setdefault("model", model)
+        body.update({"prompt": [int(t) for t in prompt_ids], "max_tokens": int(n), "seed": _seed(seed),
+                     "logprobs": int(logprobs), "return_tokens_as_token_ids": True, "ignore_eos": True})
+        body.pop("echo", None)
+        body.pop("stream", None)
+        return "/v1/completions", body
 
     def parse_sample(self, answer, n):
         choice = _choice(answer)
@@ -191,7 +212,29 @@ class OpenAIDialect(Dialect):
                 raise ProtocolError(f"choices[0].logprobs.token_logprobs has {len(reported)} entries for "
                                     f"{len(tokens)} tokens")
             reported = [None if v is None else _float(v, f"token_logprobs[{i}]") for i, v in enumerate(reported)]
-        return Sample(tokens, reported)
+        return Sample(tokens, reported, top=self._sample_top(logprobs.get("top_logprobs"), len(tokens)))
+
+    @staticmethod
+    def _sample_top(tops, n: int):
+        """The answer's top-k lists (``TopLaws``; None when it sent none).  vLLM adds the sampled
+        token to its position's list when it is not among the top k: the lists are cut to the
+        size of the smallest one (fixed before the token is drawn, as ``parse_reference``)."""
+        if not tops or not isinstance(tops, list) or all(not t for t in tops):
+            return None
+        if len(tops) != n:
+            raise ProtocolError(f"choices[0].logprobs.top_logprobs has {len(tops)} entries for {n} tokens")
+        for t, d in enumerate(tops):
+            if not isinstance(d, dict) or not d:
+                raise ProtocolError(f"choices[0].logprobs.top_logprobs[{t}] is empty")
+        cells = min(len(d) for d in tops)
+        out = TopLaws([], [], [])
+        for t, d in enumerate(tops):
+            pairs = [(_token_id(key, f"top_logprobs[{t}] key"), _float(v, f"top_logprobs[{t}]")) for key, v in d.items()]
+            ids, lps, _ = _top_k(pairs, cells)
+            out.top_ids.append(ids)
+            out.top_logprobs.append(lps)
+            out.token_logprobs.append(None)
+        return out
 
     def tokenize_request(self, model, text):
         return "/tokenize", {"model": model, "prompt": text}

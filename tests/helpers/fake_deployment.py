@@ -22,6 +22,15 @@ the rest exactly: each sample's own law is the chain's, half the samples share a
 last token of every sample is V), "fewer-top" (the echo returns half the top-k asked), "http-500"
 (every third request fails with 500 once).
 
+Defects of what a client gets (``--reference reported``, ``--as-client``): "generation-config" (a
+request that omits ``temperature`` / ``top_p`` is sampled at T 0.7 / top-p 0.8, as vLLM's
+``--override-generation-config '{"temperature": 0.7, "top_p": 0.8}'`` does; the reports stay raw);
+"temperature-0.9-reported" (samples at 0.9·T and reports that tempered law — the sampled tokens'
+log-probabilities and the top-k lists of the sampling answer — as if raw; the echo stays raw).
+The sampling answer carries ``top_logprobs`` (the reported law's top ``logprobs`` entries, plus
+the sampled token when it is not among them, as vLLM) and honours ``top_p``, ``top_k`` and
+``min_p`` (min-p, top-k, top-p on the tempered law).
+
 Not defects (the law and the reports are right, to the precision sent): "rounded-logprobs" (every
 log-probability, sampled and echoed, rounded to 2 decimals, as some servers serialise them: a
 top-k list then sums above 1 by up to ~0.5 %), "float32-logprobs" (every log-probability a float32
@@ -57,7 +66,7 @@ from spectr_gbv.oracle.sequence_simulation import MarkovChain
 DEFECTS = ("temperature-0.9", "top-p-0.95", "top-k-50", "min-p-0.05", "stale-0.1", "wrong-logprobs", "zero-logprobs",
            "seed-ignored", "cached", "malformed-once", "malformed", "out-of-vocab", "fewer-top", "http-500",
            "rounded-logprobs", "float32-logprobs", "renormalised-top", "logprobs-plus-0.3", "one-wrong-logprob",
-           "bf16-logprob-noise", "shared-prefix")
+           "bf16-logprob-noise", "shared-prefix", "generation-config", "temperature-0.9-reported")
 
 
 def default_chain() -> MarkovChain:
@@ -147,10 +156,15 @@ class FakeDeployment:
 
     # -- the model ---------------------------------------------------------------------------
     def _defect_tuple(self):
-        return {"temperature-0.9": ("temperature", 0.9), "top-p-0.95": ("top_p", 0.95), "top-k-50": ("top_k", 50),
+        return {"temperature-0.9": ("temperature", 0.9), "temperature-0.9-reported": ("temperature", 0.9),
+                "top-p-0.95": ("top_p", 0.95), "top-k-50": ("top_k", 50),
                 "min-p-0.05": ("min_p", 0.05), "stale-0.1": ("stale", 0.1)}.get(self.defect)
 
-    def sample(self, prompt, n, seed, temperature):
+    def sample(self, prompt, n, seed, temperature, cuts=None):
+        """n tokens; ``cuts``: (top_p, top_k, min_p) of the request (None or no cut: the model's
+        own sampler path)."""
+        if cuts is not None and (cuts[0] < 1 or cuts[1] > 0 or cuts[2] > 0) and self.defect in (None, "generation-config"):
+            return self._cut_sample(prompt, n, np.random.default_rng(seed), temperature, cuts)
         if self.defect == "cached" and tuple(prompt) in self.cache:
             return self.cache[tuple(prompt)]
         if self.defect == "seed-ignored":
@@ -171,6 +185,35 @@ class FakeDeployment:
             toks = toks[:-1] + [self.model.V]
         self.cache.setdefault(tuple(prompt), toks)
         return toks
+
+    def _cut_sample(self, prompt, n, rng, T, cuts):
+        """Token by token from the law at T cut by min-p, top-k, top-p (vLLM v1's order)."""
+        from spectr_gbv.oracle.sequence_simulation import min_p, top_k, top_p
+
+        out = []
+        for _ in range(n):
+            p = self.model.laws(list(prompt), out + [0])[-1]
+            with np.errstate(divide="ignore"):
+                z = np.log(p) / T
+            p = np.exp(z - z.max())
+            p = p / p.sum()
+            if cuts[2] > 0:
+                p = min_p(p, cuts[2])
+            if cuts[1] > 0:
+                p = top_k(p, cuts[1])
+            if cuts[0] < 1:
+                p = top_p(p, cuts[0])
+            out.append(int(rng.choice(self.model.V, p=p)))
+        return out
+
+    def reported_rows(self, prompt, tokens):
+        """The log-probability rows the sampling answer reports: raw, or, for
+        "temperature-0.9-reported", the law at T 0.9 (the law it samples from)."""
+        rows = self.logprob_rows(prompt, tokens)
+        if self.defect == "temperature-0.9-reported":
+            z = rows / 0.9
+            rows = z - np.logaddexp.reduce(z, axis=1, keepdims=True)
+        return rows
 
     def logprob_rows(self, prompt, tokens):
         """log-probabilities [n, V] of each token's law (T = 1, raw)."""
@@ -264,9 +307,13 @@ def _handler(state: FakeDeployment):
                 return self._send(400, {"error": {"message": f"token id out of range [0, {V})"}})
             if body.get("echo"):
                 return self._send(200, self._echo(prompt, int(body.get("logprobs") or 0)))
-            toks = state.sample(prompt, int(body["max_tokens"]), int(body.get("seed", 0)),
-                                float(body.get("temperature", 1.0)))
-            rows = state.logprob_rows(prompt, [t if t < V else 0 for t in toks])
+            config = state.defect == "generation-config"
+            T = float(body["temperature"]) if body.get("temperature") is not None else (0.7 if config else 1.0)
+            rho = float(body["top_p"]) if body.get("top_p") is not None else (0.8 if config else 1.0)
+            cuts = (rho, max(0, int(body.get("top_k") or 0)), float(body.get("min_p") or 0.0))
+            toks = state.sample(prompt, int(body["max_tokens"]), int(body.get("seed", 0)), T,
+                                cuts if config or cuts != (1.0, 0, 0.0) else None)
+            rows = state.reported_rows(prompt, [t if t < V else 0 for t in toks])
             if state.defect == "wrong-logprobs":
                 reported = [float(rows[t - 1, x]) if t >= 1 and x < V else float(rows[t, x]) + 0.5
                             for t, x in enumerate(toks)]
@@ -284,11 +331,21 @@ def _handler(state: FakeDeployment):
                     first, state.wrong_done = not state.wrong_done, True
                 if first:
                     reported = reported[:-1] + [reported[-1] - 3.0]
+            want = int(body.get("logprobs") or 0)
+            tops = None
+            if want > 1:  # vLLM: the top `logprobs` entries, plus the sampled token when it is not among them
+                tops = []
+                for t, x in enumerate(toks):
+                    order = np.lexsort((np.arange(V), -rows[t]))[:want]
+                    top = {f"token_id:{int(i)}": float(rows[t, i]) for i in order}
+                    if x < V:
+                        top.setdefault(f"token_id:{x}", float(rows[t, x]))
+                    tops.append(top)
             return self._send(200, {"id": "cmpl-test", "object": "text_completion", "model": state.name,
                                     "choices": [{"index": 0, "text": "", "finish_reason": "length",
                                                  "logprobs": {"tokens": [f"token_id:{t}" for t in toks],
                                                               "token_logprobs": reported,
-                                                              "top_logprobs": None, "text_offset": None}}]})
+                                                              "top_logprobs": tops, "text_offset": None}}]})
 
         def _echo(self, ids, k):
             V = state.model.V
