@@ -73,8 +73,8 @@ def cpu_throughput(path: str) -> tuple[int, float]:
 
 
 def command(path: str, workers: int) -> tuple[float, str, int, float]:
-    """(wall s, the report's first line, peak RSS KiB of the largest process, CPU s of all its
-    processes) of ``certify log`` on the file, under ``/usr/bin/time -v``: the main process's and
+    """(wall s, the report's first line, peak RSS KiB of the largest process (time's, and each
+    worker's own: the JSON's ``peak_rss_kib``), CPU s of all its processes) of ``certify log`` on the file, under ``/usr/bin/time -v``: the main process's and
     the forkserver's user + system time (time's own account) plus the workers' (the JSON's
     ``chunk_cpu_s``: forkserver workers are not the command's waited-for children)."""
     js = path + ".cert.json"
@@ -90,12 +90,15 @@ def command(path: str, workers: int) -> tuple[float, str, int, float]:
         return float(re.search(name + r": ([\d.]+)", out.stderr).group(1))
 
     cpu = field(r"User time \(seconds\)") + field(r"System time \(seconds\)")
+    rss = int(field(r"Maximum resident set size \(kbytes\)"))
     if workers > 1:
         import json
 
         with open(js) as f:
-            cpu += json.load(f)["chunk_cpu_s"]
-    return wall, out.stdout.splitlines()[0], int(field(r"Maximum resident set size \(kbytes\)")), cpu
+            cert = json.load(f)
+        cpu += cert["chunk_cpu_s"]
+        rss = max(rss, int(cert["peak_rss_kib"]))  # each worker's own peak, as it measured it
+    return wall, out.stdout.splitlines()[0], rss, cpu
 
 
 def main() -> int:

@@ -144,7 +144,8 @@ def certificate_json(cert) -> dict:
     fam, t = cert.family, cert.tally
     return {
         "verdict": cert.verdict, "source": cert.source, "plan": asdict(cert.plan), "complete": cert.complete,
-        "wall_s": cert.wall_s, "chunk_cpu_s": cert.chunk_cpu_s, "lines": t.counts["lines"],
+        "wall_s": cert.wall_s, "chunk_cpu_s": cert.chunk_cpu_s, "peak_rss_kib": cert.peak_rss_kib,
+        "lines": t.counts["lines"],
         "samples": t.counts["samples"],
         "tokens": t.counts["records"],
         "tokens_per_second": cert.tokens_per_second if math.isfinite(cert.tokens_per_second) else None,

@@ -176,9 +176,12 @@ def _quiet_worker() -> None:
 
 def _work(args):
     lines, plan = args
+    import resource
+
     cpu = time.process_time()
     t = tally_lines(lines, plan)
-    return t, sum(len(text) for _, text in lines), time.process_time() - cpu
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return t, sum(len(text) for _, text in lines), time.process_time() - cpu, rss
 
 
 @dataclass
@@ -190,7 +193,8 @@ class LogCertificate:
         family: its ``FamilyResult`` (None when no token was tested); reports: the report tests.
         complete: every line asked for was read (False when stopped); wall_s: seconds;
         notes: lines for the report; audit: the ``audit.AuditResult`` (``--audit URL``) or None;
-        chunk_cpu_s: CPU seconds the chunks took, in whichever process ran them (workers included).
+        chunk_cpu_s: CPU seconds the chunks took, in whichever process ran them (workers included);
+        peak_rss_kib: the largest peak resident memory of a process that ran chunks.
         ``impossible``, ``logprobs``, ``dependence``: the fields
         ``certify.endpoint.report.decided_by`` reads (a log has no impossible *samples*, no
         second log-prob reference and no duplicate check).
@@ -211,6 +215,7 @@ class LogCertificate:
     refused: str = ""
     audit: object = None
     chunk_cpu_s: float = 0.0
+    peak_rss_kib: int = 0
 
     @property
     def failed(self) -> bool:
@@ -322,9 +327,10 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         pool = ProcessPoolExecutor(plan.workers, mp_context=mp.get_context(method), initializer=_quiet_worker)
 
-    def absorb(t, nbytes, cpu):
+    def absorb(t, nbytes, cpu, rss):
         nonlocal tally
         cert.chunk_cpu_s += cpu
+        cert.peak_rss_kib = max(cert.peak_rss_kib, rss)
         tally.merge(t)
         if progress is not None:
             progress.update(nbytes)

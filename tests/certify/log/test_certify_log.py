@@ -35,7 +35,7 @@ def _stable(cert):
     rounded to 9 significant digits: the sums of shards add in another order than one pass's
     (equal to ~1e-15 relative), every count, row, verdict and decision equal."""
     d = certificate_json(cert)
-    for key in ("wall_s", "chunk_cpu_s", "tokens_per_second", "source", "ranges", "notes", "complete", "plan"):
+    for key in ("wall_s", "chunk_cpu_s", "peak_rss_kib", "tokens_per_second", "source", "ranges", "notes", "complete", "plan"):
         d.pop(key)
     return _round(d)
 
