@@ -90,7 +90,7 @@ def register(sub) -> None:
                    help="the declared min-p (default 0: none)")
     p.add_argument("--sampling-top-k", dest="sampling_top_k", type=nonneg_int, default=0,
                    help="the declared top-k truncation (default 0: none; --top-k is the reference's alternatives)")
-    p.add_argument("--audit", type=probability_value, default=0.1,
+    p.add_argument("--audit", type=probability_value, default=None,
                    help="with --reference reported: the fraction of samples re-scored by prefill (default 0.1, at "
                    "least 8 samples; 0: no audit)")
     p.add_argument("--audit-reference", dest="audit_reference", default=None,
@@ -157,6 +157,8 @@ def check(args: argparse.Namespace) -> None:
 
     if args.request_template and not args.as_client:
         raise UsageError("--request-template: it shapes the requests of --as-client; add --as-client")
+    if args.audit is not None and args.reference.strip() != "reported":
+        raise UsageError("--audit: the audit re-scores the samples of --reference reported; add --reference reported")
     if args.min_p >= 1:
         raise UsageError(f"--min-p must be in [0, 1), got {args.min_p:g}")
     if args.record and args.resume:
@@ -202,7 +204,8 @@ def request_from(args: argparse.Namespace):
     plan = Plan(n_samples=DEFAULTS["samples"] if sequential else args.samples, n_new=args.max_new_tokens,
                 temperature=args.temperature, k=args.top_k, **budget, top_p=args.top_p,
                 sampling_top_k=args.sampling_top_k, min_p=args.min_p, as_client=args.as_client, template=template,
-                reported=args.reference.strip() == "reported", audit=args.audit,
+                reported=args.reference.strip() == "reported",
+                audit=0.1 if args.audit is None else args.audit,
                 alpha=args.alpha, tolerance=DEFAULTS["tolerance"] if auto else args.tolerance, auto_tolerance=auto,
                 logprob_tolerance=args.logprob_tolerance, seed=args.seed, concurrency=args.concurrency)
     return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,

@@ -27,6 +27,9 @@ from pathlib import Path
 VERSION = 1
 # the plan's fields that must agree between a run and its resumption
 PLAN_KEYS = ("model", "temperature", "n_new", "k", "prompts", "seed", "reference", "server")
+# the declared law and the request's shape (``--as-client``, ``--reference reported``): a run file
+# written before they existed holds their defaults
+LAW_DEFAULTS = {"top_p": 1.0, "sampling_top_k": 0, "min_p": 0.0, "as_client": False, "template": None, "audit": 0.1}
 
 
 class RunFile:
@@ -82,6 +85,10 @@ class RunFile:
             if old.get(key) != plan.get(key):
                 raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key)!r}, "
                                  f"this command asks {plan.get(key)!r}")
+        for key, default in LAW_DEFAULTS.items():
+            if old.get(key, default) != plan.get(key, default):
+                raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key, default)!r}, "
+                                 f"this command asks {plan.get(key, default)!r}")
         for n, line in enumerate(lines[1:], start=2):
             try:
                 event = json.loads(line)

@@ -93,6 +93,8 @@ def test_the_cli_as_client_with_a_request_template_and_its_errors(tmp_path, caps
         assert "add --as-client" in capsys.readouterr().err
         assert cli_main.main(["certify", "endpoint", url, "--audit-reference", "self"]) == 2
         assert "--audit-reference" in capsys.readouterr().err
+        assert cli_main.main(["certify", "endpoint", url, "--audit", "0.2"]) == 2
+        assert "add --reference reported" in capsys.readouterr().err
 
 
 def test_reported_refuses_other_dialects_and_a_bad_audit_reference(tmp_path):
@@ -110,3 +112,24 @@ def test_reported_under_the_default_sequential_plan(tmp_path):
     assert cert.verdict == "PASS" and cert.sequence["tested"] == [80, 160]
     # the audit grows with the samples: 10 % of 160 by the hash, at least the first look's 8
     assert 8 <= cert.audit.samples <= 40
+
+
+def test_whole_laws_are_cut_exactly_and_a_resume_keeps_the_declared_law(tmp_path):
+    import numpy as np
+
+    from spectr_gbv.certify.endpoint.references import Declared, truncate
+    from spectr_gbv.certify.endpoint.store import RunFile
+
+    law = np.array([[0.5, 0.3, 0.15, 0.05]])
+    np.testing.assert_allclose(truncate(law, Declared(top_p=0.8)), [[0.625, 0.375, 0.0, 0.0]], atol=1e-15)
+    np.testing.assert_allclose(truncate(law, Declared(top_k=3)), [[0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0.0]],
+                               atol=1e-15)
+    np.testing.assert_allclose(truncate(law, Declared(min_p=0.5)), [[0.625, 0.375, 0.0, 0.0]], atol=1e-15)
+    assert truncate(law, Declared()) is law and Declared().plain and not Declared(temperature=0.7).plain
+    path = tmp_path / "r.jsonl"
+    base = {"model": "m", "temperature": 1.0, "n_new": 4, "k": 20, "prompts": [[1]], "seed": 0,
+            "reference": "self", "server": "openai"}
+    RunFile(path, base).close()
+    RunFile(path, {**base, "top_p": 1.0, "as_client": False}, resume=True).close()  # the defaults: the same run
+    with pytest.raises(ValueError, match="top_p = 1.0, this command asks 0.8"):
+        RunFile(path, {**base, "top_p": 0.8}, resume=True)
