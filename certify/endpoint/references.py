@@ -79,7 +79,7 @@ class ReferenceRows:
         d = self.declared
         if d is None or d.plain:
             return records_from_top(tokens, self.top.top_ids, self.top.top_logprobs, self.top.token_logprobs)
-        from spectr_gbv.certify.log.laws import declared_records
+        from spectr_gbv.certify.declared_laws import declared_records
 
         recs, _ = declared_records(tokens, self.top.top_ids, self.top.top_logprobs, self.top.token_logprobs,
                                    temperature=d.temperature, top_p=d.top_p, top_k=d.top_k, min_p=d.min_p,

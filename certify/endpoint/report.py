@@ -43,8 +43,8 @@ def decided_by(cert) -> list[str]:
     ranked += [(r.pvalue / r.alpha, f"{r.name} (p {_p(r.pvalue)} < alpha {r.alpha:.2g})")
                for r in getattr(cert, "reports", ()) if not r.passed]
     out += [name for _, name in sorted(ranked, key=lambda x: x[0])]
-    au = getattr(cert, "audit", None)
-    if au is not None and not au.passed:
+    au = getattr(cert, "audit", None)  # certify endpoint's ``run.AuditCheck`` (certify log reports its own audit)
+    if au is not None and hasattr(au, "unseen_fraction") and not au.passed:
         out += [f"the audit: {line}" for line in _audit_failures(au)]
     return out
 
@@ -70,7 +70,7 @@ def _audit_failures(au) -> list[str]:
 def audit_lines(au) -> list[str]:
     """The audit of ``--reference reported`` as report lines (its power: misreporting on a fraction
     f of the samples is unseen with probability ≤ (1 − f)^m)."""
-    if au is None:
+    if au is None or not hasattr(au, "unseen_fraction"):
         return []
     m = au.samples
     lines = [f"audit ({au.fraction:.0%} of the samples, at least 8): {m} samples re-scored by prefill; misreporting "
@@ -371,7 +371,7 @@ def certificate_json(cert) -> dict:
 
 
 def _audit_json(au):
-    if au is None:
+    if au is None or not hasattr(au, "unseen_fraction"):
         return None
     fam = au.family
     return {"samples": au.samples, "fraction": au.fraction, "passed": au.passed,

@@ -222,11 +222,7 @@ class ServerEngine:
             path, body = self.dialect.sample_request(self.model, prompt_ids, n, seed, self.T)
         s = self.dialect.parse_sample(self.endpoint.post(path, body), n)
         if s.top is not None:
-            from spectr_gbv.certify.endpoint.servers import _top_k
-
-            for t in range(len(s.top.top_ids)):
-                ids, lps, _ = _top_k(list(zip(s.top.top_ids[t], s.top.top_logprobs[t])), plan.k)
-                s.top.top_ids[t], s.top.top_logprobs[t] = ids, lps
+            s.top.cut(plan.k)
         return s
 
 

@@ -77,6 +77,12 @@ class TopLaws:
     token_logprobs: list
     short: int = 0
 
+    def cut(self, k: int) -> None:
+        """Keep each position's k most probable entries (probability descending, ties by id)."""
+        for t in range(len(self.top_ids)):
+            ids, lps, _ = _top_k(list(zip(self.top_ids[t], self.top_logprobs[t])), k)
+            self.top_ids[t], self.top_logprobs[t] = ids, lps
+
 
 def _seed(seed: int) -> int:
     return int(seed) % (2**31 - 1)

@@ -1,9 +1,9 @@
-"""certify.log.laws.declared_records: the records certify endpoint shares with certify log."""
+"""certify.declared_laws.declared_records: the records certify endpoint shares with certify log."""
 
 import numpy as np
 import pytest
 
-from spectr_gbv.certify.log.laws import declared_records
+from spectr_gbv.certify.declared_laws import declared_records
 from spectr_gbv.oracle.sequence_records import records_from_top
 
 

@@ -1,6 +1,6 @@
 """The law a request declared, from top-k log-probability lists, as per-token records: the
-public piece of ``certify log`` that ``certify endpoint`` shares (``--reference reported``,
-``--as-client``).
+piece ``certify endpoint`` (``--reference reported``, ``--as-client``) shares with ``certify log``
+(both on ``topk_laws``: the same cells, precision and bounds).
 
 ``declared_records`` takes one sampled sequence, the top-k lists of its positions (reported by
 the sampling answer, or by a prefill) and the sampling fields the client declared (temperature T,
@@ -11,7 +11,8 @@ set inside the list, bounded (``pe``, ``pr``: the stated TV and ratio bounds, ad
 test's tolerance) otherwise, and *skipped* where the truncation's boundary lies within the
 precision or beyond what the list resolves (``cells.SKIP_REASONS``).  A skipped position keeps a
 record without a cell (its PIT is NaN: no test uses it; whether a position is skipped depends on
-the list, a function of the past, never on the sampled token).
+the list, a function of the past, never on the sampled token).  The arrays are built for one
+sequence here (``certify log`` builds them for a chunk of many, ``log/run.chunk_records``).
 
 Imports no torch.
 """
@@ -20,9 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from spectr_gbv.certify.log.cells import DEFAULT_MAX_BOUND, SKIP_REASONS
-from spectr_gbv.certify.log.parse import Sample
-from spectr_gbv.certify.log.tally import Tally
+from spectr_gbv.certify.topk_laws import (DEFAULT_MAX_BOUND, SKIP_REASONS, record_arrays, reported_precisions,
+                                          request_law)
 
 _SCALARS = ("c", "lo", "li", "tg", "tm", "tv", "pe", "pr", "o")
 
@@ -61,20 +61,35 @@ def declared_records(tokens, top_ids, top_logprobs, token_logprobs=None, *, temp
     lens = [len(lst) for lst in top_ids]
     if any(len(a) != b for a, b in zip(top_logprobs, lens)) or min(lens) < 1:
         raise ValueError("top_ids and top_logprobs: each position needs as many ids as log-probabilities (>= 1)")
-    lpx = [np.nan if v is None else float(v) for v in (token_logprobs or [None] * n)]
-    sample = Sample(0, 0, np.asarray([int(t) for t in tokens], dtype=np.int64), lpx,
-                    np.asarray([int(i) for lst in top_ids for i in lst], dtype=np.int64),
-                    [float(v) for lst in top_logprobs for v in lst], lens, max(lens), 1.0 / float(temperature),
-                    int(top_k), float(top_p), float(min_p))
-    from spectr_gbv.certify.log.run import chunk_records
-
-    tally = Tally()
-    got = chunk_records([sample], tally, int(vocab), float(max_bound))
-    if got is None or tally.skipped:
-        why = ", ".join(f"{k} ({v})" for k, v in tally.skipped.items()) or "no position"
-        raise ValueError(f"the top-k lists are not a law: {why}")
-    ra = got[0]
-    skipped = dict(tally.skipped_positions)
+    lpx = np.array([np.nan if v is None else float(v) for v in (token_logprobs or [None] * n)], dtype=np.float64)
+    k = max(lens)
+    L = np.full((n, k), -np.inf)
+    ids = np.full((n, k), -1, dtype=np.int64)
+    for t in range(n):
+        row_ids = np.asarray([int(i) for i in top_ids[t]], dtype=np.int64)
+        row_lps = np.asarray([float(v) for v in top_logprobs[t]], dtype=np.float64)
+        if np.unique(row_ids).size != row_ids.size:
+            raise ValueError(f"position {t}: a token id appears twice in the top list")
+        if not np.all(np.isfinite(row_lps)) or np.any(row_lps > 1e-6):
+            raise ValueError(f"position {t}: top log-probabilities must be finite and <= 0")
+        order = np.lexsort((row_ids, -row_lps))  # probability descending, ties by id
+        L[t, :row_ids.size] = row_lps[order]
+        ids[t, :row_ids.size] = row_ids[order]
+    valid = np.isfinite(L)
+    count = valid.sum(axis=1)
+    delta = reported_precisions(L, valid)
+    full = lambda v, dt: np.full(n, v, dtype=dt)  # noqa: E731
+    law = request_law(L, count, delta, full(1.0 / float(temperature), float), full(int(top_k), np.int64),
+                      full(float(top_p), float), full(float(min_p), float), int(vocab), float(max_bound))
+    over = np.flatnonzero(law["skip"] == 6)
+    if over.size:
+        raise ValueError(f"position {int(over[0])}: the top probabilities sum above 1 (beyond their precision)")
+    first = np.zeros(n, dtype=bool)
+    first[0] = True
+    x = np.asarray([int(t) for t in tokens], dtype=np.int64)
+    ra = record_arrays(law, ids, x, lpx, first)
+    codes = np.bincount(law["skip"], minlength=len(SKIP_REASONS))
+    skipped = {SKIP_REASONS[c]: int(codes[c]) for c in range(1, len(SKIP_REASONS)) if codes[c]}
     out = []
     for t in range(n):
         x = int(tokens[t])
