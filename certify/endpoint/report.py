@@ -218,6 +218,13 @@ def text_report(cert) -> str:
     pairs, expected = cert.duplicates
     lines.append(f"identical samples: {pairs} pairs for different seeds (at most {expected:.2g} expected)"
                  + (f"{FAIL}\n  {cert.dependence}" if getattr(cert, "dependence", "") else ""))
+    skipped = sum(1 for rs in cert.records for r in rs if r.get("skip"))
+    if skipped or plan.as_client or getattr(plan, "top_p", 1.0) < 1 or getattr(plan, "sampling_top_k", 0) > 0 \
+            or getattr(plan, "min_p", 0.0) > 0:
+        lines.append(f"declared law: T {plan.temperature:g}, top-p {plan.top_p:g}, top-k {plan.sampling_top_k or 'none'}, "
+                     f"min-p {plan.min_p:g}" + (" (requests as the client sends them)" if plan.as_client else "")
+                     + (f"; {skipped} positions skipped (a truncation boundary within the reported precision or "
+                        "beyond the top-k list: untested, docs/guarantees.md)" if skipped else ""))
     if cert.short:
         lines.append(f"the reference gave fewer than k = {plan.k} alternatives at {cert.short} positions (those "
                      "laws are coarsened further)")

@@ -133,3 +133,12 @@ def test_whole_laws_are_cut_exactly_and_a_resume_keeps_the_declared_law(tmp_path
     RunFile(path, {**base, "top_p": 1.0, "as_client": False}, resume=True).close()  # the defaults: the same run
     with pytest.raises(ValueError, match="top_p = 1.0, this command asks 0.8"):
         RunFile(path, {**base, "top_p": 0.8}, resume=True)
+
+
+def test_the_report_states_the_declared_law_and_its_skipped_positions(tmp_path):
+    cert, _ = _run(tmp_path, "generation-config", reference="self", as_client=True, temperature=0.7, top_p=0.8)
+    skipped = sum(1 for rs in cert.records for r in rs if r.get("skip"))
+    line = next(x for x in text_report(cert).splitlines() if x.startswith("declared law:"))
+    assert line.startswith("declared law: T 0.7, top-p 0.8, top-k none, min-p 0 (requests as the client sends them)")
+    assert (f"; {skipped} positions skipped" in line) == (skipped > 0)
+    assert skipped < 0.1 * 80 * 16
