@@ -240,7 +240,6 @@ class AuditCheck:
     reports: tuple = ()
     logprobs: LogprobCheck | None = None
     lists: tuple = (0, 0.0, 0)
-    reference: str = "self"
 
     @property
     def passed(self) -> bool:
@@ -676,7 +675,7 @@ def _test_samples(cert, plan, done, impossible, upto: int, alpha: float, n_promp
                                "tests assume independent samples: read them as conditional on it")
         cert.family = family_test(samples, alpha, eta, seed=pit_seed(plan.seed), indices=order,
                                   reserved=reserved, directional_alpha=plan.alpha)
-        cert.audit = _audit_check(plan, done, order, alpha, eta, cert.reference) if plan.reported else None
+        cert.audit = _audit_check(plan, done, order, alpha, eta) if plan.reported else None
         if plan.auto_tolerance and gaps:
             exact = family_test(samples, alpha, 0.0, seed=pit_seed(plan.seed), indices=order,
                                 reserved=reserved, directional_alpha=plan.alpha)
@@ -699,7 +698,7 @@ def _audit_event(audit_reference, prompt, s, bound: float) -> dict:
             "list_over": sum(g > bound for g in gaps)}
 
 
-def _audit_check(plan, done, order, alpha, eta, reference) -> AuditCheck | None:
+def _audit_check(plan, done, order, alpha, eta) -> AuditCheck | None:
     """The audit's tests on the audited samples below the look (their own α: ``alpha``, the same
     share as the main tests at this look)."""
     aud = [i for i in order if done[i].get("audit")]

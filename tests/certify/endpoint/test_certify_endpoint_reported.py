@@ -142,3 +142,12 @@ def test_the_report_states_the_declared_law_and_its_skipped_positions(tmp_path):
     assert line.startswith("declared law: T 0.7, top-p 0.8, top-k none, min-p 0 (requests as the client sends them)")
     assert (f"; {skipped} positions skipped" in line) == (skipped > 0)
     assert skipped < 0.1 * 80 * 16
+
+
+def test_the_audit_against_a_second_deployment(tmp_path):
+    with serve() as (ref_url, ref_state):
+        cert, requests = _run(tmp_path, "temperature-0.9-reported", audit_reference=f"endpoint:{ref_url}", audit=0.2)
+        assert cert.verdict == "FAIL" and not cert.audit.passed and cert.audit.samples == 14  # 20 % by the hash
+        # the prefills went to the second deployment: one probe and one prefill per audited sample
+        assert ref_state.requests == 1 + cert.audit.samples
+        assert requests == 80 + 1 + 8  # the server under test: its samples, the probe, the prompts
