@@ -53,7 +53,8 @@ def register(sub) -> None:
                    help="the server's API: openai (vLLM and OpenAI-compatible completions; default), sglang "
                    "(native /generate), tgi (text-generation-inference), llama.cpp (llama-server's /completion)")
     p.add_argument("--reference", default="self", help="where the target's law comes from: self (the server's "
-                   "own prompt log-probabilities; default), endpoint:URL (a second deployment, speculation off), "
+                   "own prompt log-probabilities; default), reported (the top-k log-probabilities the sampling answer "
+                   "itself reports: one request a sample, audited by prefill, --audit), endpoint:URL (a second deployment, speculation off), "
                    "hf:NAME_OR_PATH (a local transformers model: an embedded name, a folder, a .gguf), "
                    "gguf:PATH (a local GGUF on llama.cpp)")
     p.add_argument("--prompts", type=existing_file, default=None, help="JSONL prompts, one object per line "
