@@ -286,7 +286,8 @@ class DeploymentCertificate:
         numerics: with ``Plan.auto_tolerance``, ``(η used, 99th percentile gap, family at η = 0)``:
             the drift measured and whether the exact test (η = 0) passes, which separates "the
             law changed" from "this deployment's numerics differ from the reference"; else None.
-        notes: lines for the report; refused: why the run was refused, else "" (no check refuses
+        notes: lines for the report; refused: why the run was refused, else "" (a declared law of which
+        no position could be tested refuses; no other check refuses
         today: dependent samples FAIL, ``dependence``); dependence: why the samples are not
         independent (identical samples for different seeds, or the shared-prefix test), else "".
         complete: every planned sample collected (a sequential plan: it ended by a look's verdict, the
@@ -577,6 +578,9 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             seq["tested"].append(n_k)
             seq["alphas"].append(alpha_k)
             recs = [r for rs in cert.records for r in rs]
+            if cert.refused:
+                seq["stopped"] = "stopped"
+                break
             if cert.failed:
                 seq["stopped"] = "fail"
                 say(f"look {k + 1} of {len(schedule)} ({n_k} samples): FAIL")
@@ -660,6 +664,12 @@ def _test_samples(cert, plan, done, impossible, upto: int, alpha: float, n_promp
         elif not any(n.startswith("--tolerance auto") for n in cert.notes):
             cert.notes.append(f"--tolerance auto: the engine reports no log-probabilities; eta = {plan.tolerance:g}")
     cert.records = [done[i]["records"] for i in order]
+    if order and not any("c" in r or r.get("imp") for rs in cert.records for r in rs):
+        skipped = sum(1 for rs in cert.records for r in rs if r.get("skip"))
+        cert.refused = (f"no token could be tested against the declared law ({skipped} positions skipped: its "
+                        "truncation boundaries lie within the reported precision or beyond the top-k lists, or its "
+                        "bounds exceed 1e-3; docs/guarantees.md): a whole-law reference (hf:, gguf:) or more "
+                        "precise log-probabilities are needed")
     if order and not cert.refused:
         samples = cert.records
         flat = [r for s in samples for r in s]

@@ -151,3 +151,15 @@ def test_the_audit_against_a_second_deployment(tmp_path):
         # the prefills went to the second deployment: one probe and one prefill per audited sample
         assert ref_state.requests == 1 + cert.audit.samples
         assert requests == 80 + 1 + 8  # the server under test: its samples, the probe, the prompts
+
+
+def test_a_declared_law_no_position_of_which_can_be_tested_is_refused_not_passed(tmp_path):
+    # log-probabilities rounded to 2 decimals: every transformed cell is known only within
+    # e^{±2βδ} (1.3 %), beyond the 1e-3 bound, so every position is skipped
+    cert, _ = _run(tmp_path, "rounded-logprobs", as_client=True, temperature=0.8, top_p=0.9)
+    assert cert.verdict == "REFUSED" and cert.family is None
+    assert "no token could be tested against the declared law (1280 positions skipped" in cert.refused
+    assert text_report(cert).splitlines()[0].startswith("verdict: REFUSED — no token could be tested")
+    seq, _ = _run(tmp_path / "q", "rounded-logprobs", as_client=True, temperature=0.8, top_p=0.9,
+                  sequential=True) if (tmp_path / "q").mkdir() is None else (None, 0)
+    assert seq.verdict == "REFUSED" and seq.sequence["tested"] == [80]  # no second look
