@@ -95,7 +95,7 @@ def declared_records(tokens, top_ids, top_logprobs, token_logprobs=None, *, temp
         x = int(tokens[t])
         rec = {"x": x, "k": int(ra["k"][t]), "oc": int(ra["oc"][t])}
         if not ra["rec"][t]:  # skipped: no cell, no test uses it
-            rec.update(pe=0.0, pr=0.0, o=0.0, skip=True)
+            rec.update(pe=0.0, pr=0.0, o=0.0, skip=SKIP_REASONS[int(law["skip"][t])] or "skipped")
             out.append(rec)
             continue
         rec.update(pe=float(ra["pe"][t]), pr=float(ra["pr"][t]), o=float(ra["o"][t]))

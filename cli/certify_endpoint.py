@@ -3,7 +3,7 @@
     spectr-gbv certify endpoint URL [--model NAME] [--server openai|sglang|tgi|llama.cpp]
         [--reference self|reported|endpoint:URL|hf:NAME_OR_PATH|gguf:PATH] [--prompts FILE]
         [--audit FRACTION] [--audit-reference self|endpoint:URL]
-        [--as-client [--request-template FILE]] [--top-p P] [--min-p M] [--sampling-top-k K]
+        [--as-client [--request-template FILE]] [--top-p P] [--min-p M] [--sampling-top-k K] [--vocab V]
         [--samples N | --max-samples N --max-time S] [--max-new-tokens n] [--temperature T]
         [--top-k k] [--concurrency C]
         [--alpha A] [--tolerance ETA|auto] [--logprob-tolerance NATS] [--seed S] [--power]
@@ -91,6 +91,9 @@ def register(sub) -> None:
                    help="the declared min-p (default 0: none)")
     p.add_argument("--sampling-top-k", dest="sampling_top_k", type=nonneg_int, default=0,
                    help="the declared top-k truncation (default 0: none; --top-k is the reference's alternatives)")
+    p.add_argument("--vocab", type=nonneg_int, default=0,
+                   help="the model's vocabulary size V: a declared T > 1 from top-k lists bounds the unlisted mass "
+                   "with it (default 0: unknown; such positions are skipped)")
     p.add_argument("--audit", type=probability_value, default=None,
                    help="with --reference reported: the fraction of samples re-scored by prefill (default 0.1, at "
                    "least 8 samples; 0: no audit)")
@@ -206,7 +209,7 @@ def request_from(args: argparse.Namespace):
                 temperature=args.temperature, k=args.top_k, **budget, top_p=args.top_p,
                 sampling_top_k=args.sampling_top_k, min_p=args.min_p, as_client=args.as_client, template=template,
                 reported=args.reference.strip() == "reported",
-                audit=0.1 if args.audit is None else args.audit,
+                audit=0.1 if args.audit is None else args.audit, vocab=args.vocab,
                 alpha=args.alpha, tolerance=DEFAULTS["tolerance"] if auto else args.tolerance, auto_tolerance=auto,
                 logprob_tolerance=args.logprob_tolerance, seed=args.seed, concurrency=args.concurrency)
     return EndpointRequest(url=args.url, model=args.model, server=args.server, reference=args.reference,

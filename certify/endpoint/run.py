@@ -122,12 +122,14 @@ class Plan:
     reported: bool = False
     audit: float = 0.1
     audit_min: int = 8
+    vocab: int = 0
 
     def declared(self, vocab: int = 0):
-        """The law the samples are tested against (``references.Declared``)."""
+        """The law the samples are tested against (``references.Declared``; V: ``vocab`` or the
+        plan's)."""
         from spectr_gbv.certify.endpoint.references import Declared
 
-        return Declared(self.temperature, self.top_p, self.sampling_top_k, self.min_p, int(vocab or 0))
+        return Declared(self.temperature, self.top_p, self.sampling_top_k, self.min_p, int(vocab or self.vocab or 0))
 
     def audited(self, i: int) -> bool:
         """Whether sample i is audited (``reported`` only): a uniform of (seed, i) below ``audit``,
@@ -159,7 +161,7 @@ class Plan:
                   ("max_samples", not self.sequential or self.max_samples >= self.n_samples),
                   ("max_time_s", self.max_time_s is None or self.max_time_s > 0),
                   ("top_p", 0 < self.top_p <= 1), ("sampling_top_k", self.sampling_top_k >= 0),
-                  ("min_p", 0 <= self.min_p < 1), ("audit", 0 <= self.audit <= 1), ("audit_min", self.audit_min >= 0),
+                  ("min_p", 0 <= self.min_p < 1), ("audit", 0 <= self.audit <= 1), ("audit_min", self.audit_min >= 0), ("vocab", self.vocab >= 0),
                   ("template", self.template is None or isinstance(self.template, dict))]
         for name, ok in checks:
             if not ok:
@@ -665,11 +667,11 @@ def _test_samples(cert, plan, done, impossible, upto: int, alpha: float, n_promp
             cert.notes.append(f"--tolerance auto: the engine reports no log-probabilities; eta = {plan.tolerance:g}")
     cert.records = [done[i]["records"] for i in order]
     if order and not any("c" in r or r.get("imp") for rs in cert.records for r in rs):
-        skipped = sum(1 for rs in cert.records for r in rs if r.get("skip"))
-        cert.refused = (f"no token could be tested against the declared law ({skipped} positions skipped: its "
-                        "truncation boundaries lie within the reported precision or beyond the top-k lists, or its "
-                        "bounds exceed 1e-3; docs/guarantees.md): a whole-law reference (hf:, gguf:) or more "
-                        "precise log-probabilities are needed")
+        why = Counter(str(r.get("skip")) for rs in cert.records for r in rs if r.get("skip"))
+        cert.refused = (f"no token could be tested against the declared law ({sum(why.values())} positions skipped; "
+                        + "; ".join(f"{n}: {reason}" for reason, n in why.most_common(2))
+                        + "; docs/guarantees.md): a whole-law reference (hf:, gguf:) or more precise "
+                        "log-probabilities are needed")
     if order and not cert.refused:
         samples = cert.records
         flat = [r for s in samples for r in s]

@@ -163,3 +163,14 @@ def test_a_declared_law_no_position_of_which_can_be_tested_is_refused_not_passed
     seq, _ = _run(tmp_path / "q", "rounded-logprobs", as_client=True, temperature=0.8, top_p=0.9,
                   sequential=True) if (tmp_path / "q").mkdir() is None else (None, 0)
     assert seq.verdict == "REFUSED" and seq.sequence["tested"] == [80]  # no second look
+
+
+def test_a_declared_temperature_above_one_needs_the_vocabulary(tmp_path):
+    kw = dict(reference="self", as_client=True, template={"temperature": 1.3}, temperature=1.3)
+    cert, _ = _run(tmp_path, None, **kw)
+    assert cert.verdict == "REFUSED" and "1280: temperature > 1 and the list leaves mass: needs --vocab" in cert.refused
+    (tmp_path / "v").mkdir()
+    cert, _ = _run(tmp_path / "v", None, vocab=64, **kw)
+    tested = [r for rs in cert.records for r in rs if "c" in r]
+    assert cert.verdict == "PASS" and 100 <= len(tested) < 1280  # bounded: the rest beyond the 1e-3 bound
+    assert max(r["pe"] for r in tested) <= 1e-3 + 1e-9
