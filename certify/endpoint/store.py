@@ -29,7 +29,8 @@ VERSION = 1
 PLAN_KEYS = ("model", "temperature", "n_new", "k", "prompts", "seed", "reference", "server")
 # the declared law and the request's shape (``--as-client``, ``--reference reported``): a run file
 # written before they existed holds their defaults
-LAW_DEFAULTS = {"top_p": 1.0, "sampling_top_k": 0, "min_p": 0.0, "as_client": False, "template": None, "audit": 0.1}
+LAW_DEFAULTS = {"top_p": 1.0, "sampling_top_k": 0, "min_p": 0.0, "as_client": False, "template": None, "audit": 0.1,
+                "vocab": 0}
 
 
 class RunFile:
