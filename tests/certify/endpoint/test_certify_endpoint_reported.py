@@ -174,3 +174,17 @@ def test_a_declared_temperature_above_one_needs_the_vocabulary(tmp_path):
     tested = [r for rs in cert.records for r in rs if "c" in r]
     assert cert.verdict == "PASS" and 100 <= len(tested) < 1280  # bounded: the rest beyond the 1e-3 bound
     assert max(r["pe"] for r in tested) <= 1e-3 + 1e-9
+
+
+def test_a_whole_law_reference_gives_the_declared_law_exactly():
+    import numpy as np
+
+    from spectr_gbv.certify.endpoint.references import Declared, _whole_rows
+    from spectr_gbv.oracle.sequence_simulation import top_p
+
+    z = np.log(np.array([[0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]]))
+    rows = _whole_rows(z, [0, 3], 0.7, Declared(0.7, top_p=0.8))
+    for zr, law in zip(z, rows.laws):
+        tempered = np.exp(zr / 0.7) / np.exp(zr / 0.7).sum()
+        np.testing.assert_allclose(law, top_p(tempered, 0.8), atol=1e-15)
+    assert rows.laws[0, 2] == 0.0 and rows.raw == pytest.approx([np.log(0.5), np.log(0.4)], abs=1e-15)
