@@ -3,6 +3,7 @@
 (tests/helpers/fake_deployment.py; issue 58 item 1).
 
     .venv/bin/python benchmarks/reported_requests.py [--repeats 3] [--serial-s 0.01] [--out FILE]
+    .venv/bin/python benchmarks/reported_requests.py --verdicts 20 [--out FILE]
 
 Two servers: ``serial_s = 0`` (every request answered at once: the wall time is this client's and
 the tests' own cost) and ``serial_s > 0`` (one request computed at a time, each taking
@@ -11,7 +12,10 @@ a real prefill of n tokens costs less than decoding them, so this overstates ``s
 pass).  For each: ``self``, ``reported`` (audit 0.1, at least 8), ``reported --audit 0`` and
 "alone" (the 80 sampling requests of ``reported`` sent by a bare thread pool at the same
 concurrency, nothing tested), fixed plans of 80 samples × 16 tokens, every run on a fresh server.
-vLLM is not measured here (no vLLM environment on this machine).  Prints progress lines and a
+vLLM is not measured here (no vLLM environment on this machine).  ``--verdicts R``: instead,
+R runs (seeds 0..R−1, fixed 80 samples, audit 0.1) of ``reported`` against the correct server, the
+tempered-as-raw one and the one reporting draft tokens at log-prob 0: how often each FAILs and by
+which member.  Prints progress lines and a
 markdown table; ``--out`` also writes the raw numbers as JSON.  Ends with a verdict line.
 """
 
@@ -78,12 +82,49 @@ def _post(url, body):
         return json.loads(r.read())
 
 
+def run_verdicts(runs: int, out: str | None) -> int:
+    from spectr_gbv.certify.endpoint.report import decided_by
+
+    rows = []
+    for defect in (None, "temperature-0.9-reported", "zero-logprobs"):
+        for seed in range(runs):
+            plan = Plan(n_samples=N, n_new=N_NEW, sequential=False, replays=0, concurrency=C, reported=True,
+                        seed=seed)
+            with tempfile.TemporaryDirectory() as d, serve(defect) as (url, _):
+                cert = certify_endpoint(EndpointRequest(url, reference="reported", plan=plan, record=f"{d}/r.jsonl"))
+            first = (decided_by(cert) or ["-"])[0]
+            rows.append({"defect": defect, "seed": seed, "verdict": cert.verdict, "audited": cert.audit.samples,
+                         "decided_by": first})
+            print(f"reported_requests: {defect or 'correct'} seed {seed}: {cert.verdict} ({first})", file=sys.stderr,
+                  flush=True)
+    print("| server | runs | FAIL | audited (median) | first deciding member (counts) |")
+    print("|---|---|---|---|---|")
+    ok = True
+    for defect in (None, "temperature-0.9-reported", "zero-logprobs"):
+        rs = [r for r in rows if r["defect"] == defect]
+        fails = sum(r["verdict"] == "FAIL" for r in rs)
+        ok &= (fails == 0) if defect is None else True
+        kinds: dict = {}
+        for r in rs:
+            key = r["decided_by"].split(":")[1].split("(")[0].strip() if r["decided_by"] != "-" else "-"
+            kinds[key] = kinds.get(key, 0) + 1
+        print(f"| {defect or 'correct'} | {len(rs)} | {fails} | {statistics.median(r['audited'] for r in rs):g} | "
+              + "; ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) + " |")
+    if out:
+        Path(out).write_text(json.dumps(rows, indent=1))
+    print("verdict: PASS — no correct server failed" if ok else "verdict: FAIL — a correct server failed")
+    return 0 if ok else 1
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--serial-s", type=float, default=0.01)
+    ap.add_argument("--verdicts", type=int, default=0)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    if args.verdicts:
+        return run_verdicts(args.verdicts, args.out)
     rows = []
     for serial in (0.0, args.serial_s):
         for rep in range(args.repeats):
