@@ -8,7 +8,10 @@ Order of the checks (each failure is one ``DeploymentInputError`` line; the CLI 
 2. the reference's form (``references.parse_reference``) and what it can do: a top-k reference
    (``self``, ``endpoint:``) gives log-probabilities before temperature (vLLM's prompt
    log-probabilities are the raw log-softmax), whose top k do not determine the law at T ≠ 1, so
-   T ≠ 1 needs a whole-law reference (``hf:``, ``gguf:``);
+   T ≠ 1 needs a whole-law reference (``hf:``, ``gguf:``) — unless ``--as-client`` declares the
+   law, which is then computed from the top k (``certify.declared_laws``: exact, bounded or
+   skipped); ``--reference reported`` and ``--as-client`` need the OpenAI dialect, and
+   ``--audit-reference`` is ``self`` or ``endpoint:``;
 3. the server answers (one short probe, within seconds, before any model loads): a refused API
    key (HTTP 401/403), an HTML page or HTTP 404 on every probe path are each named as such; then
    its model name (``--model`` or the server's first listed model);
