@@ -185,6 +185,70 @@ def powers(est: dict, N: float, alpha: float, z: np.ndarray) -> dict:
     return out
 
 
+def boot_powers(pool: np.ndarray, est: dict, N: int, alpha: float, runs: int, null_runs: int, rng,
+                oracle: bool = True) -> dict:
+    """Power at N by drawing N sequences of the pool with replacement (its empirical law, heavy tail
+    included), each column shifted so that its mean is the exact conditional means' (``estimates``);
+    the Neyman–Pearson critical value from ``null_runs`` sums of N sequences drawn with the
+    importance weights e^{−Λ}, Λ's mean shifted to the null mean."""
+    a_dir = alpha * 0.75 / 4
+    S = pool[:, :COLS] - pool[:, :COLS].mean(axis=0) + est["mu"]
+    lam = pool[:, COLS - 1]
+    w = np.exp(-(lam - lam.max()))
+    w /= w.sum()
+    lam0 = lam - (w * lam).sum() + est["mu0"]
+    cdf = np.cumsum(w)
+    null = np.empty(null_runs if oracle else 1)
+    step = max(1, 4_000_000 // N)
+    for i in range(0, null.size if oracle else 0, step):
+        k = min(step, null_runs - i)
+        idx = np.minimum(np.searchsorted(cdf, rng.random((k, N)) * cdf[-1]), lam0.size - 1)
+        null[i:i + k] = lam0[idx].sum(axis=1)
+    crit = float(np.quantile(null, 1 - alpha)) if oracle else math.inf
+    hits = {"temperature": 0, "draft leak": 0, "position shift": 0, "family (directional)": 0, "LR e-value": 0,
+            "oracle": 0}
+    step = max(1, 4_000_000 // (N * 4))
+    for i in range(0, runs, step):
+        k = min(step, runs - i)
+        T = np.zeros((k, COLS))
+        for j in range(N):  # N draws a run, summed column by column (memory: k × COLS)
+            T += S[rng.integers(S.shape[0], size=k)]
+        rej = {"temperature": logmeanexp(T[:, :G]) >= math.log(1 / a_dir),
+               "draft leak": logmeanexp(T[:, G:G + NL]) >= math.log(1 / a_dir),
+               "position shift": logmeanexp(T[:, G + NL:G + 2 * NL]) >= math.log(1 / a_dir)}
+        rej["family (directional)"] = rej["temperature"] | rej["draft leak"] | rej["position shift"]
+        rej["LR e-value"] = T[:, -1] >= math.log(1 / alpha)
+        rej["oracle"] = T[:, -1] > crit
+        for key, v in rej.items():
+            hits[key] += int(v.sum())
+    return {k: v / runs for k, v in hits.items()}
+
+
+def needed_boot(pool: np.ndarray, est: dict, alpha: float, power: float, runs: int, null_runs: int, rng,
+                start: dict) -> dict:
+    """The N (to 2 %) at which each test's bootstrap power (``boot_powers``) reaches ``power``,
+    searched around ``start`` (the normal approximation's N)."""
+    out = {}
+    for key in ("family (directional)", "LR e-value", "oracle"):
+        if not start.get(key):
+            out[key] = None
+            continue
+        lo, hi = start[key] / 2, start[key] * 1.3
+        def pw(n):
+            return boot_powers(pool, est, int(n), alpha, runs, null_runs, rng, key == "oracle")[key]
+
+        while pw(hi) < power:
+            lo, hi = hi, hi * 1.5
+        while hi / lo > 1.02:
+            mid = math.sqrt(lo * hi)
+            if pw(mid) >= power:
+                hi = mid
+            else:
+                lo = mid
+        out[key] = float(hi)
+    return out
+
+
 def needed(est: dict, alpha: float, power: float, z: np.ndarray) -> dict:
     """The smallest N (on a grid of ratio 1.01) at which each test's power reaches ``power``."""
     grid = np.exp(np.arange(math.log(50), math.log(200_000), math.log(1.01)))
@@ -204,7 +268,8 @@ def needed(est: dict, alpha: float, power: float, z: np.ndarray) -> dict:
     return out
 
 
-def analyse(alpha: float, power: float, draws: int, boots: int, seed: int, chain: int = 0) -> dict:
+def analyse(alpha: float, power: float, draws: int, boots: int, seed: int, chain: int = 0,
+            boot_runs: int = 0) -> dict:
     from scipy.special import rel_entr
 
     from spectr_gbv.oracle.sequence_test import detectable_deviation
@@ -233,6 +298,9 @@ def analyse(alpha: float, power: float, draws: int, boots: int, seed: int, chain
         boot.append(n)
     res["interval95"] = {k: [float(np.nanpercentile([b[k] or np.nan for b in boot], q)) for q in (2.5, 97.5)]
                          for k in boot[0]} if boot else {}
+    if boot_runs:
+        res["needed_bootstrap"] = needed_boot(pool, est, alpha, power, boot_runs, 20_000, rng, res["needed"])
+        res["bootstrap_runs"] = boot_runs
     n_fam = res["needed"]["family (directional)"]
     if n_fam:
         res["omnibus_detectable_d"] = detectable_deviation(int(n_fam * N_NEW), alpha / 16)
@@ -276,6 +344,8 @@ def main() -> None:
     ap.add_argument("--power", type=float, default=0.99)
     ap.add_argument("--draws", type=int, default=20000, help="normal draws for the e-values' power")
     ap.add_argument("--boots", type=int, default=100, help="bootstrap resamples of the pool (its uncertainty)")
+    ap.add_argument("--boot-runs", type=int, default=2000,
+                    help="runs a point of the direct bootstrap (boot_powers); 0: the normal approximation only")
     ap.add_argument("--chain-check", type=int, default=0,
                     help="analyse a pool of this many sequences of sequence_power.py's chain leak instead (chain_pool)")
     args = ap.parse_args()
@@ -296,7 +366,7 @@ def main() -> None:
 
         simulate(args.pool, args.batch, args.seed, save)
     if args.analyse or args.chain_check:
-        res = analyse(args.alpha, args.power, args.draws, args.boots, args.seed, args.chain_check)
+        res = analyse(args.alpha, args.power, args.draws, args.boots, args.seed, args.chain_check, args.boot_runs)
         print(json.dumps(res, indent=1))
         name = "leak_need_chain" if args.chain_check else "leak_need"
         (HERE / "raw" / f"{name}_alpha{args.alpha:g}_power{args.power:g}.json").write_text(json.dumps(res, indent=1))
