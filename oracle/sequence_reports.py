@@ -45,7 +45,7 @@ import math
 import numpy as np
 
 from spectr_gbv.oracle.inputs import check_alpha
-from spectr_gbv.oracle.sequence_scores import DirectionalResult
+from spectr_gbv.oracle.sequence_scores import DirectionalResult, e_value_p
 
 # the share of the certificate's α the report tests take (split equally among those planned)
 REPORT_SHARE = 1 / 16
@@ -87,7 +87,7 @@ def other_cell_test(records, alpha: float) -> DirectionalResult | None:
             logs.append(float(f.sum()))
         top = max(logs)
         log_w = top + math.log(float(np.mean(np.exp(np.array(logs) - top))))
-    p = 0.0 if log_w == math.inf else min(1.0, math.exp(-log_w)) if log_w < 700 else 0.0
+    p = e_value_p(log_w)
     # caught: would one token outside the smallest-o list reject at this α (with the rest inside)?
     lam = OTHER_LAMBDAS[0]
     one = math.log((1 - lam) + lam / max(float(o.min()), 1e-300)) + (len(o) - 1) * math.log1p(-lam)
@@ -219,7 +219,7 @@ def independence_test(samples, groups, alpha: float, tolerance: float = 0.0) -> 
     logs = [float(np.log(np.where(I, (1 - lam) + lam / P, 1 - lam)).sum()) for lam in SHARE_LAMBDAS]
     top = max(logs)
     log_w = top + math.log(float(np.mean(np.exp(np.array(logs) - top))))
-    p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+    p = e_value_p(log_w)
     return DirectionalResult(INDEPENDENCE, float(log_w), p, int(P.size), float(I.sum()), float(P.sum()),
                              float((P * (1 - P)).sum()), 0.0, alpha, 1, 0.0, unit, p >= alpha)
 

@@ -84,6 +84,14 @@ MIXTURES = {"position shift": "s", "draft leak": "d"}
 EVALUE_TESTS = ("position shift", "draft leak", "truncation", "temperature")
 
 
+def e_value_p(log_w: float) -> float:
+    """The p-value of an e-value, min(1, 1/W), from log W (float, nats): 1 at log W ≤ 0, 0 at
+    log W ≥ 700 or +inf, else e^(−log W).  Never overflows (log W far below 0 on long runs gives 1)."""
+    if log_w <= 0:
+        return 1.0
+    return math.exp(-log_w) if log_w < 700 else 0.0
+
+
 def is_evalue(name: str) -> bool:
     """Whether the directional test ``name`` reports log W (an e-value test) rather than z."""
     return name.split(" (")[0] in EVALUE_TESTS
@@ -246,7 +254,7 @@ def temperature_test(records, alpha: float, tolerance: float = 0.0,
     log_w_th = th * g.sum() - K.sum(axis=0) - pen
     top = float(log_w_th.max())
     log_w = top + math.log(float(np.exp(log_w_th - top).mean()))
-    p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+    p = e_value_p(log_w)
     j = int(np.argmax(log_w_th))
     m = float(sum(r["tm"] for r in recs))
     v = float(sum(r["tv"] for r in recs))
@@ -323,7 +331,7 @@ def mixture_test(records, name: str, alpha: float, tolerance: float = 0.0,
     log_w = e - penalty
     top = float(log_w.max())
     log_mean = top + math.log(float(np.exp(log_w - top).mean()))
-    p = min(1.0, math.exp(-log_mean)) if log_mean < 700 else 0.0
+    p = e_value_p(log_mean)
     j = int(np.argmax(log_w))
     det = mixture_detectable(n, m, v, q, alpha, float(tolerance), power)
     return DirectionalResult(name, log_mean, p, n, float(e[j]), float(m[j]), float(v[j]), float(penalty[j]), alpha,
@@ -399,7 +407,7 @@ def truncation_test(records, alpha: float, tolerance: float = 0.0) -> Directiona
     top = max(per_level)
     log_w = (-math.inf if top == -math.inf else
              top + math.log(sum(math.exp(t - top) for t in per_level)) - math.log(len(levels)))
-    p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+    p = e_value_p(log_w)
     j = int(np.argmax(per_level))
     name = LEVELS[levels[j]]
     full = float(-np.log(M[:, j]).sum()) - penalties[j] + math.log(TRUNCATION_WEIGHTS[0] / len(levels))

@@ -32,7 +32,7 @@ from scipy import stats as sps
 from spectr_gbv.oracle.sequence_family import DIRECTIONAL, OMNIBUS_SHARE, FamilyResult
 from spectr_gbv.oracle.sequence_records import LAMBDAS, LEVEL_NAMES, THETAS
 from spectr_gbv.oracle.sequence_reports import OTHER_LAMBDAS, REPORT_SHARE
-from spectr_gbv.oracle.sequence_scores import (TRUNCATION_LAMBDAS, TRUNCATION_WEIGHTS, DirectionalResult,
+from spectr_gbv.oracle.sequence_scores import (TRUNCATION_LAMBDAS, TRUNCATION_WEIGHTS, DirectionalResult, e_value_p,
                                                mixture_detectable, temperature_detectable)
 from spectr_gbv.oracle.sequence_test import ORDERS, SequenceRow, detectable_deviation
 
@@ -295,7 +295,7 @@ class Tally:
         th = np.asarray(THETAS)
         log_w_th = th * s["t_g"] - s["t_k"] - s["t_pen"]
         log_w = _log_mean_exp(log_w_th)
-        p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+        p = e_value_p(log_w)
         j = int(np.argmax(log_w_th))
         det = temperature_detectable(float(s["t_v"]), s["t_pen"], alpha)
         return DirectionalResult("temperature", float(log_w), p, n, float(s["t_g"]), float(s["t_m"]), float(s["t_v"]),
@@ -308,7 +308,7 @@ class Tally:
             return DirectionalResult(name, math.nan, 1.0, 0, 0.0, 0.0, 0.0, 0.0, alpha, 1, math.inf, "weight ε", True)
         log_w = s["s_e"] - s["s_pen"]
         log_mean = _log_mean_exp(log_w)
-        p = _p_of(log_mean)
+        p = e_value_p(log_mean)
         j = int(np.argmax(log_w))
         det = mixture_detectable(n, s["s_m"], s["s_v"], s["s_q"], alpha, self.tolerance)
         return DirectionalResult(name, log_mean, p, n, float(s["s_e"][j]), float(s["s_m"][j]), float(s["s_v"][j]),
@@ -333,7 +333,7 @@ class Tally:
                      for b, w in enumerate(TRUNCATION_WEIGHTS)]
             per_level.append(_log_sum_exp(terms))
         log_w = _log_sum_exp(per_level) - math.log(len(levels))
-        p = 1.0 if log_w <= 0 else (math.exp(-log_w) if log_w < 700 else 0.0)
+        p = e_value_p(log_w)
         j = int(np.argmax(per_level))
         i = levels[j]
         pen = float(s["u_pen"][i, 0])
@@ -353,7 +353,7 @@ class Tally:
             log_w = math.inf
         else:
             log_w = _log_mean_exp(s["o_f"])
-        p = _p_of(log_w)
+        p = e_value_p(log_w)
         lam = OTHER_LAMBDAS[0]
         one = math.log((1 - lam) + lam / max(self.o_min, 1e-300)) + (n - 1) * math.log1p(-lam)
         return (DirectionalResult("reported top-k: other cell", float(log_w), p, n, float(s["o_out"]), float(s["o_o"]),
@@ -362,12 +362,6 @@ class Tally:
                                   "tokens outside (caught: 1)", p >= alpha),)
 
 
-def _p_of(log_w: float) -> float:
-    """min(1, 1/W) from log W (an e-value's p-value; no overflow at log W below −709, where
-    ``sequence_scores.mixture_test``'s ``math.exp(-log_w)`` raises on long runs)."""
-    if log_w <= 0:
-        return 1.0
-    return math.exp(-log_w) if log_w < 700 else 0.0
 
 
 def _log_sum_exp(values) -> float:

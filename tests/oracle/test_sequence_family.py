@@ -251,3 +251,12 @@ def test_the_temperature_e_value_catches_both_directions(chain, T, sign):
         res = temperature_test([r for s in _samples(chain, 60, 16, rng, ("temperature", T)) for r in s], 2.5e-4)
         caught += (not res.passed) and res.sided == sign and res.statistic > math.log(1 / 2.5e-4)
     assert caught == 10
+
+
+def test_e_value_p_never_overflows():
+    from spectr_gbv.oracle.sequence_scores import e_value_p, mixture_test
+
+    assert e_value_p(-1e6) == 1.0 and e_value_p(0.0) == 1.0 and e_value_p(float("inf")) == 0.0
+    assert e_value_p(700.0) == 0.0 and abs(e_value_p(2.0) - math.exp(-2.0)) < 1e-15
+    import inspect
+    assert "e_value_p" in inspect.getsource(mixture_test)  # the mixture's p comes from it (log W << -709 on long runs)
