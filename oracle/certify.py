@@ -431,7 +431,7 @@ def empirical_tv(samples, law: dict) -> float:
     return 0.5 * sum(abs(counts.get(o, 0) / n - law.get(o, 0.0)) for o in set(counts) | set(law))
 
 
-def _outcomes(tau: np.ndarray, tokens: np.ndarray, L: int, V: int) -> list[Outcome]:
+def verdict_outcomes(tau: np.ndarray, tokens: np.ndarray, L: int, V: int) -> list[Outcome]:
     """(τ, accepted prefix, emitted token) of each row of one call.
 
     Raises:
@@ -651,7 +651,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
             batch = [np.broadcast_to(a, (B,) + a.shape) for a in arrays]
             try:
                 out = verifier(*batch, seeds=seeds.row_seeds(c, B))
-                outs = _outcomes(to_numpy(out.tau), to_numpy(out.tokens), L, case.V)
+                outs = verdict_outcomes(to_numpy(out.tau), to_numpy(out.tokens), L, case.V)
             except Exception as err:  # a defect of the verifier: its verdict, not an exception
                 return _stopped(case, kind, n_samples, alpha, done, c, err, start)
             if records is not None:
@@ -688,7 +688,7 @@ def certify_case(verifier, case, n_samples: int = DEFAULT_SAMPLES, alpha: float 
             idx = rng.choice(len(probs), size=(B, case.K), p=probs)
             try:
                 tau, tokens = call_verifier(verifier, toks[idx], dps[idx], tps[idx], seeds.row_seeds(c, B))
-                outs = _outcomes(tau, tokens, case.L, case.V)
+                outs = verdict_outcomes(tau, tokens, case.L, case.V)
             except Exception as err:  # a defect of the verifier: its verdict, not an exception
                 return _stopped(case, kind, n_samples, alpha, done, c, err, start)
             firsts.extend(o[1][0] if o[0] > 0 else o[2] for o in outs)

@@ -42,7 +42,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spectr_gbv.oracle.certify import CaseResult, FixedCase, certify_case, exact_verdict_law, rows_per_call
+from spectr_gbv.oracle.certify import (CaseResult, FixedCase, certify_case, exact_verdict_law, rows_per_call,
+                                      verdict_outcomes)
 from spectr_gbv.oracle.contract_check import SeedCheck
 from spectr_gbv.oracle.output_checks import OutputChecks
 from spectr_gbv.oracle.seed_contract import collision_probability
@@ -295,27 +296,6 @@ class _Replay:
                                  values["log_p_joint"], values["active"])
 
 
-def _lane_outcomes(tau, tokens, L: int, V: int) -> list:
-    """(τ, accepted prefix, emitted token) of each row of one call, or ContractViolation: tokens
-    not [B, L+1], τ not [B] or outside [0, L], an emitted id outside [0, V) (the lane's V)."""
-    tau = np.asarray(tau).astype(np.int64, casting="unsafe").reshape(-1)
-    tokens = np.asarray(tokens).astype(np.int64, casting="unsafe")
-    if tokens.ndim != 2 or tokens.shape != (len(tau), L + 1):
-        raise ContractViolation(f"verifier returned tokens of shape {tokens.shape} with tau of shape {tau.shape}, "
-                                f"expected [B, {L + 1}] and [B]")
-    if np.any((tau < 0) | (tau > L)):
-        b = int(np.flatnonzero((tau < 0) | (tau > L))[0])
-        raise ContractViolation(f"verifier returned tau = {int(tau[b])} outside [0, {L}] (batch row {b})")
-    emitted = np.arange(L + 1)[None, :] <= tau[:, None]
-    bad = emitted & ((tokens < 0) | (tokens >= V))
-    if bad.any():
-        b = int(np.flatnonzero(bad.any(axis=1))[0])
-        raise ContractViolation(f"verifier emitted a token id outside [0, {V}) (batch row {b}: tau {int(tau[b])}, "
-                                f"tokens {tokens[b].tolist()})")
-    last = tokens[np.arange(len(tau)), tau]
-    return [(int(t), tuple(int(x) for x in row[:t]), int(e)) for t, row, e in zip(tau, tokens, last)]
-
-
 def certify_mixed(verifier, cases, n_samples: int, alpha: float, chunk: int = 4096, seed: int = 0,
                   progress=None) -> MixedRun:
     """Sample every FixedCase of ``cases`` in mixed batches (module doc) and test each against
@@ -490,7 +470,7 @@ class _Run:
         self.calls += 1
         try:
             verdict = self.verifier(*batch, seeds=seeds)
-            outs = _lane_outcomes(to_numpy(verdict.tau), to_numpy(verdict.tokens), lane.L, lane.V)
+            outs = verdict_outcomes(to_numpy(verdict.tau), to_numpy(verdict.tokens), lane.L, lane.V)
         except Exception as err:  # a defect of the verifier: the verdict of the cases in the call
             for j in in_call:
                 st = self.states[j]

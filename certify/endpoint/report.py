@@ -338,6 +338,22 @@ def _sequence_json(seq):
                            for k, (v, ok) in res.items()}}
 
 
+def family_json(fam) -> dict:
+    """A ``oracle.sequence_family.FamilyResult`` as a JSON-ready dict (every omnibus row and
+    directional test): the "family" of ``certificate_json``, and of ``certify log``'s certificate."""
+    return {
+        "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,
+        "n_sequences": fam.n_sequences, "early_stops": fam.early_stops, "impossible": fam.impossible,
+        "coarsened_k": fam.coarsened, "detectable": fam.detectable,
+        "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
+                  "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
+                  "passed": r.passed} for r in fam.rows],
+        "directional": [{"name": d.name, "statistic": d.statistic, "pvalue": d.pvalue, "n": d.n,
+                         "observed": d.observed, "expected": d.expected, "variance": d.variance,
+                         "bias": d.bias, "alpha": d.alpha, "sided": d.sided, "detectable": d.detectable,
+                         "unit": d.unit, "passed": d.passed} for d in fam.directional]}
+
+
 def certificate_json(cert) -> dict:
     """The certificate as a JSON-ready dict (every test row)."""
     from dataclasses import asdict
@@ -363,17 +379,7 @@ def certificate_json(cert) -> dict:
                      "pvalue": r.pvalue, "n": r.n, "observed": r.observed, "expected": r.expected, "alpha": r.alpha,
                      "passed": r.passed}
                     for r in getattr(cert, "reports", ())],
-        "family": None if fam is None else {
-            "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,
-            "n_sequences": fam.n_sequences, "early_stops": fam.early_stops, "impossible": fam.impossible,
-            "coarsened_k": fam.coarsened, "detectable": fam.detectable,
-            "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
-                      "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
-                      "passed": r.passed} for r in fam.rows],
-            "directional": [{"name": d.name, "statistic": d.statistic, "pvalue": d.pvalue, "n": d.n,
-                             "observed": d.observed, "expected": d.expected, "variance": d.variance,
-                             "bias": d.bias, "alpha": d.alpha, "sided": d.sided, "detectable": d.detectable,
-                             "unit": d.unit, "passed": d.passed} for d in fam.directional]},
+        "family": None if fam is None else family_json(fam),
     }
 
 

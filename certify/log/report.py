@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from spectr_gbv.certify.endpoint.report import FAIL, decided_by
+from spectr_gbv.certify.endpoint.report import FAIL, decided_by, family_json
 from spectr_gbv.certify.log.parse import SKIP_TEXT
 from spectr_gbv.oracle.sequence_scores import is_evalue
 
@@ -158,24 +158,9 @@ def certificate_json(cert) -> dict:
             "shift": None if cert.audit.shift is None else {"pvalue": cert.audit.shift.pvalue,
                                                             "alpha": cert.audit.shift.alpha,
                                                             "passed": cert.audit.shift.passed},
-            "family": None if cert.audit.family is None else _family_json(cert.audit.family)},
+            "family": None if cert.audit.family is None else family_json(cert.audit.family)},
         "reports": [{"name": r.name, "statistic": r.statistic if math.isfinite(r.statistic) else None,
                      "pvalue": r.pvalue, "n": r.n, "observed": r.observed, "expected": r.expected, "alpha": r.alpha,
                      "passed": r.passed} for r in cert.reports],
-        "family": None if fam is None else _family_json(fam),
+        "family": None if fam is None else family_json(fam),
     }
-
-
-def _family_json(fam) -> dict:
-    """A ``FamilyResult`` with ``certify endpoint``'s JSON keys."""
-    return {
-        "passed": fam.passed, "alpha": fam.alpha, "tolerance": fam.tolerance, "n_tokens": fam.n_tokens,
-        "n_sequences": fam.n_sequences, "early_stops": fam.early_stops, "impossible": fam.impossible,
-        "coarsened_k": fam.coarsened, "detectable": fam.detectable,
-        "rows": [{"scope": r.scope, "order": r.order, "test": r.test, "statistic": r.statistic,
-                  "pvalue": r.pvalue, "n": r.n, "alpha": r.alpha, "detectable": r.detectable,
-                  "passed": r.passed} for r in fam.rows],
-        "directional": [{"name": d.name, "statistic": d.statistic, "pvalue": d.pvalue, "n": d.n,
-                         "observed": d.observed, "expected": d.expected, "variance": d.variance,
-                         "bias": d.bias, "alpha": d.alpha, "sided": d.sided, "detectable": d.detectable,
-                         "unit": d.unit, "passed": d.passed} for d in fam.directional]}
