@@ -150,15 +150,24 @@ class _Reference:
 
 
 def test_a_stop_inside_a_look_tests_the_prefix_and_ends_in_a_verdict_line(tmp_path):
+    import signal
+
     from spectr_gbv.certify.endpoint.report import text_report
     from spectr_gbv.certify.endpoint.run import Plan, certify_deployment
     from spectr_gbv.certify.endpoint.store import RunFile
 
-    engine = _Engine(stop_at=120)
-    plan = Plan(sequential=True, concurrency=1, replays=0)
-    cert = certify_deployment(engine, _Reference(engine.server), [[1], [2], [3]], plan,
-                              RunFile(tmp_path / "r.jsonl", {"plan": "test"}))
+    # _thread.interrupt_main does nothing where SIGINT is ignored or handled elsewhere (a test
+    # worker's state, or an earlier test's); Ctrl-C's own handler for this test
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        engine = _Engine(stop_at=120)
+        plan = Plan(sequential=True, concurrency=1, replays=0)
+        cert = certify_deployment(engine, _Reference(engine.server), [[1], [2], [3]], plan,
+                                  RunFile(tmp_path / "r.jsonl", {"plan": "test"}))
+    finally:
+        signal.signal(signal.SIGINT, saved)
     seq = cert.sequence
+    assert engine.calls >= 120, engine.calls
     assert seq["stopped"] == "user" and seq["tested"][0] == 80 and len(seq["tested"]) == 2
     assert 110 <= seq["tested"][1] <= 121 and cert.samples == seq["tested"][1]
     assert cert.verdict == "INCOMPLETE" and not cert.complete
