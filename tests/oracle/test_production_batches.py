@@ -12,7 +12,7 @@ times, the seed checks' 4 rows alone, hashed seeds):
 | ``wrong_fast_path_sd`` (B == 1 draws its uniforms in another order) | "single-request path" (every row of the check batch re-run alone) | ``fast_path_sd`` |
 | ``num_emitted_tau_sd`` (num_emitted = τ) | "τ, num_emitted and padding" (every sampled call) | ``sd`` |
 | ``float32_seed_sd`` (seeds through float32) | "seed narrowing", naming "float32 round trip" | ``sd`` |
-| ``mod16_seed_sd`` (seeds mod 2^16) | "seed narrowing", naming "mod 2^16" | ``sd`` |
+| ``mod16_seed_sd`` (seeds mod 2^16) | "seed narrowing", naming "mod 2^16", first in the report (at the defaults the "large" case fails its law too: its 20,000 rows share ~3,000 seed pairs) | ``sd`` |
 | ``uint16_ids_sd`` (token ids mod 2^16) | the "vocab" case's law (ids ≥ 65,536 drafted and emitted on purpose) and "accepted tokens are drafts" | ``sd`` |
 
 Statistics: the law tests run at N = 20,000 per case (5,000 at V = 151,936), α = 10^-6 per case
@@ -64,8 +64,14 @@ def _assert_caught(report, name: str) -> None:
     assert not failed.passed and words in failed.detail, report.table()
     if name == "wrong_fast_path_sd":  # batched calls agree with each other: only the B == 1 path is off
         assert _checks(report)["batch independence"].passed
-    if name in ("num_emitted_tau_sd", "float32_seed_sd", "mod16_seed_sd"):  # every row's law is SD's
+    if name in ("num_emitted_tau_sd", "float32_seed_sd"):  # every row's law is SD's
         assert all(r.passed for r in report.results), report.table()
+    if name == "mod16_seed_sd":
+        # every row's law is SD's, but at N = 20,000 rows on 65,536 seeds about 3,000 pairs of a
+        # case's rows share their seed (dependent samples): "large" (its row repeated) then fails
+        # its joint and identity tests too (measured at the defaults: p = 2e-23); the report
+        # names the cause first
+        assert report.table().startswith("FAILED CHECK seed narrowing: narrows its seeds (mod 2^16)"), report.table()
 
 
 @pytest.mark.parametrize("name", list(DEFECTS))
