@@ -251,6 +251,9 @@ def main(argv=None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_term)
+    # Ctrl-C stops it even where SIGINT was ignored when it started (a parent that ignores SIGINT,
+    # such as a test runner's worker, hands that on, and Python then installs no handler)
+    signal.signal(signal.SIGINT, on_term)
     print(f"logging proxy: http://{args.host}:{server.server_port} -> {server.upstream}, appending to {args.log}",
           file=sys.stderr)
     try:
