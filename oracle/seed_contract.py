@@ -172,6 +172,20 @@ def _calls(verifier, rows, seeds: np.ndarray, max_rows: int | None = None, index
     return (np.concatenate(taus), np.concatenate(tokens)), ""
 
 
+def _independence_check(changed: np.ndarray, first, subject: str, what: str) -> SeedCheck:
+    """The "batch independence" SeedCheck from ``changed`` (bool [B]: rows whose re-run outputs
+    differ from ``first``'s (τ [B], tokens [B, L+1])) and ``what`` (the re-runs, in words)."""
+    B = len(changed)
+    n = int(changed.sum())
+    if n == 0:
+        return SeedCheck("batch independence", True, subject, B, 0, 0.0, f"{what}: identical outputs")
+    b = int(np.flatnonzero(changed)[0])
+    return SeedCheck("batch independence", False, subject, B, n, 0.0,
+                     f"depends on its batch: {what} gave different outputs in {n} rows (first: row {b}, τ = "
+                     f"{int(first[0][b])} in the first call); row b's output must depend on its inputs and "
+                     "seeds[b] alone, not on its neighbours, its position or the batch size (reference/contract.py)")
+
+
 def _batch_independence(verifier, rows, seeds: np.ndarray, fresh_seeds: np.ndarray, first, subject: str
                         ) -> SeedCheck:
     """The third check of the module doc on a batch whose first call gave ``first``."""
@@ -201,14 +215,7 @@ def _batch_independence(verifier, rows, seeds: np.ndarray, fresh_seeds: np.ndarr
     mine = source < B
     diff = _differs((out[0][mine], out[1][mine]), (first[0][index[mine]], first[1][index[mine]]))
     changed[index[mine][diff]] = True
-    n = int(changed.sum())
-    if n == 0:
-        return SeedCheck("batch independence", True, subject, B, 0, 0.0, f"{what}: identical outputs")
-    b = int(np.flatnonzero(changed)[0])
-    return SeedCheck("batch independence", False, subject, B, n, 0.0,
-                     f"depends on its batch: {what} gave different outputs in {n} rows (first: row {b}, τ = "
-                     f"{int(first[0][b])} in the first call); row b's output must depend on its inputs and "
-                     "seeds[b] alone, not on its neighbours, its position or the batch size (reference/contract.py)")
+    return _independence_check(changed, first, subject, what)
 
 
 def _check_seed_args(draft_tokens, draft_probs, target_probs, seeds, fresh_seeds):
@@ -541,14 +548,7 @@ def _batch_independence_shifted(verifier, rows, seeds, fresh_seeds, first, subje
         calls.append(src.size)
     what = (f"the {B} rows re-run in a drawn order inside a batch of {calls[0]} ({extra} extra rows with fresh "
             f"seeds) and one position later inside a batch of {calls[1]}")
-    n = int(changed.sum())
-    if n == 0:
-        return SeedCheck("batch independence", True, subject, B, 0, 0.0, f"{what}: identical outputs")
-    b = int(np.flatnonzero(changed)[0])
-    return SeedCheck("batch independence", False, subject, B, n, 0.0,
-                     f"depends on its batch: {what} gave different outputs in {n} rows (first: row {b}, τ = "
-                     f"{int(first[0][b])} in the first call); row b's output must depend on its inputs and "
-                     "seeds[b] alone, not on its neighbours, its position or the batch size (reference/contract.py)")
+    return _independence_check(changed, first, subject, what)
 
 
 def check_batch_contract(verifier, draft_tokens, draft_probs, target_probs, seeds, fresh_seeds, rng, *,
