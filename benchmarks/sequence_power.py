@@ -58,7 +58,7 @@ import numpy as np
 from scipy import stats as sps
 
 from spectr_gbv.oracle.sequence_family import OMNIBUS_SHARE, family_test
-from spectr_gbv.oracle.sequence_records import LAMBDAS, LOG_FLOOR, THETAS, _levels, records_from_laws
+from spectr_gbv.oracle.sequence_records import LAMBDAS, LOG_FLOOR, THETAS, nucleus_levels, records_from_laws
 from spectr_gbv.oracle.sequence_scores import TRUNCATION_LAMBDAS, TRUNCATION_WEIGHTS, truncation_levels
 from spectr_gbv.oracle.sequence_simulation import MarkovChain, defect_matrix, sample_many
 from spectr_gbv.oracle.sequence_test import ORDERS, ks_uniform_test
@@ -89,7 +89,7 @@ class FastFamily:
 
     Tables: the PIT's ``lo`` (mass before the token in probability order, ties by id), ``li`` (in
     id order) and ``c``; the temperature's g = max(log p, LOG_FLOOR) and K(θ) per row; each
-    truncation level's mass per row and membership per (row, token), from ``_levels`` as the records
+    truncation level's mass per row and membership per (row, token), from ``nucleus_levels`` as the records
     have them; the draft's ratio q/p per (row, token).  The position-shift ratio is read per token.
     """
 
@@ -108,15 +108,15 @@ class FastFamily:
         rank = np.empty((V, V), dtype=np.int64)
         np.put_along_axis(rank, order, np.tile(np.arange(V), (V, 1)), axis=1)
         mass, size = np.empty((V, len(self.levels))), np.empty((V, len(self.levels)), dtype=np.int64)
-        for i in range(V):  # a level's entry is [1 − M, rank ≥ size]: read M and size off _levels at two ranks
-            full = _levels(desc[i], V, 1.0)
+        for i in range(V):  # a level's entry is [1 − M, rank ≥ size]: read M and size off nucleus_levels at two ranks
+            full = nucleus_levels(desc[i], V, 1.0)
             for j, lv in enumerate(self.levels):
                 mass[i, j] = 1.0 - full[lv][0]
                 # size = the smallest rank outside: binary search on the out flag
                 lo_r, hi_r = 0, V
                 while lo_r < hi_r:
                     mid = (lo_r + hi_r) // 2
-                    if _levels(desc[i], mid, 1.0)[lv][1]:
+                    if nucleus_levels(desc[i], mid, 1.0)[lv][1]:
                         hi_r = mid
                     else:
                         lo_r = mid + 1

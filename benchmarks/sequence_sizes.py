@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats as sps
 
-from spectr_gbv.oracle.sequence_records import LOG_FLOOR, THETAS, _levels, records_from_laws
+from spectr_gbv.oracle.sequence_records import LOG_FLOOR, THETAS, nucleus_levels, records_from_laws
 from spectr_gbv.oracle.sequence_reports import logprob_shift_test, other_cell_test
 from spectr_gbv.oracle.sequence_scores import (LEVELS, TRUNCATION_LAMBDAS, TRUNCATION_WEIGHTS, score_test,
                                                temperature_test, truncation_levels, truncation_test)
@@ -89,7 +89,7 @@ class Tables:
             order = np.lexsort((np.arange(chain.V), -p[i]))
             desc = p[i][order]
             for rank, y in enumerate(order):
-                nu[i, y] = _levels(desc, rank, 1.0)
+                nu[i, y] = nucleus_levels(desc, rank, 1.0)
         nu = nu[:, :, self.levels, :]
         self.Mass = 1.0 - nu[:, 0, :, 0]  # [V, L]: the level's mass (the same for every token of a row)
         self.inside = nu[:, :, :, 1] < 0.5  # [V, V, L]

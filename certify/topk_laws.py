@@ -1,5 +1,5 @@
 """The law a request asked for, from a reported top-k list, and every token's record fields as arrays
-(shared by ``certify log`` (``certify/log/cells.py`` re-exports it) and ``certify endpoint``'s
+(shared by ``certify log`` and ``certify endpoint``'s
 ``--reference reported`` / ``--as-client`` through ``certify/declared_laws.py``).
 
 A logged response reports, at each sampled position t, the k most probable tokens of the raw

@@ -115,7 +115,7 @@ LEVEL_NAMES = (tuple(f"top-p {rho:g}" for rho in NUCLEI) + tuple(f"min-p {mu:g}"
                + tuple(f"top-k {k}" for k in TOP_KS) + ("top set",))
 
 
-def _levels(sorted_probs: np.ndarray, rank: int, resolved_mass: float, other: float | None = None) -> list:
+def nucleus_levels(sorted_probs: np.ndarray, rank: int, resolved_mass: float, other: float | None = None) -> list:
     """``[[1 − M, out], …]`` for ``LEVEL_NAMES`` (module doc) from the cells' probabilities sorted
     descending (a whole law's V, or a top-k law's k top cells), the rank of the token's cell (k for
     "other"), the mass the sorted cells resolve (1 for a whole law, Σ top for top-k) and, for a
@@ -237,7 +237,7 @@ def records_from_laws(tokens, laws, draft_laws=None) -> list[dict]:
         rec["tx"] = [LOG_FLOOR if live_g.size < row.size else float(live_g.min()), float(live_g.max())]
         desc = -np.sort(-row)
         rank = int(np.count_nonzero(higher)) + int(np.count_nonzero(row[:x] == px))
-        rec["nu"] = _levels(desc, rank, 1.0)
+        rec["nu"] = nucleus_levels(desc, rank, 1.0)
         if t >= 1:
             _add_mixture(rec, "s", row, p[t - 1], x)
         if q is not None:
@@ -355,7 +355,7 @@ def records_from_top(tokens, top_ids, top_logprobs, token_logprobs=None) -> list
             continue
         rec.update(c=c, lo=lo, li=li, tg=gx, tm=m, tv=v, tr=rng, tk=_cgf(cells, g), tx=[float(g.min()), float(g.max())])
         rank = int(hit[0]) if hit.size else ids.size
-        rec["nu"] = _levels(probs, rank, top_mass, other)
+        rec["nu"] = nucleus_levels(probs, rank, top_mass, other)
         if prev is not None:
             _add_top_shift(rec, ids, probs, other, prev, hit)
         out.append(rec)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spectr_gbv.certify.log.cells import (DEFAULT_MAX_BOUND, SKIP_REASONS, record_arrays, reported_precisions,
+from spectr_gbv.certify.topk_laws import (DEFAULT_MAX_BOUND, SKIP_REASONS, record_arrays, reported_precisions,
                                           request_law)
 from spectr_gbv.certify.log.parse import parse_line
 from spectr_gbv.certify.log.tally import Tally

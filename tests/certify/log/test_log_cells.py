@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from spectr_gbv.certify.log.cells import SKIP_REASONS, reported_precisions, request_law
+from spectr_gbv.certify.topk_laws import SKIP_REASONS, reported_precisions, request_law
 from spectr_gbv.certify.log.parse import Sample
 from spectr_gbv.certify.log.run import chunk_records
 from spectr_gbv.certify.log.tally import Tally, binned_ks_bound
