@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The light install, checked in a bare environment: build the wheel, install it (not editable)
-# into a fresh virtual environment with its base dependencies only (numpy, scipy, tqdm, from the
-# registry), and run, from a folder outside the repository:
+# into a fresh virtual environment with its base dependencies only (numpy, scipy, tqdm, msgspec,
+# from the registry), and run, from a folder outside the repository:
 #   - spectr-gbv --help, spectr-gbv certify --help, spectr-gbv exact on the toy models;
 #   - the oracle's harness (certify_verifier, certify_lossless) imported without torch;
 #   - spectr-gbv certify endpoint URL --reference self against a correct loopback test server

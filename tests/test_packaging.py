@@ -94,8 +94,9 @@ def test_a_built_wheel_holds_only_spectr_gbv(tmp_path):
 
 
 # The light install (scripts/light_check.sh runs it in a bare environment): the base dependencies
-# are what `spectr-gbv exact`, the oracle's harness, the pytest plugin and `certify endpoint` need.
-LIGHT = {"numpy", "scipy", "tqdm"}
+# are what `spectr-gbv exact`, the oracle's harness, the pytest plugin and `certify endpoint` need,
+# and msgspec (`certify log`'s JSON decoder).
+LIGHT = {"numpy", "scipy", "tqdm", "msgspec"}
 
 
 def _canonical(name: str) -> str:

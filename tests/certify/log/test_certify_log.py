@@ -172,3 +172,43 @@ def test_false_alarms_of_correct_logs_within_alpha(tmp_path):
         fails += certify_log(str(p), LogPlan(vocab=64, alpha=0.1)).verdict != "PASS"
     assert fails <= 10
     assert fails == 0  # as measured (deterministic seeds)
+
+
+def _edge_lines(line: str) -> list:
+    """Variants of one log line that msgspec refuses and ``json`` reads (or refuses too): an own
+    log-prob of -Infinity, NaN in a top list, a temperature of 1e400, a text token with a lone
+    surrogate, and a byte that is not UTF-8 (a temperature given twice: the last one counts); and one that
+    both read (a 30-digit integer)."""
+    obj = json.loads(line)
+    lp = obj["response"]["choices"][0]["logprobs"]
+    first = next(iter(lp["top_logprobs"][2]))
+    minus_inf = json.loads(line)
+    minus_inf["response"]["choices"][0]["logprobs"]["token_logprobs"][3] = float("-inf")
+    nan = json.loads(line)
+    nan["response"]["choices"][0]["logprobs"]["top_logprobs"][2][first] = float("nan")
+    text = line.replace('"token_id:1', '"tok\\ud800 ').replace('"token_id:', '"tok ')
+    huge = json.dumps(obj).replace('"seed": ', '"seed": 123456789012345678901234567890, "seed0": ', 1)
+    hot = json.dumps(obj).replace('"max_tokens": ', '"temperature": 1e400, "max_tokens": ', 1)
+    return [json.dumps(minus_inf).encode(), json.dumps(nan).encode(), text.encode(), huge.encode(), hot.encode(),
+            line.encode().replace(b'"token_id:', b'"\xff', 1)]
+
+
+def test_the_stdlib_decoder_gives_the_fast_decoders_tally(logs, monkeypatch):
+    """parse.decode: msgspec when installed, json else or where msgspec refuses a line; both paths
+    give one tally, edge lines (``_edge_lines``) included."""
+    pytest.importorskip("msgspec")
+    from spectr_gbv.certify.log import parse
+    from spectr_gbv.certify.log.run import tally_lines
+
+    with open(logs[None], "rb") as f:
+        raw = f.read().splitlines()[:60]
+    edges = [e for line in raw[:4] for e in _edge_lines(line.decode())]
+    for e in edges[:3] + edges[4:5] + edges[5:6]:
+        with pytest.raises(parse._FAST_REFUSED):
+            parse._FAST_DECODE(e)
+    lines = list(enumerate(raw + edges))
+    fast = tally_lines(lines, PLAN).to_json()
+    monkeypatch.setattr(parse, "_FAST_DECODE", None)
+    slow = tally_lines(lines, PLAN).to_json()
+    assert fast == slow
+    assert fast["counts"]["impossible"] >= 1 and fast["skipped"]["json"] == 4 and fast["skipped"]["params"] >= 1
