@@ -280,8 +280,9 @@ def record_arrays(law: dict, ids: np.ndarray, x: np.ndarray, lpx: np.ndarray, fi
     g = np.concatenate([g_top, g_last[:, None]], axis=1)
     live = np.concatenate([kept & (P > 0), (O > 0)[:, None]], axis=1)
     cl = np.where(live, cells, 0.0)
-    tm = (cl * g).sum(axis=1)
-    tv = np.maximum((cl * (g - tm[:, None]) ** 2).sum(axis=1), 0.0)
+    tm = _row_dot(cl, g)
+    dev = g - tm[:, None]
+    tv = np.maximum(_row_dot(cl * dev, dev), 0.0)
     tk = np.log(_cgf_sums(cl, g))
     tx = np.stack([g_last, g_top[:, 0]], axis=1)
     tg = np.where(hit, g_top[rows, np.minimum(j, k - 1)], g_last)
@@ -298,6 +299,19 @@ def record_arrays(law: dict, ids: np.ndarray, x: np.ndarray, lpx: np.ndarray, fi
     return out
 
 
+def _row_sum(a: np.ndarray) -> np.ndarray:
+    """Σ_j a_ij per row of a 2-D array: einsum, ~4× ``a.sum(axis=1)`` on rows of ~20 entries (numpy's
+    reductions along a short last axis pay per row); another summation order (~1e-16 relative).
+    Used for the record fields' continuous sums only, never where a sum decides a count (a skip,
+    a cut, a PIT's bin)."""
+    return np.einsum("ij->i", a)
+
+
+def _row_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Σ_j a_ij·b_ij per row (``_row_sum``'s way: ~2.5× ``(a * b).sum(axis=1)``)."""
+    return np.einsum("ij,ij->i", a, b)
+
+
 def _cgf_sums(cl: np.ndarray, g: np.ndarray) -> np.ndarray:
     """Σ_cells cl·e^{θ g} for θ of ``THETAS`` ([N, G]): two exponentials (θ = 0.02, 0.05) and their
     powers and reciprocals instead of one per θ (equal to 1e-14 relative)."""
@@ -312,7 +326,7 @@ def _cgf_sums(cl: np.ndarray, g: np.ndarray) -> np.ndarray:
             f = e[abs(t)] if t > 0 else 1.0 / e[abs(t)]
         else:
             f = np.exp(t * g)
-        out[:, i] = (cl * f).sum(axis=1)
+        out[:, i] = _row_dot(cl, f)
     return out
 
 
@@ -371,9 +385,9 @@ def _shift(P, O, kept, ids, j, rec, first, has_c) -> dict:
     col = order.ravel()[at].reshape(cur.shape)
     prev_top = np.where(found, np.take_along_axis(Pp, col, axis=1), stand[:, None])
     prev_top = np.where(kept[idx], prev_top, 0.0)
-    prev_other = np.maximum(0.0, 1.0 - prev_top.sum(axis=1))
+    prev_other = np.maximum(0.0, 1.0 - _row_sum(prev_top))
     prev = np.concatenate([prev_top, prev_other[:, None]], axis=1)
-    tot = prev.sum(axis=1)
+    tot = _row_sum(prev)
     prev = np.where(tot[:, None] > 0, prev / np.where(tot > 0, tot, 1.0)[:, None], prev)
     cells = np.concatenate([np.where(kept[idx], P[idx], 0.0), O[idx][:, None]], axis=1)
     live = cells > 0
@@ -385,13 +399,13 @@ def _shift(P, O, kept, ids, j, rec, first, has_c) -> dict:
     rows = np.arange(n)
     for a, lam in enumerate(LAMBDAS):
         gl = np.log((1.0 - lam) + lam * r)
-        mean = (cl * gl).sum(axis=1)  # cl is 0 off the live cells
+        mean = _row_dot(cl, gl)  # cl is 0 off the live cells
         dev = gl - mean[:, None]
-        var = np.maximum((cl * dev * dev).sum(axis=1), 0.0)
+        var = np.maximum(_row_dot(cl * dev, dev), 0.0)
         se[idx, a] = gl[rows, jj]
         sm[idx, a] = mean
         sv[idx, a] = var
-        sq[idx, a] = (prev * gl).sum(axis=1)
+        sq[idx, a] = _row_dot(prev, gl)
     out.update(se=se, sm=sm, sv=sv, sq=sq)
     return out
 
