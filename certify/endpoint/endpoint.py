@@ -17,7 +17,8 @@ Order of the checks (each failure is one ``DeploymentInputError`` line; the CLI 
    its model name (``--model`` or the server's first listed model);
 4. the prompts (the shipped set or ``--prompts``), text tokenized by the server's ``/tokenize``
    (else by the local reference's tokenizer);
-5. the run file (a new one, or ``--resume`` of one made with the same plan);
+5. the run file (a new one, or ``--resume`` of one made with the same plan, whose looks did not
+   FAIL and whose plan asks more samples than they tested: ``run.continuation_problem``);
 6. only then a local reference's weights load; a reference other than ``self`` must agree with
    the server on the log-probabilities of the first prompt's own tokens (mean gap ≤
    ``AGREEMENT_NATS``): a reference of another model or vocabulary is refused in one line
@@ -35,7 +36,7 @@ from spectr_gbv.certify.endpoint.client import Endpoint, EndpointError, Endpoint
 from spectr_gbv.certify.endpoint.prompts import DEFAULT_PROMPTS, load_prompts
 from spectr_gbv.certify.endpoint.references import (GGUFReference, HFReference, ReportedReference,
                                                    ServerReference, parse_reference)
-from spectr_gbv.certify.endpoint.run import Plan, ServerEngine, certify_deployment, plan_dict
+from spectr_gbv.certify.endpoint.run import Plan, ServerEngine, certify_deployment, continuation_problem, plan_dict
 from spectr_gbv.certify.endpoint.servers import ProtocolError, dialect
 from spectr_gbv.certify.endpoint.store import RunFile
 
@@ -295,6 +296,10 @@ def prepare(req: EndpointRequest, log=None) -> Prepared:
         run_file = RunFile(path, plan_header, resume=bool(req.resume))
     except (ValueError, OSError) as err:
         raise DeploymentInputError(str(err)) from None
+    problem = continuation_problem(run_file, req.plan)
+    if problem:
+        run_file.close()
+        raise DeploymentInputError(problem)
     notes.append(f"samples are appended to {Path(path)}; `--resume {Path(path)}` continues this run")
     return Prepared(ServerEngine(ep, dia, model, req.plan.temperature, req.plan), reference, prompts, req.plan,
                     run_file, root, model, req.reference, vocab, notes, audit_ref)

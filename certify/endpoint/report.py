@@ -143,9 +143,20 @@ def _sequence_line(cert) -> str | None:
     made = ", ".join(str(n) for n in seq["tested"]) or "none"
     budget = f"--max-samples {plan.max_samples}" + (f", --max-time {plan.max_time_s:g} s" if plan.max_time_s else "")
     return (f"sequential plan: looks at {', '.join(str(n) for n in seq['looks'])} samples ({budget}); looks made at "
-            f"{made}; the omnibus rows and report tests take alpha/{len(seq['looks'])} = "
-            f"{plan.alpha / len(seq['looks']):.2g} per look, the directional e-values their whole share at every look "
-            f"(Ville); {_ENDED.get(seq['stopped'], seq['stopped'] or 'running')}")
+            f"{made}; {_ENDED.get(seq['stopped'], seq['stopped'] or 'running')}")
+
+
+def _look_line(cert) -> str | None:
+    """Which look of the certificate this is, and what it spends (``oracle.look_spending``)."""
+    from spectr_gbv.oracle.look_spending import look_alpha, spent
+
+    j = getattr(cert, "look", 0)
+    if not j:
+        return None
+    a = cert.plan.alpha
+    return (f"look {j} of this certificate: the omnibus rows and report tests at alpha_j = alpha/(j(j+1)) = "
+            f"{look_alpha(a, j):.2g} ({spent(a, j):.2g} of alpha spent by looks 1..{j}), the directional e-values "
+            "at their whole share at every look (Ville); false alarm <= alpha over any number of looks")
 
 
 def text_report(cert) -> str:
@@ -161,6 +172,8 @@ def text_report(cert) -> str:
              f"tested {cert.samples} samples" + ("" if cert.complete else " (INCOMPLETE: the run stopped early)")]
     if _sequence_line(cert):
         lines.append(_sequence_line(cert))
+    if _look_line(cert):
+        lines.append(_look_line(cert))
     if fam is not None:
         coarse = ("whole laws" if fam.coarsened > plan.k else
                   f"top-{fam.coarsened} laws + 'other' (mass moved inside 'other' is not seen)")
@@ -338,6 +351,13 @@ def _sequence_json(seq):
                            for k, (v, ok) in res.items()}}
 
 
+def _look_json(alpha: float, j: int):
+    """{"j", "alpha_j", "spent"} of a certificate's look (``oracle.look_spending``), None before any."""
+    from spectr_gbv.oracle.look_spending import look_alpha, spent
+
+    return {"j": j, "alpha_j": look_alpha(alpha, j), "spent": spent(alpha, j)} if j else None
+
+
 def family_json(fam) -> dict:
     """A ``oracle.sequence_family.FamilyResult`` as a JSON-ready dict (every omnibus row and
     directional test): the "family" of ``certificate_json``, and of ``certify log``'s certificate."""
@@ -369,6 +389,7 @@ def certificate_json(cert) -> dict:
         "duplicates": {"pairs": cert.duplicates[0], "expected_at_most": cert.duplicates[1]},
         "errors": dict(cert.errors), "short": cert.short, "notes": cert.notes,
         "sequence": _sequence_json(getattr(cert, "sequence", None)),
+        "look": _look_json(cert.plan.alpha, getattr(cert, "look", 0)),
         "numerics": None if cert.numerics is None else {
             "eta": cert.numerics[0], "gap_q99": cert.numerics[1], "exact_test_passed": cert.numerics[2]},
         "logprobs": None if cert.logprobs is None else {

@@ -63,9 +63,10 @@ import numpy as np
 
 from spectr_gbv.certify.endpoint.client import EndpointError
 from spectr_gbv.certify.endpoint.references import raw_logprob_gap
-from spectr_gbv.certify.endpoint.sequential import (MAX_SAMPLES, MAX_TIME_S, TARGETS, look_alpha, looks,
+from spectr_gbv.certify.endpoint.sequential import (MAX_SAMPLES, MAX_TIME_S, TARGETS, looks,
                                                      resolution, samples_needed)
 from spectr_gbv.certify.endpoint.servers import ProtocolError
+from spectr_gbv.oracle.look_spending import look_alpha
 from spectr_gbv.oracle.outcome import verdict_word
 from spectr_gbv.oracle.sequence_family import FamilyResult, family_test
 from spectr_gbv.oracle.sequence_reports import DEFAULT_SHIFT, INDEPENDENCE, planned_share, report_tests, signed_gaps
@@ -294,10 +295,14 @@ class DeploymentCertificate:
         independent (identical samples for different seeds, or the shared-prefix test), else "".
         complete: every planned sample collected (a sequential plan: it ended by a look's verdict, the
             targets resolved or a budget spent).  wall_s: seconds.
+        look: the certificate's look number of the last test (``oracle.look_spending``: counted
+            over every run of the run file; 0 before any), its fixed-sample tests at
+            ``look_alpha(plan.alpha, look)``.
         sequence: a sequential plan's course (``sequential``): looks planned, samples tested and
-            α_k at each look made, why it stopped ("fail", "resolved", "max-samples", "max-time",
-            "user", "stopped"), the last look's resolution {target: (figure, resolved)}, the
-            samples the pilot says resolve every target (None: none within reach), the targets;
+            α_j at each look made (``alphas``; ``numbers``: their j), why it stopped ("fail",
+            "resolved", "max-samples", "max-time", "user", "stopped"), the last look's resolution
+            {target: (figure, resolved)}, the samples the pilot says resolve every target (None: none
+            within reach), the targets;
             None for a fixed plan.
         records: the tested samples' per-token records, in sample order (not in the JSON).
         new_samples: the samples drawn by this run (the others were read back from the run file).
@@ -327,6 +332,7 @@ class DeploymentCertificate:
     wall_s: float = 0.0
     sequence: dict | None = None
     audit: AuditCheck | None = None
+    look: int = 0
 
     @property
     def passed(self) -> bool:
@@ -405,6 +411,13 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     done: dict = dict(run_file.samples)
     impossible: dict = dict(run_file.impossible)
     schedule = plan.looks()
+    problem = continuation_problem(run_file, plan)
+    if problem:
+        raise ValueError(problem)
+    # the looks before this run (oracle.look_spending): this run's first look is number j0 + 1, at the
+    # first point of its schedule beyond what the earlier looks tested
+    j0 = len(run_file.looks)
+    k0 = next(k for k, n in enumerate(schedule) if n > run_file.tested)
     stop = stop or threading.Event()
     tasks: queue.Queue = queue.Queue()
     results: queue.Queue = queue.Queue()
@@ -413,7 +426,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     for e in run_file.replays:
         cert.replays = (cert.replays[0] + 1, cert.replays[1] + int(bool(e.get("identical"))))
     if progress is not None and (done or impossible):
-        progress.update(sum(1 for i in list(done) + list(impossible) if i < schedule[0]))
+        progress.update(sum(1 for i in list(done) + list(impossible) if i < schedule[k0]))
 
     def work():
         while not stop.is_set():
@@ -546,18 +559,30 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             m += 1
         return m
 
-    seq = {"looks": schedule, "tested": [], "alphas": [], "stopped": "", "resolution": None, "needed": None,
-           "targets": dict(TARGETS)} if plan.sequential else None
-    alpha_k = look_alpha(plan.alpha, len(schedule))
-    k = 0
+    seq = {"looks": schedule, "tested": [], "alphas": [], "numbers": [], "stopped": "", "resolution": None,
+           "needed": None, "targets": dict(TARGETS)} if plan.sequential else None
+    k = k0
+    alpha_k = look_alpha(plan.alpha, j0 + 1)
+
+    def looked(n_k):
+        """Keep look number j0 + 1 + (k − k0) in the run file and the certificate."""
+        cert.look = j0 + 1 + (k - k0)
+        verdict = "FAIL" if cert.failed else ("REFUSED" if cert.refused else "pass")
+        run_file.write({"kind": "look", "j": cert.look, "n": int(n_k), "alpha": alpha_k, "verdict": verdict})
+        if seq is not None:
+            seq["tested"].append(n_k)
+            seq["alphas"].append(alpha_k)
+            seq["numbers"].append(cert.look)
+
     try:
         while True:
-            if k > 0 and progress is not None:
+            alpha_k = look_alpha(plan.alpha, j0 + 1 + (k - k0))
+            if k > k0 and progress is not None:
                 if hasattr(progress, "total"):
                     progress.total = schedule[k]
                 progress.update(sum(1 for i in list(done) + list(impossible) if schedule[k - 1] <= i < schedule[k]))
             ended = False
-            if deadline is not None and k > 0 and time.perf_counter() > deadline:
+            if deadline is not None and k > k0 and time.perf_counter() > deadline:
                 seq["stopped"] = "max-time"
                 cert.notes.append(f"the time budget ({plan.max_time_s:g} s) ended sampling after look {k} of "
                                   f"{len(schedule)}")
@@ -572,13 +597,12 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                                   f"{len(schedule)}, after {len(done) + len(impossible)} samples; the longest "
                                   "prefix of sample indices collected is tested at that look's share")
             n_k = prefix() if ended else schedule[k]
-            if ended and seq["tested"] and n_k <= seq["tested"][-1]:
+            if ended and n_k <= max(seq["tested"] or [run_file.tested]):
                 break  # nothing new in the prefix: the last look's results stand
             _test_samples(cert, plan, done, impossible, n_k, alpha_k, len(prompts))
+            looked(n_k)
             if seq is None:
                 break
-            seq["tested"].append(n_k)
-            seq["alphas"].append(alpha_k)
             recs = [r for rs in cert.records for r in rs]
             if cert.refused:
                 seq["stopped"] = "stopped"
@@ -590,12 +614,12 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             eta = cert.family.tolerance if cert.family is not None else plan.tolerance
             res = resolution(recs, len(recs), plan.alpha, alpha_k, eta, family=cert.family) if recs else None
             seq["resolution"] = res
-            if k == 0 and recs:
+            if k == k0 and recs:
                 seq["needed"] = samples_needed(recs, len(recs) / max(1, cert.samples), plan.alpha, eta, schedule)
             say(f"look {k + 1} of {len(schedule)} ({n_k} samples): pass; resolves "
                 + ", ".join(f"{name} {v:.3g}" + (" (target met)" if ok else f" (target {TARGETS[name]:g})")
                             for name, (v, ok) in (res or {}).items())
-                + ("" if k or seq["needed"] is None else f"; from the pilot's information per sample, about "
+                + ("" if k > k0 or seq["needed"] is None else f"; from the pilot's information per sample, about "
                    f"{seq['needed']} samples resolve every target"))
             if ended:
                 break
@@ -610,9 +634,11 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         cert.notes.append(f"stopped by the user after {len(done) + len(impossible)} of {schedule[k]} samples")
         upto = prefix() if seq is not None else schedule[k]
         _stopped_tests(cert, plan, done, impossible, upto, alpha_k, len(prompts), seq, "user")
+        looked(upto)
     except _Stop:
         upto = prefix() if seq is not None else schedule[k]
         _stopped_tests(cert, plan, done, impossible, upto, alpha_k, len(prompts), seq, "stopped")
+        looked(upto)
     finally:
         stop.set()
         run_file.close()
@@ -633,12 +659,26 @@ def _stopped_tests(cert, plan, done, impossible, upto, alpha_k, n_prompts, seq, 
     _test_samples(cert, plan, done, impossible, upto, alpha_k, n_prompts)
     if seq is not None:
         seq["stopped"] = why
-        seq["tested"].append(upto)
-        seq["alphas"].append(alpha_k)
         recs = [r for rs in cert.records for r in rs]
         if recs and cert.family is not None and not cert.failed:
             seq["resolution"] = resolution(recs, len(recs), plan.alpha, alpha_k, cert.family.tolerance,
                                            family=cert.family)
+
+
+def continuation_problem(run_file, plan: Plan) -> str:
+    """Why ``plan`` cannot continue the certificate in ``run_file`` ("" when it can): a look of it
+    FAILed (the verdict stands), or the plan's last look is no further than its looks went (a new
+    look on the same samples would spend α for nothing)."""
+    bad = run_file.failed_look
+    if bad is not None:
+        return (f"--resume {run_file.path}: look {bad.get('j')} of this certificate ({bad.get('n')} samples) FAILED "
+                "and its verdict stands; certify again in a new run file")
+    last = plan.looks()[-1]
+    if run_file.looks and last <= run_file.tested:
+        flag = "--max-samples" if plan.sequential else "--samples"
+        return (f"--resume {run_file.path}: its {len(run_file.looks)} looks tested {run_file.tested} samples and this "
+                f"plan ends at {last}: nothing to continue; ask more ({flag} above {run_file.tested})")
+    return ""
 
 
 def _test_samples(cert, plan, done, impossible, upto: int, alpha: float, n_prompts: int) -> None:

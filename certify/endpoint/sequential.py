@@ -16,27 +16,33 @@ The design (stated; every false-alarm bound below holds whatever the stopping ru
   the null — test supermartingales.  By Ville's inequality P(some look has W ≥ 1/a) ≤ a, so each
   runs at every look at its full share a of α (``family_test(directional_alpha=α)``) with no
   correction for the looks.
-- **The omnibus KS rows and the report tests** (fixed-sample tests) are spent: each look k takes
-  α_k = α / K of their share, K = the number of looks planned (``look_alpha``); Σ_k α_k = α, so the
-  union bound over the looks keeps the family's false-alarm rate ≤ α.  A look skipped (the run
-  stopped earlier) leaves its share unspent.
+- **The omnibus KS rows and the report tests** (fixed-sample tests) are spent over the
+  certificate's looks (``oracle.look_spending``): look j = 1, 2, … — counted over every run that
+  continued the run file (``--resume``), stopped runs' prefix tests included — takes
+  α_j = α / (j (j + 1)) of their share; Σ_j α_j < α for any number of looks, so the union bound
+  keeps the family's false-alarm rate ≤ α however often the certificate is continued.  The
+  default plan's five looks take α/2, α/6, α/12, α/20, α/30; a look skipped (the run stopped
+  earlier) leaves its share for the next run's looks.
 - **Stopping**: at the first look that FAILs (a FAIL); at the first look that passes and resolves
   every target (``resolution``: the temperature e-value's detectable |Δβ| from the samples' own
-  information, the pooled KS row's detectable per-token TV at α_k, and a sampler left at top-p 0.99
+  information, the pooled KS row's detectable per-token TV at α_j, and a sampler left at top-p 0.99
   — cutting at most 1 % of each law's mass — caught for sure); at the last look; or when
   ``max_time_s`` runs out, when the longest prefix of samples collected is tested at the next
-  look's α_k (its size set by the clock, not by the samples' values).
+  look's α_j (its size set by the clock, not by the samples' values).
 - **The pilot** (look 0) measures the information per sample: ``samples_needed`` scales its records
   (``oracle.sequence_family.plan_power``) to the first look that would resolve every target, which
   the log and the verdict state (the schedule does not depend on it).
 
-``--samples N`` keeps the fixed plan: one look at α.
+``--samples N`` keeps the fixed plan: one look (look 1 of a new run file: α/2 for the fixed-sample
+tests).  A run continued (``--resume`` with more samples) goes on with the next looks; a run file
+whose look FAILed is not continued (the verdict stands).
 """
 
 from __future__ import annotations
 
 import math
 
+from spectr_gbv.oracle.look_spending import look_alpha
 from spectr_gbv.oracle.sequence_family import OMNIBUS_SHARE, plan_power
 from spectr_gbv.oracle.sequence_test import ORDERS, detectable_deviation
 
@@ -61,14 +67,9 @@ def looks(pilot: int, max_samples: int) -> list[int]:
     return out
 
 
-def look_alpha(alpha: float, n_looks: int) -> float:
-    """α_k: the share of α the fixed-sample tests (omnibus rows, report tests) take at each look."""
-    return alpha / n_looks
-
-
 def omnibus_detectable(n_tokens: int, alpha_look: float, tolerance: float) -> float:
-    """The pooled KS row's detectable per-token TV (power 0.99) at n_tokens and a look's α_k (the
-    family's pooled share: α_k·OMNIBUS_SHARE/2 per order)."""
+    """The pooled KS row's detectable per-token TV (power 0.99) at n_tokens and a look's α_j (the
+    family's pooled share: α_j·OMNIBUS_SHARE/2 per order)."""
     return detectable_deviation(max(1, int(n_tokens)), alpha_look * OMNIBUS_SHARE / 2 / len(ORDERS), tolerance)
 
 
@@ -76,7 +77,7 @@ def resolution(records, n_tokens: int, alpha: float, alpha_look: float, toleranc
     """What a look resolves at power 0.99, as {target: (figure, resolved)}.
 
     temperature: the |Δβ| the temperature e-value catches (its full share of α); omnibus: the pooled
-    KS row's per-token TV at α_k; truncation: 1 % when a sampler left at top-p 0.99 is caught for
+    KS row's per-token TV at α_j; truncation: 1 % when a sampler left at top-p 0.99 is caught for
     sure, else the largest level cut (of the test's top-p levels) that is, or inf.  ``records``: the
     look's per-token records (or a pilot's, scaled to ``n_tokens``); ``family``: the look's
     ``FamilyResult``, whose own figures are used when given."""
@@ -110,7 +111,7 @@ def samples_needed(records, n_new: int, alpha: float, tolerance: float, schedule
         cand.append(cand[-1] * 2)
 
     def meets(k, n):
-        res = resolution(recs, n * n_new, alpha, look_alpha(alpha, max(len(schedule), k + 1)), tolerance)
+        res = resolution(recs, n * n_new, alpha, look_alpha(alpha, k + 1), tolerance)
         return all(ok for _, ok in res.values())
 
     if not meets(len(cand) - 1, cand[-1]):

@@ -13,7 +13,10 @@ the seed, the reference, the number of samples asked).  Then one line per event:
   outside the vocabulary, a token its own prefill will not take);
 - ``{"kind": "error", "i": …, "reason": …}``: a request that failed (the sample is asked again on
   resumption);
-- ``{"kind": "replay", "i": …, "identical": true|false}``: a seed replayed.
+- ``{"kind": "replay", "i": …, "identical": true|false}``: a seed replayed;
+- ``{"kind": "look", "j": …, "n": …, "alpha": …, "verdict": …}``: look j of the certificate
+  tested the samples of indices below n, its fixed-sample tests at α_j (``alpha``,
+  ``oracle.look_spending``); a resumed run's looks go on from the last j.
 
 A line cut short by a crash (the last one) is ignored on reading, with a note.
 """
@@ -31,6 +34,8 @@ PLAN_KEYS = ("model", "temperature", "n_new", "k", "prompts", "seed", "reference
 # written before they existed holds their defaults
 LAW_DEFAULTS = {"top_p": 1.0, "sampling_top_k": 0, "min_p": 0.0, "as_client": False, "template": None, "audit": 0.1,
                 "vocab": 0}
+# what the looks' α spending assumes the same at every look of one certificate (``oracle.look_spending``)
+CERTIFICATE_DEFAULTS = {"alpha": 1e-3, "tolerance": 1e-3, "auto_tolerance": False}
 
 
 class RunFile:
@@ -42,7 +47,8 @@ class RunFile:
             starting a new file (which must not exist yet).
     Attributes:
         samples: {i: sample line} read back; impossible: {i: line}; replays: [line];
-        errors: error lines read back; notes: lines about the reading.
+        errors: error lines read back; looks: the look lines read back, in order; notes: lines
+        about the reading.
     Raises:
         ValueError: a new run onto an existing file, a resumption of a missing or foreign file,
             or a header that disagrees with ``plan`` (the first differing field named).
@@ -54,6 +60,7 @@ class RunFile:
         self.impossible: dict = {}
         self.replays: list = []
         self.errors: list = []
+        self.looks: list = []
         self.notes: list = []
         if resume:
             self._read(plan)
@@ -86,7 +93,7 @@ class RunFile:
             if old.get(key) != plan.get(key):
                 raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key)!r}, "
                                  f"this command asks {plan.get(key)!r}")
-        for key, default in LAW_DEFAULTS.items():
+        for key, default in {**LAW_DEFAULTS, **CERTIFICATE_DEFAULTS}.items():
             if old.get(key, default) != plan.get(key, default):
                 raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key, default)!r}, "
                                  f"this command asks {plan.get(key, default)!r}")
@@ -108,9 +115,26 @@ class RunFile:
                 self.replays.append(event)
             elif kind == "error":
                 self.errors.append(event)
+            elif kind == "look":
+                self.looks.append(event)
         if self.samples or self.impossible:
             self.notes.append(f"resumed {self.path}: {len(self.samples) + len(self.impossible)} samples read back")
+        if self.looks:
+            last = self.looks[-1]
+            self.notes.append(f"resumed {self.path}: {len(self.looks)} looks taken (the last at {last.get('n')} "
+                              f"samples, {last.get('verdict')}); this run's looks are looks {len(self.looks) + 1}, … "
+                              "of the certificate (oracle.look_spending)")
         self._header = header
+
+    @property
+    def tested(self) -> int:
+        """The most samples a look of this run file tested (0 before any look)."""
+        return max((int(e.get("n", 0)) for e in self.looks), default=0)
+
+    @property
+    def failed_look(self) -> dict | None:
+        """The first look that FAILed, or None."""
+        return next((e for e in self.looks if e.get("verdict") == "FAIL"), None)
 
     def write(self, event: dict) -> None:
         """Append one event and flush it to the operating system (a killed process keeps it)."""

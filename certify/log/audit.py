@@ -90,7 +90,7 @@ def _prompt_ids(req: dict, ep, dia, model: str):
 
 def audit_log(path: str, tally_plan, url: str, *, fraction: float = 0.1, max_samples: int = 64,
               model: str | None = None, start: int = 0, stop: int | None = None, first_line: int = 0,
-              endpoint=None) -> AuditResult:
+              endpoint=None, look: int = 1) -> AuditResult:
     """Audit the lines [start, stop) of the log at ``path`` against the server at ``url``.
 
     Args:
@@ -100,6 +100,8 @@ def audit_log(path: str, tally_plan, url: str, *, fraction: float = 0.1, max_sam
             samples; model: the requests' model field (default: each logged request's own).
         start, stop, first_line: as ``run.certify_log``'s.
         endpoint: a ``client.Endpoint`` to use (default: one for ``url``).
+        look: the certificate's look (``oracle.look_spending``): the audit's KS rows and report
+            tests take its share α_j, its e-values their whole share.
     Returns:
         ``AuditResult``.
     Raises:
@@ -171,10 +173,10 @@ def audit_log(path: str, tally_plan, url: str, *, fraction: float = 0.1, max_sam
     res.samples, res.tally = len(rescored), t
     if t.counts["records"]:
         extra = int(bool(gaps))  # the shift test shares the report tests' α/16 with the other-cell test
-        res.family = t.family(extra)
-        res.reports = t.reports(extra)
+        res.family = t.family(extra, look)
+        res.reports = t.reports(extra, look)
         if gaps:
-            res.shift = logprob_shift_test(gaps, t.report_alpha(extra), DEFAULT_SHIFT)
+            res.shift = logprob_shift_test(gaps, t.report_alpha(extra, look), DEFAULT_SHIFT)
     big = [abs(g) for g in gaps]
     res.gaps = (len(gaps), max(big, default=0.0), sum(g > LOGPROB_BOUND for g in big))
     return res

@@ -9,6 +9,7 @@ from dataclasses import asdict
 
 from spectr_gbv.certify.endpoint.report import FAIL, decided_by, family_json
 from spectr_gbv.certify.log.parse import SKIP_TEXT
+from spectr_gbv.oracle.look_spending import look_alpha, spent
 from spectr_gbv.oracle.sequence_scores import is_evalue
 
 SEE = "docs/guarantees.md#certify-a-log"
@@ -60,7 +61,10 @@ def text_report(cert) -> str:
              f"log {cert.source}: {c['lines']} lines, {c['samples']} samples tested, {c['records']} tokens "
              f"(alpha = {plan.alpha:g} (family), eta = {plan.tolerance:g}, --max-bound {plan.max_bound:g})"
              + ("" if cert.complete else " (INCOMPLETE: the run stopped early)"),
-             f"  requests' temperatures (samples): {temps or '-'}"]
+             f"  requests' temperatures (samples): {temps or '-'}",
+             f"look {cert.look} of this certificate: the KS rows and report tests at alpha_j = alpha/(j(j+1)) = "
+             f"{look_alpha(plan.alpha, cert.look):.2g} ({spent(plan.alpha, cert.look):.2g} of alpha spent by looks "
+             f"1..{cert.look}), the e-values at their whole share at every look (Ville)"]
     for key, v in t.skipped.most_common():
         lines.append(f"  skipped {v} samples: {SKIP_TEXT.get(key, key)}")
     for reason, v in t.skipped_positions.most_common():
@@ -151,6 +155,8 @@ def certificate_json(cert) -> dict:
         "tokens_per_second": cert.tokens_per_second if math.isfinite(cert.tokens_per_second) else None,
         "skipped_samples": dict(t.skipped), "skipped_positions": dict(t.skipped_positions),
         "temperatures": dict(t.temperatures), "ranges": t.ranges, "notes": cert.notes,
+        "look": {"j": cert.look, "alpha_j": look_alpha(cert.plan.alpha, cert.look),
+                 "spent": spent(cert.plan.alpha, cert.look)}, "looks": [dict(lk) for lk in cert.looks],
         "audit": None if cert.audit is None else {
             "url": cert.audit.url, "fraction": cert.audit.fraction, "samples": cert.audit.samples,
             "failed": cert.audit.failed, "errors": cert.audit.errors, "skipped": cert.audit.skipped,

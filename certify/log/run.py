@@ -8,6 +8,15 @@ them.  Every ``checkpoint_s`` seconds and at the end the running tally is writte
 partial result: the lines it covers, its sums), so a stopped run continues with ``resume`` from
 the last checkpoint, and shards of one log merge (``merge_files``) into the certificate one pass
 gives.
+
+**Looks.**  Each run that computes and shows the tests is a look of the certificate; the partial
+result keeps the looks (``looks``: [{"j", "lines", "records", "alpha", "verdict"}]), and a run
+that resumes it — a stopped run continued, or the same log run again once it has grown — is the
+next look: its KS rows and report tests take α_j = α/(j(j+1)), the e-values their whole share
+(``oracle.look_spending``), so the false-alarm rate stays ≤ α over any number of looks.  A run
+that reads no new line shows the last look again (the same tests on the same lines, not a new
+look); a certificate whose look FAILed is not continued.  A merge of shards is look max(1, the
+most looks a shard's file holds).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from spectr_gbv.certify.topk_laws import (DEFAULT_MAX_BOUND, SKIP_REASONS, recor
                                           request_law)
 from spectr_gbv.certify.log.parse import parse_line
 from spectr_gbv.certify.log.tally import Tally
+from spectr_gbv.oracle.look_spending import look_alpha
 from spectr_gbv.oracle.outcome import verdict_word
 
 CHUNK_LINES = 1000
@@ -195,6 +205,8 @@ class LogCertificate:
         notes: lines for the report; audit: the ``audit.AuditResult`` (``--audit URL``) or None;
         chunk_cpu_s: CPU seconds the chunks took, in whichever process ran them (workers included);
         peak_rss_kib: the largest peak resident memory of a process that ran chunks.
+        look: the certificate's look (1, 2, …; ``oracle.look_spending``); looks: the partial
+        result's looks, this one included when it is new.
         ``impossible``, ``logprobs``, ``dependence``: the fields
         ``certify.endpoint.report.decided_by`` reads (a log has no impossible *samples*, no
         second log-prob reference and no duplicate check).
@@ -216,6 +228,8 @@ class LogCertificate:
     audit: object = None
     chunk_cpu_s: float = 0.0
     peak_rss_kib: int = 0
+    look: int = 1
+    looks: list = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -243,16 +257,24 @@ class LogCertificate:
 
 
 def finish(cert: LogCertificate) -> LogCertificate:
-    """Compute the certificate's tests from its tally."""
-    cert.family = cert.tally.family()
-    cert.reports = cert.tally.reports() if cert.family is not None else ()
+    """Compute the certificate's tests from its tally, at its look (``cert.look``)."""
+    cert.family = cert.tally.family(look=cert.look)
+    cert.reports = cert.tally.reports(look=cert.look) if cert.family is not None else ()
     return cert
 
 
-def write_partial(tally: Tally, path: str, source: str, complete: bool) -> None:
-    """The tally as a partial-result file (written to a temporary name, then renamed)."""
+def look_record(cert: LogCertificate) -> dict:
+    """The partial result's record of the certificate's look (after ``finish``)."""
+    covered = [[int(r[0]), int(r[1])] for r in cert.tally.ranges]
+    return {"j": cert.look, "lines": covered, "records": int(cert.tally.counts["records"]),
+            "alpha": look_alpha(cert.plan.alpha, cert.look), "verdict": cert.verdict}
+
+
+def write_partial(tally: Tally, path: str, source: str, complete: bool, looks=()) -> None:
+    """The tally as a partial-result file (written to a temporary name, then renamed), with the
+    certificate's looks so far."""
     d = tally.to_json()
-    d["source"], d["complete"] = source, bool(complete)
+    d["source"], d["complete"], d["looks"] = source, bool(complete), list(looks)
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(d, f)
@@ -284,8 +306,10 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
         path: the JSONL log; plan: ``LogPlan``.
         start, stop: the lines (0-based, of this file) to read; stop None: to the end.
         first_line: the number of this file's first line in the whole log (a split piece).
-        out: the partial-result file to write (checkpoints and the end), or None.
-        resume: a partial-result file of an earlier run of the same lines to continue from.
+        out: the partial-result file to write (checkpoints and the end), or None; with ``resume``
+            and no ``out``, the resumed file itself (its looks must be counted).
+        resume: a partial-result file of an earlier run of the same lines to continue from: a
+            stopped run, or the same log grown since (the certificate's next look).
         progress: optional tqdm-like bar (``update(bytes)``, ``set_postfix``); stop_event: a
             ``threading.Event`` that stops the run when set (Ctrl-C also does).
     Returns:
@@ -303,8 +327,15 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
     started = time.perf_counter()
     tally = Tally(plan.alpha, plan.tolerance, plan.seed)
     resume_at = start
+    prior: list = []
+    out = out or resume
     if resume:
         tally, d = read_partial(resume, "--resume")
+        prior = list(d.get("looks") or [])
+        bad = next((lk for lk in prior if lk.get("verdict") == "FAIL"), None)
+        if bad is not None:
+            raise ValueError(f"--resume: look {bad.get('j')} of the certificate in {resume} (lines {bad.get('lines')}) "
+                             "FAILED and its verdict stands; certify again with a new --out")
         if (tally.alpha, tally.tolerance, tally.seed) != (plan.alpha, plan.tolerance, plan.seed):
             raise ValueError(f"--resume: {resume} was run with alpha {tally.alpha}, tolerance {tally.tolerance}, "
                              f"seed {tally.seed}; this run asks {plan.alpha}, {plan.tolerance}, {plan.seed}")
@@ -313,7 +344,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
                              f"{first_line + start}")
         resume_at = tally.ranges[0][1] - first_line
     source = os.path.abspath(path)
-    cert = LogCertificate(plan, source, tally)
+    cert = LogCertificate(plan, source, tally, looks=prior)
     next_line = resume_at
     pending: deque = deque()
     pool = None
@@ -374,7 +405,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
                     next_line = upto_done
             if out and time.perf_counter() - last_write > plan.checkpoint_s:
                 covered(next_line)
-                write_partial(tally, out, source, False)
+                write_partial(tally, out, source, False, prior)
                 last_write = time.perf_counter()
             if stop_event is not None and stop_event.is_set():
                 raise KeyboardInterrupt
@@ -397,11 +428,20 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
     if stop is not None and cert.complete:
         next_line = stop
     covered(next_line)
-    if out:
-        write_partial(tally, out, source, cert.complete)
     cert.tally = tally
+    # a run that read no new line shows the last look again; any other run is the next look
+    new = not prior or next_line > resume_at
+    cert.look = len(prior) + int(new) if prior else 1
+    finish(cert)
+    if new:
+        cert.looks = prior + [look_record(cert)]
+    else:
+        cert.notes.append(f"no line after line {first_line + next_line - 1}: look {cert.look} of this certificate "
+                          "shown again (the same tests on the same lines: no new look)")
+    if out:
+        write_partial(tally, out, source, cert.complete, cert.looks)
     cert.wall_s = time.perf_counter() - started
-    return finish(cert)
+    return cert
 
 
 def merge_files(paths, plan: LogPlan | None = None) -> LogCertificate:
@@ -414,18 +454,21 @@ def merge_files(paths, plan: LogPlan | None = None) -> LogCertificate:
     if not paths:
         raise ValueError("--merge: give at least one partial-result file")
     started = time.perf_counter()
-    tally, complete, sources = None, True, []
+    tally, complete, sources, most = None, True, [], 0
     for p in paths:
         t, d = read_partial(p, "--merge")
+        most = max(most, len(d.get("looks") or []))
         complete &= bool(d.get("complete", False))
         sources.append(str(d.get("source", p)))
         tally = t if tally is None else tally.merge(t)
     plan = plan or LogPlan()
     plan = LogPlan(tally.alpha, tally.tolerance, tally.seed, plan.vocab, plan.max_bound, plan.workers,
                    plan.checkpoint_s)
-    cert = LogCertificate(plan, ", ".join(sorted(set(sources))), tally, complete=complete)
+    cert = LogCertificate(plan, ", ".join(sorted(set(sources))), tally, complete=complete, look=max(1, most))
     if not complete:
         cert.notes.append("a shard's partial result was written before its run finished (INCOMPLETE)")
+    finish(cert)
+    cert.looks = [look_record(cert)]
     cert.wall_s = time.perf_counter() - started
-    return finish(cert)
+    return cert
 

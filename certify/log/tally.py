@@ -29,6 +29,7 @@ from collections import Counter
 import numpy as np
 from scipy import stats as sps
 
+from spectr_gbv.oracle.look_spending import look_alpha
 from spectr_gbv.oracle.sequence_family import DIRECTIONAL, OMNIBUS_SHARE, FamilyResult
 from spectr_gbv.oracle.sequence_records import LAMBDAS, LEVEL_NAMES, THETAS
 from spectr_gbv.oracle.sequence_reports import OTHER_LAMBDAS, REPORT_SHARE
@@ -245,25 +246,28 @@ class Tally:
         return t
 
     # -- the certificate ------------------------------------------------------------------------
-    def reserved(self, extra: int = 0) -> float:
-        """The report tests' share: α·``REPORT_SHARE`` when any is planned (the other-cell test when
-        any token is flagged, and ``extra`` more: the audit's log-prob shift test), else 0."""
-        return self.alpha * REPORT_SHARE if self.counts["n_o"] or extra else 0.0
+    def reserved(self, extra: int = 0, look: int = 1) -> float:
+        """The report tests' share: α_j·``REPORT_SHARE`` when any is planned (the other-cell test when
+        any token is flagged, and ``extra`` more: the audit's log-prob shift test), else 0; α_j the
+        fixed-sample share of the certificate's look ``look`` (``oracle.look_spending``)."""
+        return look_alpha(self.alpha, look) * REPORT_SHARE if self.counts["n_o"] or extra else 0.0
 
-    def report_alpha(self, extra: int = 0) -> float:
+    def report_alpha(self, extra: int = 0, look: int = 1) -> float:
         """Each report test's α: ``reserved`` split equally among those planned."""
         planned = int(bool(self.counts["n_o"])) + extra
-        return self.reserved(extra) / planned if planned else 0.0
+        return self.reserved(extra, look) / planned if planned else 0.0
 
-    def family(self, extra: int = 0) -> FamilyResult | None:
+    def family(self, extra: int = 0, look: int = 1) -> FamilyResult | None:
         """The family's result (``FamilyResult``, as ``family_test`` gives it on the same records but
         for the binned KS bound), or None when no token was tested; ``extra``: report tests planned
-        beside the other-cell test (their share is taken from the per-position rows)."""
+        beside the other-cell test (their share is taken from the per-position rows); ``look``: the
+        certificate's look (1, 2, …): the KS rows take α_j = α/(j(j+1)) of their share, the
+        directional e-values their whole share at every look (``oracle.look_spending``)."""
         if not self.counts["records"]:
             return None
-        alpha, eta = self.alpha, self.tolerance
+        alpha, eta = look_alpha(self.alpha, look), self.tolerance
         directional = tuple(d for d in DIRECTIONAL if d != "draft leak")
-        reserved = self.reserved(extra)
+        reserved = self.reserved(extra, look)
         longest = max(self.lengths) if self.lengths else 0
         n_pos = min(longest, MAX_POSITIONS)
         a_omni = alpha * OMNIBUS_SHARE
@@ -276,7 +280,7 @@ class Tally:
             for oi, o in enumerate(ORDERS):
                 rows.append(_binned_ks(f"position {j}", o, self.pos_hist[j, oi], a_pos,
                                        min(0.999, eta + self.pos_pe[j])))
-        a_dir = alpha * (1 - OMNIBUS_SHARE) / len(directional)
+        a_dir = self.alpha * (1 - OMNIBUS_SHARE) / len(directional)
         dirs = (self._temperature(a_dir), self._truncation(a_dir), self._shift(a_dir))
         lengths = self.lengths
         early = sum(v for n, v in lengths.items() if n < longest)
@@ -342,12 +346,12 @@ class Tally:
                                  float(s["u_m"][i]), float(s["u_mm"][i]), pen, alpha, -1,
                                  float(full >= math.log(1 / alpha)), unit, p >= alpha)
 
-    def reports(self, extra: int = 0) -> tuple:
-        """The other-cell test when planned, at ``report_alpha(extra)``."""
+    def reports(self, extra: int = 0, look: int = 1) -> tuple:
+        """The other-cell test when planned, at ``report_alpha(extra, look)``."""
         n = self.counts["n_o"]
         if not n:
             return ()
-        alpha = self.report_alpha(extra)
+        alpha = self.report_alpha(extra, look)
         s = self.sums
         if self.counts["o_zero_out"]:
             log_w = math.inf

@@ -17,7 +17,9 @@ import json
 import pytest
 
 from helpers.fake_deployment import broad_chain, serve
-from spectr_gbv.certify.endpoint.sequential import TARGETS, look_alpha, looks
+from helpers.in_process_deployment import Engine, Reference
+from spectr_gbv.certify.endpoint.sequential import TARGETS, looks
+from spectr_gbv.oracle.look_spending import look_alpha
 from spectr_gbv.cli import main as cli_main
 
 
@@ -37,7 +39,9 @@ def test_the_looks_and_their_alpha_are_fixed_before_any_sample():
     assert looks(80, 1280) == [80, 160, 320, 640, 1280]
     assert looks(80, 1000) == [80, 160, 320, 640, 1000]
     assert looks(80, 80) == [80]
-    assert look_alpha(1e-3, 5) * 5 == pytest.approx(1e-3)
+    # the fixed-sample tests' share at look j: alpha/(j(j+1)), 100 looks spend 100/101 of alpha
+    assert [look_alpha(1e-3, j) for j in (1, 2, 5)] == pytest.approx([5e-4, 1e-3 / 6, 1e-3 / 30], rel=1e-12)
+    assert sum(look_alpha(1e-3, j) for j in range(1, 101)) == pytest.approx(1e-3 * 100 / 101, rel=1e-12)
     assert TARGETS == {"temperature": 0.05, "truncation": 0.01, "omnibus": 0.05}
 
 
@@ -56,7 +60,9 @@ def test_a_broad_law_model_at_a_silent_t_0_9_fails_the_default_plan(capsys, tmp_
     assert cert["samples"] == 160 and cert["family"]["n_tokens"] == 160 * 16
     t = _temperature(cert)
     assert not t["passed"] and t["alpha"] == pytest.approx(2.5e-4) and t["pvalue"] < 2.5e-4 and t["statistic"] > 8.29
-    assert cert["family"]["alpha"] == pytest.approx(2e-4)  # the omnibus rows: alpha / 5 per look
+    assert cert["family"]["alpha"] == pytest.approx(1e-3 / 6)  # the omnibus rows at look 2: alpha/(2·3)
+    assert seq["numbers"] == [1, 2] and cert["look"] == {"j": 2, "alpha_j": pytest.approx(1e-3 / 6),
+                                                          "spent": pytest.approx(2e-3 / 3)}
     assert out.splitlines()[0].startswith("verdict: FAIL — decided by ")
     assert any(x.strip().startswith("temperature: log W") and x.endswith("<- FAIL") for x in out.splitlines())
     assert "look 1 of 5 (80 samples): pass" in err and "look 2 of 5 (160 samples): FAIL" in err
@@ -83,7 +89,7 @@ def test_a_budget_ends_the_default_plan_with_what_it_resolved(capsys, tmp_path):
     assert code == 0 and cert["verdict"] == "PASS", out + err
     seq = cert["sequence"]
     assert seq["looks"] == [80, 160, 320] and seq["tested"] == [80, 160, 320] and seq["stopped"] == "max-samples"
-    assert cert["family"]["alpha"] == pytest.approx(1e-3 / 3)
+    assert cert["family"]["alpha"] == pytest.approx(1e-3 / 12)  # look 3: alpha/(3·4)
     res = seq["resolution"]
     assert 0.05 < res["temperature"]["figure"] < 0.1 and res["truncation"]["resolved"]  # V = 64: top 20 reach 0.99
     assert seq["needed"] == 1280  # the pilot's information per sample: every target at 1,280 samples
@@ -106,49 +112,6 @@ def test_a_fixed_plan_and_a_budget_are_not_both_given(capsys):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "--samples N fixes the plan" in err
 
 
-class _Engine:
-    """The fake server's sampling in process; interrupts the main thread (Ctrl-C) at call ``stop_at``."""
-
-    def __init__(self, stop_at: int):
-        from helpers.fake_deployment import FakeDeployment
-
-        self.server, self.calls, self.stop_at = FakeDeployment(), 0, stop_at
-
-    def sample(self, prompt, n, seed):
-        import _thread
-
-        from spectr_gbv.certify.endpoint.servers import Sample
-
-        self.calls += 1
-        if self.calls == self.stop_at:
-            _thread.interrupt_main()
-        toks = self.server.sample(list(prompt), n, seed, 1.0)
-        rows = self.server.logprob_rows(prompt, toks)
-        return Sample(toks, [float(rows[t, x]) for t, x in enumerate(toks)])
-
-
-class _Reference:
-    """The fake server's top-20 echo in process (what reference ``self`` gets)."""
-
-    remote = True
-
-    def __init__(self, server):
-        self.server = server
-
-    def rows(self, prompt, tokens, texts=None):
-        import numpy as np
-
-        from spectr_gbv.certify.endpoint.references import ReferenceRows
-        from spectr_gbv.certify.endpoint.servers import TopLaws
-
-        rows = self.server.logprob_rows(prompt, tokens)
-        ids = np.lexsort((np.broadcast_to(np.arange(rows.shape[1]), rows.shape), -rows), axis=1)[:, :20]
-        own = [float(rows[t, x]) for t, x in enumerate(tokens)]
-        top = TopLaws([list(map(int, r)) for r in ids],
-                      [list(map(float, r)) for r in np.take_along_axis(rows, ids, 1)], own)
-        return ReferenceRows(top=top, raw=own)
-
-
 def test_a_stop_inside_a_look_tests_the_prefix_and_ends_in_a_verdict_line(tmp_path):
     import signal
 
@@ -160,15 +123,16 @@ def test_a_stop_inside_a_look_tests_the_prefix_and_ends_in_a_verdict_line(tmp_pa
     # worker's state, or an earlier test's); Ctrl-C's own handler for this test
     saved = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        engine = _Engine(stop_at=120)
+        engine = Engine(stop_at=120)
         plan = Plan(sequential=True, concurrency=1, replays=0)
-        cert = certify_deployment(engine, _Reference(engine.server), [[1], [2], [3]], plan,
+        cert = certify_deployment(engine, Reference(engine.server), [[1], [2], [3]], plan,
                                   RunFile(tmp_path / "r.jsonl", {"plan": "test"}))
     finally:
         signal.signal(signal.SIGINT, saved)
     seq = cert.sequence
     assert engine.calls >= 120, engine.calls
     assert seq["stopped"] == "user" and seq["tested"][0] == 80 and len(seq["tested"]) == 2
+    assert seq["numbers"] == [1, 2] and cert.look == 2  # the prefix's test is a look too
     assert 110 <= seq["tested"][1] <= 121 and cert.samples == seq["tested"][1]
     assert cert.verdict == "INCOMPLETE" and not cert.complete
     assert seq["resolution"]["temperature"][0] > 0.05  # the prefix's own figure (0.15 at 80 on this chain)

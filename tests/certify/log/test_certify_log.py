@@ -37,6 +37,8 @@ def _stable(cert):
     d = certificate_json(cert)
     for key in ("wall_s", "chunk_cpu_s", "peak_rss_kib", "tokens_per_second", "source", "ranges", "notes", "complete", "plan"):
         d.pop(key)
+    for lk in d["looks"]:  # the lines a look covers are the ranges, in pieces after a merge
+        lk.pop("lines")
     return _round(d)
 
 
@@ -111,13 +113,43 @@ def test_shards_merge_to_one_pass(logs, tmp_path):
         merge_files([other, str(tmp_path / "t.json")])
 
 
-def test_a_stopped_run_resumes_to_one_pass(logs, tmp_path):
+def test_a_stopped_run_resumes_to_one_pass_at_its_next_look(logs, tmp_path):
+    """A run stopped at line 123 showed its tests (look 1); resumed, it is look 2 of the same
+    certificate: every count and e-value one pass's, the KS rows and the other-cell test at
+    α_2 = α/6 instead of α_1 = α/2 (oracle.look_spending)."""
     one = certify_log(logs[None], PLAN)
     out = str(tmp_path / "partial.json")
-    certify_log(logs[None], PLAN, stop=123, out=out)
-    resumed = certify_log(logs[None], PLAN, resume=out, out=out)
-    assert _stable(resumed) == _stable(one)
-    assert json.load(open(out))["ranges"][0][:2] == [0, LINES]
+    first = certify_log(logs[None], PLAN, stop=123, out=out)
+    assert first.look == 1 and [lk["j"] for lk in json.load(open(out))["looks"]] == [1]
+    resumed = certify_log(logs[None], PLAN, resume=out)  # writes back to the file it resumed
+    assert resumed.look == 2 and resumed.verdict == "PASS"
+    saved = json.load(open(out))
+    assert saved["ranges"][0][:2] == [0, LINES]
+    assert [(lk["j"], lk["lines"], lk["alpha"]) for lk in saved["looks"]] == [
+        (1, [[0, 123]], pytest.approx(5e-4, rel=1e-12)), (2, [[0, LINES]], pytest.approx(1e-3 / 6, rel=1e-12))]
+    a, b = _stable(resumed), _stable(one)
+    for d in (a, b):
+        d.pop("look"), d.pop("looks")
+    for d in a["family"]["directional"]:
+        assert d["alpha"] == pytest.approx(1e-3 * 3 / 4 / 3, rel=1e-12)  # the e-values: their whole share
+    rows_a, rows_b = a["family"].pop("rows"), b["family"].pop("rows")
+    assert [r["alpha"] / s["alpha"] for r, s in zip(rows_a, rows_b)] == pytest.approx([1 / 3] * len(rows_a), rel=1e-8)  # rounded to 9 digits
+    assert [(r["statistic"], r["n"]) for r in rows_a] == [(r["statistic"], r["n"]) for r in rows_b]
+    assert a["reports"][0]["alpha"] == pytest.approx(b["reports"][0]["alpha"] / 3, rel=1e-12)
+    for d in (a, b):
+        d["reports"][0].pop("alpha"), d["family"].pop("alpha"), d["family"].pop("detectable")
+    assert a == b
+    # the log did not grow: the last look is shown again, not a new one
+    again = certify_log(logs[None], PLAN, resume=out)
+    assert again.look == 2 and len(json.load(open(out))["looks"]) == 2
+    assert any("shown again" in n for n in again.notes)
+
+
+def test_a_failed_certificate_is_not_continued(logs, tmp_path):
+    out = str(tmp_path / "failed.json")
+    assert certify_log(logs["temperature-0.9"], PLAN, stop=200, out=out).verdict == "FAIL"
+    with pytest.raises(ValueError, match="look 1 of the certificate .* FAILED and its verdict stands"):
+        certify_log(logs["temperature-0.9"], PLAN, resume=out)
 
 
 def test_two_workers_give_one_workers_certificate(logs):

@@ -107,9 +107,10 @@ def test_streamed_directional_tests_equal_family_test():
     t.add(ra, line, choice, pos, sample_of, len(samples))
     recs = _reference_records(samples)
     flat = [r for s in recs for r in s]
-    reserved = t.reserved()
-    assert reserved == pytest.approx(1e-3 / 16)
-    fam = family_test(recs, 1e-3, 1e-3, reserved=reserved)
+    reserved = t.reserved()  # look 1 (oracle.look_spending): the fixed-sample tests at alpha/2
+    assert reserved == pytest.approx(1e-3 / 2 / 16, rel=1e-12)
+    assert t.reserved(look=3) == pytest.approx(1e-3 / 12 / 16, rel=1e-12)
+    fam = family_test(recs, 1e-3 / 2, 1e-3, reserved=reserved, directional_alpha=1e-3)
     mine = t.family()
     for a, b in zip(mine.directional, fam.directional):
         assert a.name == b.name and a.n == b.n
