@@ -7,7 +7,8 @@ whatever the file's length), each returns the chunk's ``tally.Tally`` and the ma
 them.  Every ``checkpoint_s`` seconds and at the end the running tally is written to ``out`` (a
 partial result: the lines it covers, its sums), so a stopped run continues with ``resume`` from
 the last checkpoint, and shards of one log merge (``merge_files``) into the certificate one pass
-gives.
+gives.  Every process that runs chunks keeps its freed memory for the next one
+(``allocator.keep_freed_memory``: no page faults for each chunk's temporaries).
 
 **Looks.**  Each run that computes and shows the tests is a look of the certificate; the partial
 result keeps the looks (``looks``: [{"j", "lines", "records", "alpha", "verdict"}]), and a run
@@ -34,6 +35,7 @@ import numpy as np
 
 from spectr_gbv.certify.topk_laws import (DEFAULT_MAX_BOUND, SKIP_REASONS, record_arrays, reported_precisions,
                                           request_law)
+from spectr_gbv.certify.log.allocator import keep_freed_memory
 from spectr_gbv.certify.log.parse import parse_line
 from spectr_gbv.certify.log.tally import Tally
 from spectr_gbv.oracle.look_spending import look_alpha
@@ -178,10 +180,12 @@ def tally_lines(lines, plan: LogPlan) -> Tally:
 
 
 def _quiet_worker() -> None:
-    """A worker ignores Ctrl-C: the main process stops the run and prints its verdict."""
+    """A worker ignores Ctrl-C (the main process stops the run and prints its verdict) and keeps
+    its freed memory for the next chunk (``allocator``)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    keep_freed_memory()
 
 
 def _work(args):
@@ -319,6 +323,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
             settings.
     """
     plan.check()
+    keep_freed_memory()  # this process's chunks (one worker) and its pickling of the others' (``allocator``)
     if start < 0 or (stop is not None and stop <= start) or first_line < 0:
         raise ValueError(f"lines: need 0 <= start < stop and first_line >= 0, got start {start}, stop {stop}, "
                          f"first_line {first_line}")
