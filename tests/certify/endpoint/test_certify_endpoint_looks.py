@@ -80,3 +80,23 @@ def test_alpha_and_tolerance_are_those_of_the_certificate(tmp_path):
         key = next(iter(change))
         with pytest.raises(ValueError, match=f"the run was made with {key} = "):
             RunFile(path, plan_dict(plan), resume=True)
+
+
+def test_the_command_continues_a_certificate_and_refuses_nothing_new(capsys, tmp_path):
+    from helpers.fake_deployment import serve
+    from spectr_gbv.cli import main as cli_main
+
+    run = str(tmp_path / "run.jsonl")
+    with serve() as (url, _):
+        base = ["certify", "endpoint", url, "--max-new-tokens", "8"]
+        assert cli_main.main(base + ["--samples", "16", "--record", run]) == 0
+        first = capsys.readouterr().out
+        assert "look 1 of this certificate: the omnibus rows and report tests at alpha_j = alpha/(j(j+1)) = 0.0005" in first
+        code = cli_main.main(base + ["--samples", "16", "--resume", run])
+        err = capsys.readouterr().err
+        assert code == 2 and "nothing to continue; ask more (--samples above 16)" in err
+        assert cli_main.main(base + ["--samples", "32", "--resume", run, "--json", str(tmp_path / "c.json")]) == 0
+        out = capsys.readouterr().out
+    assert "look 2 of this certificate" in out and "(0.00067 of alpha spent by looks 1..2)" in out
+    cert = json.load(open(tmp_path / "c.json"))
+    assert cert["look"]["j"] == 2 and cert["samples"] == 32 and cert["new_samples"] == 16
