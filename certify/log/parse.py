@@ -195,9 +195,10 @@ def _ids(keys: list) -> np.ndarray:
     if not keys:
         return np.zeros(0, dtype=np.int64)
     joined = ",".join(keys)
-    if joined.count("token_id:") == len(keys):
+    digits = joined.replace("token_id:", "")
+    if len(joined) - len(digits) == 9 * len(keys):  # as many "token_id:" as keys
         # a malformed id stops the parse early (numpy warns once): the length check below refuses it
-        ids = np.fromstring(joined.replace("token_id:", ""), dtype=np.int64, sep=",")
+        ids = np.fromstring(digits, dtype=np.int64, sep=",")
         if ids.size == len(keys):
             return ids
         raise ValueError("a token_id key that is not an integer")
@@ -212,6 +213,6 @@ def _sample(line, ci, toks, own, tops, k, beta, top_k, top_p, min_p):
     lpx = [math.nan if v is None else float(v) for v in own] if own else [math.nan] * len(toks)
     keys = list(itertools.chain.from_iterable(tops))
     ids = _ids(keys)
-    lps = list(itertools.chain.from_iterable(d.values() for d in tops))
+    lps = list(itertools.chain.from_iterable(map(dict.values, tops)))  # every d is a dict (checked above)
     text = not (keys and keys[0].startswith("token_id:"))
     return Sample(line, ci, x, lpx, ids, lps, lens, k, beta, top_k if top_k > 0 else 0, top_p, min_p, text)

@@ -373,7 +373,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
             progress.set_postfix(lines=tally.counts["lines"], tokens=tally.counts["records"], refresh=False)
 
     def chunks():
-        with open(path, "rb") as f:
+        with open(path, "rb", buffering=1 << 20) as f:  # lines of ~10 KB: fewer, larger reads
             it = enumerate(f)
             batch = []
             for no, text in it:
