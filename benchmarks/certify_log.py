@@ -7,7 +7,7 @@ Parts:
 - ``throughput``: a log of ``--lines`` lines × 16 tokens, top-20 lists (the sampled token appended
   when outside, as vLLM sends them: ~12 KB a line), and the same with top-5 lists; for each, one
   process's CPU time per token (``time.process_time``: what a core gives, whatever else runs on the
-  machine) and the command's wall time with ``--workers 1`` and ``--workers 2`` (wall depends on the
+  machine; the process set up as a worker is, ``allocator.keep_freed_memory``) and the command's wall time with ``--workers 1`` and ``--workers 2`` (wall depends on the
   machine's load: the load average is printed beside it).
 - ``memory``: a log of ``--big`` lines (default 10^6) × 4 tokens with top-5 lists (~1.2 KB a line,
   every line sampled afresh), certified by the command with ``--workers 2`` under
@@ -42,7 +42,7 @@ def cpu_name() -> str:
     flags = re.search(r"flags\s*:\s*(.*)", text)
     f = set(flags.group(1).split()) if flags else set()
     return (f"{name.group(1).strip() if name else '?'}, {os.cpu_count()} cores, "
-            + "/".join(x for x in ("avx2", "avx512f") if x in f))
+            + "/".join(x for x in ("avx2", "avx512f", "amx_bf16", "amx_tile") if x in f))
 
 
 def say(line: str) -> None:
@@ -51,8 +51,10 @@ def say(line: str) -> None:
 
 def cpu_throughput(path: str) -> tuple[int, float]:
     """(positions, positions per CPU second) of one process tallying the file."""
+    from spectr_gbv.certify.log.allocator import keep_freed_memory
     from spectr_gbv.certify.log.run import CHUNK_LINES, LogPlan, tally_lines
 
+    keep_freed_memory()  # as every process that runs chunks does
     plan = LogPlan(vocab=64)
     lines, positions = [], 0
     t0 = time.process_time()
@@ -109,7 +111,13 @@ def main() -> int:
     args = ap.parse_args()
     from helpers.recorded_logs import make_log
 
-    print(f"CPU: {cpu_name()}; load average at start {os.getloadavg()[0]:.1f}")
+    try:
+        import msgspec
+
+        decoder = f"msgspec {msgspec.__version__}"
+    except ImportError:
+        decoder = "json (msgspec not installed)"
+    print(f"CPU: {cpu_name()}; load average at start {os.getloadavg()[0]:.1f}; JSON decoder: {decoder}")
     with tempfile.TemporaryDirectory() as d:
         if "throughput" in args.parts:
             print("\n| log | lines | positions | per CPU second (1 process, tally only) "
@@ -126,7 +134,7 @@ def main() -> int:
                 size = os.path.getsize(p) / args.lines / 1024
                 print(f"| 16 tokens, top-{k} ({size:.1f} KiB/line) | {args.lines} | {n} | {per_cpu:,.0f} tokens/s | "
                       f"{n / cpu2:,.0f} tokens/s | {n / w1:,.0f} tokens/s ({w1:.1f} s) | {n / w2:,.0f} tokens/s "
-                      f"({w2:.1f} s) | {os.getloadavg()[0]:.1f} | {v2.split(' — ')[0]} |", flush=True)
+                      f"({w2:.1f} s) | {os.getloadavg()[0]:.1f} | {v2.split(' — ')[0].removeprefix('verdict: ')} |", flush=True)
         if "memory" in args.parts:
             big = os.path.join(d, "big.jsonl")
             say(f"writing {args.big} lines (about 2 min a million) ...")
@@ -138,7 +146,7 @@ def main() -> int:
                   "peak RSS (largest process) | load avg | verdict |\n|---|---|---|---|---|---|---|---|")
             print(f"| {args.big} lines × 4 tokens, top-5 | {size / 2**30:.2f} GiB | {wall:.0f} s | "
                   f"{4 * args.big / wall:,.0f} | {4 * args.big / cpu:,.0f} | {rss / 1024:.0f} MiB | "
-                  f"{os.getloadavg()[0]:.1f} | {verdict.split(' — ')[0]} |", flush=True)
+                  f"{os.getloadavg()[0]:.1f} | {verdict.split(' — ')[0].removeprefix('verdict: ')} |", flush=True)
     say("certify log benchmark: done")
     return 0
 
