@@ -361,7 +361,10 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
         # hold a lock at fork: a forked worker then hangs); a worker that dies raises
         # BrokenProcessPool instead of leaving its chunk unanswered
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        pool = ProcessPoolExecutor(plan.workers, mp_context=mp.get_context(method), initializer=_quiet_worker)
+        ctx = mp.get_context(method)
+        if method == "forkserver":  # the server imports this module (numpy, scipy) once, not each worker
+            ctx.set_forkserver_preload([__name__])
+        pool = ProcessPoolExecutor(plan.workers, mp_context=ctx, initializer=_quiet_worker)
 
     def absorb(t, nbytes, cpu, rss):
         nonlocal tally
