@@ -19,7 +19,7 @@ position without its top list.  The request's defaults are the OpenAI API's: a s
 them (vLLM's ``--override-generation-config``, a generation config) is certified against what the
 client asked for, which is the point.
 
-A line is decoded by msgspec when it is installed (a base dependency: ~5× faster than the stdlib's
+A line is decoded by msgspec when it is installed (a base dependency: ~4× faster than the stdlib's
 ``json``), else by ``json``; msgspec refuses whatever it would read otherwise than ``json`` (NaN and
 Infinity, floats beyond the float64 range, lone surrogates), and such a line goes to ``json``: the
 value is ``json.loads``' in either case (tests/certify/log/test_certify_log.py compares the tallies
