@@ -323,7 +323,7 @@ def power_endpoint(req: EndpointRequest, pilot: int = 16, progress=None, log=Non
     try:
         cert = certify_deployment(prep.engine, prep.reference, prep.prompts, small, prep.run_file,
                                   server=prep.server, model=prep.model, reference_name=prep.reference_name,
-                                  vocab=prep.vocab, progress=bar, log=log)
+                                  vocab=prep.vocab, progress=bar, log=log, shown=False)
     finally:
         if bar is not None and hasattr(bar, "close"):
             bar.close()

@@ -379,7 +379,7 @@ class _Budget(Exception):
 def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *, server: str = "",
                        model: str = "", reference_name: str = "", vocab: int | None = None,
                        progress=None, log=None, stop: threading.Event | None = None,
-                       audit_reference=None) -> DeploymentCertificate:
+                       audit_reference=None, shown: bool = True) -> DeploymentCertificate:
     """Certify ``engine`` against ``reference`` (module doc).
 
     Args:
@@ -395,6 +395,8 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         stop: an event that stops the run when set (else only KeyboardInterrupt does).
         audit_reference: with ``plan.reported``, the prefill reference of the audited samples
             (``references.ServerReference``; None: no audit).
+        shown: the tests' results are shown (False: ``--power``'s pilot, which reports only what
+            the plan resolves): a shown test is a look of the certificate, kept in the run file.
     Returns:
         ``DeploymentCertificate`` (``complete`` False when stopped or when too many requests failed).
     Raises:
@@ -411,13 +413,13 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     done: dict = dict(run_file.samples)
     impossible: dict = dict(run_file.impossible)
     schedule = plan.looks()
-    problem = continuation_problem(run_file, plan)
+    problem = continuation_problem(run_file, plan) if shown else ""
     if problem:
         raise ValueError(problem)
     # the looks before this run (oracle.look_spending): this run's first look is number j0 + 1, at the
     # first point of its schedule beyond what the earlier looks tested
     j0 = len(run_file.looks)
-    k0 = next(k for k, n in enumerate(schedule) if n > run_file.tested)
+    k0 = next(k for k, n in enumerate(schedule) if n > run_file.tested) if shown else 0
     stop = stop or threading.Event()
     tasks: queue.Queue = queue.Queue()
     results: queue.Queue = queue.Queue()
@@ -566,9 +568,15 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
 
     def looked(n_k):
         """Keep look number j0 + 1 + (k − k0) in the run file and the certificate."""
+        if not shown:
+            return
         cert.look = j0 + 1 + (k - k0)
         verdict = "FAIL" if cert.failed else ("REFUSED" if cert.refused else "pass")
-        run_file.write({"kind": "look", "j": cert.look, "n": int(n_k), "alpha": alpha_k, "verdict": verdict})
+        # n: the samples the look tested (those of indices below n_k collected: fewer than n_k when a
+        # fixed plan stopped with gaps, which a resumed run fills)
+        tested = cert.samples + len(cert.impossible)
+        run_file.write({"kind": "look", "j": cert.look, "n": int(tested), "below": int(n_k), "alpha": alpha_k,
+                        "verdict": verdict})
         if seq is not None:
             seq["tested"].append(n_k)
             seq["alphas"].append(alpha_k)

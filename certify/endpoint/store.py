@@ -14,9 +14,9 @@ the seed, the reference, the number of samples asked).  Then one line per event:
 - ``{"kind": "error", "i": …, "reason": …}``: a request that failed (the sample is asked again on
   resumption);
 - ``{"kind": "replay", "i": …, "identical": true|false}``: a seed replayed;
-- ``{"kind": "look", "j": …, "n": …, "alpha": …, "verdict": …}``: look j of the certificate
-  tested the samples of indices below n, its fixed-sample tests at α_j (``alpha``,
-  ``oracle.look_spending``); a resumed run's looks go on from the last j.
+- ``{"kind": "look", "j": …, "n": …, "below": …, "alpha": …, "verdict": …}``: look j of the
+  certificate tested n samples, those of indices below ``below`` collected, its fixed-sample tests
+  at α_j (``alpha``, ``oracle.look_spending``); a resumed run's looks go on from the last j.
 
 A line cut short by a crash (the last one) is ignored on reading, with a note.
 """
@@ -128,7 +128,8 @@ class RunFile:
 
     @property
     def tested(self) -> int:
-        """The most samples a look of this run file tested (0 before any look)."""
+        """The most samples a look of this run file tested (0 before any look): a plan whose looks
+        go no further has nothing to continue."""
         return max((int(e.get("n", 0)) for e in self.looks), default=0)
 
     @property

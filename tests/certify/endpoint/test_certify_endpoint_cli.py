@@ -150,9 +150,11 @@ def test_a_run_cut_short_keeps_its_samples_and_resumes(capsys, tmp_path):
         code, out, err, cert, record = _run(capsys, url, tmp_path, "--retries", "0", name="cut")
     kept = [e for e in _lines(record) if e["kind"] == "sample"]
     assert code == 2 and 0 < len(kept) < 80 and cert["samples"] == len(kept)
+    # its tests on what it kept were shown: look 1, of the samples it had
+    assert [(e["j"], e["n"], e["below"]) for e in _lines(record) if e["kind"] == "look"] == [(1, len(kept), 80)]
     with serve() as (url, _):
         code, out, err, cert, _ = _run(capsys, url, tmp_path, "--resume", str(record), name="cut2")
-    assert code == 0 and cert["samples"] == 80
+    assert code == 0 and cert["samples"] == 80 and cert["look"]["j"] == 2  # the certificate's next look
     indices = [e["i"] for e in _lines(record) if e["kind"] == "sample"]
     assert sorted(indices) == list(range(80))
 
@@ -268,9 +270,10 @@ def test_power_prints_the_plan_and_keeps_its_pilot(capsys, tmp_path):
         assert code == 0 and "detected with power 0.99" in out and "temperature: |ΔT| >=" in out
         assert "omnibus per-token TV <= 0.02: --samples" in out
         assert sum(e["kind"] == "sample" for e in _lines(record)) == 16
-        # the pilot is the run's start: resuming asks the 64 others
+        assert not any(e["kind"] == "look" for e in _lines(record))  # its tests are not shown: no look
+        # the pilot is the run's start: resuming asks the 64 others, at the certificate's first look
         code, out, err, cert, _ = _run(capsys, url, tmp_path, "--resume", str(record), name="after")
-    assert code == 0 and cert["samples"] == 80
+    assert code == 0 and cert["samples"] == 80 and cert["look"]["j"] == 1
 
 
 def test_tolerance_auto_measures_the_drift_and_separates_it(capsys, tmp_path):

@@ -13,6 +13,8 @@ the V = 64 chain, reference ``self``, the default plan of 80 × 16 tokens, α = 
 
 import json
 
+import pytest
+
 from helpers.fake_deployment import serve
 from spectr_gbv.cli import main as cli_main
 
@@ -37,7 +39,9 @@ def test_a_systematic_misreport_of_three_tenths_of_a_nat_fails(capsys, tmp_path)
     assert code == 1 and cert["verdict"] == "FAIL", out + err
     assert cert["family"]["passed"] and cert["logprobs"]["passed"]  # the law is right; no gap over 1 nat
     shift = _shift(cert)
-    assert not shift["passed"] and shift["alpha"] == 1e-3 / 16 / 3 and shift["pvalue"] < 1e-100
+    # look 1 of the certificate: the report share alpha_1/16 = alpha/32, split in three
+    assert not shift["passed"] and shift["alpha"] == pytest.approx(1e-3 / 2 / 16 / 3, rel=1e-12)
+    assert shift["pvalue"] < 1e-100
     assert shift["observed"] > 1100 and shift["n"] == 1280  # gaps above +0.1: all but tokens near log p = 0
     assert out.splitlines()[0].startswith("verdict: FAIL — decided by reported log-probs: shift")
     assert any(x.startswith("reported log-probs: shift:") and x.endswith("<- FAIL") for x in out.splitlines())
@@ -89,4 +93,4 @@ def test_independent_samples_pass_the_shared_prefix_test(capsys, tmp_path):
     assert code == 0, out + err
     shared = next(r for r in cert["reports"] if r["name"] == "independence: shared prefixes")
     # 80 samples over 8 prompts: first tokens of one prompt often coincide (π is their probability)
-    assert shared["passed"] and shared["n"] > 70 and shared["alpha"] == 1e-3 / 16 / 3
+    assert shared["passed"] and shared["n"] > 70 and shared["alpha"] == pytest.approx(1e-3 / 2 / 16 / 3, rel=1e-12)
