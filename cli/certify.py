@@ -11,8 +11,8 @@
 
 Each sub-command has its own module here (parsing and printing) and its own folder in certify/
 (the library: ``certify/verifiers``, ``samplers``, ``engine``, ``our_engine``, ``endpoint``, ``log``), and
-its own ``--help``.  ``certify endpoint`` and ``certify log`` run from the light install (numpy, scipy, tqdm: no torch);
-the others need the ``[torch]`` extra.  ``spectr-gbv certify`` alone prints this list (exit 2).
+its own ``--help``.  ``certify endpoint`` and ``certify log`` run from the light install (numpy,
+scipy, tqdm, msgspec: no torch); the others need the ``[torch]`` extra.  ``spectr-gbv certify`` alone prints this list (exit 2).
 """
 
 from __future__ import annotations

@@ -116,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
     from spectr_gbv.cli.args import UsageError, text_stream, write_json
 
     check(args)
+    from spectr_gbv.certify.log.allocator import keep_freed_memory
+
+    # this command's process runs chunks (one worker) or pickles the workers' (certify/log/allocator.py);
+    # the library leaves a caller's process as it is
+    keep_freed_memory()
     plan = LogPlan(alpha=args.alpha, tolerance=args.tolerance, seed=args.seed, vocab=args.vocab,
                    max_bound=args.max_bound, workers=args.workers)
 

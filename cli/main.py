@@ -10,7 +10,7 @@ Bad arguments: one line on stderr, ``spectr-gbv SUB: message`` naming the flag (
 exit status 2, no traceback (``cli.args``: argparse's own errors through
 ``CliParser.error``, ``UsageError`` from ``check`` or ``func``).
 
-The light install (``pip install spectr-gbv``: numpy, scipy, tqdm) runs ``exact``, ``certify
+The light install (``pip install spectr-gbv``: numpy, scipy, tqdm, msgspec) runs ``exact``, ``certify
 endpoint`` (reference ``self`` or ``endpoint:URL``) and the oracle's harness; a sub-command that
 needs an extra's package which is not installed (torch, transformers, cvxpy, llama_cpp, ...)
 says so in one line naming the extra, ``pip install 'spectr-gbv[torch]'``, exit status 2

@@ -122,6 +122,9 @@ def decode(text):
     return json.loads(text.decode("utf-8") if isinstance(text, (bytes, bytearray)) else text)
 
 
+_BIG = 2**31 - 1
+
+
 def parse_line(text: str, line: int) -> tuple[list, list]:
     """The samples of one log line and the skip keys (``SAMPLE_SKIPS``) of its choices not taken.
 
@@ -167,6 +170,9 @@ def parse_line(text: str, line: int) -> tuple[list, list]:
         return [], ["echo"] * n
     if any(req.get(f) for f in _STRUCTURED):
         return [], ["structured"] * n
+    # a list is cut to its k most probable entries and a top-k of V or more cuts nothing: values past
+    # 2^31 - 1 (beyond any vocabulary) mean the same and fit the int64 arrays
+    k, top_k = min(k, _BIG), min(top_k, _BIG)
     beta = 1.0 / T
     out, skips = [], []
     for ci, ch in enumerate(choices):

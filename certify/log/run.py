@@ -7,8 +7,9 @@ whatever the file's length), each returns the chunk's ``tally.Tally`` and the ma
 them.  Every ``checkpoint_s`` seconds and at the end the running tally is written to ``out`` (a
 partial result: the lines it covers, its sums), so a stopped run continues with ``resume`` from
 the last checkpoint, and shards of one log merge (``merge_files``) into the certificate one pass
-gives.  Every process that runs chunks keeps its freed memory for the next one
-(``allocator.keep_freed_memory``: no page faults for each chunk's temporaries).
+gives.  The worker processes, and the ``certify log`` command's own, keep their freed memory for
+the next chunk (``allocator.keep_freed_memory``: no page faults for each chunk's temporaries); a
+caller's process that runs ``certify_log`` with one worker is left as it is.
 
 **Looks.**  Each run that computes and shows the tests is a look of the certificate; the partial
 result keeps the looks (``looks``: [{"j", "lines", "records", "alpha", "verdict"}]), and a run
@@ -323,7 +324,6 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
             settings.
     """
     plan.check()
-    keep_freed_memory()  # this process's chunks (one worker) and its pickling of the others' (``allocator``)
     if start < 0 or (stop is not None and stop <= start) or first_line < 0:
         raise ValueError(f"lines: need 0 <= start < stop and first_line >= 0, got start {start}, stop {stop}, "
                          f"first_line {first_line}")

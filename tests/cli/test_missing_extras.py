@@ -1,6 +1,6 @@
 """A sub-command that needs an extra which is not installed says so in one line, exit 2.
 
-The light install (numpy, scipy, tqdm) lists every sub-command; those whose ``check`` or
+The light install (numpy, scipy, tqdm, msgspec) lists every sub-command; those whose ``check`` or
 ``func`` imports torch, transformers, cvxpy, llama_cpp, ... lazily answer
 ``spectr-gbv SUB: needs torch, which is not installed here: pip install 'spectr-gbv[torch]' ...``
 instead of a traceback (cli/main.py ``run_parsed``).  scripts/light_check.sh checks the same in a

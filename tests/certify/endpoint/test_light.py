@@ -1,6 +1,6 @@
 """The endpoint certifier is light: importing any module of certify/endpoint/ or certify/log/ (and
 the CLI's ``certify endpoint`` and ``certify log`` paths) loads neither torch, transformers nor llama_cpp — the light install
-(``pip install spectr-gbv``: numpy, scipy, tqdm) runs it.  Checked in a fresh interpreter (this
+(``pip install spectr-gbv``: numpy, scipy, tqdm, msgspec) runs it.  Checked in a fresh interpreter (this
 test process has torch loaded already).  Seen to fail on a planted ``import torch`` at the top of
 certify/endpoint/report.py."""
 

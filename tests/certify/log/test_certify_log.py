@@ -244,3 +244,21 @@ def test_the_stdlib_decoder_gives_the_fast_decoders_tally(logs, monkeypatch):
     slow = tally_lines(lines, PLAN).to_json()
     assert fast == slow
     assert fast["counts"]["impossible"] >= 1 and fast["skipped"]["json"] == 4 and fast["skipped"]["params"] >= 1
+
+
+def test_request_fields_past_any_vocabulary_mean_what_they_say(logs, tmp_path):
+    """logprobs 10^30 (every entry listed) and top_k 10^30 (no cut) read as the lines' own k and no
+    top-k: the same tally, no overflow (they crashed the run before)."""
+    lines = open(logs[None]).read().splitlines()[:40]
+    big = []
+    for text in lines:
+        d = json.loads(text)
+        d["request"]["logprobs"] = 10**30
+        if d["request"].get("top_k") in (None, -1, 0):
+            d["request"]["top_k"] = 10**30
+        big.append(json.dumps(d))
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("\n".join(lines) + "\n")
+    b.write_text("\n".join(big) + "\n")
+    one, two = certify_log(str(a), PLAN), certify_log(str(b), PLAN)
+    assert two.tally.counts == one.tally.counts and two.verdict == one.verdict == "PASS"
