@@ -62,6 +62,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # helpers.fake_deployment (--fake)
 
 from spectr_gbv.certify.endpoint.endpoint import EndpointRequest, certify_endpoint, prepare  # noqa: E402
 from spectr_gbv.certify.endpoint.run import Plan, sample_seed  # noqa: E402
@@ -123,12 +124,12 @@ def tree_cpu_s(pid: int | None) -> float:
 def vllm_server(kind: str, port: int, start_timeout: float, fake: bool):
     """Yield (url, pid) of a running server; stop its process group after."""
     if fake:
-        from tests.helpers.fake_deployment import serve
+        from helpers.fake_deployment import serve
 
         with serve(FAKE_DEFECT[kind], serial_s=0.005) as (url, _):
             yield url, None
         return
-    from gpu_backend.models.weights import embedded_folder
+    from spectr_gbv.gpu_backend.models.weights import embedded_folder
 
     folder = str(embedded_folder("tiny", "float32"))
     argv = server_argv(kind, folder, port)
