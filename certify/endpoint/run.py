@@ -22,7 +22,8 @@ The whole path, in order:
    samples for different seeds, far more often than the target's law allows (Poisson p < 1e-9),
    stop the run and FAIL it with the dependence named (a response cache, seeds ignored by a
    deterministic sampler: the samples are not independent; the law tests then run on the samples
-   collected and are reported as conditional on independence); a few seeds are replayed and the
+   collected and are reported as conditional on independence); a few seeds are replayed (samples
+   0, 1, 2, each asked again as soon as it is in, ahead of the queued samples) and the
    verdict says whether the deployment reproduces a sample from its seed (informational).
 5. **Tests**: ``oracle.sequence_family.family_test`` on every sample's records (omnibus PIT and
    directional tests, Bonferroni over the family); the report tests of ``oracle.sequence_reports``
@@ -52,6 +53,7 @@ than ``Plan.max_errors`` of them stop the run.
 
 from __future__ import annotations
 
+import collections
 import math
 import queue
 import threading
@@ -92,7 +94,8 @@ class Plan:
         fails; bfloat16 drift, sd ~0.15 and mean ~0, stays within it);
         seed: the run's seed (engine
         seeds and PIT uniforms derive from it); concurrency: C requests in flight; replays: seeds
-        asked twice; max_errors: failed requests before the run stops.
+        asked twice (samples 0 … replays − 1, each asked again as soon as it is in, ahead of the
+        samples still queued; a sample found impossible is not replayed); max_errors: failed requests before the run stops.
         sequential: the plan sized by what it must resolve (``certify.endpoint.sequential``: the
         CLI's default): ``n_samples`` is then the pilot, the first of the looks, and sampling goes on
         by doubling until the targets are resolved, a look fails, or ``max_samples`` samples or
@@ -430,13 +433,24 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     if progress is not None and (done or impossible):
         progress.update(sum(1 for i in list(done) + list(impossible) if i < schedule[k0]))
 
+    urgent: collections.deque = collections.deque()  # replays, taken before the queued samples
+    running = {"n": 0}
+    running_lock = threading.Lock()
+
     def work():
-        while not stop.is_set():
-            try:
-                kind, i = tasks.get_nowait()
-            except queue.Empty:
-                return
-            results.put(_task(kind, i))
+        try:
+            while not stop.is_set():
+                try:
+                    kind, i = urgent.popleft()
+                except IndexError:
+                    try:
+                        kind, i = tasks.get_nowait()
+                    except queue.Empty:
+                        return
+                results.put(_task(kind, i))
+        finally:
+            with running_lock:
+                running["n"] -= 1
 
     def _task(kind, i):
         prompt = prompts[i % len(prompts)]
@@ -470,7 +484,16 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         return ("sample", i, (s, rows, recs), None)
 
     buffer: list = []
-    state = {"errors": 0, "pending": 0, "replays_asked": False}
+    state = {"errors": 0, "pending": 0}
+    replays_asked = set(replayed_before)
+
+    def ask_replay(i):
+        """Ask sample i's seed again when i is among the first ``n_replays`` and not asked yet."""
+        if i < n_replays and i not in replays_asked and i in done:
+            replays_asked.add(i)
+            urgent.append(("replay", i))
+            state["pending"] += 1
+            start_workers(1)
 
     def record_sample(i, s, rows, recs):
         event = {"kind": "sample", "i": i, "seed": sample_seed(plan.seed, i), "prompt": i % len(prompts),
@@ -488,9 +511,15 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         for (i, s), rows in zip(buffer, reference.rows_many(items)):
             record_sample(i, s, rows, rows.records(s.tokens))
         buffer.clear()
+        for i in sorted(done)[:n_replays]:
+            ask_replay(i)
 
     def start_workers(n):
-        for _ in range(min(plan.concurrency, max(1, n))):
+        """Start up to ``n`` workers (at least 1), never more than ``plan.concurrency`` running."""
+        with running_lock:
+            new = max(0, min(plan.concurrency - running["n"], max(1, n)))
+            running["n"] += new
+        for _ in range(new):
             threading.Thread(target=work, daemon=True).start()
 
     def collect(upto: int):
@@ -500,16 +529,21 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             tasks.put(("sample", i))
         state["pending"] += len(todo)
         start_workers(len(todo))
+        for i in sorted(done)[:n_replays]:  # samples read back from a run file stopped before their replay
+            ask_replay(i)
         while state["pending"] > 0:
             if deadline is not None and time.perf_counter() > deadline:
                 raise _Budget
             try:
                 kind, i, payload, s = results.get(timeout=0.2)
             except queue.Empty:
+                if not running["n"] and (urgent or not tasks.empty()):  # asked as the last worker was leaving
+                    start_workers(len(urgent) + tasks.qsize())
                 continue
             if kind == "sample":
                 state["pending"] -= 1
                 record_sample(i, *payload)
+                ask_replay(i)
             elif kind == "sampled":
                 buffer.append((i, payload))
             elif kind == "impossible":
@@ -546,13 +580,6 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                     cert.dependence = _dependence(dup)
                     cert.notes.append(f"stopped: samples dependent after {len(done)} samples")
                     raise _Stop
-            if state["pending"] == 0 and not state["replays_asked"]:
-                state["replays_asked"] = True  # a few seeds asked again once the first look's samples are in
-                again = [j for j in sorted(done)[:n_replays] if j not in replayed_before]
-                for j in again:
-                    tasks.put(("replay", j))
-                state["pending"] += len(again)
-                start_workers(len(again))
 
     def prefix() -> int:
         """The longest run of indices 0 … m − 1 collected (sampled or impossible)."""

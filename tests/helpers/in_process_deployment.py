@@ -13,19 +13,26 @@ class Engine:
     Args:
         stop_at: the sampling call that raises KeyboardInterrupt in the main thread, or None.
         defect: the server's planted defect (``fake_deployment.DEFECTS``), or None.
+        delay_s: seconds each call takes at least (a server's time per request).
     """
 
-    def __init__(self, stop_at: int | None = None, defect: str | None = None):
+    def __init__(self, stop_at: int | None = None, defect: str | None = None, delay_s: float = 0.0):
         from helpers.fake_deployment import FakeDeployment
 
         self.server, self.calls, self.stop_at = FakeDeployment(defect=defect), 0, stop_at
+        self.seeds: list = []  # the seed of each sampling call, in call order
+        self.delay_s = delay_s
 
     def sample(self, prompt, n, seed):
         import _thread
 
         from spectr_gbv.certify.endpoint.servers import Sample
 
+        import time
+
         self.calls += 1
+        self.seeds.append(seed)
+        time.sleep(self.delay_s)
         if self.calls == self.stop_at:
             _thread.interrupt_main()
         toks = self.server.sample(list(prompt), n, seed, 1.0)
