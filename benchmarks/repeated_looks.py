@@ -110,6 +110,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("what", choices=("log", "endpoint"))
     ap.add_argument("--replicates", type=int, default=40)
+    ap.add_argument("--first", type=int, default=0, help="the first replicate's number (its seeds): batches add up")
     ap.add_argument("--looks", type=int, default=100)
     ap.add_argument("--lines-per-look", type=int, default=4, help="log: lines added at each look")
     ap.add_argument("--samples-per-look", type=int, default=4, help="endpoint: samples added at each look")
@@ -119,12 +120,12 @@ def main() -> None:
     started = time.perf_counter()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.replicates):
+        for r in range(args.first, args.first + args.replicates):
             if args.what == "log":
                 rows.append(replicate(r, args.looks, args.lines_per_look, args.alpha, Path(tmp)))
             else:
                 rows.append(endpoint_replicate(r, args.looks, args.samples_per_look, args.alpha, Path(tmp)))
-            done = r + 1
+            done = len(rows)
             c = sum(x["continued"] is not None for x in rows)
             f = sum(x["fresh"] is not None for x in rows)
             print(f"replicate {done}/{args.replicates}: false alarms so far continued {c}, fresh each look {f} "
@@ -136,7 +137,7 @@ def main() -> None:
 
 def _write(args, rows, started) -> None:
     n = len(rows)
-    out = {"what": args.what, "replicates": n, "looks": args.looks, "alpha": args.alpha,
+    out = {"what": args.what, "replicates": n, "first": args.first, "looks": args.looks, "alpha": args.alpha,
            "wall_s": time.perf_counter() - started}
     out.update({"lines_per_look": args.lines_per_look, "tokens_per_line": 16} if args.what == "log" else
                {"samples_per_look": args.samples_per_look, "tokens_per_sample": 8})
