@@ -12,13 +12,16 @@ to ``--log``::
 
     {"request": <the body as sent upstream>, "response": <the server's JSON answer>}
 
-— the line format ``certify log`` reads (docs/howto/certify_a_log.md).  Lines are written whole
-under a lock and flushed one by one, so a log cut by a crash ends with whole lines (at most the
-last one partial).  Not logged, but forwarded and counted (the summary on stderr at the end):
-streamed requests (``"stream": true``: the answer is relayed as it comes), error answers (HTTP
-status >= 400, or a JSON answer without ``choices``), answers that are not JSON, request bodies that
-are not JSON objects, and every other path (``GET /v1/models``, ``POST /tokenize``, chat
-completions, ...).  An upstream that cannot be reached answers 502 (the proxy connects to it
+— the line format ``certify log`` reads (docs/howto/certify_a_log.md).  A streamed request
+(``"stream": true``) is relayed event by event as it comes, and logged once its stream ends with
+``data: [DONE]``: the events' choices put together (text concatenated, the ``logprobs`` lists of
+each chunk appended in order, the last finish reason) as the answer the same request would get
+unstreamed (``StreamedAnswer``).  Lines are written whole under a lock and flushed one by one, so
+a log cut by a crash ends with whole lines (at most the last one partial).  Not logged, but
+forwarded and counted (the summary on stderr at the end): error answers (HTTP status >= 400, or a
+JSON answer without ``choices``), answers that are not JSON (a stream cut before ``[DONE]`` or
+with an event that is not JSON among them), request bodies that are not JSON objects, and every
+other path (``GET /v1/models``, ``POST /tokenize``, chat completions, ...).  An upstream that cannot be reached answers 502 (the proxy connects to it
 directly, never through the environment's ``http_proxy``).
 
 ``--add-logprobs K`` adds ``"logprobs": K`` to completion requests that carry none (a client's own
@@ -106,28 +109,88 @@ class LoggingProxy(ThreadingHTTPServer):
 
     def summary(self) -> str:
         s = self.stats
-        return (f"logging proxy: {s['requests']} requests answered; {s['logged']} completions logged; not logged: "
-                f"{s['streamed']} streamed, {s['errors']} error answers, {s['not_json']} not JSON, "
-                f"{s['unreachable']} upstream unreachable; {s['passed_through']} other paths passed through")
+        return (f"logging proxy: {s['requests']} requests answered; {s['logged']} completions logged "
+                f"({s['streamed']} streamed); not logged: {s['errors']} error answers, {s['not_json']} not JSON "
+                f"(streams cut short among them), {s['unreachable']} upstream unreachable; {s['passed_through']} other "
+                "paths passed through")
 
 
 def _completion_body(server: LoggingProxy, raw: bytes):
     """(body to send, parsed body or None, streamed): the completion request with --add-logprobs
-    and --token-ids applied when it is a JSON object that is not streamed (else None, unchanged)."""
+    and --token-ids applied when it is a JSON object (else None, unchanged)."""
     try:
         body = json.loads(raw)
     except ValueError:
         return raw, None, False
     if not isinstance(body, dict):
         return raw, None, False
-    if body.get("stream"):
-        return raw, None, True
+    stream = bool(body.get("stream"))
     changed = False
     if server.add_logprobs and body.get("logprobs") is None:
         body["logprobs"], changed = server.add_logprobs, True
     if server.token_ids and "return_tokens_as_token_ids" not in body:
         body["return_tokens_as_token_ids"], changed = True, True
-    return (json.dumps(body).encode("utf-8") if changed else raw), body, False
+    return (json.dumps(body).encode("utf-8") if changed else raw), body, stream
+
+
+class StreamedAnswer:
+    """A streamed completion's server-sent events (``feed`` the bytes as relayed) put together as
+    the answer the request would get unstreamed: ``answer()``, or None when the stream did not end
+    with ``data: [DONE]``, an event was not a JSON object, or no event had a choice."""
+
+    _LISTS = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+
+    def __init__(self):
+        self._buf = b""
+        self._head: dict = {}
+        self._choices: dict = {}
+        self.done = False
+        self.bad = False
+
+    def feed(self, chunk: bytes) -> None:
+        self._buf = (self._buf + chunk).replace(b"\r\n", b"\n")
+        while b"\n\n" in self._buf:
+            event, self._buf = self._buf.split(b"\n\n", 1)
+            for line in event.split(b"\n"):
+                if line.startswith(b"data:"):
+                    self._data(line[5:].strip())
+
+    def _data(self, data: bytes) -> None:
+        if data == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict) or not isinstance(obj.get("choices", []), list):
+            self.bad = True
+            return
+        for key in ("id", "object", "created", "model"):
+            self._head.setdefault(key, obj.get(key))
+        for c in obj.get("choices") or []:
+            if not isinstance(c, dict) or not isinstance(c.get("index", 0), int):
+                self.bad = True
+                continue
+            acc = self._choices.setdefault(c.get("index", 0), {"index": c.get("index", 0), "text": "",
+                                                                "finish_reason": None, "logprobs": None})
+            acc["text"] += c.get("text") or ""
+            if c.get("finish_reason") is not None:
+                acc["finish_reason"] = c["finish_reason"]
+            lp = c.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("tokens"), list):
+                if acc["logprobs"] is None:
+                    acc["logprobs"] = {key: [] for key in self._LISTS}
+                n = len(lp["tokens"])
+                for key in self._LISTS:
+                    v = lp.get(key)
+                    acc["logprobs"][key].extend(v if isinstance(v, list) and len(v) == n else [None] * n)
+
+    def answer(self) -> dict | None:
+        if not self.done or self.bad or not self._choices:
+            return None
+        return {**self._head, "object": "text_completion",
+                "choices": [self._choices[i] for i in sorted(self._choices)]}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -170,7 +233,12 @@ class _Handler(BaseHTTPRequestHandler):
             out_headers = [(k, v) for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE]
             if stream and status < 400:
                 srv.count("streamed")
-                return self._stream(status, out_headers, resp)
+                answer = self._stream(status, out_headers, resp)
+                if answer is None:
+                    srv.count("not_json")
+                else:
+                    srv.write_line(body, answer)
+                return
             data = resp.read()
         self._send(status, out_headers, data)
         if not logged:
@@ -202,20 +270,29 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up; the answer is still logged
 
-    def _stream(self, status, headers, resp):
+    def _stream(self, status, headers, resp) -> dict | None:
+        """Relay the stream as it comes; the answer put together (``StreamedAnswer``), or None."""
+        whole = StreamedAnswer()
+        client = True
         try:
             self.send_response(status)
             for k, v in headers:
                 self.send_header(k, v)
             self.end_headers()
-            while True:
-                chunk = resp.read1(65536)
-                if not chunk:
-                    break
-                self.wfile.write(chunk)
-                self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
-            pass
+            client = False
+        while True:
+            chunk = resp.read1(65536)
+            if not chunk:
+                break
+            whole.feed(chunk)
+            if client:
+                try:
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+                except (BrokenPipeError, ConnectionResetError):
+                    client = False  # the client gave up; the stream is still read to its end and logged
+        return whole.answer()
 
 
 def make_server(upstream: str, log_path: str, *, host: str = "127.0.0.1", port: int = 8001, add_logprobs: int = 0,

@@ -8,7 +8,8 @@ tokens)`` and ``.sample(prompt, n, rng, defect)``.
 
 Endpoints: ``GET /v1/models``; ``POST /tokenize`` (text → ids: each UTF-8 byte b → 1 + b mod
 (V − 1)); ``POST /v1/completions`` (sampling with ``seed``, ``logprobs``, ``return_tokens_as_token_ids``;
-or ``echo: true`` with ``logprobs: k``: the prompt's top-k log-probabilities, as vLLM returns them).
+``stream: true``: server-sent events of one token each, as vLLM streams; or ``echo: true`` with
+``logprobs: k``: the prompt's top-k log-probabilities, as vLLM returns them).
 
 Defects (``defect=``): "temperature-0.9" (samples at 0.9·T), "top-p-0.95", "top-k-50", "min-p-0.05"
 (truncations left on: ``oracle.sequence_simulation.TRUNCATIONS``), "stale-0.1" (10 % of
@@ -341,11 +342,37 @@ def _handler(state: FakeDeployment):
                     if x < V:
                         top.setdefault(f"token_id:{x}", float(rows[t, x]))
                     tops.append(top)
-            return self._send(200, {"id": "cmpl-test", "object": "text_completion", "model": state.name,
-                                    "choices": [{"index": 0, "text": "", "finish_reason": "length",
-                                                 "logprobs": {"tokens": [f"token_id:{t}" for t in toks],
-                                                              "token_logprobs": reported,
-                                                              "top_logprobs": tops, "text_offset": None}}]})
+            answer = {"id": "cmpl-test", "object": "text_completion", "model": state.name,
+                      "choices": [{"index": 0, "text": "", "finish_reason": "length",
+                                   "logprobs": {"tokens": [f"token_id:{t}" for t in toks], "token_logprobs": reported,
+                                                "top_logprobs": tops, "text_offset": None}}]}
+            if body.get("stream"):
+                return self._send_events(answer)
+            return self._send(200, answer)
+
+        def _send_events(self, answer):
+            """``answer`` streamed as vLLM streams a completion: server-sent events of one token each
+            (its log-probabilities beside it), the last with the finish reason, then ``[DONE]``."""
+            lp = answer["choices"][0]["logprobs"]
+            n = len(lp["tokens"])
+            events = []
+            for t in range(n):
+                piece = {"tokens": lp["tokens"][t:t + 1], "token_logprobs": lp["token_logprobs"][t:t + 1],
+                         "top_logprobs": None if lp["top_logprobs"] is None else lp["top_logprobs"][t:t + 1],
+                         "text_offset": None}
+                events.append({"id": answer["id"], "object": "text_completion", "model": answer["model"],
+                               "choices": [{"index": 0, "text": "", "logprobs": piece,
+                                            "finish_reason": "length" if t == n - 1 else None}]})
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                for e in events:
+                    self.wfile.write(b"data: " + json.dumps(e).encode() + b"\r\n\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                pass
 
         def _echo(self, ids, k):
             V = state.model.V

@@ -2,8 +2,9 @@
 on 127.0.0.1: the traffic it records is what ``certify log`` reads — a correct server's 60
 completions (T 0.7, 0.8, 1, 1.2 and the default, half of them given ``logprobs`` by
 ``--add-logprobs``) PASS, a planted T 0.9 (0.9 × each request's T) FAILs on the temperature test;
-streamed, error, non-JSON answers and other paths are forwarded and counted, never logged; the
-script stops after ``--max-requests`` and on Ctrl-C with its summary.
+a streamed completion is relayed as it comes and logged as the answer put together (the same as
+the server's unstreamed answer to that request); error, non-JSON answers and other paths are
+forwarded and counted, never logged; the script stops after ``--max-requests`` and on Ctrl-C with its summary.
 
 N: 60 requests of 96 tokens each (≈ 3,900 tokens tested, the rest of the 5,760 skipped by the
 lists' bound).  Measured over 20 seeds of the requests (their prompts and seeds), 4 client threads:
@@ -73,11 +74,14 @@ def _record(log: Path, defect=None):
                 answers = list(ex.map(lambda i: _call(base + "/v1/completions", _request(i)), range(N)))
             other = {"models": _call(base + "/v1/models"),
                      "tokenize": _call(base + "/tokenize", {"model": "fake-chain", "prompt": "hi"}),
-                     "stream": _call(base + "/v1/completions", {**_request(0), "stream": True}),
+                     "stream": _call(base + "/v1/completions", {**_request(N), "stream": True}),
                      "error": _call(base + "/v1/completions", {**_request(0), "prompt": [999]}),
                      "not json": _call(base + "/v1/completions", b"{not json")}
             thread.join(30)  # --max-requests: the proxy stops itself after the last one
             assert not thread.is_alive()
+            # the streamed request as the proxy sent it upstream, unstreamed, straight to the server
+            other["unstreamed"] = _call(upstream + "/v1/completions",
+                                        {**_request(N), "logprobs": K, "return_tokens_as_token_ids": True})
         finally:
             if thread.is_alive():
                 srv.shutdown()
@@ -104,31 +108,40 @@ def _certify(capsys, log: Path, tmp_path):
 def test_recorded_traffic_of_a_correct_server_passes(recorded, capsys, tmp_path):
     log, stats, answers, other = recorded[None]
     assert all(code == 200 for code, _ in answers)
-    assert stats == {"requests": N + 5, "logged": N, "streamed": 1, "errors": 2, "not_json": 0, "passed_through": 2,
-                     "unreachable": 0}
+    assert stats == {"requests": N + 5, "logged": N + 1, "streamed": 1, "errors": 2, "not_json": 0,
+                     "passed_through": 2, "unreachable": 0}
     lines = [json.loads(x) for x in log.read_text().splitlines()]  # 4 client threads: every line whole
-    assert len(lines) == N and sorted(x["request"]["seed"] for x in lines) == list(range(N))
+    assert len(lines) == N + 1 and sorted(x["request"]["seed"] for x in lines) == list(range(N + 1))
     assert all(x["request"]["logprobs"] == K and x["request"]["return_tokens_as_token_ids"] for x in lines)
     # the client gets the server's answer as sent, with the log-probabilities it asked for or was given
     assert all(json.loads(a)["choices"][0]["logprobs"]["tokens"][0].startswith("token_id:") for _, a in answers)
     assert other["models"][0] == 200 and json.loads(other["models"][1])["data"][0]["id"] == "fake-chain"
     assert other["tokenize"][0] == 200 and json.loads(other["tokenize"][1])["count"] == 2
-    assert other["stream"][0] == 200 and json.loads(other["stream"][1])["choices"]  # relayed, not logged
+    # the stream relayed as sent (one event a token, then [DONE]); logged as the unstreamed answer
+    status, raw = other["stream"]
+    events = [x for x in raw.split(b"\r\n\r\n") if x]
+    assert status == 200 and len(events) == NEW + 1 and events[-1] == b"data: [DONE]"
+    streamed = next(x for x in lines if x["request"].get("stream"))
+    assert streamed["request"]["seed"] == N and streamed["request"]["logprobs"] == K  # --add-logprobs
+    got, want = streamed["response"]["choices"][0], json.loads(other["unstreamed"][1])["choices"][0]
+    assert got["finish_reason"] == want["finish_reason"] == "length" and len(got["logprobs"]["tokens"]) == NEW
+    for key in ("tokens", "token_logprobs", "top_logprobs"):
+        assert got["logprobs"][key] == want["logprobs"][key], key
     assert other["error"][0] == 400 and other["not json"][0] == 400
 
     code, out, cert = _certify(capsys, log, tmp_path)
     assert code == 0 and out.startswith("verdict: PASS"), out
-    assert cert["lines"] == N and cert["samples"] == N
-    assert "T 0.7: 12, T 0.8: 12, T 1: 24, T 1.2: 12" in out
+    assert cert["lines"] == N + 1 and cert["samples"] == N + 1
+    assert "T 0.7: 13, T 0.8: 12, T 1: 24, T 1.2: 12" in out
     assert cert["family"]["n_tokens"] > 3000  # of N × 96 = 5,760 positions
 
 
 def test_recorded_traffic_of_a_planted_temperature_fails(recorded, capsys, tmp_path):
     log, stats, _, _ = recorded["temperature-0.9"]
-    assert stats["logged"] == N
+    assert stats["logged"] == N + 1
     code, out, cert = _certify(capsys, log, tmp_path)
     assert code == 1 and out.startswith("verdict: FAIL — decided by temperature"), out
-    assert cert["verdict"] == "FAIL" and cert["lines"] == N
+    assert cert["verdict"] == "FAIL" and cert["lines"] == N + 1
 
 
 def test_non_json_answers_are_forwarded_not_logged(tmp_path):
@@ -168,3 +181,30 @@ def test_the_script_stops_on_ctrl_c_with_its_summary(tmp_path):
             proc.kill()
             proc.wait()
     assert "1 requests answered; 0 completions logged" in rest and "1 upstream unreachable" in rest, rest
+
+
+def test_a_stream_is_put_together_whatever_its_chunking_and_only_when_whole():
+    Answer = PROXY["StreamedAnswer"]
+    events = [{"id": "c", "object": "text_completion", "model": "m",
+               "choices": [{"index": i, "text": f"{t}{i}", "finish_reason": "length" if t == 2 else None,
+                            "logprobs": {"tokens": [f"token_id:{t + i}"], "token_logprobs": [-0.5 * t],
+                                         "top_logprobs": [{f"token_id:{t + i}": -0.5 * t}], "text_offset": [t]}}]}
+              for t in range(3) for i in (1, 0)]  # two choices, interleaved
+    raw = b"".join(b"data: " + json.dumps(e).encode() + b"\r\n\r\n" for e in events) + b"data: [DONE]\r\n\r\n"
+    whole = Answer()
+    whole.feed(raw)
+    one_by_one = Answer()
+    for b in range(len(raw)):  # "\r" and "\n" split across chunks too
+        one_by_one.feed(raw[b:b + 1])
+    got = whole.answer()
+    assert got == one_by_one.answer() and [c["index"] for c in got["choices"]] == [0, 1]
+    c1 = got["choices"][1]
+    assert c1["text"] == "011121" and c1["finish_reason"] == "length"
+    assert c1["logprobs"]["tokens"] == ["token_id:1", "token_id:2", "token_id:3"]
+    assert c1["logprobs"]["token_logprobs"] == [0.0, -0.5, -1.0] and c1["logprobs"]["text_offset"] == [0, 1, 2]
+    cut = Answer()
+    cut.feed(raw[: raw.index(b"data: [DONE]")])  # no [DONE]: a stream cut short is not logged
+    assert cut.answer() is None
+    bad = Answer()
+    bad.feed(b"data: {not json\n\n" + raw)
+    assert bad.answer() is None
