@@ -64,7 +64,9 @@ def register(sub) -> None:
                    help="write the partial result (the tests' sums; every 30 s and at the end) for --merge or "
                    "--resume")
     p.add_argument("--resume", type=existing_file, default=None, metavar="PARTIAL.json",
-                   help="continue a stopped run from its partial result (same FILE, lines and settings)")
+                   help="continue the certificate in this partial result: a stopped run, or the same FILE grown "
+                   "since (only the new lines are read; the certificate's next look, its false-alarm rate kept "
+                   "over all looks); same FILE, lines and settings; written back to it unless --out is given")
     p.add_argument("--alpha", type=unit_interval_open, default=1e-3,
                    help="the family's false-alarm rate (default 1e-3)")
     p.add_argument("--tolerance", type=float, default=1e-3, metavar="ETA",

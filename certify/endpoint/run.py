@@ -593,6 +593,11 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
     k = k0
     alpha_k = look_alpha(plan.alpha, j0 + 1)
 
+    last_tested = {"n": run_file.tested}  # samples the certificate's last look tested
+
+    def collected(upto: int) -> int:
+        return sum(1 for i in done if i < upto) + sum(1 for i in impossible if i < upto)
+
     def looked(n_k):
         """Keep look number j0 + 1 + (k − k0) in the run file and the certificate."""
         if not shown:
@@ -602,12 +607,24 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         # n: the samples the look tested (those of indices below n_k collected: fewer than n_k when a
         # fixed plan stopped with gaps, which a resumed run fills)
         tested = cert.samples + len(cert.impossible)
+        last_tested["n"] = tested
         run_file.write({"kind": "look", "j": cert.look, "n": int(tested), "below": int(n_k), "alpha": alpha_k,
                         "verdict": verdict})
         if seq is not None:
             seq["tested"].append(n_k)
             seq["alphas"].append(alpha_k)
             seq["numbers"].append(cert.look)
+
+    def _stop_tests(upto, why):
+        """A stopped run's tests on what it collected — a new look only when it holds samples the
+        certificate's last look did not test (else that look's results stand)."""
+        if collected(upto) > last_tested["n"]:
+            _stopped_tests(cert, plan, done, impossible, upto, alpha_k, len(prompts), seq, why)
+            looked(upto)
+            return
+        if seq is not None:
+            seq["stopped"] = why
+        cert.notes.append(f"no sample beyond the {last_tested['n']} the certificate's last look tested: no new look")
 
     try:
         while True:
@@ -644,14 +661,14 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                 break
             if cert.failed:
                 seq["stopped"] = "fail"
-                say(f"look {k + 1} of {len(schedule)} ({n_k} samples): FAIL")
+                say(f"look {k + 1} of {len(schedule)} ({n_k} samples{_of_certificate(cert.look, k)}): FAIL")
                 break
             eta = cert.family.tolerance if cert.family is not None else plan.tolerance
             res = resolution(recs, len(recs), plan.alpha, alpha_k, eta, family=cert.family) if recs else None
             seq["resolution"] = res
             if k == k0 and recs:
                 seq["needed"] = samples_needed(recs, len(recs) / max(1, cert.samples), plan.alpha, eta, schedule)
-            say(f"look {k + 1} of {len(schedule)} ({n_k} samples): pass; resolves "
+            say(f"look {k + 1} of {len(schedule)} ({n_k} samples{_of_certificate(cert.look, k)}): pass; resolves "
                 + ", ".join(f"{name} {v:.3g}" + (" (target met)" if ok else f" (target {TARGETS[name]:g})")
                             for name, (v, ok) in (res or {}).items())
                 + ("" if k > k0 or seq["needed"] is None else f"; from the pilot's information per sample, about "
@@ -666,14 +683,14 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                 break
             k += 1
     except KeyboardInterrupt:
-        cert.notes.append(f"stopped by the user after {len(done) + len(impossible)} of {schedule[k]} samples")
         upto = prefix() if seq is not None else schedule[k]
-        _stopped_tests(cert, plan, done, impossible, upto, alpha_k, len(prompts), seq, "user")
-        looked(upto)
+        cert.notes.append(f"stopped by the user with {len(done) + len(impossible)} samples in (look {k + 1} of the "
+                          f"plan asks {schedule[k]}); " + (f"the samples below {upto} tested" if seq is not None
+                                                           else "the samples in tested"))
+        _stop_tests(upto, "user")
     except _Stop:
         upto = prefix() if seq is not None else schedule[k]
-        _stopped_tests(cert, plan, done, impossible, upto, alpha_k, len(prompts), seq, "stopped")
-        looked(upto)
+        _stop_tests(upto, "stopped")
     finally:
         stop.set()
         run_file.close()
@@ -698,6 +715,11 @@ def _stopped_tests(cert, plan, done, impossible, upto, alpha_k, n_prompts, seq, 
         if recs and cert.family is not None and not cert.failed:
             seq["resolution"] = resolution(recs, len(recs), plan.alpha, alpha_k, cert.family.tolerance,
                                            family=cert.family)
+
+
+def _of_certificate(j: int, k: int) -> str:
+    """"; look j of the certificate" where its number differs from the schedule's (a resumed run)."""
+    return "" if j == k + 1 else f"; look {j} of the certificate"
 
 
 def continuation_problem(run_file, plan: Plan) -> str:

@@ -36,6 +36,12 @@ LAW_DEFAULTS = {"top_p": 1.0, "sampling_top_k": 0, "min_p": 0.0, "as_client": Fa
                 "vocab": 0}
 # what the looks' α spending assumes the same at every look of one certificate (``oracle.look_spending``)
 CERTIFICATE_DEFAULTS = {"alpha": 1e-3, "tolerance": 1e-3, "auto_tolerance": False}
+# the command-line flag of a plan field, for the messages
+FLAGS = {"model": "--model", "temperature": "--temperature", "n_new": "--max-new-tokens", "k": "--top-k",
+         "prompts": "--prompts", "seed": "--seed", "reference": "--reference", "server": "--server",
+         "top_p": "--top-p", "sampling_top_k": "--sampling-top-k", "min_p": "--min-p", "as_client": "--as-client",
+         "template": "--request-template", "audit": "--audit", "vocab": "--vocab", "alpha": "--alpha",
+         "tolerance": "--tolerance", "auto_tolerance": "--tolerance auto"}
 
 
 class RunFile:
@@ -91,12 +97,15 @@ class RunFile:
         old = header.get("plan") or {}
         for key in PLAN_KEYS:
             if old.get(key) != plan.get(key):
-                raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key)!r}, "
-                                 f"this command asks {plan.get(key)!r}")
+                raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key)!r} "
+                                 f"({FLAGS.get(key, key)}), this command asks {plan.get(key)!r}")
         for key, default in {**LAW_DEFAULTS, **CERTIFICATE_DEFAULTS}.items():
             if old.get(key, default) != plan.get(key, default):
-                raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key, default)!r}, "
-                                 f"this command asks {plan.get(key, default)!r}")
+                raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key, default)!r} "
+                                 f"({FLAGS.get(key, key)}), this command asks {plan.get(key, default)!r}")
+        if old.get("url") and plan.get("url") and old["url"] != plan["url"]:
+            self.notes.append(f"resumed {self.path}: its samples came from {old['url']}, this run's from "
+                              f"{plan['url']} (the same model, plan and seeds: one certificate of both)")
         for n, line in enumerate(lines[1:], start=2):
             try:
                 event = json.loads(line)
@@ -121,8 +130,9 @@ class RunFile:
             self.notes.append(f"resumed {self.path}: {len(self.samples) + len(self.impossible)} samples read back")
         if self.looks:
             last = self.looks[-1]
-            self.notes.append(f"resumed {self.path}: {len(self.looks)} looks taken (the last at {last.get('n')} "
-                              f"samples, {last.get('verdict')}); this run's looks are looks {len(self.looks) + 1}, … "
+            n = len(self.looks)
+            self.notes.append(f"resumed {self.path}: {n} look{'s' if n > 1 else ''} taken (the last tested "
+                              f"{last.get('n')} samples, {last.get('verdict')}); this run's looks are looks {len(self.looks) + 1}, … "
                               "of the certificate (oracle.look_spending)")
         self._header = header
 

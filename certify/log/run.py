@@ -23,6 +23,7 @@ most looks a shard's file holds).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import math
@@ -275,11 +276,14 @@ def look_record(cert: LogCertificate) -> dict:
             "alpha": look_alpha(cert.plan.alpha, cert.look), "verdict": cert.verdict}
 
 
-def write_partial(tally: Tally, path: str, source: str, complete: bool, looks=()) -> None:
+def write_partial(tally: Tally, path: str, source: str, complete: bool, looks=(), digest: str | None = None,
+                  settings: dict | None = None) -> None:
     """The tally as a partial-result file (written to a temporary name, then renamed), with the
-    certificate's looks so far."""
+    certificate's looks so far, the BLAKE2b digest of the bytes of the lines it covers (``--resume``
+    checks that the log still begins with them) and the plan's settings a resumption must keep."""
     d = tally.to_json()
     d["source"], d["complete"], d["looks"] = source, bool(complete), list(looks)
+    d["digest"], d["settings"] = digest, settings
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(d, f)
@@ -334,6 +338,8 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
     resume_at = start
     prior: list = []
     out = out or resume
+    settings = {"vocab": plan.vocab, "max_bound": plan.max_bound}
+    want_digest = None
     if resume:
         tally, d = read_partial(resume, "--resume")
         prior = list(d.get("looks") or [])
@@ -341,13 +347,19 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
         if bad is not None:
             raise ValueError(f"--resume: look {bad.get('j')} of the certificate in {resume} (lines {bad.get('lines')}) "
                              "FAILED and its verdict stands; certify again with a new --out")
-        if (tally.alpha, tally.tolerance, tally.seed) != (plan.alpha, plan.tolerance, plan.seed):
-            raise ValueError(f"--resume: {resume} was run with alpha {tally.alpha}, tolerance {tally.tolerance}, "
-                             f"seed {tally.seed}; this run asks {plan.alpha}, {plan.tolerance}, {plan.seed}")
+        old = {"--alpha": tally.alpha, "--tolerance": tally.tolerance, "--seed": tally.seed,
+               **{f"--{k.replace('_', '-')}": v for k, v in (d.get("settings") or settings).items()}}
+        new = {"--alpha": plan.alpha, "--tolerance": plan.tolerance, "--seed": plan.seed,
+               **{f"--{k.replace('_', '-')}": v for k, v in settings.items()}}
+        for flag in old:
+            if old[flag] != new[flag]:
+                raise ValueError(f"--resume: {resume} was run with {flag} {old[flag]}, this run asks {new[flag]}: the "
+                                 "looks of one certificate keep its settings")
         if len(tally.ranges) != 1 or tally.ranges[0][0] != first_line + start:
             raise ValueError(f"--resume: {resume} covers lines {tally.ranges} of the log, not a run from line "
                              f"{first_line + start}")
         resume_at = tally.ranges[0][1] - first_line
+        want_digest = d.get("digest")
     source = os.path.abspath(path)
     cert = LogCertificate(plan, source, tally, looks=prior)
     next_line = resume_at
@@ -375,52 +387,82 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
             progress.update(nbytes)
             progress.set_postfix(lines=tally.counts["lines"], tokens=tally.counts["records"], refresh=False)
 
+    digest = hashlib.blake2b(digest_size=16)  # of the bytes of lines [start, …) read in order
+
+    def verify(seen: int):
+        """A resumed log must begin with the lines its certificate covers (not a shorter, rotated or
+        other file)."""
+        if seen < resume_at - start:
+            raise ValueError(f"--resume: {path} has {start + seen} lines; the certificate in {resume} covers lines "
+                             f"{first_line + start}..{first_line + resume_at - 1}: not the log it certified")
+        if want_digest is not None and digest.hexdigest() != want_digest:
+            raise ValueError(f"--resume: lines {first_line + start}..{first_line + resume_at - 1} of {path} differ from "
+                             f"those the certificate in {resume} covers (a rotated or another log): not the log it "
+                             "certified")
+
     def chunks():
+        """(lines, the digest up to their end) in chunks of ``CHUNK_LINES``, after the lines resumed."""
         with open(path, "rb", buffering=1 << 20) as f:  # lines of ~10 KB: fewer, larger reads
-            it = enumerate(f)
-            batch = []
-            for no, text in it:
+            batch, seen, checked = [], 0, not resume
+            for no, text in enumerate(f):
+                if no < start:
+                    continue
                 if no < resume_at:
+                    digest.update(text)
+                    seen += 1
                     if progress is not None:
                         progress.update(len(text))
                     continue
+                if not checked:
+                    verify(seen)
+                    checked = True
                 if stop is not None and no >= stop:
                     break
+                if not text.endswith(b"\n"):  # the last line, still being written: the next look reads it
+                    cert.notes.append(f"line {first_line + no} has no end of line yet (a log being written): left "
+                                      "for the next look")
+                    break
+                digest.update(text)
                 batch.append((first_line + no, text))
                 if len(batch) >= CHUNK_LINES:
-                    yield batch
+                    yield batch, digest.copy()
                     batch = []
+            if not checked:
+                verify(seen)
             if batch:
-                yield batch
+                yield batch, digest.copy()
 
     last_write = time.perf_counter()
     covered_from = first_line + resume_at
+    done_digest = digest.copy()  # of the lines [start, next_line) once a chunk is absorbed
+
+    def digest_now() -> str | None:
+        """The digest of the lines covered: the resumed certificate's own while nothing new is in."""
+        return want_digest if resume and next_line == resume_at else done_digest.hexdigest()
 
     def covered(upto):
         tally.ranges = [[covered_from if not tally.ranges else tally.ranges[0][0], first_line + upto, source]]
 
     try:
-        for batch in chunks():
+        for batch, dg in chunks():
             upto = batch[-1][0] - first_line + 1
             if pool is None:
                 absorb(*_work((batch, plan)))
-                next_line = upto
+                next_line, done_digest = upto, dg
             else:
-                pending.append((pool.submit(_work, (batch, plan)), upto))
+                pending.append((pool.submit(_work, (batch, plan)), upto, dg))
                 while len(pending) >= 2 * plan.workers:
-                    res, upto_done = pending.popleft()
+                    res, next_line, done_digest = pending.popleft()
                     absorb(*res.result())
-                    next_line = upto_done
             if out and time.perf_counter() - last_write > plan.checkpoint_s:
                 covered(next_line)
-                write_partial(tally, out, source, False, prior)
+                write_partial(tally, out, source, False, prior, digest_now(), settings)
                 last_write = time.perf_counter()
             if stop_event is not None and stop_event.is_set():
                 raise KeyboardInterrupt
         while pending:
-            res, upto_done = pending.popleft()
+            res, next_line, done_digest = pending.popleft()
             absorb(*res.result())
-            next_line = upto_done
     except KeyboardInterrupt:
         cert.complete = False
         cert.notes.append(f"stopped by the user: {next_line - resume_at} lines certified by this run, lines "
@@ -433,8 +475,6 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
     finally:
         if pool is not None:
             pool.shutdown(wait=False, cancel_futures=True)
-    if stop is not None and cert.complete:
-        next_line = stop
     covered(next_line)
     cert.tally = tally
     # a run that read no new line shows the last look again; any other run is the next look
@@ -447,7 +487,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
         cert.notes.append(f"no line after line {first_line + next_line - 1}: look {cert.look} of this certificate "
                           "shown again (the same tests on the same lines: no new look)")
     if out:
-        write_partial(tally, out, source, cert.complete, cert.looks)
+        write_partial(tally, out, source, cert.complete, cert.looks, digest_now(), settings)
     cert.wall_s = time.perf_counter() - started
     return cert
 

@@ -37,7 +37,7 @@ def test_a_fixed_plan_continued_is_the_next_look(tmp_path):
     # the e-values at their whole share at every look: 3/4 of alpha over the three directional tests
     assert [d.alpha for d in more.family.directional] == [d.alpha for d in first.family.directional] == [2.5e-4] * 3
     assert [(e["j"], e["n"], e["verdict"]) for e in _looks(path)] == [(1, 24, "pass"), (2, 48, "pass")]
-    assert any("2 looks taken" in n or "1 looks taken" in n for n in more.notes)
+    assert any("1 look taken (the last tested 24 samples, pass)" in n for n in more.notes)
     # the same plan again: nothing to continue (a new look on the same samples would spend alpha for nothing)
     plan = Plan(n_samples=48, n_new=8, replays=0, concurrency=1)
     with pytest.raises(ValueError, match="nothing to continue; ask more \\(--samples above 48\\)"):
@@ -100,3 +100,23 @@ def test_the_command_continues_a_certificate_and_refuses_nothing_new(capsys, tmp
     assert "look 2 of this certificate" in out and "(0.00067 of alpha spent by looks 1..2)" in out
     cert = json.load(open(tmp_path / "c.json"))
     assert cert["look"]["j"] == 2 and cert["samples"] == 32 and cert["new_samples"] == 16
+
+
+def test_a_stop_before_any_new_sample_is_no_new_look(tmp_path):
+    """Ctrl-C on a resumed run before a sample beyond the last look's is in: that look's results
+    stand, no look is spent on the same samples."""
+    import signal
+
+    path = tmp_path / "c.jsonl"
+    _run(path, Plan(n_samples=16, n_new=8, replays=0, concurrency=1), resume=False)
+    plan = Plan(n_samples=32, n_new=8, replays=0, concurrency=1)
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # xdist workers ignore SIGINT
+    try:
+        engine = Engine(stop_at=1, delay_s=0.5)  # the interrupt lands while the first new sample is asked
+        cert = certify_deployment(engine, Reference(engine.server), PROMPTS, plan,
+                                  RunFile(path, plan_dict(plan), resume=True))
+    finally:
+        signal.signal(signal.SIGINT, saved)
+    assert cert.verdict == "INCOMPLETE" and cert.look == 0 and cert.family is None
+    assert any("no sample beyond the 16 the certificate's last look tested: no new look" in n for n in cert.notes)
+    assert [e["j"] for e in _looks(path)] == [1]

@@ -262,3 +262,37 @@ def test_request_fields_past_any_vocabulary_mean_what_they_say(logs, tmp_path):
     b.write_text("\n".join(big) + "\n")
     one, two = certify_log(str(a), PLAN), certify_log(str(b), PLAN)
     assert two.tally.counts == one.tally.counts and two.verdict == one.verdict == "PASS"
+
+
+def test_a_certificate_resumes_only_on_the_log_it_covers(logs, tmp_path):
+    """The partial result keeps a digest of the lines it covers: another log, a rotated one (the same
+    path, new contents) or a shorter one is refused instead of being credited with lines it never
+    read; a resumption keeps --vocab and --max-bound."""
+    lines = open(logs[None]).read().splitlines(keepends=True)
+    grown = tmp_path / "grown.jsonl"
+    grown.write_text("".join(lines[:200]))
+    part = str(tmp_path / "p.json")
+    certify_log(str(grown), PLAN, out=part)
+    other = tmp_path / "other.jsonl"
+    other.write_text("".join(open(logs["top-p-0.95"]).read().splitlines(keepends=True)[:300]))
+    with pytest.raises(ValueError, match="lines 0..199 of .* differ from those the certificate .* covers"):
+        certify_log(str(other), PLAN, resume=part)
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join(lines[:100]))
+    with pytest.raises(ValueError, match="has 100 lines; the certificate in .* covers lines 0..199"):
+        certify_log(str(short), PLAN, resume=part)
+    with pytest.raises(ValueError, match="was run with --vocab 64, this run asks 0"):
+        certify_log(str(grown), LogPlan(), resume=part)
+    with pytest.raises(ValueError, match="was run with --max-bound"):
+        certify_log(str(grown), LogPlan(vocab=64, max_bound=0.5), resume=part)
+    # the same log grown, its last line still being written (no end of line): that line waits
+    with open(grown, "a") as f:
+        f.write("".join(lines[200:300]) + lines[300][:500])
+    second = certify_log(str(grown), PLAN, resume=part)
+    assert second.look == 2 and second.tally.ranges[0][:2] == [0, 300] and not second.tally.skipped
+    assert any("line 300 has no end of line yet" in n for n in second.notes)
+    with open(grown, "a") as f:
+        f.write(lines[300][500:] + "".join(lines[301:LINES]))
+    third = certify_log(str(grown), PLAN, resume=part)
+    one = certify_log(logs[None], PLAN)
+    assert third.look == 3 and third.tally.counts == one.tally.counts and not third.tally.skipped
