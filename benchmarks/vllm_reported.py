@@ -235,8 +235,10 @@ def prepare_only(url: str, plan: Plan) -> dict:
 MODES = ("alone", "alone-lp1", "reported", "reported-no-audit", "self")
 
 
-def throughput(url: str, pid: int | None, samples: int, reps: int, modes=MODES) -> list[dict]:
-    rows = []
+def throughput(url: str, pid: int | None, samples: int, reps: int, modes=MODES, rows=None, on_row=None) -> list[dict]:
+    """``rows``, when given, is appended to as each run ends and ``on_row`` called (the raw file
+    written per run, so a batch cut short keeps its finished rounds)."""
+    rows = [] if rows is None else rows
     for rep in range(reps):
         order = list(modes[rep % len(modes):]) + list(modes[:rep % len(modes)])
         seed = 100 + rep
@@ -260,6 +262,8 @@ def throughput(url: str, pid: int | None, samples: int, reps: int, modes=MODES) 
             r.update(mode=mode, rep=rep, seed=seed, load_before=load0, load_after=os.getloadavg(),
                      server_cpu_s=tree_cpu_s(pid) - srv0, client_cpu_s=time.process_time() - me0)
             rows.append(r)
+            if on_row:
+                on_row()
             say(f"round {rep + 1}/{reps} {mode}: {r['verdict']}, {r['wall_s']:.1f} s wall, server CPU "
                 f"{r['server_cpu_s']:.1f} s, client CPU {r['client_cpu_s']:.1f} s, load {load0[0]:.2f}")
     return rows
@@ -399,7 +403,7 @@ def main(argv=None) -> int:
                         result["verdicts"].append(cli_run(url, name, flags, args.samples, tmp))
                         save()
                 if kind == "plain" and args.phase in ("throughput", "all"):
-                    result["throughput"] = throughput(url, pid, args.samples, args.reps, modes)
+                    throughput(url, pid, args.samples, args.reps, modes, rows=result["throughput"], on_row=save)
                     save()
                 if kind == "plain" and args.phase == "timeline":
                     result["timeline"] = timeline(url, args.samples, args.reps)
