@@ -131,7 +131,7 @@ def test_whole_laws_are_cut_exactly_and_a_resume_keeps_the_declared_law(tmp_path
             "reference": "self", "server": "openai"}
     RunFile(path, base).close()
     RunFile(path, {**base, "top_p": 1.0, "as_client": False}, resume=True).close()  # the defaults: the same run
-    with pytest.raises(ValueError, match="top_p = 1.0, this command asks 0.8"):
+    with pytest.raises(ValueError, match=r"top_p = 1.0 \(--top-p\), this command asks 0.8"):
         RunFile(path, {**base, "top_p": 0.8}, resume=True)
 
 
