@@ -95,7 +95,8 @@ class Plan:
         seed: the run's seed (engine
         seeds and PIT uniforms derive from it); concurrency: C requests in flight; replays: seeds
         asked twice (samples 0 … replays − 1, each asked again as soon as it is in, ahead of the
-        samples still queued; a sample found impossible is not replayed); max_errors: failed requests before the run stops.
+        samples still queued; a sample found impossible is not replayed); max_errors: failed
+        requests before the run stops.
         sequential: the plan sized by what it must resolve (``certify.endpoint.sequential``: the
         CLI's default): ``n_samples`` is then the pilot, the first of the looks, and sampling goes on
         by doubling until the targets are resolved, a look fails, or ``max_samples`` samples or
@@ -511,7 +512,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         for (i, s), rows in zip(buffer, reference.rows_many(items)):
             record_sample(i, s, rows, rows.records(s.tokens))
         buffer.clear()
-        for i in sorted(done)[:n_replays]:
+        for i in range(n_replays):
             ask_replay(i)
 
     def start_workers(n):
@@ -529,7 +530,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             tasks.put(("sample", i))
         state["pending"] += len(todo)
         start_workers(len(todo))
-        for i in sorted(done)[:n_replays]:  # samples read back from a run file stopped before their replay
+        for i in range(n_replays):  # samples read back from a run file stopped before their replay
             ask_replay(i)
         while state["pending"] > 0:
             if deadline is not None and time.perf_counter() > deadline:
@@ -615,7 +616,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
             seq["alphas"].append(alpha_k)
             seq["numbers"].append(cert.look)
 
-    def _stop_tests(upto, why):
+    def stopped_look(upto, why):
         """A stopped run's tests on what it collected — a new look only when it holds samples the
         certificate's last look did not test (else that look's results stand)."""
         if collected(upto) > last_tested["n"]:
@@ -649,7 +650,7 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
                                   f"{len(schedule)}, after {len(done) + len(impossible)} samples; the longest "
                                   "prefix of sample indices collected is tested at that look's share")
             n_k = prefix() if ended else schedule[k]
-            if ended and n_k <= max(seq["tested"] or [run_file.tested]):
+            if ended and collected(n_k) <= last_tested["n"]:
                 break  # nothing new in the prefix: the last look's results stand
             _test_samples(cert, plan, done, impossible, n_k, alpha_k, len(prompts))
             looked(n_k)
@@ -687,10 +688,10 @@ def certify_deployment(engine, reference, prompts: list, plan: Plan, run_file, *
         cert.notes.append(f"stopped by the user with {len(done) + len(impossible)} samples in (look {k + 1} of the "
                           f"plan asks {schedule[k]}); " + (f"the samples below {upto} tested" if seq is not None
                                                            else "the samples in tested"))
-        _stop_tests(upto, "user")
+        stopped_look(upto, "user")
     except _Stop:
         upto = prefix() if seq is not None else schedule[k]
-        _stop_tests(upto, "stopped")
+        stopped_look(upto, "stopped")
     finally:
         stop.set()
         run_file.close()

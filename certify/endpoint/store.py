@@ -95,11 +95,7 @@ class RunFile:
             raise ValueError(f"--resume {self.path}: run file version {header.get('version')}, this "
                              f"program writes {VERSION}")
         old = header.get("plan") or {}
-        for key in PLAN_KEYS:
-            if old.get(key) != plan.get(key):
-                raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key)!r} "
-                                 f"({FLAGS.get(key, key)}), this command asks {plan.get(key)!r}")
-        for key, default in {**LAW_DEFAULTS, **CERTIFICATE_DEFAULTS}.items():
+        for key, default in {**dict.fromkeys(PLAN_KEYS), **LAW_DEFAULTS, **CERTIFICATE_DEFAULTS}.items():
             if old.get(key, default) != plan.get(key, default):
                 raise ValueError(f"--resume {self.path}: the run was made with {key} = {old.get(key, default)!r} "
                                  f"({FLAGS.get(key, key)}), this command asks {plan.get(key, default)!r}")
@@ -132,8 +128,8 @@ class RunFile:
             last = self.looks[-1]
             n = len(self.looks)
             self.notes.append(f"resumed {self.path}: {n} look{'s' if n > 1 else ''} taken (the last tested "
-                              f"{last.get('n')} samples, {last.get('verdict')}); this run's looks are looks {len(self.looks) + 1}, … "
-                              "of the certificate (oracle.look_spending)")
+                              f"{last.get('n')} samples, {last.get('verdict')}); this run's looks are looks {n + 1}, "
+                              "… of the certificate (oracle.look_spending)")
         self._header = header
 
     @property

@@ -452,8 +452,9 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
             else:
                 pending.append((pool.submit(_work, (batch, plan)), upto, dg))
                 while len(pending) >= 2 * plan.workers:
-                    res, next_line, done_digest = pending.popleft()
-                    absorb(*res.result())
+                    res, upto_done, dg_done = pending.popleft()
+                    absorb(*res.result())  # a dead worker raises here: the lines covered stay those absorbed
+                    next_line, done_digest = upto_done, dg_done
             if out and time.perf_counter() - last_write > plan.checkpoint_s:
                 covered(next_line)
                 write_partial(tally, out, source, False, prior, digest_now(), settings)
@@ -461,8 +462,9 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
             if stop_event is not None and stop_event.is_set():
                 raise KeyboardInterrupt
         while pending:
-            res, next_line, done_digest = pending.popleft()
+            res, upto_done, dg_done = pending.popleft()
             absorb(*res.result())
+            next_line, done_digest = upto_done, dg_done
     except KeyboardInterrupt:
         cert.complete = False
         cert.notes.append(f"stopped by the user: {next_line - resume_at} lines certified by this run, lines "
@@ -479,7 +481,7 @@ def certify_log(path: str, plan: LogPlan, *, start: int = 0, stop: int | None = 
     cert.tally = tally
     # a run that read no new line shows the last look again; any other run is the next look
     new = not prior or next_line > resume_at
-    cert.look = len(prior) + int(new) if prior else 1
+    cert.look = len(prior) + int(new)
     finish(cert)
     if new:
         cert.looks = prior + [look_record(cert)]
