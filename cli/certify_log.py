@@ -144,11 +144,12 @@ def run(args: argparse.Namespace) -> int:
                 cert.audit = audit_log(args.file, plan, args.audit, fraction=args.audit_fraction,
                                        max_samples=args.audit_samples, model=args.model, start=args.lines[0],
                                        stop=args.lines[1], first_line=args.first_line, look=cert.look)
-                if cert.audit.failed and args.out and cert.looks:  # the look's verdict, audit included
-                    from spectr_gbv.certify.log.run import write_partial
+                partial = args.out or args.resume
+                if cert.audit.failed and partial and cert.looks:  # the look's verdict, audit included
+                    from spectr_gbv.certify.log.run import mark_last_look_failed
 
                     cert.looks[-1]["verdict"] = "FAIL"
-                    write_partial(cert.tally, args.out, cert.source, cert.complete, cert.looks)
+                    mark_last_look_failed(partial)
                 if cert.audit.incomplete:
                     cert.complete = False
                     cert.notes.append(f"the audit re-scored no sample: {cert.audit.errors} requests failed")

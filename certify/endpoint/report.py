@@ -351,7 +351,7 @@ def _sequence_json(seq):
                            for k, (v, ok) in res.items()}}
 
 
-def _look_json(alpha: float, j: int):
+def look_json(alpha: float, j: int):
     """{"j", "alpha_j", "spent"} of a certificate's look (``oracle.look_spending``), None before any."""
     from spectr_gbv.oracle.look_spending import look_alpha, spent
 
@@ -389,7 +389,7 @@ def certificate_json(cert) -> dict:
         "duplicates": {"pairs": cert.duplicates[0], "expected_at_most": cert.duplicates[1]},
         "errors": dict(cert.errors), "short": cert.short, "notes": cert.notes,
         "sequence": _sequence_json(getattr(cert, "sequence", None)),
-        "look": _look_json(cert.plan.alpha, getattr(cert, "look", 0)),
+        "look": look_json(cert.plan.alpha, getattr(cert, "look", 0)),
         "numerics": None if cert.numerics is None else {
             "eta": cert.numerics[0], "gap_q99": cert.numerics[1], "exact_test_passed": cert.numerics[2]},
         "logprobs": None if cert.logprobs is None else {

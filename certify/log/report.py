@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict
 
-from spectr_gbv.certify.endpoint.report import FAIL, decided_by, family_json
+from spectr_gbv.certify.endpoint.report import FAIL, decided_by, family_json, look_json
 from spectr_gbv.certify.log.parse import SKIP_TEXT
 from spectr_gbv.oracle.look_spending import look_alpha, spent
 from spectr_gbv.oracle.sequence_scores import is_evalue
@@ -155,8 +155,7 @@ def certificate_json(cert) -> dict:
         "tokens_per_second": cert.tokens_per_second if math.isfinite(cert.tokens_per_second) else None,
         "skipped_samples": dict(t.skipped), "skipped_positions": dict(t.skipped_positions),
         "temperatures": dict(t.temperatures), "ranges": t.ranges, "notes": cert.notes,
-        "look": {"j": cert.look, "alpha_j": look_alpha(cert.plan.alpha, cert.look),
-                 "spent": spent(cert.plan.alpha, cert.look)}, "looks": [dict(lk) for lk in cert.looks],
+        "look": look_json(cert.plan.alpha, cert.look), "looks": [dict(lk) for lk in cert.looks],
         "audit": None if cert.audit is None else {
             "url": cert.audit.url, "fraction": cert.audit.fraction, "samples": cert.audit.samples,
             "failed": cert.audit.failed, "errors": cert.audit.errors, "skipped": cert.audit.skipped,

@@ -290,6 +290,18 @@ def write_partial(tally: Tally, path: str, source: str, complete: bool, looks=()
     os.replace(tmp, path)
 
 
+def mark_last_look_failed(path: str) -> None:
+    """Record in the partial result at ``path`` that its last look FAILed (the audit, decided after
+    the file was written); everything else in it is kept."""
+    with open(path) as f:
+        d = json.load(f)
+    d["looks"][-1]["verdict"] = "FAIL"
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(d, f)
+    os.replace(tmp, path)
+
+
 def read_partial(path: str, what: str) -> tuple[Tally, dict]:
     """(tally, the file's dict) of a partial-result file.
 

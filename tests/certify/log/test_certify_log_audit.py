@@ -27,7 +27,7 @@ def test_the_audit_catches_a_server_reporting_the_law_it_wrongly_samples_from(tm
         a = audit_log(str(bad), PLAN, url, fraction=0.5, max_samples=64)
         ok = audit_log(str(good), PLAN, url, fraction=0.5, max_samples=64)
         code = cli_main.main(["certify", "log", str(bad), "--vocab", "64", "--audit", url, "--audit-fraction", "0.5",
-                              "--json", str(tmp_path / "c.json")])
+                              "--json", str(tmp_path / "c.json"), "--out", str(tmp_path / "p.json")])
     assert a.samples == ok.samples == 64 and a.errors == ok.errors == 0
     # the samples against the prefill's law: colder than the requests asked (the reported gaps move
     # both ways, so the sign test of their median need not see it)
@@ -37,6 +37,11 @@ def test_the_audit_catches_a_server_reporting_the_law_it_wrongly_samples_from(tm
     out = capsys.readouterr().out
     assert code == 1 and out.splitlines()[0].startswith("verdict: FAIL — decided by audit:")
     assert json.load(open(tmp_path / "c.json"))["audit"]["failed"] is True
+    # the look that the audit failed is recorded FAIL in the partial result, the rest of it kept: not continued
+    part = json.load(open(tmp_path / "p.json"))
+    assert [lk["verdict"] for lk in part["looks"]] == ["FAIL"] and part["digest"] and part["settings"]["vocab"] == 64
+    with pytest.raises(ValueError, match="look 1 of the certificate .* FAILED and its verdict stands"):
+        certify_log(str(bad), PLAN, resume=str(tmp_path / "p.json"))
     # the audited lines are a hash of (seed, line): the same whichever shard reads them
     import numpy as np
     lines = np.arange(1000)
